@@ -1,0 +1,120 @@
+// pejit's public API for programs that embed it: load a model, build batches from your own
+// data structures, train and run entries. No LLVM, TBB or Boost type appears here.
+//
+//   pejit::Session s = pejit::Session::from_file("treelstm.pe", {.dims = {{"V", 100}}});
+//   pejit::Value leaf = s.make("Leaf", {pejit::Value::scalar_i32(7), pejit::Value::scalar_i32(3)});
+//   float loss = s.step("loss", pejit::Value::list({leaf}));
+#pragma once
+
+#include "pejit/error.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pejit {
+
+/// A value of the language: Int, Bool, tensor, tuple, list or ADT value. Immutable; copies
+/// share their contents.
+class Value {
+public:
+  Value();
+  ~Value();
+  Value(const Value&);
+  Value& operator=(const Value&);
+
+  static Value integer(int64_t v);
+  static Value boolean(bool v);
+  static Value scalar_i32(int32_t v);
+  static Value scalar_f32(float v);
+  /// Throws pejit::Error unless data.size() is the product of shape.
+  static Value tensor_f32(const std::vector<int64_t>& shape, const std::vector<float>& data);
+  static Value tensor_i32(const std::vector<int64_t>& shape, const std::vector<int32_t>& data);
+  static Value list(const std::vector<Value>& items);
+  static Value tuple(const std::vector<Value>& items);
+
+  bool is_list() const;
+  bool is_tensor() const;
+  /// Elements of a list or tuple.
+  size_t size() const;
+  Value at(size_t i) const;
+  int64_t as_int() const;
+  bool as_bool() const;
+  /// The single element of a tensor.
+  float item_f32() const;
+  int32_t item_i32() const;
+  std::vector<int64_t> shape() const;
+  std::vector<float> to_f32() const;
+  std::string describe() const;
+
+  struct Impl;
+  explicit Value(std::shared_ptr<const Impl> impl);
+  const Impl& impl() const;
+
+private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+struct SessionOptions {
+  uint64_t seed = 1;                     ///< parameter initialization
+  std::map<std::string, int64_t> dims;   ///< sizes of named dimensions (e.g. V)
+  std::string optimizer = "adagrad";     ///< sgd, adagrad or adam
+  float lr = 0.05f;
+  float weight_decay = 0.0f;
+  float clip = 0.0f;                     ///< global gradient-norm clipping (0: off)
+  std::string mode = "generic";          ///< the only path built so far
+};
+
+/// Time and batches per execution path.
+struct SessionStats {
+  int64_t generic_batches = 0, specialized_batches = 0;
+  double generic_seconds = 0, specialized_seconds = 0;
+};
+
+/// A model instantiated with parameters and an optimizer. Not thread-safe: use one per thread.
+class Session {
+public:
+  /// Throws pejit::Error with the rendered diagnostics when the program has errors.
+  static Session from_file(const std::string& path, const SessionOptions& opt = {});
+  static Session from_source(const std::string& text, const std::string& name,
+                             const SessionOptions& opt = {});
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  /// An ADT value by constructor name (`Leaf`, `Node`, ...; `Nil` and `Cons` build lists).
+  /// Throws pejit::Error for an unknown constructor or a wrong number of fields.
+  Value make(const std::string& ctor, const std::vector<Value>& fields) const;
+
+  /// One training step on a scalar entry: its value, gradients, one optimizer update.
+  float step(const std::string& entry, const Value& batch);
+  /// Runs any entry without gradients.
+  Value run(const std::string& entry, const Value& batch);
+  std::vector<std::string> entries() const;
+
+  /// Adds or replaces definitions while the session lives. Only what changed is checked;
+  /// returns the entries whose dependency cone changed. New parameters are initialized,
+  /// existing ones keep their values. Throws pejit::Error with diagnostics on errors (the
+  /// session is then unchanged).
+  std::vector<std::string> add_source(const std::string& text, const std::string& name);
+
+  std::vector<std::string> param_names() const;
+  std::vector<int64_t> param_shape(const std::string& name) const;
+  std::vector<float> get_param(const std::string& name) const;
+  void set_param(const std::string& name, const std::vector<float>& data);
+  /// Parameters (and a vocabulary, if given) in pejit's checkpoint format, written atomically.
+  void save(const std::string& path, const std::vector<std::string>& vocab = {}) const;
+  /// Loads parameters saved by save() or `pejit train --save`; returns the vocabulary.
+  std::vector<std::string> load(const std::string& path);
+
+  SessionStats stats() const;
+
+private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace pejit

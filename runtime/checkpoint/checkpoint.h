@@ -1,0 +1,50 @@
+// The pejit checkpoint format, shared with the PyTorch peer (bench/torch/treelstm_torch.py):
+// one line of JSON, '\n', then a blob of raw little-endian row-major f32 tensors, each starting
+// at a multiple of 64 bytes. Header: {"format":"pejit-checkpoint","version":1,
+// "params":[{"name","dtype":"f32","shape","offset"}...],"vocab":[...],"data_bytes":N,
+// "optimizer_state":[entries like params'] (optional),"meta":{"key":"value"} (optional)}.
+#pragma once
+
+#include "interp/params.h"
+#include "tensor/tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pejit::checkpoint {
+
+/// Everything a checkpoint holds. All tensors are f32.
+struct Checkpoint {
+  interp::Params params;
+  std::vector<std::string> vocab;
+  /// As optim::Optimizer::state() returns it; empty when not saved.
+  std::vector<std::pair<std::string, Tensor>> optimizer_state;
+  /// Free-form strings (model file, epoch, ...). On load, a non-string JSON value written by
+  /// another tool is kept as its compact JSON text.
+  std::map<std::string, std::string> meta;
+};
+
+/// Writes `ck` atomically: to "<path>.tmp.<pid>", fsync, then rename over `path`, so a crash or
+/// an error never leaves a partial file under `path` (the previous file stays intact). Params
+/// come first in the blob, then the optimizer state. Throws pejit::Error naming the path for an
+/// I/O failure, a tensor that is undefined or not f32, a duplicate or empty name, or a string
+/// that is not valid UTF-8.
+void save(const std::string& path, const Checkpoint& ck);
+
+/// Reads a checkpoint. Throws pejit::Error naming the file and what is wrong for any malformed
+/// input (missing or unreadable file, no header line, bad JSON, wrong format or version,
+/// missing or mistyped fields, a dtype other than f32, negative or overflowing shapes, offsets
+/// not 64-aligned or out of range, a truncated blob, duplicate names). Allocates at most about
+/// the file's size: the tensors together may not claim more bytes than the blob holds.
+Checkpoint load(const std::string& path);
+
+namespace detail {
+/// Test hook: when n >= 0, the next save() calls fail with pejit::Error once they have written
+/// n bytes of their temporary file, as a full disk or a crash mid-write would. -1 turns it off.
+void set_save_failure_after_bytes(int64_t n);
+} // namespace detail
+
+} // namespace pejit::checkpoint

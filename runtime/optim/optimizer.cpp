@@ -1,0 +1,358 @@
+// Optimizer: validation and coalescing of each parameter's gradient into reused scratch
+// (gather), optional global-norm clipping, then one in-place update loop per parameter that
+// visits either every row (a dense part exists) or only the touched rows (sparse-only).
+// Dense and sparse-only paths share the per-element rule (update_span), which is what makes a
+// sparse step bit-identical to the step of its to_dense() for SGD and Adagrad.
+#include "optim/optimizer.h"
+
+#include "util/check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace pejit::optim {
+
+namespace {
+
+constexpr double kTwo24 = 16777216.0;
+
+Tensor encode_count(int64_t t) {
+  float hi = static_cast<float>(static_cast<double>(t / (int64_t{1} << 24)));
+  float lo = static_cast<float>(static_cast<double>(t % (int64_t{1} << 24)));
+  const float v[2] = {hi, lo};
+  return Tensor::from_f32(Shape{2}, v);
+}
+
+int64_t decode_count(const Tensor& x, const std::string& name) {
+  if (!x.defined() || x.dtype() != DType::F32 || x.shape() != Shape{2})
+    throw Error("Optimizer::load_state: " + name + " must be f32 [2]");
+  double hi = x.f32()[0], lo = x.f32()[1];
+  if (!(hi >= 0 && hi < kTwo24 && lo >= 0 && lo < kTwo24) || hi != std::floor(hi) ||
+      lo != std::floor(lo))
+    throw Error("Optimizer::load_state: " + name + " is not a step count");
+  return static_cast<int64_t>(hi) * (int64_t{1} << 24) + static_cast<int64_t>(lo);
+}
+
+/// Everything update_span needs; fixed for one parameter in one step.
+struct Rule {
+  Kind kind;
+  float lr, wd, coef, eps;
+  float b1, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt; // Adam
+};
+
+/// Updates n elements of p (and the state a, b) from gradient g, after clipping (coef) and
+/// weight decay. The one place where the update rules are written.
+void update_span(const Rule& r, float* p, const float* g, float* a, float* b, int64_t n) {
+  auto grad = [&](int64_t k) {
+    float gi = g[k];
+    if (r.coef != 1.0f) gi *= r.coef;
+    if (r.wd != 0.0f) gi += r.wd * p[k];
+    return gi;
+  };
+  switch (r.kind) {
+  case Kind::Sgd:
+    for (int64_t k = 0; k < n; ++k) p[k] -= r.lr * grad(k);
+    break;
+  case Kind::Adagrad:
+    for (int64_t k = 0; k < n; ++k) {
+      float gi = grad(k);
+      float s = a[k] + gi * gi;
+      a[k] = s;
+      p[k] -= r.lr * gi / (std::sqrt(s) + r.eps);
+    }
+    break;
+  case Kind::Adam:
+    for (int64_t k = 0; k < n; ++k) {
+      float gi = grad(k);
+      float m = r.b1 * a[k] + r.one_minus_b1 * gi;
+      float v = r.b2 * b[k] + r.one_minus_b2 * gi * gi;
+      a[k] = m;
+      b[k] = v;
+      p[k] -= r.step_size * m / (std::sqrt(v) / r.bc2_sqrt + r.eps);
+    }
+    break;
+  }
+}
+
+/// Rows and elements per row of a parameter (a scalar is one row of one element).
+std::pair<int64_t, int64_t> row_split(const Tensor& v) {
+  if (v.rank() == 0) return {1, 1};
+  int64_t rows = v.dim(0);
+  return {rows, rows == 0 ? 0 : v.numel() / rows};
+}
+
+void check_finite_nonneg(float x, const char* what) {
+  if (!(x >= 0.0f) || !std::isfinite(x))
+    throw Error(std::string("OptimizerOptions: ") + what + " must be finite and >= 0, got " +
+                std::to_string(x));
+}
+
+} // namespace
+
+Kind parse_kind(std::string_view name) {
+  if (name == "sgd") return Kind::Sgd;
+  if (name == "adagrad") return Kind::Adagrad;
+  if (name == "adam") return Kind::Adam;
+  throw Error("unknown optimizer '" + std::string(name) + "' (expected sgd, adagrad or adam)");
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+  case Kind::Sgd: return "sgd";
+  case Kind::Adagrad: return "adagrad";
+  case Kind::Adam: return "adam";
+  }
+  return "?";
+}
+
+Optimizer::Optimizer(OptimizerOptions o) : opts_(o) {
+  check_finite_nonneg(o.lr, "lr");
+  check_finite_nonneg(o.weight_decay, "weight_decay");
+  check_finite_nonneg(o.clip_norm, "clip_norm");
+  check_finite_nonneg(o.adagrad_eps, "adagrad_eps");
+  check_finite_nonneg(o.adagrad_init, "adagrad_init");
+  check_finite_nonneg(o.adam_eps, "adam_eps");
+  if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f) || !(o.beta2 >= 0.0f && o.beta2 < 1.0f))
+    throw Error("OptimizerOptions: beta1 and beta2 must lie in [0, 1)");
+}
+
+void Optimizer::bind(const interp::Params& params) {
+  std::set<std::string> seen;
+  for (const auto& n : params.names)
+    if (!seen.insert(n).second) throw Error("Optimizer::step: duplicate parameter name '" + n + "'");
+  bound_names_ = params.names;
+  bound_.clear();
+  for (const auto& n : params.names) bound_.push_back(&slots_[n]);
+  work_.resize(params.names.size());
+}
+
+void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g) {
+  const std::string& name = bound_names_[i];
+  Work& w = work_[i];
+  w.active = !g.empty();
+  w.entries.clear();
+  w.uniq.clear();
+  if (!w.active) return;
+  if (!value.defined() || value.dtype() != DType::F32)
+    throw Error("Optimizer::step: parameter '" + name + "' must be a defined f32 tensor");
+  if (g.dense.defined() && (g.dense.dtype() != DType::F32 || g.dense.shape() != value.shape()))
+    throw Error("Optimizer::step: dense gradient " + g.dense.shape().str() + " of '" + name +
+                "' does not match the parameter " + value.shape().str());
+  auto [nrows, d] = row_split(value);
+  w.row_elems = d;
+  for (size_t part = 0; part < g.sparse.size(); ++part) {
+    const kernels::RowSparse& s = g.sparse[part];
+    bool ok = value.rank() >= 1 && s.num_rows == nrows && s.indices.defined() &&
+              s.indices.dtype() == DType::I32 && s.indices.rank() == 1 && s.rows.defined() &&
+              s.rows.dtype() == DType::F32 && s.rows.rank() == value.rank() &&
+              s.rows.dim(0) == s.indices.numel();
+    for (size_t k = 1; ok && k < value.rank(); ++k) ok = s.rows.shape()[k] == value.shape()[k];
+    if (!ok)
+      throw Error("Optimizer::step: row-sparse gradient of '" + name + "' (indices " +
+                  s.indices.shape().str() + ", rows " + s.rows.shape().str() + ", num_rows " +
+                  std::to_string(s.num_rows) + ") does not match the parameter " +
+                  value.shape().str());
+    const int32_t* ip = s.indices.i32();
+    for (int64_t k = 0; k < s.indices.numel(); ++k) {
+      if (ip[k] < 0 || ip[k] >= nrows)
+        throw Error("Optimizer::step: row index " + std::to_string(ip[k]) + " of '" + name +
+                    "' is outside [0, " + std::to_string(nrows) + ")");
+      w.entries.push_back({ip[k], static_cast<int32_t>(part), k});
+    }
+  }
+  // (index, part, pos) order: rows of one index are summed in to_dense()'s order.
+  std::sort(w.entries.begin(), w.entries.end(), [](const Work::Entry& x, const Work::Entry& y) {
+    if (x.idx != y.idx) return x.idx < y.idx;
+    if (x.part != y.part) return x.part < y.part;
+    return x.pos < y.pos;
+  });
+  size_t nuniq = 0;
+  for (size_t k = 0; k < w.entries.size(); ++k)
+    if (k == 0 || w.entries[k].idx != w.entries[k - 1].idx) ++nuniq;
+  w.rows.resize(nuniq * static_cast<size_t>(d));
+  const float* dense = g.dense.defined() ? g.dense.f32() : nullptr;
+  float* acc = nullptr;
+  for (size_t k = 0; k < w.entries.size(); ++k) {
+    const Work::Entry& e = w.entries[k];
+    if (k == 0 || e.idx != w.entries[k - 1].idx) {
+      acc = w.rows.data() + w.uniq.size() * static_cast<size_t>(d);
+      w.uniq.push_back(e.idx);
+      if (dense)
+        std::copy_n(dense + e.idx * d, d, acc);
+      else
+        std::fill_n(acc, d, 0.0f);
+    }
+    const float* src = g.sparse[static_cast<size_t>(e.part)].rows.f32() + e.pos * d;
+    for (int64_t j = 0; j < d; ++j) acc[j] += src[j];
+  }
+  // A loaded state must fit its parameter; checked here so that nothing has been written yet.
+  const Slot& slot = *bound_[i];
+  if ((slot.a.defined() && slot.a.shape() != value.shape()) ||
+      (slot.b.defined() && slot.b.shape() != value.shape()))
+    throw Error("Optimizer::step: optimizer state of '" + name + "' has shape " +
+                (slot.a.defined() ? slot.a : slot.b).shape().str() + " but the parameter is " +
+                value.shape().str());
+}
+
+double Optimizer::squared_norm(size_t i, const interp::ParamGrad& g) const {
+  const Work& w = work_[i];
+  double sum = 0.0;
+  auto add = [&](const float* x, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) sum += static_cast<double>(x[k]) * x[k];
+  };
+  if (!g.dense.defined()) {
+    add(w.rows.data(), static_cast<int64_t>(w.rows.size()));
+    return sum;
+  }
+  auto [nrows, d] = row_split(g.dense);
+  const float* dense = g.dense.f32();
+  size_t j = 0;
+  for (int64_t r = 0; r < nrows; ++r) {
+    if (j < w.uniq.size() && w.uniq[j] == r)
+      add(w.rows.data() + (j++) * static_cast<size_t>(d), d);
+    else
+      add(dense + r * d, d);
+  }
+  return sum;
+}
+
+void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float coef) {
+  const Work& w = work_[i];
+  Slot& slot = *bound_[i];
+  if (!value.unique()) value = value.clone();
+  Rule r{opts_.kind, opts_.lr, opts_.weight_decay, coef, 0, 0, 0, 0, 0, 0, 1};
+  switch (opts_.kind) {
+  case Kind::Sgd: break;
+  case Kind::Adagrad:
+    r.eps = opts_.adagrad_eps;
+    if (!slot.a.defined()) slot.a = Tensor::full(value.shape(), opts_.adagrad_init);
+    break;
+  case Kind::Adam: {
+    r.eps = opts_.adam_eps;
+    if (!slot.a.defined()) slot.a = Tensor::zeros(DType::F32, value.shape());
+    if (!slot.b.defined()) slot.b = Tensor::zeros(DType::F32, value.shape());
+    ++slot.t;
+    double t = static_cast<double>(slot.t);
+    double bc1 = 1.0 - std::pow(static_cast<double>(opts_.beta1), t);
+    double bc2 = 1.0 - std::pow(static_cast<double>(opts_.beta2), t);
+    r.b1 = opts_.beta1;
+    r.b2 = opts_.beta2;
+    r.one_minus_b1 = 1.0f - opts_.beta1;
+    r.one_minus_b2 = 1.0f - opts_.beta2;
+    r.step_size = static_cast<float>(static_cast<double>(opts_.lr) / bc1);
+    r.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    break;
+  }
+  }
+  // Copy-on-write for state that a state() snapshot still holds.
+  if (slot.a.defined() && !slot.a.unique()) slot.a = slot.a.clone();
+  if (slot.b.defined() && !slot.b.unique()) slot.b = slot.b.clone();
+  float* p = value.f32();
+  float* a = slot.a.defined() ? slot.a.f32() : nullptr;
+  float* b = slot.b.defined() ? slot.b.f32() : nullptr;
+  auto [nrows, d] = row_split(value);
+  auto at = [d = d](float* base, int64_t row) { return base ? base + row * d : nullptr; };
+  if (g.dense.defined() && w.uniq.empty()) {
+    update_span(r, p, g.dense.f32(), a, b, value.numel());
+  } else if (g.dense.defined()) {
+    const float* dense = g.dense.f32();
+    size_t j = 0;
+    for (int64_t row = 0; row < nrows; ++row) {
+      const float* gr = dense + row * d;
+      if (j < w.uniq.size() && w.uniq[j] == row) gr = w.rows.data() + (j++) * static_cast<size_t>(d);
+      update_span(r, p + row * d, gr, at(a, row), at(b, row), d);
+    }
+  } else {
+    for (size_t j = 0; j < w.uniq.size(); ++j) {
+      int64_t row = w.uniq[j];
+      update_span(r, p + row * d, w.rows.data() + j * static_cast<size_t>(d), at(a, row),
+                  at(b, row), d);
+    }
+  }
+}
+
+void Optimizer::step(interp::Params& params, const std::vector<interp::ParamGrad>& grads) {
+  size_t n = params.values.size();
+  if (params.names.size() != n || grads.size() != n)
+    throw Error("Optimizer::step: " + std::to_string(grads.size()) + " gradients for " +
+                std::to_string(n) + " parameters (" + std::to_string(params.names.size()) +
+                " names)");
+  if (bound_names_ != params.names) bind(params);
+  for (size_t i = 0; i < n; ++i) gather(i, params.values[i], grads[i]);
+
+  float coef = 1.0f;
+  if (opts_.clip_norm > 0.0f) {
+    double sq = 0.0;
+    for (size_t i = 0; i < n; ++i)
+      if (work_[i].active) sq += squared_norm(i, grads[i]);
+    double c = static_cast<double>(opts_.clip_norm) / (std::sqrt(sq) + 1e-6);
+    if (c < 1.0) coef = static_cast<float>(c);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (work_[i].active) apply(i, params.values[i], grads[i], coef);
+  ++steps_;
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("steps", encode_count(steps_));
+  for (const auto& [name, slot] : slots_) {
+    if (opts_.kind == Kind::Adagrad && slot.a.defined()) {
+      out.emplace_back("adagrad_sum." + name, slot.a);
+    } else if (opts_.kind == Kind::Adam && slot.a.defined()) {
+      out.emplace_back("adam_m." + name, slot.a);
+      out.emplace_back("adam_v." + name, slot.b);
+      out.emplace_back("adam_step." + name, encode_count(slot.t));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return out;
+}
+
+void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+  std::map<std::string, Slot> slots;
+  int64_t steps = 0;
+  std::set<std::string> has_step;
+  for (const auto& [key, t] : state) {
+    auto dot = key.find('.');
+    std::string prefix = key.substr(0, dot);
+    std::string name = dot == std::string::npos ? "" : key.substr(dot + 1);
+    if (key == "steps") {
+      steps = decode_count(t, key);
+      continue;
+    }
+    bool known = !name.empty() && ((opts_.kind == Kind::Adagrad && prefix == "adagrad_sum") ||
+                                   (opts_.kind == Kind::Adam &&
+                                    (prefix == "adam_m" || prefix == "adam_v" ||
+                                     prefix == "adam_step")));
+    if (!known)
+      throw Error("Optimizer::load_state: '" + key + "' is not state of a " +
+                  kind_name(opts_.kind) + " optimizer");
+    Slot& s = slots[name];
+    if (prefix == "adam_step") {
+      s.t = decode_count(t, key);
+      has_step.insert(name);
+      continue;
+    }
+    if (!t.defined() || t.dtype() != DType::F32)
+      throw Error("Optimizer::load_state: '" + key + "' must be a defined f32 tensor");
+    Tensor& dst = prefix == "adam_v" ? s.b : s.a;
+    if (dst.defined()) throw Error("Optimizer::load_state: duplicate '" + key + "'");
+    dst = t.clone();
+  }
+  for (const auto& [name, s] : slots) {
+    bool ok = opts_.kind == Kind::Adagrad
+                  ? s.a.defined()
+                  : s.a.defined() && s.b.defined() && has_step.count(name) &&
+                        s.a.shape() == s.b.shape();
+    if (!ok)
+      throw Error("Optimizer::load_state: incomplete or inconsistent state for '" + name + "'");
+  }
+  slots_ = std::move(slots);
+  steps_ = steps;
+  bound_names_.clear(); // rebind to the new slots on the next step
+  bound_.clear();
+}
+
+} // namespace pejit::optim

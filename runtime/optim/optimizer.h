@@ -1,0 +1,128 @@
+// Optimizers (SGD, Adagrad, Adam) that update parameters in place from the generic path's
+// ParamGrad (dense, row-sparse, or both). A row-sparse gradient (an embedding's) updates only
+// the rows it touches, so a step costs O(touched rows), not O(vocabulary) (DESIGN.md §5).
+// Steady-state steps allocate nothing beyond reused scratch vectors; the state tensors are
+// created on a parameter's first gradient and then written in place.
+#pragma once
+
+#include "interp/params.h"
+#include "interp/tape.h"
+#include "tensor/tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace pejit::optim {
+
+/// Which update rule an Optimizer applies.
+enum class Kind { Sgd, Adagrad, Adam };
+
+/// "sgd", "adagrad" or "adam"; throws pejit::Error naming the accepted names otherwise.
+Kind parse_kind(std::string_view name);
+/// The name parse_kind accepts for `k`.
+const char* kind_name(Kind k);
+
+/// Hyper-parameters. The defaults are those of the TreeLSTM/SST recipe (Adagrad, lr 0.05).
+struct OptimizerOptions {
+  Kind kind = Kind::Adagrad;
+  float lr = 0.05f;
+  /// L2 penalty added to the gradient (g += weight_decay * p), after clipping, as torch does.
+  /// For a row-sparse-only gradient it applies to the touched rows only.
+  float weight_decay = 0.0f;
+  /// 0: off. Otherwise the gradients of all parameters are scaled by
+  /// clip_norm / (norm + 1e-6) when that is below 1, where norm is the global L2 norm over
+  /// every parameter's whole gradient (dense + coalesced sparse rows), like
+  /// torch.nn.utils.clip_grad_norm_.
+  float clip_norm = 0.0f;
+  float adagrad_eps = 1e-10f;
+  float adagrad_init = 0.0f; ///< initial accumulator value
+  float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;
+};
+
+/// Applies optimizer steps to a Params. Single-threaded and deterministic.
+///
+/// Update rules, per element of the gradient g (after clipping and weight decay):
+///  - Sgd:     p -= lr * g
+///  - Adagrad: sum += g * g; p -= lr * g / (sqrt(sum) + eps)   (torch.optim.Adagrad)
+///  - Adam:    m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+///             p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)   (torch.optim.Adam)
+///
+/// Gradient shapes: a ParamGrad that is empty means "no gradient": the parameter and all its
+/// state are left untouched (for Adam its moments are not decayed and its step count t does
+/// not advance, as torch does for a parameter whose .grad is None). A ParamGrad with a dense
+/// part updates every element (the sparse parts are added to it first, in the order of
+/// ParamGrad::to_dense). A ParamGrad with only row-sparse parts updates only the rows it
+/// touches: duplicate indices are summed in their original order (like RowSparse::coalesce),
+/// rows are visited in increasing index order. For SGD and Adagrad this gives bit-for-bit the
+/// step of the dense gradient to_dense() (an untouched row has g = 0 and would not move).
+/// Adam on sparse-only gradients is *lazy* Adam, like torch.optim.SparseAdam: only the touched
+/// rows' moments are decayed and updated, and t counts the steps in which the parameter had
+/// any gradient; so it equals dense Adam on the touched rows only while every earlier step
+/// touched the same rows (rows skipped in a step keep stale moments instead of decaying).
+/// Unlike SparseAdam, eps enters as in dense Adam (after dividing by sqrt(1 - b2^t)), so both
+/// paths share one formula.
+class Optimizer {
+public:
+  /// Throws pejit::Error for a negative or non-finite lr, weight decay, clip norm or eps, or
+  /// betas outside [0, 1).
+  explicit Optimizer(OptimizerOptions o);
+
+  /// Applies one step to `params` given one ParamGrad per param (grads.size() ==
+  /// params.values.size()). Values are updated in place; a value whose storage is shared is
+  /// cloned first, so other holders never see the change. Throws pejit::Error for a count,
+  /// shape or dtype mismatch or a sparse index out of range, before modifying anything.
+  void step(interp::Params& params, const std::vector<interp::ParamGrad>& grads);
+
+  /// Number of step() calls so far (restored by load_state).
+  int64_t steps() const { return steps_; }
+  const OptimizerOptions& options() const { return opts_; }
+
+  /// The optimizer's state for checkpointing, sorted by name: "steps" (f32 [2]: the step count
+  /// as hi * 2^24 + lo, exact to 2^48), and per parameter with state "adagrad_sum.<param>",
+  /// or "adam_m.<param>", "adam_v.<param>" and "adam_step.<param>" (f32 [2], as "steps").
+  /// The tensors share storage with the optimizer's; a later step copies before writing.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  /// Replaces all state by `state` (as state() returns it; the tensors are cloned). Throws
+  /// pejit::Error for a name this kind of optimizer does not use or a malformed tensor; a
+  /// tensor whose shape does not match its parameter is reported by the next step().
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state);
+
+private:
+  /// State of one parameter, created on its first gradient (or by load_state).
+  struct Slot {
+    Tensor a;         ///< Adagrad sum or Adam m
+    Tensor b;         ///< Adam v
+    int64_t t = 0;    ///< Adam: steps in which this parameter had a gradient
+  };
+  /// Per-parameter scratch, reused across steps (capacity only grows).
+  struct Work {
+    struct Entry {
+      int32_t idx;  ///< row index
+      int32_t part; ///< which RowSparse of the ParamGrad
+      int64_t pos;  ///< row within that part
+    };
+    std::vector<Entry> entries;
+    std::vector<int32_t> uniq; ///< touched rows, increasing
+    std::vector<float> rows;   ///< their summed gradient rows [uniq.size(), row_elems]
+    int64_t row_elems = 0;
+    bool active = false; ///< the ParamGrad was not empty
+  };
+
+  void bind(const interp::Params& params);
+  void gather(size_t i, const Tensor& value, const interp::ParamGrad& g);
+  double squared_norm(size_t i, const interp::ParamGrad& g) const;
+  void apply(size_t i, Tensor& value, const interp::ParamGrad& g, float coef);
+
+  OptimizerOptions opts_;
+  int64_t steps_ = 0;
+  std::map<std::string, Slot> slots_;  ///< by parameter name
+  std::vector<std::string> bound_names_;
+  std::vector<Slot*> bound_;           ///< slots_ entries, by parameter index
+  std::vector<Work> work_;             ///< by parameter index
+};
+
+} // namespace pejit::optim

@@ -1,0 +1,281 @@
+// The public Session and Value (include/pejit/pejit.h) over the library's internals. For now
+// every batch runs on the generic path (the interpreter with tape AD); the specializer and
+// the background pipeline will extend this same class.
+#include "pejit/pejit.h"
+
+#include "checkpoint/checkpoint.h"
+#include "interp/interpreter.h"
+#include "optim/optimizer.h"
+#include "types/builtins.h"
+#include "types/check.h"
+#include "util/check.h"
+
+#include <chrono>
+
+namespace pejit {
+
+struct Value::Impl {
+  interp::Value v;
+};
+
+namespace {
+Value wrap(interp::Value v) { return Value(std::make_shared<const Value::Impl>(Value::Impl{std::move(v)})); }
+const interp::Value& unwrap(const Value& v) { return v.impl().v; }
+
+Shape to_shape(const std::vector<int64_t>& s) {
+  for (auto d : s)
+    if (d < 0) throw Error("negative dimension in a tensor shape");
+  return Shape(std::span<const int64_t>(s));
+}
+} // namespace
+
+Value::Value() : impl_(std::make_shared<const Impl>()) {}
+Value::~Value() = default;
+Value::Value(const Value&) = default;
+Value& Value::operator=(const Value&) = default;
+Value::Value(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+const Value::Impl& Value::impl() const { return *impl_; }
+
+Value Value::integer(int64_t v) { return wrap(interp::Value::integer(v)); }
+Value Value::boolean(bool v) { return wrap(interp::Value::boolean(v)); }
+Value Value::scalar_i32(int32_t v) { return wrap(interp::Value::tensor(Tensor::scalar_i32(v))); }
+Value Value::scalar_f32(float v) { return wrap(interp::Value::tensor(Tensor::scalar_f32(v))); }
+Value Value::tensor_f32(const std::vector<int64_t>& shape, const std::vector<float>& data) {
+  return wrap(interp::Value::tensor(Tensor::from_f32(to_shape(shape), data)));
+}
+Value Value::tensor_i32(const std::vector<int64_t>& shape, const std::vector<int32_t>& data) {
+  return wrap(interp::Value::tensor(Tensor::from_i32(to_shape(shape), data)));
+}
+Value Value::list(const std::vector<Value>& items) {
+  interp::Values xs;
+  for (const auto& i : items) xs.push_back(unwrap(i));
+  return wrap(interp::Value::list(std::move(xs)));
+}
+Value Value::tuple(const std::vector<Value>& items) {
+  interp::Values xs;
+  for (const auto& i : items) xs.push_back(unwrap(i));
+  return wrap(interp::Value::tuple(std::move(xs)));
+}
+
+bool Value::is_list() const { return impl_->v.kind() == interp::Value::Kind::List; }
+bool Value::is_tensor() const { return impl_->v.kind() == interp::Value::Kind::Tensor; }
+
+size_t Value::size() const {
+  const auto& v = impl_->v;
+  if (v.kind() == interp::Value::Kind::List) return v.list_size();
+  if (v.kind() == interp::Value::Kind::Tuple || v.kind() == interp::Value::Kind::Adt)
+    return v.items().size();
+  throw Error("size() of " + v.describe());
+}
+
+Value Value::at(size_t i) const {
+  if (i >= size()) throw Error("index " + std::to_string(i) + " out of range");
+  const auto& v = impl_->v;
+  return wrap(v.kind() == interp::Value::Kind::List ? v.list_at(i) : v.items()[i]);
+}
+
+int64_t Value::as_int() const {
+  if (impl_->v.kind() != interp::Value::Kind::Int) throw Error("not an Int: " + describe());
+  return impl_->v.as_int();
+}
+bool Value::as_bool() const {
+  if (impl_->v.kind() != interp::Value::Kind::Bool) throw Error("not a Bool: " + describe());
+  return impl_->v.as_bool();
+}
+float Value::item_f32() const {
+  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  return impl_->v.as_tensor().item_f32();
+}
+int32_t Value::item_i32() const {
+  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  return impl_->v.as_tensor().item_i32();
+}
+std::vector<int64_t> Value::shape() const {
+  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  auto d = impl_->v.as_tensor().shape().dims();
+  return {d.begin(), d.end()};
+}
+std::vector<float> Value::to_f32() const {
+  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  const Tensor& t = impl_->v.as_tensor();
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::F32) std::copy(t.f32(), t.f32() + t.numel(), out.begin());
+  else
+    for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = static_cast<float>(t.i32()[i]);
+  return out;
+}
+std::string Value::describe() const { return impl_->v.describe(); }
+
+struct Session::Impl {
+  std::shared_ptr<ir::Module> module;
+  SessionOptions opt;
+  interp::DimBindings dims;
+  interp::Params params;
+  std::unique_ptr<interp::Interpreter> interp;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  SessionStats stats;
+
+  void init_missing_params() {
+    interp::Params fresh = interp::init_params(*module, dims, opt.seed);
+    interp::Params next;
+    for (size_t i = 0; i < fresh.names.size(); ++i) {
+      int old = params.index(fresh.names[i]);
+      next.names.push_back(fresh.names[i]);
+      next.values.push_back(old >= 0 && params.values[old].shape() == fresh.values[i].shape()
+                                ? params.values[old]
+                                : fresh.values[i]);
+    }
+    params = std::move(next);
+  }
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+Session Session::from_source(const std::string& text, const std::string& name,
+                             const SessionOptions& opt) {
+  if (opt.mode != "generic")
+    throw Error("mode '" + opt.mode + "' is not available yet: only the generic path is built");
+  auto impl = std::make_unique<Impl>();
+  impl->opt = opt;
+  impl->module = std::make_shared<ir::Module>();
+  Diagnostics d;
+  auto r = types::add_source(*impl->module, text, name, d);
+  if (!r.ok) throw Error("the program has errors:\n" + d.render());
+  impl->dims = interp::bind_dims(*impl->module, opt.dims);
+  impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
+  impl->interp = std::make_unique<interp::Interpreter>(impl->module, impl->dims);
+  optim::OptimizerOptions oo;
+  oo.kind = optim::parse_kind(opt.optimizer);
+  oo.lr = opt.lr;
+  oo.weight_decay = opt.weight_decay;
+  oo.clip_norm = opt.clip;
+  impl->optimizer = std::make_unique<optim::Optimizer>(oo);
+  return Session(std::move(impl));
+}
+
+Session Session::from_file(const std::string& path, const SessionOptions& opt) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error("cannot read '" + path + "'");
+  std::string text;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return from_source(text, path, opt);
+}
+
+Value Session::make(const std::string& ctor, const std::vector<Value>& fields) const {
+  interp::Values xs;
+  for (const auto& f : fields) xs.push_back(unwrap(f));
+  if (ctor == "Nil") {
+    if (!fields.empty()) throw Error("Nil takes no fields");
+    return wrap(interp::Value::list({}));
+  }
+  if (ctor == "Cons") {
+    if (fields.size() != 2 || !fields[1].is_list()) throw Error("Cons takes a head and a list");
+    interp::Values all{xs[0]};
+    const auto& tail = xs[1];
+    for (size_t i = 0; i < tail.list_size(); ++i) all.push_back(tail.list_at(i));
+    return wrap(interp::Value::list(std::move(all)));
+  }
+  auto [a, c] = impl_->module->ctor(ctor);
+  if (a < 0) throw Error("the model has no constructor '" + ctor + "'");
+  const auto& def = impl_->module->adts()[static_cast<size_t>(a)]->ctors[static_cast<size_t>(c)];
+  if (def.fields.size() != fields.size())
+    throw Error("constructor " + ctor + " has " + std::to_string(def.fields.size()) +
+                " fields, got " + std::to_string(fields.size()));
+  interp::Value v = interp::Value::adt(c, std::move(xs));
+  // Fields are checked shallowly here; the whole batch is checked against the entry's type.
+  for (size_t i = 0; i < def.fields.size(); ++i)
+    if (def.fields[i].type->kind == ir::TypeKind::Tensor)
+      interp::check_value(v.items()[i], def.fields[i].type, *impl_->module, impl_->dims,
+                          ctor + "." + def.fields[i].name);
+  return wrap(std::move(v));
+}
+
+float Session::step(const std::string& entry, const Value& batch) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = impl_->interp->value_and_grad(entry, {unwrap(batch)}, impl_->params);
+  impl_->optimizer->step(impl_->params, g.grads);
+  impl_->stats.generic_batches += 1;
+  impl_->stats.generic_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return g.loss;
+}
+
+Value Session::run(const std::string& entry, const Value& batch) {
+  return wrap(impl_->interp->run(entry, {unwrap(batch)}, impl_->params));
+}
+
+std::vector<std::string> Session::entries() const { return impl_->module->entries(); }
+
+std::vector<std::string> Session::add_source(const std::string& text, const std::string& name) {
+  Diagnostics d;
+  auto r = types::add_source(*impl_->module, text, name, d);
+  if (!r.ok) throw Error("the definitions have errors:\n" + d.render());
+  impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
+  impl_->init_missing_params();
+  impl_->interp = std::make_unique<interp::Interpreter>(impl_->module, impl_->dims);
+  return r.affected_entries;
+}
+
+std::vector<std::string> Session::param_names() const { return impl_->params.names; }
+
+namespace {
+const Tensor& param_of(const interp::Params& p, const std::string& name) {
+  int i = p.index(name);
+  if (i < 0) throw Error("no parameter named '" + name + "'");
+  return p.values[static_cast<size_t>(i)];
+}
+} // namespace
+
+std::vector<int64_t> Session::param_shape(const std::string& name) const {
+  auto d = param_of(impl_->params, name).shape().dims();
+  return {d.begin(), d.end()};
+}
+
+std::vector<float> Session::get_param(const std::string& name) const {
+  const Tensor& t = param_of(impl_->params, name);
+  return {t.f32(), t.f32() + t.numel()};
+}
+
+void Session::set_param(const std::string& name, const std::vector<float>& data) {
+  int i = impl_->params.index(name);
+  if (i < 0) throw Error("no parameter named '" + name + "'");
+  Tensor& t = impl_->params.values[static_cast<size_t>(i)];
+  if (static_cast<int64_t>(data.size()) != t.numel())
+    throw Error("parameter " + name + " has " + std::to_string(t.numel()) + " elements, got " +
+                std::to_string(data.size()));
+  t = Tensor::from_f32(t.shape(), data);
+}
+
+void Session::save(const std::string& path, const std::vector<std::string>& vocab) const {
+  checkpoint::Checkpoint ck;
+  ck.params = impl_->params;
+  ck.vocab = vocab;
+  if (ck.vocab.empty()) ck.vocab = {"<unk>"};
+  ck.optimizer_state = impl_->optimizer->state();
+  checkpoint::save(path, ck);
+}
+
+std::vector<std::string> Session::load(const std::string& path) {
+  checkpoint::Checkpoint ck = checkpoint::load(path);
+  for (size_t i = 0; i < impl_->params.names.size(); ++i) {
+    int j = ck.params.index(impl_->params.names[i]);
+    if (j < 0) throw Error("'" + path + "' has no parameter " + impl_->params.names[i]);
+    if (ck.params.values[j].shape() != impl_->params.values[i].shape())
+      throw Error("'" + path + "': parameter " + impl_->params.names[i] + " has shape " +
+                  ck.params.values[j].shape().str() + ", the session has " +
+                  impl_->params.values[i].shape().str());
+    impl_->params.values[i] = ck.params.values[j];
+  }
+  if (!ck.optimizer_state.empty()) impl_->optimizer->load_state(ck.optimizer_state);
+  return ck.vocab;
+}
+
+SessionStats Session::stats() const { return impl_->stats; }
+
+} // namespace pejit

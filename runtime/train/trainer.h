@@ -1,0 +1,72 @@
+// Training and evaluation of a model on a data file: what `pejit train` and `pejit eval` run,
+// usable from C++ too. Batches of trees (or sentences) are shuffled per epoch by a seed, run
+// through the session's `loss` entry, and stepped by an optimizer; per epoch it reports loss
+// per node, root and all-node accuracy on train and dev, trees/s and time per path.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace pejit::runtime {
+
+struct TrainOptions {
+  std::string model;
+  std::string data;
+  std::string dev;
+  int epochs = 1;
+  int batch = 25;
+  int64_t limit = 0; ///< use the first N training trees (0: all)
+  std::string optimizer = "adagrad";
+  float lr = 0.05f;
+  float weight_decay = 0.0f;
+  float clip = 0.0f;
+  uint64_t seed = 1;
+  bool fixed_batches = false;
+  std::string save;
+  std::string init_params; ///< start from this checkpoint's parameters (and vocabulary)
+  bool json = false;
+  std::string mode = "generic";
+  bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
+  int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
+};
+
+struct EpochStats {
+  int epoch = 0;
+  double loss_per_node = NAN;
+  double root_acc = NAN, node_acc = NAN, dev_root_acc = NAN, dev_node_acc = NAN;
+  double dev_loss_per_node = NAN;
+  int64_t trees = 0, nodes = 0;
+  double trees_per_s = 0, seconds = 0;
+  int64_t batches = 0, specialized_batches = 0, generic_batches = 0;
+  double specialized_seconds = 0, generic_seconds = 0;
+  /// One line of JSON with every field (NaN fields are null).
+  std::string json() const;
+};
+
+/// Trains; writes per-epoch summaries to `out` (JSON lines with opt.json) and progress and
+/// human summaries to `err`. Returns the per-epoch statistics. Throws pejit::Error on bad input.
+std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::ostream& err);
+
+struct EvalOptions {
+  std::string model;
+  std::string params;
+  std::string data;
+  int batch = 25;
+  int64_t limit = 0;
+  bool json = false;
+  std::string mode = "generic";
+};
+
+struct EvalStats {
+  int64_t trees = 0, nodes = 0;
+  double loss_per_node = NAN, root_acc = NAN, node_acc = NAN;
+  double seconds = 0, trees_per_s = 0;
+  std::string json() const;
+};
+
+EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err);
+
+} // namespace pejit::runtime

@@ -1,0 +1,94 @@
+// Implementations of the CLI subcommands.
+#include "cli/commands.h"
+
+#include "data/synthetic.h"
+#include "data/tree_io.h"
+#include "ir/module.h"
+#include "types/check.h"
+#include "util/check.h"
+
+#include <cstdio>
+#include <iostream>
+
+namespace pejit::cli {
+
+int run_check(const CheckArgs& a) {
+  Diagnostics d;
+  ir::Module m;
+  auto r = types::add_file(m, a.file, d);
+  std::fputs(d.render().c_str(), stderr);
+  if (!r.ok) {
+    std::fprintf(stderr, "%zu error%s\n", d.error_count(), d.error_count() == 1 ? "" : "s");
+    return 2;
+  }
+  std::printf("%s: ok (%zu functions, %zu entries: ", a.file.c_str(), m.fns().size(),
+              m.entries().size());
+  bool first = true;
+  for (const auto& e : m.entries()) {
+    std::printf("%s%s", first ? "" : ", ", e.c_str());
+    first = false;
+  }
+  std::printf(")\n");
+  return 0;
+}
+
+int run_gen(const GenArgs& a) {
+  data::Vocab vocab;
+  std::vector<data::ParseTree> trees;
+  if (a.kind == "sst") trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab);
+  else trees = data::gen_listops(a.trees, a.seed, vocab);
+  if (a.out.empty()) {
+    for (const auto& t : trees) std::printf("%s\n", data::write_tree(t).c_str());
+  } else {
+    data::write_trees(a.out, trees);
+  }
+  return 0;
+}
+
+void add_train_options(CLI::App& app, TrainArgs& a) {
+  app.add_option("model", a.model, "model program (.pe)")->required();
+  app.add_option("--data", a.data, "training data: bracketed trees or sentences, one a line")->required();
+  app.add_option("--dev", a.dev, "development data, evaluated after each epoch");
+  app.add_option("--epochs", a.epochs)->capture_default_str();
+  app.add_option("--batch", a.batch, "trees per batch")->capture_default_str();
+  app.add_option("--limit", a.limit, "use the first N training examples (0: all)")->capture_default_str();
+  app.add_option("--optimizer", a.optimizer)
+      ->check(CLI::IsMember({"adagrad", "sgd", "adam"}))
+      ->capture_default_str();
+  app.add_option("--lr", a.lr, "learning rate")->capture_default_str();
+  app.add_option("--weight-decay", a.weight_decay)->capture_default_str();
+  app.add_option("--clip", a.clip, "clip the global gradient norm (0: off)")->capture_default_str();
+  app.add_option("--seed", a.seed, "seed of initialization and shuffling")->capture_default_str();
+  app.add_flag("--fixed-batches", a.fixed_batches, "do not shuffle between epochs");
+  app.add_option("--save", a.save, "write parameters and vocabulary here at the end");
+  app.add_option("--init", a.init_params, "start from this checkpoint");
+  app.add_flag("--json", a.json, "one JSON object per epoch on stdout");
+  app.add_option("--mode", a.mode, "execution path")
+      ->check(CLI::IsMember({"generic", "specialized", "auto"}))
+      ->capture_default_str();
+  app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
+}
+
+int run_train(const TrainArgs& a) {
+  runtime::train(a, std::cout, std::cerr);
+  return 0;
+}
+
+void add_eval_options(CLI::App& app, EvalArgs& a) {
+  app.add_option("model", a.model, "model program (.pe)")->required();
+  app.add_option("--params", a.params, "checkpoint written by `pejit train --save`")->required();
+  app.add_option("--data", a.data, "data to evaluate")->required();
+  app.add_option("--batch", a.batch)->capture_default_str();
+  app.add_option("--limit", a.limit)->capture_default_str();
+  app.add_flag("--json", a.json, "one JSON object on stdout");
+  app.add_option("--mode", a.mode)
+      ->check(CLI::IsMember({"generic", "specialized", "auto"}))
+      ->capture_default_str();
+}
+
+int run_eval(const EvalArgs& a) {
+  runtime::evaluate(a, std::cout, std::cerr);
+  return 0;
+}
+
+} // namespace pejit::cli

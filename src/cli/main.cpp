@@ -1,0 +1,53 @@
+// The pejit command line. Each subcommand is a thin layer over the library: check (parse +
+// type and binding-time check), gen (built-in data sets), train and eval (runtime/train).
+#include "cli/commands.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"pejit: a specializing JIT for tree-structured and recursive models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "pejit 0.1.0");
+
+  pejit::cli::CheckArgs check;
+  auto* c = app.add_subcommand("check", "Parse and check a program; exit 2 on errors");
+  c->add_option("file", check.file, "program (.pe)")->required();
+
+  pejit::cli::GenArgs gen;
+  auto* g = app.add_subcommand("gen", "Write a built-in data set (bracketed trees, one a line)");
+  g->add_option("kind", gen.kind, "sst or listops")->required()->check(CLI::IsMember({"sst", "listops"}));
+  g->add_option("--trees", gen.trees, "number of trees")->capture_default_str();
+  g->add_option("--seed", gen.seed, "random seed")->capture_default_str();
+  g->add_option("--shape", gen.shape, "sst, deep or balanced (sst data only)")
+      ->check(CLI::IsMember({"sst", "deep", "balanced"}))
+      ->capture_default_str();
+  g->add_option("--out,-o", gen.out, "output file (default: standard output)");
+
+  pejit::cli::TrainArgs train;
+  auto* t = app.add_subcommand("train", "Train a model's `loss` entry on a data set");
+  pejit::cli::add_train_options(*t, train);
+
+  pejit::cli::EvalArgs eval;
+  auto* e = app.add_subcommand("eval", "Evaluate saved parameters on a data set");
+  pejit::cli::add_eval_options(*e, eval);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    return app.exit(err) == 0 ? 0 : 2;
+  }
+  try {
+    if (*c) return pejit::cli::run_check(check);
+    if (*g) return pejit::cli::run_gen(gen);
+    if (*t) return pejit::cli::run_train(train);
+    if (*e) return pejit::cli::run_eval(eval);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "pejit: error: %s\n", ex.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+// The generic path: an eager evaluator of the checked IR (closures, recursion, match, lists)
+// that records tensor ops on a tape when gradients are wanted. It is pejit's ground truth and
+// its fallback: every specialized result is checked against it. An Interpreter is set up once
+// per module and reused across calls; it holds no hidden global state.
+#pragma once
+
+#include "interp/params.h"
+#include "interp/tape.h"
+#include "interp/value.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pejit::interp {
+
+struct EvalOptions {
+  /// Maximum depth of nested function calls; deeper recursion is a pejit::Error (never a
+  /// stack overflow).
+  int max_depth = 4000;
+};
+
+class Interpreter {
+public:
+  /// `m` must be checked and outlive the interpreter; `dims` binds its named dimensions.
+  Interpreter(std::shared_ptr<const ir::Module> m, DimBindings dims, EvalOptions opt = {});
+
+  /// Runs an entry without gradients. Arguments are checked against the entry's types.
+  Value run(const std::string& entry, const Values& args, const Params& params);
+
+  struct Gradients {
+    float loss = 0;
+    std::vector<ParamGrad> grads; ///< one per parameter, in the module's order
+  };
+  /// Value of a scalar (f32[]) entry and the gradient of every parameter.
+  Gradients value_and_grad(const std::string& entry, const Values& args, const Params& params);
+
+  const ir::Module& module() const { return *m_; }
+  const DimBindings& dims() const { return dims_; }
+
+private:
+  class Eval;
+  std::shared_ptr<const ir::Module> m_;
+  DimBindings dims_;
+  EvalOptions opt_;
+  Tape tape_;
+};
+
+/// check_grad: compares central differences along `directions` random unit directions in
+/// parameter space with the AD directional derivative <grad, d>.
+struct GradCheckReport {
+  bool ok = true;
+  double max_rel_error = 0;
+  std::vector<double> numeric, analytic; ///< per direction
+  std::string message;                    ///< a readable report (always filled)
+};
+GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Values& args,
+                           const Params& params, int directions = 3, uint64_t seed = 1,
+                           double eps = 1e-2, double tolerance = 2e-2);
+
+} // namespace pejit::interp

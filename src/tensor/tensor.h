@@ -1,0 +1,135 @@
+// Host tensors: a small inline Shape, and Tensor, a dense row-major f32/i32 array whose storage
+// is ref-counted, 64-byte aligned and drawn from a size-class free-list pool (storage_pool.h),
+// so that a hot training loop allocating thousands of small tensors never reaches malloc.
+// A Tensor is a cheap handle: copying it shares the storage; clone() copies the data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+
+namespace pejit {
+
+/// Element type of a tensor.
+enum class DType : uint8_t { F32, I32 };
+
+/// "f32" or "i32".
+const char* dtype_name(DType);
+
+/// Size in bytes of one element of `dt`.
+inline size_t dtype_size(DType) {
+  return 4;
+}
+
+/// A tensor shape of at most kMaxRank dimensions, stored inline (no heap).
+class Shape {
+public:
+  static constexpr size_t kMaxRank = 8;
+
+  /// Rank 0 (a scalar).
+  Shape() = default;
+  /// Throws pejit::Error for a negative dimension or more than kMaxRank dimensions.
+  Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(std::span<const int64_t> dims);
+
+  size_t rank() const { return rank_; }
+  int64_t operator[](size_t i) const { return dims_[i]; }
+  int64_t& operator[](size_t i) { return dims_[i]; }
+  /// Product of the dimensions; 1 for rank 0.
+  int64_t numel() const;
+  /// Appends a dimension; throws pejit::Error past kMaxRank.
+  void push_back(int64_t d);
+  const int64_t* begin() const { return dims_; }
+  const int64_t* end() const { return dims_ + rank_; }
+  std::span<const int64_t> dims() const { return {dims_, rank_}; }
+
+  bool operator==(const Shape& o) const;
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+  /// "[3, 4]", or "[]" for a scalar.
+  std::string str() const;
+
+private:
+  int64_t dims_[kMaxRank] = {};
+  uint8_t rank_ = 0;
+};
+
+namespace detail {
+struct StorageHeader; // defined in tensor/storage_pool.h
+}
+
+/// A dense, contiguous, row-major tensor with shared, ref-counted, 64-byte-aligned storage.
+/// Copies share storage; write in place only when unique() (or after clone()).
+class Tensor {
+public:
+  /// An undefined tensor (defined() == false).
+  Tensor() = default;
+  Tensor(const Tensor& o);
+  Tensor(Tensor&& o) noexcept;
+  Tensor& operator=(const Tensor& o);
+  Tensor& operator=(Tensor&& o) noexcept;
+  ~Tensor();
+
+  /// Uninitialized contents.
+  static Tensor empty(DType dt, const Shape& shape);
+  static Tensor zeros(DType dt, const Shape& shape);
+  /// An f32 tensor filled with v.
+  static Tensor full(const Shape& shape, float v);
+  /// Copies `data`; throws pejit::Error unless data.size() == shape.numel().
+  static Tensor from_f32(const Shape& shape, std::span<const float> data);
+  static Tensor from_i32(const Shape& shape, std::span<const int32_t> data);
+  static Tensor scalar_f32(float v);
+  static Tensor scalar_i32(int32_t v);
+
+  bool defined() const { return st_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  size_t rank() const { return shape_.rank(); }
+  /// Dimension i; negative i counts from the end. Throws pejit::Error when out of range.
+  int64_t dim(int i) const;
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * 4; }
+
+  /// Typed data pointers; throw pejit::Error on an undefined tensor or the wrong dtype.
+  float* f32();
+  const float* f32() const;
+  int32_t* i32();
+  const int32_t* i32() const;
+  /// Untyped data pointer (nullptr when undefined).
+  void* raw();
+  const void* raw() const;
+
+  /// The single element; throws pejit::Error unless numel() == 1 and the dtype matches.
+  float item_f32() const;
+  int32_t item_i32() const;
+
+  /// A deep copy with its own storage.
+  Tensor clone() const;
+  /// Same storage viewed with another shape; throws pejit::Error when numel differs.
+  Tensor reshaped(const Shape& shape) const;
+  /// True when no other Tensor shares this storage (so it is safe to write in place).
+  bool unique() const;
+  /// True when both tensors view the same storage.
+  bool shares_storage(const Tensor& o) const { return st_ != nullptr && st_ == o.st_; }
+  /// A short debug print: "f32[2, 3]{1, 2, 3, 4, 5, 6}", elided past 16 elements.
+  std::string str() const;
+
+private:
+  detail::StorageHeader* st_ = nullptr;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::F32;
+};
+
+/// Counters of the tensor storage pool (process-wide).
+struct TensorPoolStats {
+  uint64_t system_allocs = 0; ///< blocks obtained from the system allocator
+  uint64_t reuses = 0;        ///< allocations served from a free list
+  uint64_t cached_bytes = 0;  ///< bytes held in the shared free lists (not thread caches)
+};
+TensorPoolStats tensor_pool_stats();
+/// Returns the calling thread's cached blocks and all shared free blocks to the system.
+void tensor_pool_trim();
+
+} // namespace pejit

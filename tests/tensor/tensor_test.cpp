@@ -1,0 +1,146 @@
+// Tests of Shape, Tensor (construction, sharing, reshaping, checked access) and the storage
+// pool's block reuse.
+#include "tensor/tensor.h"
+#include "util/check.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+using namespace pejit;
+
+TEST_SUITE("tensor") {
+  TEST_CASE("shape basics") {
+    Shape s{3, 4};
+    CHECK(s.rank() == 2);
+    CHECK(s.numel() == 12);
+    CHECK(s.str() == "[3, 4]");
+    CHECK(Shape().numel() == 1);
+    CHECK(Shape().str() == "[]");
+    CHECK(Shape{0, 5}.numel() == 0);
+    s.push_back(2);
+    CHECK(s == Shape{3, 4, 2});
+    CHECK(s != Shape{3, 4});
+    s[0] = 7;
+    CHECK(s[0] == 7);
+    std::vector<int64_t> v{1, 2, 3};
+    CHECK(Shape(std::span<const int64_t>(v)) == Shape{1, 2, 3});
+    int64_t prod = 1;
+    for (int64_t d : Shape{2, 3})
+      prod *= d;
+    CHECK(prod == 6);
+    CHECK_THROWS_AS(Shape({1, 2, 3, 4, 5, 6, 7, 8, 9}), Error);
+    CHECK_THROWS_AS(Shape({2, -1}), Error);
+  }
+
+  TEST_CASE("construction and access") {
+    Tensor u;
+    CHECK_FALSE(u.defined());
+    CHECK_THROWS_AS(u.f32(), Error);
+
+    Tensor z = Tensor::zeros(DType::I32, {2, 3});
+    CHECK(z.dtype() == DType::I32);
+    CHECK(z.numel() == 6);
+    for (int i = 0; i < 6; ++i)
+      CHECK(z.i32()[i] == 0);
+    CHECK_THROWS_AS(z.f32(), Error);
+
+    Tensor f = Tensor::full({4}, 2.5f);
+    CHECK(f.f32()[3] == 2.5f);
+    CHECK(reinterpret_cast<uintptr_t>(f.f32()) % 64 == 0);
+
+    float d[] = {1, 2, 3, 4, 5, 6};
+    Tensor t = Tensor::from_f32({2, 3}, d);
+    CHECK(t.dim(0) == 2);
+    CHECK(t.dim(-1) == 3);
+    CHECK_THROWS_AS(t.dim(2), Error);
+    CHECK(t.f32()[5] == 6);
+    CHECK_THROWS_AS(Tensor::from_f32({2, 2}, d), Error);
+    CHECK(t.str() == "f32[2, 3]{1, 2, 3, 4, 5, 6}");
+
+    CHECK(Tensor::scalar_f32(1.5f).item_f32() == 1.5f);
+    CHECK(Tensor::scalar_i32(-3).item_i32() == -3);
+    CHECK(Tensor::scalar_i32(-3).rank() == 0);
+    CHECK_THROWS_AS(t.item_f32(), Error);
+    CHECK_THROWS_AS(Tensor::scalar_i32(1).item_f32(), Error);
+    CHECK(std::string(dtype_name(DType::F32)) == "f32");
+    CHECK(std::string(dtype_name(DType::I32)) == "i32");
+
+    Tensor e = Tensor::empty(DType::F32, {0, 3});
+    CHECK(e.defined());
+    CHECK(e.numel() == 0);
+  }
+
+  TEST_CASE("sharing, clone, reshape, unique") {
+    Tensor a = Tensor::full({2, 3}, 1.0f);
+    CHECK(a.unique());
+    Tensor b = a;
+    CHECK_FALSE(a.unique());
+    CHECK(a.shares_storage(b));
+    b.f32()[0] = 9;
+    CHECK(a.f32()[0] == 9);
+    Tensor c = a.clone();
+    CHECK(c.unique());
+    c.f32()[0] = 1;
+    CHECK(a.f32()[0] == 9);
+    Tensor r = a.reshaped({3, 2});
+    CHECK(r.shape() == Shape{3, 2});
+    CHECK(r.f32() == a.f32());
+    CHECK_THROWS_WITH_AS(a.reshaped({4}), doctest::Contains("[2, 3]"), Error);
+    b = Tensor();
+    r = Tensor();
+    CHECK(a.unique());
+    Tensor m = std::move(a);
+    CHECK(m.unique());
+    CHECK_FALSE(a.defined());
+  }
+
+  TEST_CASE("pool reuses freed blocks") {
+    const float* first;
+    {
+      Tensor t = Tensor::empty(DType::F32, {300});
+      first = t.f32();
+    }
+    {
+      Tensor t = Tensor::empty(DType::F32, {290}); // same size class
+      CHECK(t.f32() == first);
+    }
+    // A steady-state loop allocating a handful of tensors never reaches the system allocator.
+    for (int i = 0; i < 3; ++i) {
+      Tensor a = Tensor::empty(DType::F32, {750}), b = Tensor::empty(DType::F32, {1, 150});
+      Tensor c = a.clone();
+    }
+    uint64_t before = tensor_pool_stats().system_allocs;
+    for (int i = 0; i < 1000; ++i) {
+      Tensor a = Tensor::empty(DType::F32, {750});
+      Tensor b = Tensor::empty(DType::F32, {1, 150});
+      Tensor c = a.clone();
+    }
+    CHECK(tensor_pool_stats().system_allocs == before);
+    CHECK(tensor_pool_stats().reuses > 2000);
+  }
+
+  TEST_CASE("pool across threads") {
+    // Blocks freed by a finished thread go back to the shared lists; a large block allocated
+    // here then freed on another thread is reused after that.
+    std::vector<Tensor> made;
+    std::thread th([&] {
+      for (int i = 0; i < 20; ++i)
+        made.push_back(Tensor::empty(DType::F32, {1000}));
+    });
+    th.join();
+    made.clear(); // freed here: 8 to this thread's cache, the rest to the shared list
+    uint64_t before = tensor_pool_stats().system_allocs;
+    std::thread th2([&] {
+      for (int i = 0; i < 12; ++i)
+        made.push_back(Tensor::empty(DType::F32, {1000}));
+    });
+    th2.join();
+    CHECK(tensor_pool_stats().system_allocs == before);
+    made.clear();
+    tensor_pool_trim();
+    CHECK(tensor_pool_stats().cached_bytes == 0);
+  }
+}
