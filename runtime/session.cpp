@@ -143,7 +143,7 @@ Session Session::from_source(const std::string& text, const std::string& name,
   impl->module = std::make_shared<ir::Module>();
   Diagnostics d;
   auto r = types::add_source(*impl->module, text, name, d);
-  if (!r.ok) throw Error("the program has errors:\n" + d.render());
+  if (!r.ok) throw ProgramError("the program has errors:\n" + d.render());
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->interp = std::make_unique<interp::Interpreter>(impl->module, impl->dims);
@@ -215,7 +215,7 @@ std::vector<std::string> Session::entries() const { return impl_->module->entrie
 std::vector<std::string> Session::add_source(const std::string& text, const std::string& name) {
   Diagnostics d;
   auto r = types::add_source(*impl_->module, text, name, d);
-  if (!r.ok) throw Error("the definitions have errors:\n" + d.render());
+  if (!r.ok) throw ProgramError("the definitions have errors:\n" + d.render());
   impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
   impl_->init_missing_params();
   impl_->interp = std::make_unique<interp::Interpreter>(impl_->module, impl_->dims);

@@ -12,4 +12,10 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A program (model text) with errors; the message holds the rendered diagnostics.
+class ProgramError : public Error {
+public:
+  using Error::Error;
+};
+
 } // namespace pejit

@@ -45,11 +45,14 @@ public:
   TempFile(std::string path, std::string final_path)
       : path_(std::move(path)), final_(std::move(final_path)) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(final_, "cannot create '" + path_ + "': " + errno_text());
+    if (fd_ < 0)
+      fail(final_, "cannot create '" + path_ + "': " + errno_text());
   }
   ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
+    if (fd_ >= 0)
+      ::close(fd_);
+    if (!committed_)
+      ::unlink(path_.c_str());
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -60,13 +63,15 @@ public:
       size_t chunk = std::min<size_t>(n, size_t{1} << 30);
       int64_t limit = g_fail_after.load();
       if (limit >= 0) {
-        if (written_ >= limit) fail(final_, "write failed (test hook) after " +
-                                                std::to_string(written_) + " bytes");
+        if (written_ >= limit)
+          fail(final_, "write failed (test hook) after " + std::to_string(written_) + " bytes");
         chunk = std::min<size_t>(chunk, static_cast<size_t>(limit - written_));
       }
       ssize_t k = ::write(fd_, p, chunk);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) fail(final_, "write to '" + path_ + "' failed: " + errno_text());
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0)
+        fail(final_, "write to '" + path_ + "' failed: " + errno_text());
       p += k;
       n -= static_cast<size_t>(k);
       written_ += k;
@@ -74,10 +79,12 @@ public:
   }
 
   void commit() {
-    if (::fsync(fd_) != 0) fail(final_, "fsync of '" + path_ + "' failed: " + errno_text());
+    if (::fsync(fd_) != 0)
+      fail(final_, "fsync of '" + path_ + "' failed: " + errno_text());
     int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) fail(final_, "close of '" + path_ + "' failed: " + errno_text());
+    if (::close(fd) != 0)
+      fail(final_, "close of '" + path_ + "' failed: " + errno_text());
     if (::rename(path_.c_str(), final_.c_str()) != 0)
       fail(final_, "rename from '" + path_ + "' failed: " + errno_text());
     committed_ = true;
@@ -105,12 +112,15 @@ json layout(const std::string& path, const char* what,
   json arr = json::array();
   std::set<std::string> seen;
   for (auto [name, t] : tensors) {
-    if (name->empty()) fail(path, std::string("an empty name among the ") + what);
-    if (!seen.insert(*name).second) fail(path, std::string("duplicate ") + what + " '" + *name + "'");
+    if (name->empty())
+      fail(path, std::string("an empty name among the ") + what);
+    if (!seen.insert(*name).second)
+      fail(path, std::string("duplicate ") + what + " '" + *name + "'");
     if (!t->defined() || t->dtype() != DType::F32)
       fail(path, std::string(what) + " '" + *name + "' is not a defined f32 tensor");
     json shape = json::array();
-    for (int64_t d : t->shape()) shape.push_back(d);
+    for (int64_t d : t->shape())
+      shape.push_back(d);
     arr.push_back({{"name", *name}, {"dtype", "f32"}, {"shape", shape}, {"offset", off}});
     int64_t bytes = static_cast<int64_t>(t->nbytes());
     off += (bytes + kAlign - 1) / kAlign * kAlign;
@@ -125,10 +135,13 @@ public:
   explicit Reader(std::string path) : path_(std::move(path)) {
     // O_NONBLOCK so that a FIFO cannot block open(); it is rejected below.
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd_ < 0) fail(path_, "cannot open: " + errno_text());
-    struct stat st{};
-    if (::fstat(fd_, &st) != 0) fail(path_, "cannot stat: " + errno_text());
-    if (!S_ISREG(st.st_mode)) fail(path_, "not a regular file");
+    if (fd_ < 0)
+      fail(path_, "cannot open: " + errno_text());
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0)
+      fail(path_, "cannot stat: " + errno_text());
+    if (!S_ISREG(st.st_mode))
+      fail(path_, "not a regular file");
     size_ = static_cast<int64_t>(st.st_size);
   }
   ~Reader() { ::close(fd_); }
@@ -143,9 +156,12 @@ public:
     while (n > 0) {
       ssize_t k = ::pread(fd_, p, static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 30)),
                           static_cast<off_t>(off));
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) fail(path_, "read of " + what + " failed: " + errno_text());
-      if (k == 0) fail(path_, "truncated: " + what + " runs past the end of the file");
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k < 0)
+        fail(path_, "read of " + what + " failed: " + errno_text());
+      if (k == 0)
+        fail(path_, "truncated: " + what + " runs past the end of the file");
       p += k;
       n -= k;
       off += k;
@@ -182,7 +198,8 @@ int64_t get_int(const std::string& path, const json& j, const std::string& what,
   int64_t v = 0;
   if (j.is_number_unsigned()) {
     uint64_t u = j.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi)) fail(path, what + " is out of range");
+    if (u > static_cast<uint64_t>(hi))
+      fail(path, what + " is out of range");
     v = static_cast<int64_t>(u);
   } else if (j.is_number_integer()) {
     v = j.get<int64_t>();
@@ -198,7 +215,8 @@ int64_t get_int(const std::string& path, const json& j, const std::string& what,
 const json& field(const std::string& path, const json& obj, const char* key,
                   const std::string& where) {
   auto it = obj.find(key);
-  if (it == obj.end()) fail(path, where + " lacks \"" + key + "\"");
+  if (it == obj.end())
+    fail(path, where + " lacks \"" + key + "\"");
   return *it;
 }
 
@@ -208,19 +226,22 @@ std::vector<std::pair<std::string, Tensor>> read_tensors(Reader& rd, const std::
                                                          const json& arr, const char* key,
                                                          int64_t base, int64_t blob_len,
                                                          int64_t& budget) {
-  if (!arr.is_array()) fail(path, std::string("\"") + key + "\" must be an array");
+  if (!arr.is_array())
+    fail(path, std::string("\"") + key + "\" must be an array");
   std::vector<std::pair<std::string, Tensor>> out;
   std::set<std::string> seen;
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& e = arr[i];
     std::string where = std::string(key) + "[" + std::to_string(i) + "]";
-    if (!e.is_object()) fail(path, where + " must be an object");
+    if (!e.is_object())
+      fail(path, where + " must be an object");
     const json& jn = field(path, e, "name", where);
     if (!jn.is_string() || jn.get_ref<const std::string&>().empty())
       fail(path, where + ".name must be a non-empty string");
     std::string name = jn.get<std::string>();
     where = std::string(key) + " '" + name + "'";
-    if (!seen.insert(name).second) fail(path, "duplicate " + where);
+    if (!seen.insert(name).second)
+      fail(path, "duplicate " + where);
     if (auto it = e.find("dtype"); it != e.end() && (!it->is_string() || *it != "f32"))
       fail(path, where + " has dtype " + it->dump() + " (only \"f32\" is supported)");
     const json& js = field(path, e, "shape", where);
@@ -239,7 +260,8 @@ std::vector<std::pair<std::string, Tensor>> read_tensors(Reader& rd, const std::
     }
     int64_t bytes = numel * 4;
     int64_t off = get_int(path, field(path, e, "offset", where), where + ".offset", 0, blob_len);
-    if (off % kAlign != 0) fail(path, where + ".offset " + std::to_string(off) + " is not a multiple of 64");
+    if (off % kAlign != 0)
+      fail(path, where + ".offset " + std::to_string(off) + " is not a multiple of 64");
     if (bytes > blob_len - off)
       fail(path, where + " (" + std::to_string(bytes) + " bytes at offset " + std::to_string(off) +
                      ") runs past the end of the blob (" + std::to_string(blob_len) + " bytes)");
@@ -268,7 +290,8 @@ void save(const std::string& path, const Checkpoint& ck) {
   std::vector<std::pair<const std::string*, const Tensor*>> ps, os;
   for (size_t i = 0; i < ck.params.names.size(); ++i)
     ps.emplace_back(&ck.params.names[i], &ck.params.values[i]);
-  for (const auto& [n, t] : ck.optimizer_state) os.emplace_back(&n, &t);
+  for (const auto& [n, t] : ck.optimizer_state)
+    os.emplace_back(&n, &t);
 
   int64_t off = 0;
   json h = json::object();
@@ -276,8 +299,10 @@ void save(const std::string& path, const Checkpoint& ck) {
   h["version"] = 1;
   h["params"] = layout(path, "parameter", ps, off);
   h["vocab"] = ck.vocab;
-  if (!os.empty()) h["optimizer_state"] = layout(path, "optimizer state", os, off);
-  if (!ck.meta.empty()) h["meta"] = ck.meta;
+  if (!os.empty())
+    h["optimizer_state"] = layout(path, "optimizer state", os, off);
+  if (!ck.meta.empty())
+    h["meta"] = ck.meta;
   h["data_bytes"] = off;
   std::string text;
   try {
@@ -308,13 +333,15 @@ Checkpoint load(const std::string& path) {
   try {
     // Depth-limited: a header is three levels deep; refuse pathological nesting.
     h = json::parse(line, [&](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) fail(path, "the header JSON is nested too deeply");
+      if (depth > kMaxJsonDepth)
+        fail(path, "the header JSON is nested too deeply");
       return true;
     });
   } catch (const json::exception& e) {
     fail(path, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!h.is_object()) fail(path, "the header must be a JSON object");
+  if (!h.is_object())
+    fail(path, "the header must be a JSON object");
   if (auto it = h.find("format"); it == h.end() || *it != "pejit-checkpoint")
     fail(path, "not a pejit checkpoint (\"format\" is not \"pejit-checkpoint\")");
   if (auto it = h.find("version"); it == h.end() || !it->is_number_integer() || *it != 1)
@@ -326,17 +353,19 @@ Checkpoint load(const std::string& path) {
   if (auto it = h.find("data_bytes"); it != h.end()) {
     int64_t db = get_int(path, *it, "data_bytes", 0, std::numeric_limits<int64_t>::max());
     if (db > blob_len)
-      fail(path, "truncated: the blob has " + std::to_string(blob_len) + " bytes, data_bytes says " +
-                     std::to_string(db));
+      fail(path, "truncated: the blob has " + std::to_string(blob_len) +
+                     " bytes, data_bytes says " + std::to_string(db));
     blob_len = db; // tensors must lie within data_bytes
   }
 
   Checkpoint ck;
   const json& jv = field(path, h, "vocab", "the header");
-  if (!jv.is_array()) fail(path, "\"vocab\" must be an array of strings");
+  if (!jv.is_array())
+    fail(path, "\"vocab\" must be an array of strings");
   ck.vocab.reserve(jv.size());
   for (const auto& w : jv) {
-    if (!w.is_string()) fail(path, "\"vocab\" must be an array of strings");
+    if (!w.is_string())
+      fail(path, "\"vocab\" must be an array of strings");
     ck.vocab.push_back(w.get<std::string>());
   }
 
@@ -348,10 +377,10 @@ Checkpoint load(const std::string& path) {
     ck.params.values.push_back(std::move(t));
   }
   if (auto it = h.find("optimizer_state"); it != h.end())
-    ck.optimizer_state =
-        read_tensors(rd, path, *it, "optimizer_state", base, blob_len, budget);
+    ck.optimizer_state = read_tensors(rd, path, *it, "optimizer_state", base, blob_len, budget);
   if (auto it = h.find("meta"); it != h.end()) {
-    if (!it->is_object()) fail(path, "\"meta\" must be an object");
+    if (!it->is_object())
+      fail(path, "\"meta\" must be an object");
     for (const auto& [k, v] : it->items())
       ck.meta[k] = v.is_string() ? v.get<std::string>() : v.dump();
   }

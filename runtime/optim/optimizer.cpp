@@ -46,13 +46,16 @@ struct Rule {
 void update_span(const Rule& r, float* p, const float* g, float* a, float* b, int64_t n) {
   auto grad = [&](int64_t k) {
     float gi = g[k];
-    if (r.coef != 1.0f) gi *= r.coef;
-    if (r.wd != 0.0f) gi += r.wd * p[k];
+    if (r.coef != 1.0f)
+      gi *= r.coef;
+    if (r.wd != 0.0f)
+      gi += r.wd * p[k];
     return gi;
   };
   switch (r.kind) {
   case Kind::Sgd:
-    for (int64_t k = 0; k < n; ++k) p[k] -= r.lr * grad(k);
+    for (int64_t k = 0; k < n; ++k)
+      p[k] -= r.lr * grad(k);
     break;
   case Kind::Adagrad:
     for (int64_t k = 0; k < n; ++k) {
@@ -77,7 +80,8 @@ void update_span(const Rule& r, float* p, const float* g, float* a, float* b, in
 
 /// Rows and elements per row of a parameter (a scalar is one row of one element).
 std::pair<int64_t, int64_t> row_split(const Tensor& v) {
-  if (v.rank() == 0) return {1, 1};
+  if (v.rank() == 0)
+    return {1, 1};
   int64_t rows = v.dim(0);
   return {rows, rows == 0 ? 0 : v.numel() / rows};
 }
@@ -91,17 +95,23 @@ void check_finite_nonneg(float x, const char* what) {
 } // namespace
 
 Kind parse_kind(std::string_view name) {
-  if (name == "sgd") return Kind::Sgd;
-  if (name == "adagrad") return Kind::Adagrad;
-  if (name == "adam") return Kind::Adam;
+  if (name == "sgd")
+    return Kind::Sgd;
+  if (name == "adagrad")
+    return Kind::Adagrad;
+  if (name == "adam")
+    return Kind::Adam;
   throw Error("unknown optimizer '" + std::string(name) + "' (expected sgd, adagrad or adam)");
 }
 
 const char* kind_name(Kind k) {
   switch (k) {
-  case Kind::Sgd: return "sgd";
-  case Kind::Adagrad: return "adagrad";
-  case Kind::Adam: return "adam";
+  case Kind::Sgd:
+    return "sgd";
+  case Kind::Adagrad:
+    return "adagrad";
+  case Kind::Adam:
+    return "adam";
   }
   return "?";
 }
@@ -120,10 +130,12 @@ Optimizer::Optimizer(OptimizerOptions o) : opts_(o) {
 void Optimizer::bind(const interp::Params& params) {
   std::set<std::string> seen;
   for (const auto& n : params.names)
-    if (!seen.insert(n).second) throw Error("Optimizer::step: duplicate parameter name '" + n + "'");
+    if (!seen.insert(n).second)
+      throw Error("Optimizer::step: duplicate parameter name '" + n + "'");
   bound_names_ = params.names;
   bound_.clear();
-  for (const auto& n : params.names) bound_.push_back(&slots_[n]);
+  for (const auto& n : params.names)
+    bound_.push_back(&slots_[n]);
   work_.resize(params.names.size());
 }
 
@@ -133,7 +145,8 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
   w.active = !g.empty();
   w.entries.clear();
   w.uniq.clear();
-  if (!w.active) return;
+  if (!w.active)
+    return;
   if (!value.defined() || value.dtype() != DType::F32)
     throw Error("Optimizer::step: parameter '" + name + "' must be a defined f32 tensor");
   if (g.dense.defined() && (g.dense.dtype() != DType::F32 || g.dense.shape() != value.shape()))
@@ -147,7 +160,8 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
               s.indices.dtype() == DType::I32 && s.indices.rank() == 1 && s.rows.defined() &&
               s.rows.dtype() == DType::F32 && s.rows.rank() == value.rank() &&
               s.rows.dim(0) == s.indices.numel();
-    for (size_t k = 1; ok && k < value.rank(); ++k) ok = s.rows.shape()[k] == value.shape()[k];
+    for (size_t k = 1; ok && k < value.rank(); ++k)
+      ok = s.rows.shape()[k] == value.shape()[k];
     if (!ok)
       throw Error("Optimizer::step: row-sparse gradient of '" + name + "' (indices " +
                   s.indices.shape().str() + ", rows " + s.rows.shape().str() + ", num_rows " +
@@ -163,13 +177,16 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
   }
   // (index, part, pos) order: rows of one index are summed in to_dense()'s order.
   std::sort(w.entries.begin(), w.entries.end(), [](const Work::Entry& x, const Work::Entry& y) {
-    if (x.idx != y.idx) return x.idx < y.idx;
-    if (x.part != y.part) return x.part < y.part;
+    if (x.idx != y.idx)
+      return x.idx < y.idx;
+    if (x.part != y.part)
+      return x.part < y.part;
     return x.pos < y.pos;
   });
   size_t nuniq = 0;
   for (size_t k = 0; k < w.entries.size(); ++k)
-    if (k == 0 || w.entries[k].idx != w.entries[k - 1].idx) ++nuniq;
+    if (k == 0 || w.entries[k].idx != w.entries[k - 1].idx)
+      ++nuniq;
   w.rows.resize(nuniq * static_cast<size_t>(d));
   const float* dense = g.dense.defined() ? g.dense.f32() : nullptr;
   float* acc = nullptr;
@@ -184,7 +201,8 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
         std::fill_n(acc, d, 0.0f);
     }
     const float* src = g.sparse[static_cast<size_t>(e.part)].rows.f32() + e.pos * d;
-    for (int64_t j = 0; j < d; ++j) acc[j] += src[j];
+    for (int64_t j = 0; j < d; ++j)
+      acc[j] += src[j];
   }
   // A loaded state must fit its parameter; checked here so that nothing has been written yet.
   const Slot& slot = *bound_[i];
@@ -199,7 +217,8 @@ double Optimizer::squared_norm(size_t i, const interp::ParamGrad& g) const {
   const Work& w = work_[i];
   double sum = 0.0;
   auto add = [&](const float* x, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) sum += static_cast<double>(x[k]) * x[k];
+    for (int64_t k = 0; k < n; ++k)
+      sum += static_cast<double>(x[k]) * x[k];
   };
   if (!g.dense.defined()) {
     add(w.rows.data(), static_cast<int64_t>(w.rows.size()));
@@ -220,18 +239,23 @@ double Optimizer::squared_norm(size_t i, const interp::ParamGrad& g) const {
 void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float coef) {
   const Work& w = work_[i];
   Slot& slot = *bound_[i];
-  if (!value.unique()) value = value.clone();
+  if (!value.unique())
+    value = value.clone();
   Rule r{opts_.kind, opts_.lr, opts_.weight_decay, coef, 0, 0, 0, 0, 0, 0, 1};
   switch (opts_.kind) {
-  case Kind::Sgd: break;
+  case Kind::Sgd:
+    break;
   case Kind::Adagrad:
     r.eps = opts_.adagrad_eps;
-    if (!slot.a.defined()) slot.a = Tensor::full(value.shape(), opts_.adagrad_init);
+    if (!slot.a.defined())
+      slot.a = Tensor::full(value.shape(), opts_.adagrad_init);
     break;
   case Kind::Adam: {
     r.eps = opts_.adam_eps;
-    if (!slot.a.defined()) slot.a = Tensor::zeros(DType::F32, value.shape());
-    if (!slot.b.defined()) slot.b = Tensor::zeros(DType::F32, value.shape());
+    if (!slot.a.defined())
+      slot.a = Tensor::zeros(DType::F32, value.shape());
+    if (!slot.b.defined())
+      slot.b = Tensor::zeros(DType::F32, value.shape());
     ++slot.t;
     double t = static_cast<double>(slot.t);
     double bc1 = 1.0 - std::pow(static_cast<double>(opts_.beta1), t);
@@ -246,8 +270,10 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
   }
   }
   // Copy-on-write for state that a state() snapshot still holds.
-  if (slot.a.defined() && !slot.a.unique()) slot.a = slot.a.clone();
-  if (slot.b.defined() && !slot.b.unique()) slot.b = slot.b.clone();
+  if (slot.a.defined() && !slot.a.unique())
+    slot.a = slot.a.clone();
+  if (slot.b.defined() && !slot.b.unique())
+    slot.b = slot.b.clone();
   float* p = value.f32();
   float* a = slot.a.defined() ? slot.a.f32() : nullptr;
   float* b = slot.b.defined() ? slot.b.f32() : nullptr;
@@ -260,7 +286,8 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
     size_t j = 0;
     for (int64_t row = 0; row < nrows; ++row) {
       const float* gr = dense + row * d;
-      if (j < w.uniq.size() && w.uniq[j] == row) gr = w.rows.data() + (j++) * static_cast<size_t>(d);
+      if (j < w.uniq.size() && w.uniq[j] == row)
+        gr = w.rows.data() + (j++) * static_cast<size_t>(d);
       update_span(r, p + row * d, gr, at(a, row), at(b, row), d);
     }
   } else {
@@ -278,19 +305,24 @@ void Optimizer::step(interp::Params& params, const std::vector<interp::ParamGrad
     throw Error("Optimizer::step: " + std::to_string(grads.size()) + " gradients for " +
                 std::to_string(n) + " parameters (" + std::to_string(params.names.size()) +
                 " names)");
-  if (bound_names_ != params.names) bind(params);
-  for (size_t i = 0; i < n; ++i) gather(i, params.values[i], grads[i]);
+  if (bound_names_ != params.names)
+    bind(params);
+  for (size_t i = 0; i < n; ++i)
+    gather(i, params.values[i], grads[i]);
 
   float coef = 1.0f;
   if (opts_.clip_norm > 0.0f) {
     double sq = 0.0;
     for (size_t i = 0; i < n; ++i)
-      if (work_[i].active) sq += squared_norm(i, grads[i]);
+      if (work_[i].active)
+        sq += squared_norm(i, grads[i]);
     double c = static_cast<double>(opts_.clip_norm) / (std::sqrt(sq) + 1e-6);
-    if (c < 1.0) coef = static_cast<float>(c);
+    if (c < 1.0)
+      coef = static_cast<float>(c);
   }
   for (size_t i = 0; i < n; ++i)
-    if (work_[i].active) apply(i, params.values[i], grads[i], coef);
+    if (work_[i].active)
+      apply(i, params.values[i], grads[i], coef);
   ++steps_;
 }
 
@@ -322,10 +354,10 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
       steps = decode_count(t, key);
       continue;
     }
-    bool known = !name.empty() && ((opts_.kind == Kind::Adagrad && prefix == "adagrad_sum") ||
-                                   (opts_.kind == Kind::Adam &&
-                                    (prefix == "adam_m" || prefix == "adam_v" ||
-                                     prefix == "adam_step")));
+    bool known =
+        !name.empty() && ((opts_.kind == Kind::Adagrad && prefix == "adagrad_sum") ||
+                          (opts_.kind == Kind::Adam &&
+                           (prefix == "adam_m" || prefix == "adam_v" || prefix == "adam_step")));
     if (!known)
       throw Error("Optimizer::load_state: '" + key + "' is not state of a " +
                   kind_name(opts_.kind) + " optimizer");
@@ -338,14 +370,14 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
     if (!t.defined() || t.dtype() != DType::F32)
       throw Error("Optimizer::load_state: '" + key + "' must be a defined f32 tensor");
     Tensor& dst = prefix == "adam_v" ? s.b : s.a;
-    if (dst.defined()) throw Error("Optimizer::load_state: duplicate '" + key + "'");
+    if (dst.defined())
+      throw Error("Optimizer::load_state: duplicate '" + key + "'");
     dst = t.clone();
   }
   for (const auto& [name, s] : slots) {
-    bool ok = opts_.kind == Kind::Adagrad
-                  ? s.a.defined()
-                  : s.a.defined() && s.b.defined() && has_step.count(name) &&
-                        s.a.shape() == s.b.shape();
+    bool ok = opts_.kind == Kind::Adagrad ? s.a.defined()
+                                          : s.a.defined() && s.b.defined() &&
+                                                has_step.count(name) && s.a.shape() == s.b.shape();
     if (!ok)
       throw Error("Optimizer::load_state: incomplete or inconsistent state for '" + name + "'");
   }

@@ -94,9 +94,9 @@ public:
 private:
   /// State of one parameter, created on its first gradient (or by load_state).
   struct Slot {
-    Tensor a;         ///< Adagrad sum or Adam m
-    Tensor b;         ///< Adam v
-    int64_t t = 0;    ///< Adam: steps in which this parameter had a gradient
+    Tensor a;      ///< Adagrad sum or Adam m
+    Tensor b;      ///< Adam v
+    int64_t t = 0; ///< Adam: steps in which this parameter had a gradient
   };
   /// Per-parameter scratch, reused across steps (capacity only grows).
   struct Work {
@@ -119,10 +119,10 @@ private:
 
   OptimizerOptions opts_;
   int64_t steps_ = 0;
-  std::map<std::string, Slot> slots_;  ///< by parameter name
+  std::map<std::string, Slot> slots_; ///< by parameter name
   std::vector<std::string> bound_names_;
-  std::vector<Slot*> bound_;           ///< slots_ entries, by parameter index
-  std::vector<Work> work_;             ///< by parameter index
+  std::vector<Slot*> bound_; ///< slots_ entries, by parameter index
+  std::vector<Work> work_;   ///< by parameter index
 };
 
 } // namespace pejit::optim

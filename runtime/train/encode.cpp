@@ -16,6 +16,32 @@ bool is_scalar_i32(const ir::Type& t) {
 TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt) {
   const ir::TypeDecl* d = m.adt(adt);
   if (!d) throw Error("the model has no type '" + adt + "' to hold trees");
+  // A wrapper: one constructor with a tree field (another ADT) and a label.
+  if (d->ctors.size() == 1) {
+    const auto& c = d->ctors[0];
+    CtorMap w;
+    w.tag = 0;
+    std::string inner;
+    for (const auto& f : c.fields) {
+      if (f.type->kind == ir::TypeKind::Adt && f.type->name != adt && inner.empty()) {
+        w.fields.push_back(FieldKind::Tree);
+        inner = f.type->name;
+      } else if (is_scalar_i32(f.type) && f.name == "label") {
+        w.fields.push_back(FieldKind::RootLabel);
+      } else {
+        inner.clear();
+        break;
+      }
+    }
+    if (!inner.empty()) {
+      TreeEncoder in(m, inner);
+      leaf_ = in.leaf_;
+      node_ = in.node_;
+      adt_ = inner;
+      wrapper_ = w;
+      return;
+    }
+  }
   for (size_t c = 0; c < d->ctors.size(); ++c) {
     const auto& ctor = d->ctors[c];
     CtorMap map;
@@ -45,7 +71,18 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt
 
 Value TreeEncoder::encode(const data::ParseTree& t) const {
   if (t.nodes.empty()) throw Error("empty tree");
-  return encode_node(t, t.root());
+  if (wrapper_.tag < 0) return encode_node(t, t.root());
+  interp::Values fields;
+  for (FieldKind k : wrapper_.fields) {
+    if (k == FieldKind::Tree) {
+      fields.push_back(encode_node(t, t.root()));
+    } else {
+      int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
+      if (y < 0) throw Error("the tree's root has no label");
+      fields.push_back(Value::tensor(Tensor::scalar_i32(y)));
+    }
+  }
+  return Value::adt(wrapper_.tag, std::move(fields));
 }
 
 Value TreeEncoder::encode_node(const data::ParseTree& t, int32_t n) const {
@@ -71,6 +108,8 @@ Value TreeEncoder::encode_node(const data::ParseTree& t, int32_t n) const {
       fields.push_back(Value::tensor(Tensor::scalar_i32(node.label)));
       break;
     case FieldKind::Child: fields.push_back(encode_node(t, node.children[child++])); break;
+    case FieldKind::Tree:
+    case FieldKind::RootLabel: PEJIT_CHECK(false) << "wrapper field inside a tree";
     }
   }
   return Value::adt(map.tag, std::move(fields));

@@ -1,7 +1,9 @@
 // Turning host data into the module's values: a parse tree into a value of the model's tree
 // ADT (fields matched by name and type: `word` and `label` take the node's word id and label
 // as i32[], fields of the ADT's own type take the children in order), a sentence into a
-// List[i32[]]. The mapping is decided once per module from the ADT's declaration.
+// List[i32[]]. The mapping is decided once per module from the ADT's declaration. An ADT
+// with one constructor holding a tree and a `label: i32[]` (e.g. `Example(tree: Tree, label:
+// i32[])`) takes the tree and its root's label: data labeled at the root only, like ListOps.
 #pragma once
 
 #include "data/tree.h"
@@ -23,12 +25,13 @@ public:
   interp::Value encode(const data::ParseTree& t) const;
 
 private:
-  enum class FieldKind : uint8_t { Word, Label, Child };
+  enum class FieldKind : uint8_t { Word, Label, Child, Tree, RootLabel };
   struct CtorMap {
     int tag = -1;
     std::vector<FieldKind> fields;
   };
   CtorMap leaf_, node_;
+  CtorMap wrapper_; ///< tag >= 0: the batch element wraps a tree and its root label
   std::string adt_;
   interp::Value encode_node(const data::ParseTree& t, int32_t n) const;
 };

@@ -39,7 +39,7 @@ std::shared_ptr<ir::Module> load_model(const std::string& path) {
   Diagnostics d;
   auto m = std::make_shared<ir::Module>();
   auto r = types::add_file(*m, path, d);
-  if (!r.ok) throw Error("the model '" + path + "' has errors:\n" + d.render());
+  if (!r.ok) throw ProgramError("the model '" + path + "' has errors:\n" + d.render());
   return m;
 }
 

@@ -37,7 +37,23 @@ int run_gen(const GenArgs& a) {
   std::vector<data::ParseTree> trees;
   if (a.kind == "sst") trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab);
   else trees = data::gen_listops(a.trees, a.seed, vocab);
-  if (a.out.empty()) {
+  if (a.sentences) {
+    std::string text;
+    for (const auto& t : trees) {
+      auto words = t.sentence();
+      for (size_t i = 0; i < words.size(); ++i) text += (i ? " " : "") + words[i];
+      text += "\n";
+    }
+    if (a.out.empty()) {
+      std::fputs(text.c_str(), stdout);
+    } else {
+      std::string tmp = a.out + ".tmp";
+      FILE* f = std::fopen(tmp.c_str(), "wb");
+      if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+        throw Error("cannot write '" + a.out + "'");
+      if (std::rename(tmp.c_str(), a.out.c_str()) != 0) throw Error("cannot write '" + a.out + "'");
+    }
+  } else if (a.out.empty()) {
     for (const auto& t : trees) std::printf("%s\n", data::write_tree(t).c_str());
   } else {
     data::write_trees(a.out, trees);

@@ -23,6 +23,7 @@ struct GenArgs {
   uint64_t seed = 1;
   std::string shape = "sst";
   std::string out;
+  bool sentences = false; ///< write the leaves of each tree as a plain sentence
 };
 int run_gen(const GenArgs& a);
 

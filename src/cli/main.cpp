@@ -2,6 +2,8 @@
 // type and binding-time check), gen (built-in data sets), train and eval (runtime/train).
 #include "cli/commands.h"
 
+#include "pejit/error.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sst", "deep", "balanced"}))
       ->capture_default_str();
   g->add_option("--out,-o", gen.out, "output file (default: standard output)");
+  g->add_flag("--sentences", gen.sentences, "write each tree's words as a plain sentence");
 
   pejit::cli::TrainArgs train;
   auto* t = app.add_subcommand("train", "Train a model's `loss` entry on a data set");
@@ -45,6 +48,9 @@ int main(int argc, char** argv) {
     if (*g) return pejit::cli::run_gen(gen);
     if (*t) return pejit::cli::run_train(train);
     if (*e) return pejit::cli::run_eval(eval);
+  } catch (const pejit::ProgramError& ex) {
+    std::fprintf(stderr, "pejit: %s\n", ex.what());
+    return 2;
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "pejit: error: %s\n", ex.what());
     return 1;

@@ -9,6 +9,7 @@
 #include "util/check.h"
 
 #include <cmath>
+#include <pthread.h>
 
 namespace pejit::interp {
 
@@ -20,6 +21,21 @@ public:
   Eval(const Module& m, const Params& params, Tape* tape, int max_depth)
       : m_(m), params_(params), tape_(tape), max_depth_(max_depth) {
     stack_.reserve(1024);
+    // Native stack left to this evaluation: recursion stops with an error well before it
+    // runs out, whatever the thread's stack size.
+    stack_top_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    size_t size = 8u << 20;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t sz = 0;
+      if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0) {
+        uintptr_t lo = reinterpret_cast<uintptr_t>(addr);
+        if (stack_top_ > lo) size = stack_top_ - lo;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    stack_budget_ = size > (256u << 10) ? size - (192u << 10) : size / 2;
   }
 
   Value call_entry(const FnDecl& f, const Values& args) { return call_fn(f, args, Span{}); }
@@ -30,9 +46,11 @@ private:
   Tape* tape_;
   int max_depth_;
   int depth_ = 0;
+  uintptr_t stack_top_ = 0;
+  size_t stack_budget_ = 0;
   std::vector<Value> stack_;
   std::vector<Tensor> ins_, outs_;
-  std::vector<int32_t> in_ids_;
+  std::vector<int32_t> in_ids_, out_ids_;
 
   struct Frame {
     size_t base;
@@ -46,9 +64,12 @@ private:
   struct DepthGuard {
     Eval& e;
     DepthGuard(Eval& ev, const Span& s) : e(ev) {
-      if (++e.depth_ > e.max_depth_) {
+      uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+      bool out_of_stack = e.stack_top_ > here && e.stack_top_ - here > e.stack_budget_;
+      if (++e.depth_ > e.max_depth_ || out_of_stack) {
         --e.depth_;
-        e.fail(s, "recursion deeper than " + std::to_string(e.max_depth_) + " calls");
+        e.fail(s, "recursion deeper than " + std::to_string(out_of_stack ? e.depth_ : e.max_depth_) +
+                      " calls" + (out_of_stack ? " (out of native stack)" : ""));
       }
     }
     ~DepthGuard() { --e.depth_; }
@@ -123,8 +144,8 @@ private:
     } catch (const Error& e) {
       fail(s, std::string(ops::op_name(id)) + ": " + e.what());
     }
-    int32_t out_ids[64];
-    PEJIT_CHECK(outs_.size() <= 64) << "too many op outputs";
+    out_ids_.assign(outs_.size(), -1);
+    int32_t* out_ids = out_ids_.data();
     if (record && tape_) {
       tape_->record(id, attr, in_ids_, ins_, outs_, out_ids);
     } else {
@@ -278,26 +299,29 @@ private:
       }
       return Value::adt(c.ref.index, eval_args(c, fr));
     }
-    case VarRef::Kind::Op: {
-      Value args[64];
-      size_t n = static_cast<size_t>(c.tensor_args);
-      if (n > 64) fail(c.span, "too many tensor arguments");
-      for (size_t i = 0; i < n; ++i) args[i] = eval(c.args[i], fr);
-      ops::Attr attr{c.attr_ints};
-      auto id = static_cast<ops::OpId>(c.ref.index);
-      if (id == ops::OpId::Split) {
-        Values parts;
-        run_op(id, attr, args, n, c.span, &parts);
-        return Value::tuple(std::move(parts));
-      }
-      return run_op(id, attr, args, n, c.span);
-    }
+    case VarRef::Kind::Op: return eval_op(c, fr);
     case VarRef::Kind::Builtin: return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
     default: {
       Value f = eval(c.callee, fr);
       return apply(f, eval_args(c, fr), c.span);
     }
     }
+  }
+
+  // Kept out of eval_call's frame so that deep recursion uses little native stack.
+  __attribute__((noinline)) Value eval_op(const Call& c, const Frame& fr) {
+    size_t n = static_cast<size_t>(c.tensor_args);
+    Values args;
+    args.reserve(n);
+    for (size_t i = 0; i < n; ++i) args.push_back(eval(c.args[i], fr));
+    ops::Attr attr{c.attr_ints};
+    auto id = static_cast<ops::OpId>(c.ref.index);
+    if (id == ops::OpId::Split) {
+      Values parts;
+      run_op(id, attr, args.data(), n, c.span, &parts);
+      return Value::tuple(std::move(parts));
+    }
+    return run_op(id, attr, args.data(), n, c.span);
   }
 
   Value eval_builtin(const Call& c, Builtin b, const Frame& fr) {

@@ -61,6 +61,9 @@ void g_relu(Emitter& e, In in, In, In gout, const Attr&, G& gin) {
   gin = {e.grad_op(GradOp::ReluBwd, {in[0], gout[0]})};
 }
 void g_none(Emitter&, In in, In, In, const Attr&, G& gin) { gin.assign(in.size(), kNone); }
+// to_f32 is the identity on f32 input; from i32 input nothing flows back (no gradient is
+// wanted for integer tensors, so the emitters drop it).
+void g_to_f32(Emitter&, In, In, In gout, const Attr&, G& gin) { gin = {gout[0]}; }
 
 void g_sum(Emitter& e, In in, In, In gout, const Attr& a, G& gin) {
   if (a.ints.empty()) gin = {e.grad_op(GradOp::BroadcastTo, {gout[0], in[0]})};
@@ -156,8 +159,9 @@ void register_gradients() {
     set(OpId::Tanh, g_tanh);
     set(OpId::Sigmoid, g_sigmoid);
     set(OpId::Relu, g_relu);
-    for (OpId id : {OpId::Lt, OpId::Le, OpId::Gt, OpId::Ge, OpId::Eq, OpId::Ne, OpId::ToF32,
-                    OpId::ToI32, OpId::Argmax, OpId::Zeros, OpId::Ones})
+    set(OpId::ToF32, g_to_f32);
+    for (OpId id : {OpId::Lt, OpId::Le, OpId::Gt, OpId::Ge, OpId::Eq, OpId::Ne, OpId::ToI32,
+                    OpId::Argmax, OpId::Zeros, OpId::Ones})
       set(id, g_none);
     set(OpId::Sum, g_sum);
     set(OpId::Mean, g_mean);

@@ -911,7 +911,9 @@ AddResult add_file(Module& m, const std::string& path, Diagnostics& diags) {
   bool ok = false;
   std::string text = read_file(path, ok);
   if (!ok) {
-    diags.error({}, "cannot read '" + path + "'");
+    Span s;
+    s.file = std::make_shared<const SourceFile>(SourceFile{path, ""});
+    diags.error(s, "cannot read the file");
     return {};
   }
   return add_source(m, text, path, diags);

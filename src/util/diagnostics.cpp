@@ -6,7 +6,7 @@
 namespace pejit {
 
 std::string Span::str() const {
-  if (!known()) return "<unknown>";
+  if (!known()) return file ? file->name : std::string("<unknown>");
   std::ostringstream os;
   os << (file ? file->name : std::string("<input>")) << ":" << line << ":" << col;
   return os.str();

@@ -22,9 +22,15 @@ using interp::Values;
 
 namespace {
 
-Tensor F(const Shape& s, std::vector<float> v) { return Tensor::from_f32(s, v); }
-Tensor I(const Shape& s, std::vector<int32_t> v) { return Tensor::from_i32(s, v); }
-Value V(Tensor t) { return Value::tensor(std::move(t)); }
+Tensor F(const Shape& s, std::vector<float> v) {
+  return Tensor::from_f32(s, v);
+}
+Tensor I(const Shape& s, std::vector<int32_t> v) {
+  return Tensor::from_i32(s, v);
+}
+Value V(Tensor t) {
+  return Value::tensor(std::move(t));
+}
 
 /// A fixed, non-uniform constant of shape `s` (values in about [-0.6, 1.2], neighbors differ).
 Tensor weights(const Shape& s, int salt = 0) {
@@ -139,7 +145,8 @@ void grad_ok(Prog& p, const Values& given = {}) {
   INFO(rep.message);
   CHECK(rep.ok);
   double biggest = 0;
-  for (double x : rep.numeric) biggest = std::max(biggest, std::fabs(x));
+  for (double x : rep.numeric)
+    biggest = std::max(biggest, std::fabs(x));
   CHECK(biggest > 1e-2); // a derivative that is all but zero would check nothing
 }
 
@@ -149,7 +156,9 @@ void grad_ok(const std::string& src, const Values& given = {}) {
   grad_ok(p, given);
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 
 } // namespace
 
@@ -192,12 +201,14 @@ entry f(A: f32[2, 3], B: f32[3, 2], a: f32[3], b: f32[3])
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 33; ++j) {
         double s = 0;
-        for (int k = 0; k < 17; ++k) s += double(A.f32()[i * 17 + k]) * B.f32()[k * 33 + j];
+        for (int k = 0; k < 17; ++k)
+          s += double(A.f32()[i * 17 + k]) * B.f32()[k * 33 + j];
         want[static_cast<size_t>(i * 33 + j)] = static_cast<float>(s);
       }
     for (int j = 0; j < 33; ++j) {
       double s = 0;
-      for (int k = 0; k < 17; ++k) s += double(x.f32()[k]) * B.f32()[k * 33 + j];
+      for (int k = 0; k < 17; ++k)
+        s += double(x.f32()[k]) * B.f32()[k * 33 + j];
       want_x[static_cast<size_t>(j)] = static_cast<float>(s);
     }
     check_f32(r.items()[0].as_tensor(), {3, 33}, want, 1e-5);
@@ -277,7 +288,8 @@ entry f(x: f32[3], p: f32[3], t: f32[3], s: f32[3], q: f32[3])
                    {V(Tensor::scalar_f32(0.25f)), V(x17)});
     check_f32(r2.items()[0].as_tensor(), {}, {std::tanh(0.25f)});
     std::vector<float> want;
-    for (int i = 0; i < 17; ++i) want.push_back(sigmoid(x17.f32()[i]));
+    for (int i = 0; i < 17; ++i)
+      want.push_back(sigmoid(x17.f32()[i]));
     check_f32(r2.items()[1].as_tensor(), {17}, want);
   }
 
@@ -306,8 +318,8 @@ entry f(a: i32[3], b: i32[3]) -> (i32[3], i32[3], i32[3], i32[3], i32[3], i32[3]
                    {V(I({3}, {1, 2, 3})), V(I({3}, {2, 2, 2}))});
     for (size_t i = 0; i < 7; ++i) {
       INFO("result " << i);
-      check_i32(ri.items()[i].as_tensor(), {3}, std::vector<int32_t>(want[i % 6].begin(),
-                                                                    want[i % 6].end()));
+      check_i32(ri.items()[i].as_tensor(), {3},
+                std::vector<int32_t>(want[i % 6].begin(), want[i % 6].end()));
     }
   }
 
@@ -357,8 +369,8 @@ entry f(a: f32[2], b: f32[1], c: f32[2, 1], d: f32[2, 2], e: f32[2, 1], x: f32[6
 }
 )",
                   {V(F({2}, {1, 2})), V(F({1}, {3})), V(F({2, 1}, {1, 2})),
-                   V(F({2, 2}, {3, 4, 5, 6})), V(F({2, 1}, {7, 8})),
-                   V(F({6}, {0, 1, 2, 3, 4, 5})), V(F({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}))});
+                   V(F({2, 2}, {3, 4, 5, 6})), V(F({2, 1}, {7, 8})), V(F({6}, {0, 1, 2, 3, 4, 5})),
+                   V(F({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}))});
     check_f32(r.items()[0].as_tensor(), {3}, {1, 2, 3});
     check_f32(r.items()[1].as_tensor(), {2, 4}, {1, 3, 4, 7, 2, 5, 6, 8});
     const Value& s3 = r.items()[2];
@@ -390,35 +402,38 @@ entry f(o: f32[1], s: f32[], m: f32[1, 3]) -> (f32[], f32[1, 1], (f32[1],), f32[
 
   TEST_CASE("take with i32[], i32[n] and i32[n, m] indices") {
     Tensor E = F({4, 2}, {0, 1, 10, 11, 20, 21, 30, 31});
-    Value r = run(R"(
+    Value r =
+        run(R"(
 entry f(E: f32[4, 2], i: i32[], j: i32[3], k: i32[2, 2]) -> (f32[2], f32[3, 2], f32[2, 2, 2]) {
   (take(E, i), take(E, j), take(E, k))
 }
 )",
-                  {V(E), V(Tensor::scalar_i32(2)), V(I({3}, {3, 0, 3})),
-                   V(I({2, 2}, {1, 1, 0, 2}))});
+            {V(E), V(Tensor::scalar_i32(2)), V(I({3}, {3, 0, 3})), V(I({2, 2}, {1, 1, 0, 2}))});
     check_f32(r.items()[0].as_tensor(), {2}, {20, 21});
     check_f32(r.items()[1].as_tensor(), {3, 2}, {30, 31, 0, 1, 30, 31});
     check_f32(r.items()[2].as_tensor(), {2, 2, 2}, {10, 11, 10, 11, 0, 1, 20, 21});
 
-    // An index out of range is a pejit::Error, not a crash.
-    CHECK_THROWS_AS(run("entry f(E: f32[4, 2], i: i32[]) -> f32[2] { take(E, i) }",
-                        {V(E), V(Tensor::scalar_i32(4))}),
-                    Error);
+    // An index out of range (either side) is a pejit::Error, not a crash.
+    for (int bad : {4, -1}) {
+      INFO("index " << bad);
+      CHECK_THROWS_AS(run("entry f(E: f32[4, 2], i: i32[]) -> f32[2] { take(E, i) }",
+                          {V(E), V(Tensor::scalar_i32(bad))}),
+                      Error);
+    }
   }
 
   TEST_CASE("softmax, log_softmax, cross_entropy on [C] and [n, C]") {
     Tensor x = F({3}, {1, 2, 3});
     Tensor X = F({2, 3}, {1, 2, 3, 0, 0, 0});
-    Value r = run(R"(
+    Value r =
+        run(R"(
 entry f(x: f32[3], X: f32[2, 3], big: f32[2], y: i32[], Y: i32[2])
     -> (f32[3], f32[2, 3], f32[3], f32[2, 3], f32[], f32[2], f32[2]) {
   (softmax(x), softmax(X), log_softmax(x), log_softmax(X), cross_entropy(x, y),
    cross_entropy(X, Y), softmax(big))
 }
 )",
-                  {V(x), V(X), V(F({2}, {1000, 1000})), V(Tensor::scalar_i32(0)),
-                   V(I({2}, {2, 1}))});
+            {V(x), V(X), V(F({2}, {1000, 1000})), V(Tensor::scalar_i32(0)), V(I({2}, {2, 1}))});
     const float p0 = 0.0900305732f, p1 = 0.2447284711f, p2 = 0.6652409558f;
     const float l0 = -2.4076059644f, l1 = -1.4076059644f, l2 = -0.4076059644f;
     const float third = 1.0f / 3, lthird = -1.0986122887f;
@@ -429,16 +444,21 @@ entry f(x: f32[3], X: f32[2, 3], big: f32[2], y: i32[], Y: i32[2])
     check_f32(r.items()[4].as_tensor(), {}, {-l0});
     check_f32(r.items()[5].as_tensor(), {2}, {-l2, -lthird});
     check_f32(r.items()[6].as_tensor(), {2}, {0.5f, 0.5f}); // max-subtracted: no overflow
+
+    // A label outside [0, C) is a pejit::Error.
+    CHECK_THROWS_AS(run("entry f(x: f32[3], y: i32[]) -> f32[] { cross_entropy(x, y) }",
+                        {V(x), V(Tensor::scalar_i32(3))}),
+                    Error);
   }
 
   TEST_CASE("argmax takes the first of tied maxima") {
-    Value r = run(R"(
+    Value r = run(
+        R"(
 entry f(x: f32[4], X: f32[3, 3], one: f32[1]) -> (i32[], i32[3], i32[]) {
   (argmax(x), argmax(X), argmax(one))
 }
 )",
-                  {V(F({4}, {1, 3, 3, 2})), V(F({3, 3}, {5, 5, 1, 0, 2, 2, -1, -3, -2})),
-                   V(F({1}, {-7}))});
+        {V(F({4}, {1, 3, 3, 2})), V(F({3, 3}, {5, 5, 1, 0, 2, 2, -1, -3, -2})), V(F({1}, {-7}))});
     check_i32(r.items()[0].as_tensor(), {}, {1});
     check_i32(r.items()[1].as_tensor(), {3}, {0, 1, 0});
     check_i32(r.items()[2].as_tensor(), {}, {0});
@@ -465,8 +485,7 @@ entry f(x: f32[2], W: f32[2, 3], b: f32[3]) -> f32[3] { tanh(x @ W + b) }
 )",
                   {V(F({2}, {1, -1})), V(F({2, 3}, {0.5f, 1, 2, 0.25f, -1, 1})),
                    V(F({3}, {0, 0.1f, -0.5f}))});
-    check_f32(r.as_tensor(), {3},
-              {std::tanh(0.25f), std::tanh(2.1f), std::tanh(0.5f)});
+    check_f32(r.as_tensor(), {3}, {std::tanh(0.25f), std::tanh(2.1f), std::tanh(0.5f)});
   }
 
   // ---- gradients -----------------------------------------------------------------------------
@@ -542,7 +561,7 @@ entry L(c: f32[2], d: f32[2], e: f32[3, 2]) -> f32[] {
   TEST_CASE("gradients of + - * / with broadcasting") {
     // (lhs type, rhs type, loss-constant type)
     const std::vector<std::array<const char*, 3>> shapes = {
-        {"f32[17]", "f32[17]", "f32[17]"},      {"f32[2, 3]", "f32[3]", "f32[2, 3]"},
+        {"f32[17]", "f32[17]", "f32[17]"},       {"f32[2, 3]", "f32[3]", "f32[2, 3]"},
         {"f32[2, 3]", "f32[2, 1]", "f32[2, 3]"}, {"f32[2, 3]", "f32[]", "f32[2, 3]"},
         {"f32[]", "f32[2, 3]", "f32[2, 3]"},     {"f32[3, 1]", "f32[1, 4]", "f32[3, 4]"},
         {"f32[1]", "f32[]", "f32[1]"},           {"f32[]", "f32[]", "f32[]"},
@@ -573,8 +592,8 @@ entry L(c: f32[5]) -> f32[] { sum((a * a + a / exp(a) - a) * c) }
 
   TEST_CASE("gradients of the elementwise unary ops, on edge shapes") {
     const std::vector<std::pair<std::string, std::string>> ops = {
-        {"neg", "neg(p)"},         {"unary -", "-p"},         {"exp", "exp(p)"},
-        {"log", "log(p * p + 0.5)"}, {"tanh", "tanh(p)"},     {"sigmoid", "sigmoid(p)"},
+        {"neg", "neg(p)"},           {"unary -", "-p"},   {"exp", "exp(p)"},
+        {"log", "log(p * p + 0.5)"}, {"tanh", "tanh(p)"}, {"sigmoid", "sigmoid(p)"},
         {"relu", "relu(p)"},
     };
     for (const char* type : {"f32[]", "f32[1]", "f32[17]", "f32[2, 33]", "f32[1, 3]"}) {
@@ -639,6 +658,10 @@ param x : f32[3, 17] = normal(0.0, 1.0)
 entry L(c: f32[3, 7], d: f32[1]) -> f32[] { sum(slice(x, 2, 9) * c) + sum(slice(x, 16, 17) * d) }
 )");
     grad_ok(R"(
+param x : f32[6] = normal(0.0, 1.0)
+entry L(c: f32[2]) -> f32[] { sum(slice(x, 4, 6) * c) + sum(slice(x, 0, 1)) }
+)");
+    grad_ok(R"(
 param x : f32[2, 6] = normal(0.0, 1.0)
 param o : f32[1] = normal(0.0, 1.0)
 entry L(c: f32[3, 4], k: f32[]) -> f32[] { sum(reshape(x, 3, 4) * c) + reshape(o) * k }
@@ -676,12 +699,8 @@ entry L(c: f32[2, 3]) -> f32[] { sum((full(s, 2, 3) * a + zeros(2, 3) + ones(3) 
 )");
   }
 
-  TEST_CASE("to_f32 of an f32 tensor passes its gradient through" * doctest::skip()) {
-    // BUG (src/ops/grads.cpp, register_gradients): ToF32 is registered with g_none, but
-    // to_f32 of an f32 tensor is the identity (kernels_table.cpp e_to_f32 returns its input),
-    // so `to_f32(W)` silently cuts W's gradient: ParamGrad empty, check_grad fails (analytic 0).
-    // Fix: a rule that passes gout through when the input is f32 (gin = {gout[0]}), and kNone
-    // for i32 inputs (those have no gradient anyway).
+  TEST_CASE("to_f32 of an f32 tensor passes its gradient through") {
+    // to_f32 of an f32 tensor is the identity, so the gradient passes through.
     grad_ok(R"(
 param W : f32[4] = normal(0.0, 1.0)
 entry L(c: f32[4]) -> f32[] { sum(to_f32(W) * c) }
@@ -731,7 +750,8 @@ entry L(c: f32[3]) -> f32[] { sum(ones(3) * c) + to_f32(argmax(W)) * 0.0 }
     REQUIRE(gq.grads.size() == 1);
     CHECK(gq.grads[0].empty());
     float want = 0;
-    for (int i = 0; i < 3; ++i) want += qa[0].as_tensor().f32()[i];
+    for (int i = 0; i < 3; ++i)
+      want += qa[0].as_tensor().f32()[i];
     CHECK(gq.loss == doctest::Approx(want));
   }
 
@@ -755,12 +775,14 @@ entry L_2d(c: f32[2, 3, 4], i: i32[2, 3]) -> f32[] { sum(take(E, i) * c) + sum(t
     // By hand: row idx[k] gets c[k].
     std::vector<float> want(20, 0.0f);
     for (size_t k = 0; k < idx.size(); ++k)
-      for (int j = 0; j < 4; ++j) want[static_cast<size_t>(idx[k] * 4 + j)] += c.f32()[k * 4 + j];
+      for (int j = 0; j < 4; ++j)
+        want[static_cast<size_t>(idx[k] * 4 + j)] += c.f32()[k * 4 + j];
     check_f32(sparse_dense, {5, 4}, want);
 
     // Independently: the same loss through a one-hot matmul has a dense gradient.
     std::vector<float> oh(30, 0.0f);
-    for (size_t k = 0; k < idx.size(); ++k) oh[k * 5 + static_cast<size_t>(idx[k])] = 1.0f;
+    for (size_t k = 0; k < idx.size(); ++k)
+      oh[k * 5 + static_cast<size_t>(idx[k])] = 1.0f;
     auto gd = p.in->value_and_grad("L_onehot", {V(c), V(F({6, 5}, oh))}, p.params);
     REQUIRE(gd.grads[0].dense.defined());
     CHECK(gd.loss == doctest::Approx(g.loss).epsilon(1e-5));
@@ -777,7 +799,8 @@ entry L_2d(c: f32[2, 3, 4], i: i32[2, 3]) -> f32[] { sum(take(E, i) * c) + sum(t
       auto gs = p.in->value_and_grad("L_scalar", a, p.params);
       CHECK_FALSE(gs.grads[0].sparse.empty());
       std::vector<float> w(20, 0.0f);
-      for (int j = 0; j < 4; ++j) w[static_cast<size_t>(8 + j)] = a[0].as_tensor().f32()[j];
+      for (int j = 0; j < 4; ++j)
+        w[static_cast<size_t>(8 + j)] = a[0].as_tensor().f32()[j];
       check_f32(gs.grads[0].to_dense({5, 4}), {5, 4}, w);
       auto rep = interp::check_grad(*p.in, "L_scalar", a, p.params);
       INFO(rep.message);
@@ -799,6 +822,14 @@ entry L_2d(c: f32[2, 3, 4], i: i32[2, 3]) -> f32[] { sum(take(E, i) * c) + sum(t
     }
   }
 
+  TEST_CASE("take from a table that is not a parameter: the gradient flows back densely") {
+    grad_ok(R"(
+param E : f32[5, 3] = normal(0.0, 1.0)
+entry L(c: f32[3, 3], i: i32[3]) -> f32[] { sum(take(tanh(E) * 2.0, i) * c) }
+)",
+            {V(I({3}, {4, 0, 4}))});
+  }
+
   TEST_CASE("take from a table that also has a dense use: sparse and dense parts both count") {
     Prog p(R"(
 param E : f32[5, 3] = normal(0.0, 1.0)
@@ -810,7 +841,8 @@ entry L(c: f32[2, 3], d: f32[5, 3], i: i32[2]) -> f32[] { sum(take(E, i) * c) + 
     CHECK_FALSE(g.grads[0].sparse.empty());
     std::vector<float> want(a[1].as_tensor().f32(), a[1].as_tensor().f32() + 15);
     for (int k = 0; k < 2; ++k)
-      for (int j = 0; j < 3; ++j) want[static_cast<size_t>(9 + j)] += a[0].as_tensor().f32()[k * 3 + j];
+      for (int j = 0; j < 3; ++j)
+        want[static_cast<size_t>(9 + j)] += a[0].as_tensor().f32()[k * 3 + j];
     check_f32(g.grads[0].to_dense({5, 3}), {5, 3}, want);
     grad_ok(p, {V(I({2}, {3, 3}))});
   }

@@ -23,6 +23,14 @@ inline std::string source_path(const std::string& rel) {
   return std::string(PEJIT_SOURCE_DIR) + "/" + rel;
 }
 
+/// The declarations as a Module keeps them (a later one of the same name replaces the earlier).
+inline std::vector<ir::Decl> module_decls(const std::vector<ir::Decl>& decls) {
+  ir::Module m;
+  for (const auto& d : decls)
+    m.put(d);
+  return m.decls();
+}
+
 inline std::string print_decls(const std::vector<ir::Decl>& decls) {
   ir::Module m;
   for (const auto& d : decls)

@@ -73,7 +73,8 @@ OptimizerOptions opts(Kind k, float lr) {
 Tensor random_tensor(std::mt19937& rng, const Shape& s) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   Tensor t = Tensor::empty(DType::F32, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = nd(rng);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.f32()[i] = nd(rng);
   return t;
 }
 
@@ -207,8 +208,8 @@ TEST_SUITE("optim") {
     p.names = {"a", "b", "c"};
     p.values = {f32(Shape{1}, {0}), f32(Shape{2, 1}, {0, 0}), f32(Shape{1}, {7})};
     // a: 3; b: row 0 gets 2 + 2 = 4; c: no gradient. Norm 5 (not sqrt(17): duplicates summed).
-    std::vector<ParamGrad> g = {dense_grad(f32(Shape{1}, {3})),
-                                sparse_grad({sparse({0, 0}, Shape{2, 1}, {2, 2}, 2)}), {}};
+    std::vector<ParamGrad> g = {
+        dense_grad(f32(Shape{1}, {3})), sparse_grad({sparse({0, 0}, Shape{2, 1}, {2, 2}, 2)}), {}};
     Optimizer o(oo);
     o.step(p, g);
     check_values(p.values[0], {-0.6f});
@@ -233,14 +234,16 @@ TEST_SUITE("optim") {
       oo.weight_decay = 0.0f;
       Optimizer os(oo), od(oo);
       for (int step = 0; step < 3; ++step) {
-        ParamGrad g = sparse_grad({random_sparse(rng, {4, 1, 4, 0, 1}, 6, 3),
-                                   random_sparse(rng, {1, 5}, 6, 3)});
-        if (step == 2) g.dense = random_tensor(rng, Shape{6, 3}); // mixed
+        ParamGrad g = sparse_grad(
+            {random_sparse(rng, {4, 1, 4, 0, 1}, 6, 3), random_sparse(rng, {1, 5}, 6, 3)});
+        if (step == 2)
+          g.dense = random_tensor(rng, Shape{6, 3}); // mixed
         os.step(ps, {g});
         od.step(pd, {dense_grad(g.to_dense(Shape{6, 3}))});
         CHECK(same_bits(ps.values[0], pd.values[0]));
       }
-      if (k == Kind::Adagrad) CHECK(same_bits(os.state()[0].second, od.state()[0].second));
+      if (k == Kind::Adagrad)
+        CHECK(same_bits(os.state()[0].second, od.state()[0].second));
       // Rows 2 and 3 had no gradient until the mixed step.
     }
   }
@@ -250,14 +253,17 @@ TEST_SUITE("optim") {
     Tensor init = random_tensor(rng, Shape{5, 2});
     Params ps = one_param("emb", init.clone()), pd = one_param("emb", init.clone());
     Optimizer os(opts(Kind::Adam, 0.01f)), od(opts(Kind::Adam, 0.01f));
-    auto row = [](const Tensor& t, int r) { return std::vector<float>(t.f32() + 2 * r, t.f32() + 2 * r + 2); };
+    auto row = [](const Tensor& t, int r) {
+      return std::vector<float>(t.f32() + 2 * r, t.f32() + 2 * r + 2);
+    };
     for (int step = 0; step < 2; ++step) {
       ParamGrad g = sparse_grad({random_sparse(rng, {1, 2, 4, 2}, 5, 2)});
       os.step(ps, {g});
       od.step(pd, {dense_grad(g.to_dense(Shape{5, 2}))});
       CHECK(same_bits(ps.values[0], pd.values[0])); // untouched rows: m = v = 0, no move
     }
-    for (int r : {0, 3}) CHECK(row(ps.values[0], r) == row(init, r));
+    for (int r : {0, 3})
+      CHECK(row(ps.values[0], r) == row(init, r));
     // Step 3 touches row 1 only: dense Adam still moves rows 2 and 4 (decayed moments), lazy
     // Adam does not.
     ParamGrad g = sparse_grad({random_sparse(rng, {1}, 5, 2)});
@@ -310,7 +316,8 @@ TEST_SUITE("optim") {
       auto g = grads();
       o1.step(p, g);
       o2.step(p2, g);
-      for (size_t i = 0; i < 2; ++i) CHECK(same_bits(p.values[i], p2.values[i]));
+      for (size_t i = 0; i < 2; ++i)
+        CHECK(same_bits(p.values[i], p2.values[i]));
     }
     Optimizer adam(opts(Kind::Adam, 0.1f));
     CHECK_THROWS_WITH_AS(adam.load_state({{"adagrad_sum.w", Tensor::zeros(DType::F32, Shape{1})}}),
@@ -319,8 +326,8 @@ TEST_SUITE("optim") {
     Optimizer ada(opts(Kind::Adagrad, 0.1f));
     ada.load_state({{"adagrad_sum.w", Tensor::zeros(DType::F32, Shape{5})}});
     Params p = one_param("w", f32(Shape{2}, {1, 2}));
-    CHECK_THROWS_WITH_AS(ada.step(p, {dense_grad(f32(Shape{2}, {1, 1}))}),
-                         doctest::Contains("[5]"), Error);
+    CHECK_THROWS_WITH_AS(ada.step(p, {dense_grad(f32(Shape{2}, {1, 1}))}), doctest::Contains("[5]"),
+                         Error);
     check_values(p.values[0], {1, 2});
   }
 

@@ -1,0 +1,166 @@
+// End-to-end tests of the `pejit` command: exit codes, diagnostics, `--json` output, a short
+// training run on generated data that must beat the majority class, checkpoints and eval.
+#include "data/tree_io.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs the pejit binary with `args` (a shell-quoted string); captures stdout and stderr.
+Run run_pejit(const std::string& args) {
+  namespace fs = std::filesystem;
+  static int n = 0;
+  fs::path dir = fs::temp_directory_path() / ("pejit_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path err = dir / ("err" + std::to_string(n++));
+  std::string cmd = std::string(PEJIT_BINARY_DIR "/pejit ") + args + " 2>" + err.string();
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::array<char, 4096> buf;
+  size_t k;
+  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), k);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err);
+  std::stringstream ss;
+  ss << e.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::string tmp(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("pejit_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> js;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] == '{') js.push_back(nlohmann::json::parse(line));
+  return js;
+}
+
+const std::string kModel = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
+
+} // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("check: a good program exits 0, a bad one 2 with file:line:col and a caret") {
+    Run ok = run_pejit("check " + kModel);
+    CHECK(ok.code == 0);
+    CHECK(ok.out.find("ok") != std::string::npos);
+
+    std::string bad = tmp("bad.pe");
+    std::ofstream(bad) << "fn f(x: f32[3]) -> f32[3] {\n  x @ x\n}\nfn g() -> Int { true }\n";
+    Run r = run_pejit("check " + bad);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(bad + ":2:3: error: function f returns f32[3]") != std::string::npos);
+    CHECK(r.err.find("  x @ x\n") != std::string::npos);
+    CHECK(r.err.find(":4:17: error:") != std::string::npos);
+    CHECK(r.err.find("2 errors") != std::string::npos);
+
+    Run missing = run_pejit("check " + tmp("no_such_file.pe"));
+    CHECK(missing.code == 2);
+    CHECK(missing.err.find("cannot read") != std::string::npos);
+
+    CHECK(run_pejit("").code == 2);             // no subcommand
+    CHECK(run_pejit("train").code == 2);        // missing model and data
+    CHECK(run_pejit("frobnicate").code == 2);   // unknown subcommand
+  }
+
+  TEST_CASE("gen: deterministic for a seed; shapes; sentences") {
+    Run a = run_pejit("gen sst --trees 20 --seed 5");
+    Run b = run_pejit("gen sst --trees 20 --seed 5");
+    Run c = run_pejit("gen sst --trees 20 --seed 6");
+    CHECK(a.code == 0);
+    CHECK(a.out == b.out);
+    CHECK(a.out != c.out);
+    CHECK(std::count(a.out.begin(), a.out.end(), '\n') == 20);
+    CHECK(run_pejit("gen listops --trees 5 --seed 1").code == 0);
+    CHECK(run_pejit("gen sst --trees 5 --shape deep").code == 0);
+    CHECK(run_pejit("gen sst --trees 5 --shape bogus").code == 2);
+    Run s = run_pejit("gen sst --trees 3 --sentences");
+    CHECK(s.out.find('(') == std::string::npos);
+  }
+
+  TEST_CASE("train: --json lines, dev accuracy beats the majority class, save and eval") {
+    std::string train = tmp("train.txt"), dev = tmp("dev.txt"), ck = tmp("model.ckpt");
+    REQUIRE(run_pejit("gen sst --trees 800 --seed 11 -o " + train).code == 0);
+    REQUIRE(run_pejit("gen sst --trees 300 --seed 12 -o " + dev).code == 0);
+    Run r = run_pejit("train " + kModel + " --data " + train + " --dev " + dev +
+                  " --epochs 2 --json --save " + ck);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    auto js = json_lines(r.out);
+    REQUIRE(js.size() == 2);
+    for (const char* f : {"epoch", "loss", "root_acc", "node_acc", "dev_root_acc", "dev_node_acc",
+                          "trees", "trees_per_s", "seconds", "batches", "specialized_batches",
+                          "generic_batches", "specialized_seconds", "generic_seconds"})
+      CHECK_MESSAGE(js[1].contains(f), f);
+    CHECK(js[0]["epoch"] == 0);
+    CHECK(js[1]["trees"] == 800);
+    CHECK(js[1]["batches"] == 32);
+    CHECK(js[1]["generic_batches"] == 32);
+    CHECK(js[1]["loss"].get<double>() < js[0]["loss"].get<double>());
+
+    // Majority class of the dev roots.
+    pejit::data::Vocab v;
+    auto trees = pejit::data::read_trees(dev, v);
+    std::map<int, int> counts;
+    for (const auto& t : trees) counts[t.nodes[static_cast<size_t>(t.root())].label]++;
+    int most = 0;
+    for (auto [k, c] : counts) most = std::max(most, c);
+    double majority = static_cast<double>(most) / static_cast<double>(trees.size());
+    CHECK(js[1]["dev_root_acc"].get<double>() > majority + 0.1);
+
+    Run e = run_pejit("eval " + kModel + " --params " + ck + " --data " + dev + " --json");
+    INFO(e.err);
+    REQUIRE(e.code == 0);
+    auto ej = json_lines(e.out);
+    REQUIRE(ej.size() == 1);
+    CHECK(ej[0]["trees"] == 300);
+    // eval after training reproduces the last epoch's dev accuracy.
+    CHECK(ej[0]["root_acc"].get<double>() == doctest::Approx(js[1]["dev_root_acc"].get<double>()));
+  }
+
+  TEST_CASE("train: bad data and bad options are clear errors") {
+    std::string bad = tmp("bad_trees.txt");
+    std::ofstream(bad) << "(3 (2 a) (2 b))\n(3 (2 a) (2 b)\n";
+    Run r = run_pejit("train " + kModel + " --data " + bad);
+    CHECK(r.code == 1);
+    CHECK(r.err.find(bad + ":2:15: error:") != std::string::npos);
+
+    std::string prog = tmp("broken.pe");
+    std::ofstream(prog) << "entry loss(b: List[Int]) -> f32[] { 1 }\n";
+    Run p = run_pejit("train " + prog + " --data " + bad);
+    CHECK(p.code == 2);
+    CHECK(p.err.find(prog + ":1:") != std::string::npos);
+
+    std::string good = tmp("good_trees.txt");
+    std::ofstream(good) << "(3 (2 a) (2 b))\n";
+    Run m = run_pejit("train " + kModel + " --data " + good + " --mode specialized");
+    CHECK(m.code == 1);
+    CHECK(m.err.find("not available") != std::string::npos);
+    CHECK(run_pejit("train " + kModel + " --data " + good + " --optimizer rmsprop").code == 2);
+    Run z = run_pejit("train " + kModel + " --data " + good + " --batch 0");
+    CHECK(z.code == 1);
+  }
+}
