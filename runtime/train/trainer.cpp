@@ -321,6 +321,25 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     (opt.json ? err : out) << buf << std::flush;
     all.push_back(st);
   }
+  {
+    const EpochStats& last = all.back();
+    double trees = 0, seconds = 0, spec = 0;
+    for (const auto& e : all) {
+      trees += static_cast<double>(e.trees);
+      seconds += e.seconds;
+      spec += e.specialized_seconds;
+    }
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "summary: %d epoch%s, %.0f trees in %.2fs of training (%.1f trees/s); final "
+                  "loss/node %.4f, root accuracy train %s dev %s, all-node accuracy train %s dev "
+                  "%s; %s of training time ran specialized\n",
+                  opt.epochs, opt.epochs == 1 ? "" : "s", trees, seconds,
+                  trees / std::max(seconds, 1e-9), last.loss_per_node, fmt_pct(last.root_acc).c_str(),
+                  fmt_pct(last.dev_root_acc).c_str(), fmt_pct(last.node_acc).c_str(),
+                  fmt_pct(last.dev_node_acc).c_str(), fmt_pct(spec / std::max(seconds, 1e-9)).c_str());
+    (opt.json ? err : out) << buf << std::flush;
+  }
   if (!opt.save.empty()) {
     checkpoint::Checkpoint ck;
     ck.params = params;
