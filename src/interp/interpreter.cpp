@@ -1,134 +1,36 @@
-// The eager evaluator. Frames live on one value stack addressed by base + slot (the checker
-// numbered every binder); closures copy their captured values. Tensor ops run their
-// registry kernel and, when recording, are appended to the tape if any input needs a
-// gradient. Recursion depth is bounded (EvalOptions::max_depth).
+// The generic path: the shared evaluator (interp/evaluator.h) with an eager backend. Tensor
+// ops run their registry kernel and, when recording, are appended to the tape if any input
+// needs a gradient.
 #include "interp/interpreter.h"
+
+#include "interp/evaluator.h"
 
 #include "ops/emitter.h"
 #include "types/builtins.h"
 #include "util/check.h"
 
 #include <cmath>
-#include <pthread.h>
 
 namespace pejit::interp {
 
 using namespace ir;
 using types::Builtin;
 
-class Interpreter::Eval {
+namespace {
+
+// The generic path's backend: tensors are computed at once on reference kernels; an op whose
+// inputs need gradients is recorded on the tape.
+class EagerBackend {
 public:
-  Eval(const Module& m, const Params& params, Tape* tape, int max_depth)
-      : m_(m), params_(params), tape_(tape), max_depth_(max_depth) {
-    stack_.reserve(1024);
-    // Native stack left to this evaluation: recursion stops with an error well before it
-    // runs out, whatever the thread's stack size.
-    stack_top_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-    size_t size = 8u << 20;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      void* addr = nullptr;
-      size_t sz = 0;
-      if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0) {
-        uintptr_t lo = reinterpret_cast<uintptr_t>(addr);
-        if (stack_top_ > lo) size = stack_top_ - lo;
-      }
-      pthread_attr_destroy(&attr);
-    }
-    stack_budget_ = size > (256u << 10) ? size - (192u << 10) : size / 2;
+  EagerBackend(const Params& params, Tape* tape, const DimBindings& dims)
+      : params_(params), tape_(tape), dims_(dims) {}
+
+  Value param(int i) const {
+    return Value::tensor(params_.values[static_cast<size_t>(i)], tape_ ? i : -1);
   }
 
-  Value call_entry(const FnDecl& f, const Values& args) { return call_fn(f, args, Span{}); }
-
-private:
-  const Module& m_;
-  const Params& params_;
-  Tape* tape_;
-  int max_depth_;
-  int depth_ = 0;
-  uintptr_t stack_top_ = 0;
-  size_t stack_budget_ = 0;
-  std::vector<Value> stack_;
-  std::vector<Tensor> ins_, outs_;
-  std::vector<int32_t> in_ids_, out_ids_;
-
-  struct Frame {
-    size_t base;
-    const Values* captures;
-  };
-
-  [[noreturn]] void fail(const Span& s, const std::string& msg) {
-    throw Error(s.str() + ": error: " + msg);
-  }
-
-  struct DepthGuard {
-    Eval& e;
-    DepthGuard(Eval& ev, const Span& s) : e(ev) {
-      uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-      bool out_of_stack = e.stack_top_ > here && e.stack_top_ - here > e.stack_budget_;
-      if (++e.depth_ > e.max_depth_ || out_of_stack) {
-        --e.depth_;
-        e.fail(s, "recursion deeper than " + std::to_string(out_of_stack ? e.depth_ : e.max_depth_) +
-                      " calls" + (out_of_stack ? " (out of native stack)" : ""));
-      }
-    }
-    ~DepthGuard() { --e.depth_; }
-  };
-
-  Value call_fn(const FnDecl& f, const Values& args, const Span& at) {
-    DepthGuard g(*this, at.known() ? at : f.span);
-    size_t base = stack_.size();
-    stack_.resize(base + static_cast<size_t>(f.frame_size));
-    for (size_t i = 0; i < args.size(); ++i) stack_[base + f.param_slots[i]] = args[i];
-    Frame fr{base, nullptr};
-    Value r = eval(f.body, fr);
-    stack_.resize(base);
-    return r;
-  }
-
-  Value call_closure(const Closure& c, const Values& args, const Span& at) {
-    if (!c.lambda) return call_fn(*m_.fns()[static_cast<size_t>(c.fn_index)], args, at);
-    const Lambda& l = *c.lambda;
-    DepthGuard g(*this, at);
-    size_t base = stack_.size();
-    stack_.resize(base + static_cast<size_t>(l.frame_size));
-    for (size_t i = 0; i < args.size(); ++i) stack_[base + l.param_slots[i]] = args[i];
-    Frame fr{base, &c.captures};
-    Value r = eval(l.body, fr);
-    stack_.resize(base);
-    return r;
-  }
-
-  Value lookup(const VarRef& r, const Frame& fr, const Span& s) {
-    switch (r.kind) {
-    case VarRef::Kind::Local: return stack_[fr.base + static_cast<size_t>(r.index)];
-    case VarRef::Kind::Capture: return (*fr.captures)[static_cast<size_t>(r.index)];
-    case VarRef::Kind::Param:
-      return Value::tensor(params_.values[static_cast<size_t>(r.index)],
-                           tape_ ? r.index : -1);
-    case VarRef::Kind::Global: {
-      auto c = std::make_shared<Closure>();
-      c->fn_index = r.index;
-      return Value::closure(std::move(c));
-    }
-    case VarRef::Kind::Ctor: return Value::adt(r.index, {});
-    default: fail(s, "unresolved name (the module was not checked)");
-    }
-  }
-
-  void bind(const Pattern& p, const Value& v, const Frame& fr) {
-    switch (p.kind) {
-    case Pattern::Kind::Wild: return;
-    case Pattern::Kind::Name: stack_[fr.base + static_cast<size_t>(p.slot)] = v; return;
-    case Pattern::Kind::Tuple:
-      for (size_t i = 0; i < p.elems.size(); ++i) bind(p.elems[i], v.items()[i], fr);
-      return;
-    }
-  }
-
-  // Runs a registry op on tensor values, recording it on the tape when it needs gradients.
-  Value run_op(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
-               Values* multi = nullptr) {
+  Value op(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
+           Values* multi = nullptr) {
     ins_.clear();
     in_ids_.clear();
     bool record = false;
@@ -142,256 +44,54 @@ private:
     try {
       ops::op_def(id).eval(ins_, attr, outs_);
     } catch (const Error& e) {
-      fail(s, std::string(ops::op_name(id)) + ": " + e.what());
+      throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
     }
     out_ids_.assign(outs_.size(), -1);
-    int32_t* out_ids = out_ids_.data();
-    if (record && tape_) {
-      tape_->record(id, attr, in_ids_, ins_, outs_, out_ids);
-    } else {
-      for (size_t i = 0; i < outs_.size(); ++i) out_ids[i] = -1;
-    }
+    if (record && tape_) tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
     if (multi) {
       multi->clear();
       for (size_t i = 0; i < outs_.size(); ++i)
-        multi->push_back(Value::tensor(outs_[i], out_ids[i]));
+        multi->push_back(Value::tensor(outs_[i], out_ids_[i]));
       return Value();
     }
-    return Value::tensor(outs_[0], out_ids[0]);
+    return Value::tensor(outs_[0], out_ids_[0]);
   }
 
-  Value eval(const Expr& e, const Frame& fr) {
-    switch (e->kind) {
-    case ExprKind::IntLit: return Value::integer(e->cast<IntLit>().value);
-    case ExprKind::BoolLit: return Value::boolean(e->cast<BoolLit>().value);
-    case ExprKind::FloatLit:
-      return Value::tensor(Tensor::scalar_f32(static_cast<float>(e->cast<FloatLit>().value)));
-    case ExprKind::Var: return lookup(e->cast<Var>().ref, fr, e->span);
-    case ExprKind::Tuple: {
-      Values xs;
-      for (const auto& x : e->cast<ir::Tuple>().elems) xs.push_back(eval(x, fr));
-      return Value::tuple(std::move(xs));
+  std::optional<Value> call(const FnDecl&, int, const Values&, const Span&) { return std::nullopt; }
+
+  Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
+    if (xs.list_size() == 0) return Value::tensor(Tensor::zeros(DType::F32, concrete_shape(type, dims_)));
+    Value acc = xs.list_at(0);
+    for (size_t i = 1; i < xs.list_size(); ++i) {
+      Value two[2] = {acc, xs.list_at(i)};
+      acc = op(ops::OpId::Add, {}, two, 2, s);
     }
-    case ExprKind::Proj: {
-      const auto& p = e->cast<Proj>();
-      Value t = eval(p.tuple, fr);
-      return t.items()[static_cast<size_t>(p.index)];
-    }
-    case ExprKind::Let: {
-      const auto& l = e->cast<Let>();
-      bind(l.pattern, eval(l.value, fr), fr);
-      return eval(l.body, fr);
-    }
-    case ExprKind::If: {
-      const auto& i = e->cast<If>();
-      return eval(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr);
-    }
-    case ExprKind::Match: return eval_match(e->cast<Match>(), fr);
-    case ExprKind::Lambda: {
-      const auto& l = e->cast<Lambda>();
-      auto c = std::make_shared<Closure>();
-      c->lambda = &l;
-      for (const auto& ref : l.captures) c->captures.push_back(lookup(ref, fr, e->span));
-      return Value::closure(std::move(c));
-    }
-    case ExprKind::ListLit: {
-      Values xs;
-      for (const auto& x : e->cast<ListLit>().elems) xs.push_back(eval(x, fr));
-      return Value::list(std::move(xs));
-    }
-    case ExprKind::Binary: return eval_binary(e->cast<Binary>(), fr);
-    case ExprKind::Unary: {
-      const auto& u = e->cast<Unary>();
-      Value v = eval(u.operand, fr);
-      if (u.tensor_op >= 0) return run_op(static_cast<ops::OpId>(u.tensor_op), {}, &v, 1, e->span);
-      if (u.op == UnOp::Not) return Value::boolean(!v.as_bool());
-      return Value::integer(static_cast<int64_t>(0ull - static_cast<uint64_t>(v.as_int())));
-    }
-    case ExprKind::Call: return eval_call(e->cast<Call>(), fr);
-    }
-    PEJIT_CHECK(false) << "unknown expression kind";
+    return acc;
   }
 
-  Value eval_match(const Match& mt, const Frame& fr) {
-    Value s = eval(mt.scrutinee, fr);
-    int tag;
-    bool is_list = s.kind() == Value::Kind::List;
-    if (is_list) tag = s.list_size() == 0 ? 0 : 1;
-    else tag = s.tag();
-    for (const auto& arm : mt.arms) {
-      if (!arm.ctor.empty() && arm.ctor_index != tag) continue;
-      if (!arm.ctor.empty()) {
-        for (size_t i = 0; i < arm.slots.size(); ++i) {
-          if (arm.slots[i] < 0) continue;
-          Value& slot = stack_[fr.base + static_cast<size_t>(arm.slots[i])];
-          if (!is_list) slot = s.items()[i];
-          else slot = i == 0 ? s.list_at(0) : s.list_tail();
-        }
-      }
-      return eval(arm.body, fr);
-    }
-    fail(mt.span, "no match arm for this value");
+  Value to_int(const Value& v, const Span& s) {
+    const Tensor& t = v.as_tensor();
+    if (t.dtype() == DType::I32) return Value::integer(t.item_i32());
+    float x = t.item_f32();
+    if (!std::isfinite(x) || std::fabs(x) > 9.2e18f)
+      throw Error(s.str() + ": error: to_int of a non-finite or huge value");
+    return Value::integer(static_cast<int64_t>(x));
   }
 
-  Value eval_binary(const Binary& b, const Frame& fr) {
-    // && and || short-circuit.
-    if (b.op == BinOp::And) {
-      if (!eval(b.lhs, fr).as_bool()) return Value::boolean(false);
-      return Value::boolean(eval(b.rhs, fr).as_bool());
-    }
-    if (b.op == BinOp::Or) {
-      if (eval(b.lhs, fr).as_bool()) return Value::boolean(true);
-      return Value::boolean(eval(b.rhs, fr).as_bool());
-    }
-    Value args[2] = {eval(b.lhs, fr), eval(b.rhs, fr)};
-    if (b.tensor_op >= 0) return run_op(static_cast<ops::OpId>(b.tensor_op), {}, args, 2, b.span);
-    if (args[0].kind() == Value::Kind::Bool) {
-      bool x = args[0].as_bool(), y = args[1].as_bool();
-      return Value::boolean(b.op == BinOp::Eq ? x == y : x != y);
-    }
-    int64_t x = args[0].as_int(), y = args[1].as_int();
-    auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
-    switch (b.op) {
-    case BinOp::Add: return Value::integer(static_cast<int64_t>(ux + uy));
-    case BinOp::Sub: return Value::integer(static_cast<int64_t>(ux - uy));
-    case BinOp::Mul: return Value::integer(static_cast<int64_t>(ux * uy));
-    case BinOp::Div:
-    case BinOp::Mod:
-      if (y == 0) fail(b.span, "Int division by zero");
-      if (x == INT64_MIN && y == -1) fail(b.span, "Int division overflows");
-      return Value::integer(b.op == BinOp::Div ? x / y : x % y);
-    case BinOp::Lt: return Value::boolean(x < y);
-    case BinOp::Le: return Value::boolean(x <= y);
-    case BinOp::Gt: return Value::boolean(x > y);
-    case BinOp::Ge: return Value::boolean(x >= y);
-    case BinOp::Eq: return Value::boolean(x == y);
-    case BinOp::Ne: return Value::boolean(x != y);
-    default: break;
-    }
-    PEJIT_CHECK(false) << "bad scalar operator";
+  Value to_bool(const Value& v, const Span&) {
+    const Tensor& t = v.as_tensor();
+    return Value::boolean(t.dtype() == DType::I32 ? t.item_i32() != 0 : t.item_f32() != 0.0f);
   }
 
-  Values eval_args(const Call& c, const Frame& fr) {
-    Values xs;
-    xs.reserve(c.args.size());
-    for (const auto& a : c.args) xs.push_back(eval(a, fr));
-    return xs;
-  }
-
-  Value apply(const Value& f, const Values& args, const Span& s) {
-    return call_closure(f.as_closure(), args, s);
-  }
-
-  Value eval_call(const Call& c, const Frame& fr) {
-    switch (c.ref.kind) {
-    case VarRef::Kind::Global:
-      return call_fn(*m_.fns()[static_cast<size_t>(c.ref.index)], eval_args(c, fr), c.span);
-    case VarRef::Kind::Ctor: {
-      if (c.ref.adt == types::kListAdt) {
-        if (c.ref.index == 0) return Value::list({});
-        Value h = eval(c.args[0], fr);
-        Value t = eval(c.args[1], fr);
-        Values xs;
-        xs.reserve(t.list_size() + 1);
-        xs.push_back(std::move(h));
-        for (size_t i = 0; i < t.list_size(); ++i) xs.push_back(t.list_at(i));
-        return Value::list(std::move(xs));
-      }
-      return Value::adt(c.ref.index, eval_args(c, fr));
-    }
-    case VarRef::Kind::Op: return eval_op(c, fr);
-    case VarRef::Kind::Builtin: return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
-    default: {
-      Value f = eval(c.callee, fr);
-      return apply(f, eval_args(c, fr), c.span);
-    }
-    }
-  }
-
-  // Kept out of eval_call's frame so that deep recursion uses little native stack.
-  __attribute__((noinline)) Value eval_op(const Call& c, const Frame& fr) {
-    size_t n = static_cast<size_t>(c.tensor_args);
-    Values args;
-    args.reserve(n);
-    for (size_t i = 0; i < n; ++i) args.push_back(eval(c.args[i], fr));
-    ops::Attr attr{c.attr_ints};
-    auto id = static_cast<ops::OpId>(c.ref.index);
-    if (id == ops::OpId::Split) {
-      Values parts;
-      run_op(id, attr, args.data(), n, c.span, &parts);
-      return Value::tuple(std::move(parts));
-    }
-    return run_op(id, attr, args.data(), n, c.span);
-  }
-
-  Value eval_builtin(const Call& c, Builtin b, const Frame& fr) {
-    switch (b) {
-    case Builtin::Map: {
-      Value f = eval(c.args[0], fr);
-      Value xs = eval(c.args[1], fr);
-      Values out;
-      out.reserve(xs.list_size());
-      Values arg(1);
-      for (size_t i = 0; i < xs.list_size(); ++i) {
-        arg[0] = xs.list_at(i);
-        out.push_back(apply(f, arg, c.span));
-      }
-      return Value::list(std::move(out));
-    }
-    case Builtin::Fold: {
-      Value f = eval(c.args[0], fr);
-      Value acc = eval(c.args[1], fr);
-      Value xs = eval(c.args[2], fr);
-      Values arg(2);
-      for (size_t i = 0; i < xs.list_size(); ++i) {
-        arg[0] = acc;
-        arg[1] = xs.list_at(i);
-        acc = apply(f, arg, c.span);
-      }
-      return acc;
-    }
-    case Builtin::SumList: {
-      Value xs = eval(c.args[0], fr);
-      if (xs.list_size() == 0) {
-        Shape s = concrete_shape(c.type, dims_);
-        return Value::tensor(Tensor::zeros(DType::F32, s));
-      }
-      Value acc = xs.list_at(0);
-      for (size_t i = 1; i < xs.list_size(); ++i) {
-        Value two[2] = {acc, xs.list_at(i)};
-        acc = run_op(ops::OpId::Add, {}, two, 2, c.span);
-      }
-      return acc;
-    }
-    case Builtin::Append: {
-      Value a = eval(c.args[0], fr);
-      Value b = eval(c.args[1], fr);
-      Values xs;
-      xs.reserve(a.list_size() + b.list_size());
-      for (size_t i = 0; i < a.list_size(); ++i) xs.push_back(a.list_at(i));
-      for (size_t i = 0; i < b.list_size(); ++i) xs.push_back(b.list_at(i));
-      return Value::list(std::move(xs));
-    }
-    case Builtin::Length:
-      return Value::integer(static_cast<int64_t>(eval(c.args[0], fr).list_size()));
-    case Builtin::ToInt: {
-      const Tensor& t = eval(c.args[0], fr).as_tensor();
-      if (t.dtype() == DType::I32) return Value::integer(t.item_i32());
-      float v = t.item_f32();
-      if (!std::isfinite(v) || std::fabs(v) > 9.2e18f) fail(c.span, "to_int of a non-finite or huge value");
-      return Value::integer(static_cast<int64_t>(v));
-    }
-    case Builtin::ToBool: {
-      const Tensor& t = eval(c.args[0], fr).as_tensor();
-      return Value::boolean(t.dtype() == DType::I32 ? t.item_i32() != 0 : t.item_f32() != 0.0f);
-    }
-    }
-    PEJIT_CHECK(false) << "unknown builtin";
-  }
-
-public:
-  DimBindings dims_;
+private:
+  const Params& params_;
+  Tape* tape_;
+  const DimBindings& dims_;
+  std::vector<Tensor> ins_, outs_;
+  std::vector<int32_t> in_ids_, out_ids_;
 };
+
+} // namespace
 
 Interpreter::Interpreter(std::shared_ptr<const Module> m, DimBindings dims, EvalOptions opt)
     : m_(std::move(m)), dims_(std::move(dims)), opt_(opt) {
@@ -415,8 +115,8 @@ Value Interpreter::run(const std::string& entry, const Values& args, const Param
   const FnDecl& f = entry_of(*m_, entry, args.size());
   for (size_t i = 0; i < args.size(); ++i)
     check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  Eval ev(*m_, params, nullptr, opt_.max_depth);
-  ev.dims_ = dims_;
+  EagerBackend backend(params, nullptr, dims_);
+  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
   return ev.call_entry(f, args);
 }
 
@@ -429,8 +129,8 @@ Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, con
   for (size_t i = 0; i < args.size(); ++i)
     check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
   tape_.reset(params.values);
-  Eval ev(*m_, params, &tape_, opt_.max_depth);
-  ev.dims_ = dims_;
+  EagerBackend backend(params, &tape_, dims_);
+  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
   Value loss = ev.call_entry(f, args);
   Gradients g;
   g.loss = loss.as_tensor().item_f32();

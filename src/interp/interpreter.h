@@ -39,7 +39,6 @@ public:
   const DimBindings& dims() const { return dims_; }
 
 private:
-  class Eval;
   std::shared_ptr<const ir::Module> m_;
   DimBindings dims_;
   EvalOptions opt_;

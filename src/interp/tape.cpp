@@ -58,7 +58,6 @@ void Tape::record(OpId op, const ops::Attr& attr, std::span<const int32_t> in_id
 
 namespace {
 
-Shape shape_of(std::span<const int64_t> v) { return Shape(v); }
 
 // The eager emitter: computes each requested op at once.
 class EagerEmitter final : public ops::Emitter {

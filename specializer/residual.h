@@ -1,0 +1,93 @@
+// The partial evaluator's output for one batch: an instance DAG over templates. A template is
+// a tensor-only function specialized to its static arguments and argument shapes (or a single
+// registry op); an instance is one call of a template whose tensor arguments are references
+// to batch payloads (input slots), parameters, constants or other instances' results. Sums of
+// many residual tensors (losses over nodes and trees) are one n-ary SumN instance.
+//
+// Invariants: instances are in a topological order (every Ref::Inst points to an earlier
+// instance); a template's argument and result shapes are per instance (no batch dimension);
+// the DAG and its templates depend only on the batch's static structure, never on payload
+// values, so two batches with the same skeleton key have equal DAGs.
+#pragma once
+
+#include "ops/op.h"
+#include "tensor/tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pejit::spec {
+
+/// Where a residual tensor comes from.
+struct Ref {
+  enum class Kind : uint8_t { Input, Param, Const, Inst };
+  Kind kind = Kind::Const;
+  int32_t index = -1; ///< Input: slot; Param: module param index; Const: constant; Inst: instance
+  int32_t out = 0;    ///< Inst: which result of the instance
+
+  bool operator==(const Ref& o) const {
+    return kind == o.kind && index == o.index && out == o.out;
+  }
+};
+
+/// dtype and per-instance dimensions of a tensor.
+struct TensorSig {
+  DType dtype = DType::F32;
+  std::vector<int64_t> dims;
+  bool operator==(const TensorSig& o) const { return dtype == o.dtype && dims == o.dims; }
+  std::string str() const;
+};
+
+/// What a template computes. Templates are interned in a TemplateTable, which is shared
+/// across batches: the same function at the same static arguments and shapes is one
+/// template for the whole run.
+struct Template {
+  enum class Kind : uint8_t { Function, Op };
+  Kind kind = Kind::Function;
+  int fn = -1;                  ///< Function: index in the module
+  ops::OpId op{};               ///< Op
+  ops::Attr attr;               ///< Op
+  std::vector<int64_t> statics; ///< Function: values of its Int/Bool parameters, in order
+  std::vector<TensorSig> args;  ///< its tensor parameters, in order
+  std::vector<TensorSig> results;
+  std::string name; ///< "cell", "leaf", "op.take", ...
+
+  /// Equal templates have equal keys.
+  std::string key() const;
+};
+
+class TemplateTable {
+public:
+  /// The id of an equal template, adding it first if new.
+  int32_t intern(Template t);
+  const Template& at(int32_t id) const { return templates_[static_cast<size_t>(id)]; }
+  size_t size() const { return templates_.size(); }
+
+private:
+  std::vector<Template> templates_;
+  std::vector<std::string> keys_;
+};
+
+/// One template call (tmpl >= 0), or an n-ary sum of same-shaped f32 tensors (tmpl == kSumN).
+struct Instance {
+  static constexpr int32_t kSumN = -1;
+  int32_t tmpl = kSumN;
+  std::vector<Ref> args;
+  TensorSig sum_sig; ///< kSumN: the shape of every term and of the result
+};
+
+/// The residual program of one batch.
+struct Residual {
+  std::vector<Instance> instances;
+  std::vector<Tensor> inputs; ///< payload tensors of this batch, by input slot
+  std::vector<Tensor> consts; ///< constants the program folded
+  /// The entry's result, flattened: one Ref per tensor leaf, in order.
+  std::vector<Ref> outputs;
+  uint64_t key = 0;           ///< skeleton key
+  size_t fuel_used = 0;
+
+  size_t num_results(const TemplateTable& t, size_t inst) const;
+};
+
+} // namespace pejit::spec

@@ -1,0 +1,379 @@
+// The evaluator of the checked IR, written once and parameterized by a backend that decides
+// what tensors are: the generic path's backend computes them eagerly (and records a tape),
+// the partial evaluator's backend residualizes them into template instances, the template
+// tracer's backend builds graph nodes. Everything else (frames, closures, match, lists,
+// Int/Bool arithmetic, recursion bounds) is shared. Frames live on one value stack addressed
+// by base + slot (the checker numbered every binder); closures copy their captured values.
+//
+// A Backend provides:
+//   Value param(int index);
+//   Value op(ops::OpId, const ops::Attr&, const Value* args, size_t n, const Span&,
+//            Values* multi = nullptr);   // multi: every result of a multi-result op (split)
+//   std::optional<Value> call(const ir::FnDecl&, int fn_index, const Values& args, const Span&);
+//                                        // nullopt: evaluate the body inline
+//   Value sum_list(const Value& list, const ir::Type& result_type, const Span&);
+//   Value to_int(const Value& tensor, const Span&);
+//   Value to_bool(const Value& tensor, const Span&);
+#pragma once
+
+#include "interp/value.h"
+#include "ops/op.h"
+#include "types/builtins.h"
+#include "util/check.h"
+
+#include <optional>
+#include <pthread.h>
+
+namespace pejit::interp {
+
+using ir::Binary;
+using ir::BinOp;
+using ir::BoolLit;
+using ir::Call;
+using ir::Expr;
+using ir::ExprKind;
+using ir::FloatLit;
+using ir::FnDecl;
+using ir::If;
+using ir::IntLit;
+using ir::Lambda;
+using ir::Let;
+using ir::ListLit;
+using ir::Match;
+using ir::Module;
+using ir::Pattern;
+using ir::Proj;
+using ir::Unary;
+using ir::UnOp;
+using ir::Var;
+using ir::VarRef;
+using types::Builtin;
+
+template <class Backend> class Evaluator {
+public:
+  Evaluator(const Module& m, Backend& backend, int max_depth)
+      : m_(m), backend_(backend), max_depth_(max_depth) {
+    stack_.reserve(1024);
+    // Native stack left to this evaluation: recursion stops with an error well before it
+    // runs out, whatever the thread's stack size.
+    stack_top_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    size_t size = 8u << 20;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t sz = 0;
+      if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0) {
+        uintptr_t lo = reinterpret_cast<uintptr_t>(addr);
+        if (stack_top_ > lo) size = stack_top_ - lo;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    stack_budget_ = size > (256u << 10) ? size - (192u << 10) : size / 2;
+  }
+
+  Value call_entry(const FnDecl& f, const Values& args) { return call_fn(f, args, Span{}); }
+
+  /// Evaluates a function body on `args` (what a backend calls to inline a call).
+  Value call_fn(const FnDecl& f, const Values& args, const Span& at) { return call_fn_impl(f, args, at); }
+
+private:
+  const Module& m_;
+  Backend& backend_;
+  int max_depth_;
+  int depth_ = 0;
+  uintptr_t stack_top_ = 0;
+  size_t stack_budget_ = 0;
+  std::vector<Value> stack_;
+
+  struct Frame {
+    size_t base;
+    const Values* captures;
+  };
+
+public:
+  [[noreturn]] void fail(const Span& s, const std::string& msg) {
+    throw Error(s.str() + ": error: " + msg);
+  }
+
+  struct DepthGuard {
+    Evaluator& e;
+    DepthGuard(Evaluator& ev, const Span& s) : e(ev) {
+      uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+      bool out_of_stack = e.stack_top_ > here && e.stack_top_ - here > e.stack_budget_;
+      if (++e.depth_ > e.max_depth_ || out_of_stack) {
+        --e.depth_;
+        e.fail(s, "recursion deeper than " + std::to_string(out_of_stack ? e.depth_ : e.max_depth_) +
+                      " calls" + (out_of_stack ? " (out of native stack)" : ""));
+      }
+    }
+    ~DepthGuard() { --e.depth_; }
+  };
+
+  Value call_fn_impl(const FnDecl& f, const Values& args, const Span& at) {
+    DepthGuard g(*this, at.known() ? at : f.span);
+    size_t base = stack_.size();
+    stack_.resize(base + static_cast<size_t>(f.frame_size));
+    for (size_t i = 0; i < args.size(); ++i) stack_[base + f.param_slots[i]] = args[i];
+    Frame fr{base, nullptr};
+    Value r = eval(f.body, fr);
+    stack_.resize(base);
+    return r;
+  }
+
+  Value call_closure(const Closure& c, const Values& args, const Span& at) {
+    if (!c.lambda) {
+      const FnDecl& f = *m_.fns()[static_cast<size_t>(c.fn_index)];
+      if (auto v = backend_.call(f, c.fn_index, args, at)) return *v;
+      return call_fn(f, args, at);
+    }
+    const Lambda& l = *c.lambda;
+    DepthGuard g(*this, at);
+    size_t base = stack_.size();
+    stack_.resize(base + static_cast<size_t>(l.frame_size));
+    for (size_t i = 0; i < args.size(); ++i) stack_[base + l.param_slots[i]] = args[i];
+    Frame fr{base, &c.captures};
+    Value r = eval(l.body, fr);
+    stack_.resize(base);
+    return r;
+  }
+
+  Value lookup(const VarRef& r, const Frame& fr, const Span& s) {
+    switch (r.kind) {
+    case VarRef::Kind::Local: return stack_[fr.base + static_cast<size_t>(r.index)];
+    case VarRef::Kind::Capture: return (*fr.captures)[static_cast<size_t>(r.index)];
+    case VarRef::Kind::Param: return backend_.param(r.index);
+    case VarRef::Kind::Global: {
+      auto c = std::make_shared<Closure>();
+      c->fn_index = r.index;
+      return Value::closure(std::move(c));
+    }
+    case VarRef::Kind::Ctor: return Value::adt(r.index, {});
+    default: fail(s, "unresolved name (the module was not checked)");
+    }
+  }
+
+  void bind(const Pattern& p, const Value& v, const Frame& fr) {
+    switch (p.kind) {
+    case Pattern::Kind::Wild: return;
+    case Pattern::Kind::Name: stack_[fr.base + static_cast<size_t>(p.slot)] = v; return;
+    case Pattern::Kind::Tuple:
+      for (size_t i = 0; i < p.elems.size(); ++i) bind(p.elems[i], v.items()[i], fr);
+      return;
+    }
+  }
+
+  Value eval(const Expr& e, const Frame& fr) {
+    switch (e->kind) {
+    case ExprKind::IntLit: return Value::integer(e->cast<IntLit>().value);
+    case ExprKind::BoolLit: return Value::boolean(e->cast<BoolLit>().value);
+    case ExprKind::FloatLit:
+      return Value::tensor(Tensor::scalar_f32(static_cast<float>(e->cast<FloatLit>().value)));
+    case ExprKind::Var: return lookup(e->cast<Var>().ref, fr, e->span);
+    case ExprKind::Tuple: {
+      Values xs;
+      for (const auto& x : e->cast<ir::Tuple>().elems) xs.push_back(eval(x, fr));
+      return Value::tuple(std::move(xs));
+    }
+    case ExprKind::Proj: {
+      const auto& p = e->cast<Proj>();
+      Value t = eval(p.tuple, fr);
+      return t.items()[static_cast<size_t>(p.index)];
+    }
+    case ExprKind::Let: {
+      const auto& l = e->cast<Let>();
+      bind(l.pattern, eval(l.value, fr), fr);
+      return eval(l.body, fr);
+    }
+    case ExprKind::If: {
+      const auto& i = e->cast<If>();
+      return eval(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr);
+    }
+    case ExprKind::Match: return eval_match(e->cast<Match>(), fr);
+    case ExprKind::Lambda: {
+      const auto& l = e->cast<Lambda>();
+      auto c = std::make_shared<Closure>();
+      c->lambda = &l;
+      for (const auto& ref : l.captures) c->captures.push_back(lookup(ref, fr, e->span));
+      return Value::closure(std::move(c));
+    }
+    case ExprKind::ListLit: {
+      Values xs;
+      for (const auto& x : e->cast<ListLit>().elems) xs.push_back(eval(x, fr));
+      return Value::list(std::move(xs));
+    }
+    case ExprKind::Binary: return eval_binary(e->cast<Binary>(), fr);
+    case ExprKind::Unary: {
+      const auto& u = e->cast<Unary>();
+      Value v = eval(u.operand, fr);
+      if (u.tensor_op >= 0) return backend_.op(static_cast<ops::OpId>(u.tensor_op), {}, &v, 1, e->span);
+      if (u.op == UnOp::Not) return Value::boolean(!v.as_bool());
+      return Value::integer(static_cast<int64_t>(0ull - static_cast<uint64_t>(v.as_int())));
+    }
+    case ExprKind::Call: return eval_call(e->cast<Call>(), fr);
+    }
+    PEJIT_CHECK(false) << "unknown expression kind";
+  }
+
+  Value eval_match(const Match& mt, const Frame& fr) {
+    Value s = eval(mt.scrutinee, fr);
+    int tag;
+    bool is_list = s.kind() == Value::Kind::List;
+    if (is_list) tag = s.list_size() == 0 ? 0 : 1;
+    else tag = s.tag();
+    for (const auto& arm : mt.arms) {
+      if (!arm.ctor.empty() && arm.ctor_index != tag) continue;
+      if (!arm.ctor.empty()) {
+        for (size_t i = 0; i < arm.slots.size(); ++i) {
+          if (arm.slots[i] < 0) continue;
+          Value& slot = stack_[fr.base + static_cast<size_t>(arm.slots[i])];
+          if (!is_list) slot = s.items()[i];
+          else slot = i == 0 ? s.list_at(0) : s.list_tail();
+        }
+      }
+      return eval(arm.body, fr);
+    }
+    fail(mt.span, "no match arm for this value");
+  }
+
+  Value eval_binary(const Binary& b, const Frame& fr) {
+    // && and || short-circuit.
+    if (b.op == BinOp::And) {
+      if (!eval(b.lhs, fr).as_bool()) return Value::boolean(false);
+      return Value::boolean(eval(b.rhs, fr).as_bool());
+    }
+    if (b.op == BinOp::Or) {
+      if (eval(b.lhs, fr).as_bool()) return Value::boolean(true);
+      return Value::boolean(eval(b.rhs, fr).as_bool());
+    }
+    Value args[2] = {eval(b.lhs, fr), eval(b.rhs, fr)};
+    if (b.tensor_op >= 0) return backend_.op(static_cast<ops::OpId>(b.tensor_op), {}, args, 2, b.span);
+    if (args[0].kind() == Value::Kind::Bool) {
+      bool x = args[0].as_bool(), y = args[1].as_bool();
+      return Value::boolean(b.op == BinOp::Eq ? x == y : x != y);
+    }
+    int64_t x = args[0].as_int(), y = args[1].as_int();
+    auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
+    switch (b.op) {
+    case BinOp::Add: return Value::integer(static_cast<int64_t>(ux + uy));
+    case BinOp::Sub: return Value::integer(static_cast<int64_t>(ux - uy));
+    case BinOp::Mul: return Value::integer(static_cast<int64_t>(ux * uy));
+    case BinOp::Div:
+    case BinOp::Mod:
+      if (y == 0) fail(b.span, "Int division by zero");
+      if (x == INT64_MIN && y == -1) fail(b.span, "Int division overflows");
+      return Value::integer(b.op == BinOp::Div ? x / y : x % y);
+    case BinOp::Lt: return Value::boolean(x < y);
+    case BinOp::Le: return Value::boolean(x <= y);
+    case BinOp::Gt: return Value::boolean(x > y);
+    case BinOp::Ge: return Value::boolean(x >= y);
+    case BinOp::Eq: return Value::boolean(x == y);
+    case BinOp::Ne: return Value::boolean(x != y);
+    default: break;
+    }
+    PEJIT_CHECK(false) << "bad scalar operator";
+  }
+
+  Values eval_args(const Call& c, const Frame& fr) {
+    Values xs;
+    xs.reserve(c.args.size());
+    for (const auto& a : c.args) xs.push_back(eval(a, fr));
+    return xs;
+  }
+
+  Value apply(const Value& f, const Values& args, const Span& s) {
+    return call_closure(f.as_closure(), args, s);
+  }
+
+  Value eval_call(const Call& c, const Frame& fr) {
+    switch (c.ref.kind) {
+    case VarRef::Kind::Global: {
+      const FnDecl& f = *m_.fns()[static_cast<size_t>(c.ref.index)];
+      Values args = eval_args(c, fr);
+      if (auto v = backend_.call(f, c.ref.index, args, c.span)) return *v;
+      return call_fn(f, args, c.span);
+    }
+    case VarRef::Kind::Ctor: {
+      if (c.ref.adt == types::kListAdt) {
+        if (c.ref.index == 0) return Value::list({});
+        Value h = eval(c.args[0], fr);
+        Value t = eval(c.args[1], fr);
+        Values xs;
+        xs.reserve(t.list_size() + 1);
+        xs.push_back(std::move(h));
+        for (size_t i = 0; i < t.list_size(); ++i) xs.push_back(t.list_at(i));
+        return Value::list(std::move(xs));
+      }
+      return Value::adt(c.ref.index, eval_args(c, fr));
+    }
+    case VarRef::Kind::Op: return eval_op(c, fr);
+    case VarRef::Kind::Builtin: return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
+    default: {
+      Value f = eval(c.callee, fr);
+      return apply(f, eval_args(c, fr), c.span);
+    }
+    }
+  }
+
+  // Kept out of eval_call's frame so that deep recursion uses little native stack.
+  __attribute__((noinline)) Value eval_op(const Call& c, const Frame& fr) {
+    size_t n = static_cast<size_t>(c.tensor_args);
+    Values args;
+    args.reserve(n);
+    for (size_t i = 0; i < n; ++i) args.push_back(eval(c.args[i], fr));
+    ops::Attr attr{c.attr_ints};
+    auto id = static_cast<ops::OpId>(c.ref.index);
+    if (id == ops::OpId::Split) {
+      Values parts;
+      backend_.op(id, attr, args.data(), n, c.span, &parts);
+      return Value::tuple(std::move(parts));
+    }
+    return backend_.op(id, attr, args.data(), n, c.span);
+  }
+
+  Value eval_builtin(const Call& c, Builtin b, const Frame& fr) {
+    switch (b) {
+    case Builtin::Map: {
+      Value f = eval(c.args[0], fr);
+      Value xs = eval(c.args[1], fr);
+      Values out;
+      out.reserve(xs.list_size());
+      Values arg(1);
+      for (size_t i = 0; i < xs.list_size(); ++i) {
+        arg[0] = xs.list_at(i);
+        out.push_back(apply(f, arg, c.span));
+      }
+      return Value::list(std::move(out));
+    }
+    case Builtin::Fold: {
+      Value f = eval(c.args[0], fr);
+      Value acc = eval(c.args[1], fr);
+      Value xs = eval(c.args[2], fr);
+      Values arg(2);
+      for (size_t i = 0; i < xs.list_size(); ++i) {
+        arg[0] = acc;
+        arg[1] = xs.list_at(i);
+        acc = apply(f, arg, c.span);
+      }
+      return acc;
+    }
+    case Builtin::SumList: return backend_.sum_list(eval(c.args[0], fr), c.type, c.span);
+    case Builtin::Append: {
+      Value a = eval(c.args[0], fr);
+      Value b = eval(c.args[1], fr);
+      Values xs;
+      xs.reserve(a.list_size() + b.list_size());
+      for (size_t i = 0; i < a.list_size(); ++i) xs.push_back(a.list_at(i));
+      for (size_t i = 0; i < b.list_size(); ++i) xs.push_back(b.list_at(i));
+      return Value::list(std::move(xs));
+    }
+    case Builtin::Length:
+      return Value::integer(static_cast<int64_t>(eval(c.args[0], fr).list_size()));
+    case Builtin::ToInt: return backend_.to_int(eval(c.args[0], fr), c.span);
+    case Builtin::ToBool: return backend_.to_bool(eval(c.args[0], fr), c.span);
+    }
+    PEJIT_CHECK(false) << "unknown builtin";
+  }
+};
+
+
+} // namespace pejit::interp
