@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace pejit::spec {
@@ -66,7 +67,7 @@ public:
 
 private:
   std::vector<Template> templates_;
-  std::vector<std::string> keys_;
+  std::unordered_map<std::string, int32_t> ids_;
 };
 
 /// One template call (tmpl >= 0), or an n-ary sum of same-shaped f32 tensors (tmpl == kSumN).

@@ -27,18 +27,17 @@ BoostGraph to_boost(const Graph& g) {
   return b;
 }
 
-template <class G>
-std::vector<bool> reach(const G& bg, size_t n, std::span<const NodeId> roots) {
+template <class G> std::vector<bool> reach(const G& bg, size_t n, std::span<const NodeId> roots) {
   std::vector<boost::default_color_type> color(n, boost::white_color);
-  auto cmap = boost::make_iterator_property_map(
-      color.begin(), boost::get(boost::vertex_index, bg));
+  auto cmap = boost::make_iterator_property_map(color.begin(), boost::get(boost::vertex_index, bg));
   for (NodeId r : roots) {
     PEJIT_CHECK(r >= 0 && static_cast<size_t>(r) < n) << "bad root " << r;
     if (color[static_cast<size_t>(r)] == boost::white_color)
       boost::depth_first_visit(bg, static_cast<size_t>(r), boost::dfs_visitor<>(), cmap);
   }
   std::vector<bool> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = color[i] != boost::white_color;
+  for (size_t i = 0; i < n; ++i)
+    out[i] = color[i] != boost::white_color;
   return out;
 }
 
@@ -54,7 +53,8 @@ std::vector<NodeId> topological_order(const Graph& g) {
 
 std::vector<bool> reachable_from(const Graph& g, std::span<const NodeId> roots, Direction dir) {
   BoostGraph b = to_boost(g);
-  if (dir == Direction::Users) return reach(b, g.size(), roots);
+  if (dir == Direction::Users)
+    return reach(b, g.size(), roots);
   return reach(boost::make_reverse_graph(b), g.size(), roots);
 }
 
@@ -62,6 +62,8 @@ std::vector<bool> live(const Graph& g, std::span<const NodeId> outputs) {
   return reachable_from(g, outputs.empty() ? g.outputs() : outputs, Direction::Operands);
 }
 
-size_t num_edges(const Graph& g) { return boost::num_edges(to_boost(g)); }
+size_t num_edges(const Graph& g) {
+  return boost::num_edges(to_boost(g));
+}
 
 } // namespace pejit::graph

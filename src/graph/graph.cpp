@@ -17,12 +17,17 @@ using ops::OpId;
 
 namespace {
 
-ir::Elem elem_of(DType d) { return d == DType::F32 ? ir::Elem::F32 : ir::Elem::I32; }
-DType dtype_of(ir::Elem e) { return e == ir::Elem::F32 ? DType::F32 : DType::I32; }
+ir::Elem elem_of(DType d) {
+  return d == DType::F32 ? ir::Elem::F32 : ir::Elem::I32;
+}
+DType dtype_of(ir::Elem e) {
+  return e == ir::Elem::F32 ? DType::F32 : DType::I32;
+}
 
 ir::Type to_ir(const ShapeType& t) {
   std::vector<ir::Dim> d;
-  for (int64_t v : t.dims) d.push_back(ir::Dim::of(v));
+  for (int64_t v : t.dims)
+    d.push_back(ir::Dim::of(v));
   return ir::t_tensor(elem_of(t.dtype), std::move(d));
 }
 
@@ -36,7 +41,9 @@ ShapeType from_ir(const ir::Type& t) {
   return s;
 }
 
-ShapeType f32(std::vector<int64_t> dims) { return ShapeType{DType::F32, std::move(dims)}; }
+ShapeType f32(std::vector<int64_t> dims) {
+  return ShapeType{DType::F32, std::move(dims)};
+}
 
 std::string dims_str(const std::vector<int64_t>& d) {
   return fmt::format("[{}]", fmt::join(d, ", "));
@@ -44,10 +51,12 @@ std::string dims_str(const std::vector<int64_t>& d) {
 
 // True when `from` broadcasts (numpy rules) to exactly `to`.
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
-  if (from.size() > to.size()) return false;
+  if (from.size() > to.size())
+    return false;
   size_t off = to.size() - from.size();
   for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[off + i]) return false;
+    if (from[i] != 1 && from[i] != to[off + i])
+      return false;
   return true;
 }
 
@@ -61,11 +70,15 @@ uint64_t hash_node(const Node& n) {
   h = mix(h, n.output_index);
   h = mix(h, n.slot);
   h = mix(h, std::bit_cast<uint32_t>(n.value));
-  for (NodeId o : n.operands) h = mix(h, static_cast<uint64_t>(o));
-  for (int64_t v : n.attr.ints) h = mix(h, static_cast<uint64_t>(v));
-  for (int32_t v : n.index_map) h = mix(h, static_cast<uint32_t>(v));
-  if (n.kind == Kind::Const)
-    for (int64_t v : n.type.dims) h = mix(h, static_cast<uint64_t>(v));
+  for (NodeId o : n.operands)
+    h = mix(h, static_cast<uint64_t>(o));
+  for (int64_t v : n.attr.ints)
+    h = mix(h, static_cast<uint64_t>(v));
+  for (int32_t v : n.index_map)
+    h = mix(h, static_cast<uint32_t>(v));
+  if (n.kind == Kind::Const || n.kind == Kind::Scatter)
+    for (int64_t v : n.type.dims)
+      h = mix(h, static_cast<uint64_t>(v));
   return h;
 }
 
@@ -78,7 +91,8 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
   if (static_cast<int>(in.size()) != want)
     return fmt::format("takes {} operands, got {}", want, in.size());
   auto same = [&](size_t a, size_t b) -> std::string {
-    if (in[a].dims == in[b].dims) return "";
+    if (in[a].dims == in[b].dims)
+      return "";
     return fmt::format("operands {} and {} differ: {} vs {}", a + 1, b + 1, in[a].str(),
                        in[b].str());
   };
@@ -94,13 +108,15 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
   case GradOp::SoftmaxBwd:
   case GradOp::LogSoftmaxBwd:
     if (g == GradOp::SoftmaxBwd || g == GradOp::LogSoftmaxBwd)
-      if (in[0].dims.empty()) return "needs at least one dimension";
+      if (in[0].dims.empty())
+        return "needs at least one dimension";
     out = f32(in[0].dims);
     return same(0, 1);
   case GradOp::CrossEntropyBwd: {
-    ops::ShapeResult r = ops::op_result_type(OpId::CrossEntropy, std::vector{to_ir(in[0]), to_ir(in[1])},
-                                        {});
-    if (!r.ok()) return r.error;
+    ops::ShapeResult r =
+        ops::op_result_type(OpId::CrossEntropy, std::vector{to_ir(in[0]), to_ir(in[1])}, {});
+    if (!r.ok())
+      return r.error;
     if (from_ir(r.type) != in[2])
       return fmt::format("gradient {} does not match cross_entropy's result {}", in[2].str(),
                          ir::type_str(r.type));
@@ -118,10 +134,13 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
       return fmt::format("{} does not broadcast to {}", dims_str(in[0].dims), dims_str(in[1].dims));
     return "";
   case GradOp::UnsumAxis: {
-    if (attr.ints.size() != 1) return "takes one axis";
+    if (attr.ints.size() != 1)
+      return "takes one axis";
     int64_t r = static_cast<int64_t>(in[1].dims.size()), ax = attr.ints[0];
-    if (ax < 0) ax += r;
-    if (ax < 0 || ax >= r) return fmt::format("axis {} out of range for {}", attr.ints[0], in[1].str());
+    if (ax < 0)
+      ax += r;
+    if (ax < 0 || ax >= r)
+      return fmt::format("axis {} out of range for {}", attr.ints[0], in[1].str());
     auto d = in[1].dims;
     d.erase(d.begin() + ax);
     if (d != in[0].dims)
@@ -131,8 +150,10 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
   }
   case GradOp::MatMulGradA:
   case GradOp::MatMulGradB: {
-    ops::ShapeResult r = ops::op_result_type(OpId::MatMul, std::vector{to_ir(in[1]), to_ir(in[2])}, {});
-    if (!r.ok()) return r.error;
+    ops::ShapeResult r =
+        ops::op_result_type(OpId::MatMul, std::vector{to_ir(in[1]), to_ir(in[2])}, {});
+    if (!r.ok())
+      return r.error;
     if (from_ir(r.type) != in[0])
       return fmt::format("gradient {} does not match matmul's result {}", in[0].str(),
                          ir::type_str(r.type));
@@ -140,8 +161,10 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
     return "";
   }
   case GradOp::TakeGrad: {
-    ops::ShapeResult r = ops::op_result_type(OpId::Take, std::vector{to_ir(in[2]), to_ir(in[0])}, {});
-    if (!r.ok()) return r.error;
+    ops::ShapeResult r =
+        ops::op_result_type(OpId::Take, std::vector{to_ir(in[2]), to_ir(in[0])}, {});
+    if (!r.ok())
+      return r.error;
     if (from_ir(r.type) != in[1])
       return fmt::format("gradient {} does not match take's result {}", in[1].str(),
                          ir::type_str(r.type));
@@ -149,16 +172,19 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
     return "";
   }
   case GradOp::PadSlice: {
-    if (attr.ints.size() != 2) return "takes {start, end}";
+    if (attr.ints.size() != 2)
+      return "takes {start, end}";
     const auto& x = in[1].dims;
-    if (x.empty()) return "needs rank >= 1";
+    if (x.empty())
+      return "needs rank >= 1";
     int64_t s = attr.ints[0], e = attr.ints[1];
     if (s < 0 || e < s || e > x.back())
       return fmt::format("range [{}, {}) out of bounds for {}", s, e, in[1].str());
     auto d = x;
     d.back() = e - s;
-    if (d != in[0].dims) return fmt::format("gradient {} is not a [{}, {}) slice of {}",
-                                            in[0].str(), s, e, in[1].str());
+    if (d != in[0].dims)
+      return fmt::format("gradient {} is not a [{}, {}) slice of {}", in[0].str(), s, e,
+                         in[1].str());
     out = f32(x);
     return "";
   }
@@ -167,14 +193,16 @@ std::string grad_type(GradOp g, std::span<const ShapeType> in, const ops::Attr& 
     if (in[0].numel() != in[1].numel())
       return fmt::format("{} and {} differ in size", in[0].str(), in[1].str());
     return "";
-  case GradOp::Count: break;
+  case GradOp::Count:
+    break;
   }
   PEJIT_CHECK(false) << "unknown gradient op";
 }
 
 std::string types_str(const Graph& g, std::span<const NodeId> ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + g.type(ids[i]).str();
+  for (size_t i = 0; i < ids.size(); ++i)
+    s += (i ? ", " : "") + g.type(ids[i]).str();
   return s;
 }
 
@@ -182,24 +210,34 @@ std::string types_str(const Graph& g, std::span<const NodeId> ids) {
 
 const char* kind_name(Kind k) {
   switch (k) {
-  case Kind::Input: return "input";
-  case Kind::Const: return "const";
-  case Kind::Op: return "op";
-  case Kind::Grad: return "grad";
-  case Kind::Gather: return "gather";
-  case Kind::Scatter: return "scatter";
-  case Kind::SumN: return "sum_n";
+  case Kind::Input:
+    return "input";
+  case Kind::Const:
+    return "const";
+  case Kind::Op:
+    return "op";
+  case Kind::Grad:
+    return "grad";
+  case Kind::Gather:
+    return "gather";
+  case Kind::Scatter:
+    return "scatter";
+  case Kind::SumN:
+    return "sum_n";
   }
   return "?";
 }
 
 int64_t ShapeType::numel() const {
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims)
+    n *= d;
   return n;
 }
 
-std::string ShapeType::str() const { return dtype_name(dtype) + dims_str(dims); }
+std::string ShapeType::str() const {
+  return dtype_name(dtype) + dims_str(dims);
+}
 
 ShapeType type_of(const Tensor& t) {
   auto d = t.shape().dims();
@@ -210,8 +248,11 @@ bool Node::same_as(const Node& o) const {
   if (kind != o.kind || code != o.code || output_index != o.output_index || slot != o.slot ||
       operands != o.operands || !(attr == o.attr) || index_map != o.index_map)
     return false;
+  // The type is implied by the operands except for constants and a scatter's row count.
   if (kind == Kind::Const)
     return std::bit_cast<uint32_t>(value) == std::bit_cast<uint32_t>(o.value) && type == o.type;
+  if (kind == Kind::Scatter)
+    return type == o.type;
   return true;
 }
 
@@ -222,14 +263,15 @@ const Node& Graph::node(NodeId id) const {
 
 void Graph::check_id(NodeId id, const char* what) const {
   if (id < 0 || static_cast<size_t>(id) >= nodes_.size())
-    throw Error(fmt::format("graph: {}: operand %{} does not exist ({} nodes)", what, id,
-                            nodes_.size()));
+    throw Error(
+        fmt::format("graph: {}: operand %{} does not exist ({} nodes)", what, id, nodes_.size()));
 }
 
 NodeId Graph::find(const Node& n) const {
   auto [b, e] = index_.equal_range(hash_node(n));
   for (auto it = b; it != e; ++it)
-    if (nodes_[static_cast<size_t>(it->second)].same_as(n)) return it->second;
+    if (nodes_[static_cast<size_t>(it->second)].same_as(n))
+      return it->second;
   return kNoNode;
 }
 
@@ -237,7 +279,8 @@ NodeId Graph::intern(Node n) {
   uint64_t h = hash_node(n);
   auto [b, e] = index_.equal_range(h);
   for (auto it = b; it != e; ++it)
-    if (nodes_[static_cast<size_t>(it->second)].same_as(n)) return it->second;
+    if (nodes_[static_cast<size_t>(it->second)].same_as(n))
+      return it->second;
   auto id = static_cast<NodeId>(nodes_.size());
   nodes_.push_back(std::move(n));
   index_.emplace(h, id);
@@ -246,7 +289,8 @@ NodeId Graph::intern(Node n) {
 
 NodeId Graph::input(uint32_t slot, ShapeType type) {
   for (int64_t d : type.dims)
-    if (d < 0) throw Error("graph: input #" + std::to_string(slot) + ": negative dimension");
+    if (d < 0)
+      throw Error("graph: input #" + std::to_string(slot) + ": negative dimension");
   Node n;
   n.kind = Kind::Input;
   n.slot = slot;
@@ -263,7 +307,8 @@ NodeId Graph::input(uint32_t slot, ShapeType type) {
 
 NodeId Graph::constant(float v, std::vector<int64_t> dims) {
   for (int64_t d : dims)
-    if (d < 0) throw Error("graph: constant with a negative dimension " + dims_str(dims));
+    if (d < 0)
+      throw Error("graph: constant with a negative dimension " + dims_str(dims));
   Node n;
   n.kind = Kind::Const;
   n.value = v;
@@ -285,8 +330,8 @@ NodeId Graph::op(OpId id, std::span<const NodeId> operands, const ops::Attr& att
   ir::Type t = r.type;
   if (t->kind == ir::TypeKind::Tuple) {
     if (output_index >= t->elems.size())
-      throw Error(fmt::format("graph: {} has {} results, not {}", nm, t->elems.size(),
-                              output_index + 1));
+      throw Error(
+          fmt::format("graph: {} has {} results, not {}", nm, t->elems.size(), output_index + 1));
     t = t->elems[output_index];
   } else if (output_index != 0) {
     throw Error(fmt::format("graph: {} has one result, not {}", nm, output_index + 1));
@@ -305,7 +350,8 @@ std::vector<NodeId> Graph::op_results(OpId id, std::span<const NodeId> operands,
                                       const ops::Attr& attr) {
   std::vector<NodeId> out;
   int n = ops::op_num_results(id, attr);
-  for (int i = 0; i < n; ++i) out.push_back(op(id, operands, attr, static_cast<uint32_t>(i)));
+  for (int i = 0; i < n; ++i)
+    out.push_back(op(id, operands, attr, static_cast<uint32_t>(i)));
   return out;
 }
 
@@ -329,7 +375,8 @@ NodeId Graph::grad(GradOp id, std::span<const NodeId> operands, const ops::Attr&
 NodeId Graph::gather(NodeId src, std::vector<int32_t> index_map) {
   check_id(src, "gather");
   const ShapeType& s = type(src);
-  if (s.dims.empty()) throw Error("graph: gather needs a source of rank >= 1, got " + s.str());
+  if (s.dims.empty())
+    throw Error("graph: gather needs a source of rank >= 1, got " + s.str());
   for (int32_t i : index_map)
     if (i < 0 || i >= s.dims[0])
       throw Error(fmt::format("graph: gather: index {} out of range for {}", i, s.str()));
@@ -345,11 +392,13 @@ NodeId Graph::gather(NodeId src, std::vector<int32_t> index_map) {
 NodeId Graph::scatter(NodeId src, std::vector<int32_t> index_map, int64_t rows) {
   check_id(src, "scatter");
   const ShapeType& s = type(src);
-  if (s.dims.empty()) throw Error("graph: scatter needs a source of rank >= 1, got " + s.str());
+  if (s.dims.empty())
+    throw Error("graph: scatter needs a source of rank >= 1, got " + s.str());
   if (static_cast<int64_t>(index_map.size()) != s.dims[0])
     throw Error(fmt::format("graph: scatter: {} indices for the {} rows of {}", index_map.size(),
                             s.dims[0], s.str()));
-  if (s.dtype != DType::F32) throw Error("graph: scatter needs f32, got " + s.str());
+  if (s.dtype != DType::F32)
+    throw Error("graph: scatter needs f32, got " + s.str());
   for (int32_t i : index_map)
     if (i < 0 || i >= rows)
       throw Error(fmt::format("graph: scatter: index {} out of range for {} rows", i, rows));
@@ -363,9 +412,12 @@ NodeId Graph::scatter(NodeId src, std::vector<int32_t> index_map, int64_t rows) 
 }
 
 NodeId Graph::sum_n(std::span<const NodeId> operands) {
-  if (operands.empty()) throw Error("graph: sum_n needs at least one operand");
-  for (NodeId o : operands) check_id(o, "sum_n");
-  if (operands.size() == 1) return operands[0];
+  if (operands.empty())
+    throw Error("graph: sum_n needs at least one operand");
+  for (NodeId o : operands)
+    check_id(o, "sum_n");
+  if (operands.size() == 1)
+    return operands[0];
   const ShapeType& t = type(operands[0]);
   for (NodeId o : operands)
     if (!(type(o) == t))

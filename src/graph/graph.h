@@ -82,8 +82,9 @@ public:
   /// Registry op application; `output_index` selects the result of a multi-result op.
   NodeId op(ops::OpId id, std::span<const NodeId> operands, const ops::Attr& attr = {},
             uint32_t output_index = 0);
-  NodeId op(ops::OpId id, std::initializer_list<NodeId> operands, const ops::Attr& attr = {}) {
-    return op(id, std::span<const NodeId>(operands.begin(), operands.size()), attr);
+  NodeId op(ops::OpId id, std::initializer_list<NodeId> operands, const ops::Attr& attr = {},
+            uint32_t output_index = 0) {
+    return op(id, std::span<const NodeId>(operands.begin(), operands.size()), attr, output_index);
   }
   /// All results of an op (one node each): split(x, n) gives n ids.
   std::vector<NodeId> op_results(ops::OpId id, std::span<const NodeId> operands,
@@ -101,7 +102,8 @@ public:
   /// The n-ary sum (n >= 1) of same-typed nodes; n == 1 returns the operand itself.
   NodeId sum_n(std::span<const NodeId> operands);
 
-  /// The existing id of a node equal to `n` (type ignored except for leaves), or kNoNode.
+  /// The existing id of a node equal to `n`, or kNoNode. The type is compared only where the
+  /// operands do not imply it (Const, Scatter); for Input only the slot counts.
   NodeId find(const Node& n) const;
 
   size_t size() const { return nodes_.size(); }

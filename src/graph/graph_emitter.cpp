@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace pejit::graph {
 
 using ops::Handle;
@@ -24,9 +26,13 @@ ops::Handle GraphEmitter::grad_op(ops::GradOp id, std::span<const Handle> in,
   return g_.grad(id, in, attr);
 }
 
-ops::Handle GraphEmitter::scalar(float v) { return g_.constant(v); }
+ops::Handle GraphEmitter::scalar(float v) {
+  return g_.constant(v);
+}
 
-std::vector<int64_t> GraphEmitter::shape(Handle h) { return g_.type(h).dims; }
+std::vector<int64_t> GraphEmitter::shape(Handle h) {
+  return g_.type(h).dims;
+}
 
 namespace {
 
@@ -35,7 +41,8 @@ public:
   Differentiator(Graph& g, NodeId loss, std::span<const NodeId> wrt) : g_(g), em_(g) {
     needs_ = reachable_from(g, wrt, Direction::Users);
     auto anc = reachable_from(g, std::span<const NodeId>(&loss, 1), Direction::Operands);
-    for (size_t i = 0; i < needs_.size(); ++i) relevant_.push_back(needs_[i] && anc[i]);
+    for (size_t i = 0; i < needs_.size(); ++i)
+      relevant_.push_back(needs_[i] && anc[i]);
     contrib_.resize(g.size());
   }
 
@@ -47,11 +54,14 @@ public:
     if (relevant_[static_cast<size_t>(loss)])
       contrib_[static_cast<size_t>(loss)].push_back(g_.constant(1.0f, g_.type(loss).dims));
     for (size_t i = n; i-- > 0;) {
-      if (!relevant_[i]) continue;
-      auto id = static_cast<NodeId>(i);
-      // wrt nodes keep their gradient; others are finalized when visited.
-      if (g_.node(id).operands.empty()) continue;
-      visit(id);
+      if (!relevant_[i])
+        continue;
+      // Leaves and wrt nodes computed from no other wrt node end the sweep.
+      const auto& ops = g_.nodes()[i].operands;
+      if (std::none_of(ops.begin(), ops.end(),
+                       [&](NodeId o) { return needs_[static_cast<size_t>(o)]; }))
+        continue;
+      visit(static_cast<NodeId>(i));
     }
     std::vector<NodeId> out;
     for (NodeId w : wrt) {
@@ -64,19 +74,23 @@ public:
 private:
   // The accumulated gradient of `id` (kNoNode if none); one SumN for fan-out.
   NodeId total(NodeId id) {
-    if (static_cast<size_t>(id) >= contrib_.size()) return kNoNode;
+    if (static_cast<size_t>(id) >= contrib_.size())
+      return kNoNode;
     auto& c = contrib_[static_cast<size_t>(id)];
-    if (c.empty()) return kNoNode;
-    if (c.size() > 1) c = {g_.sum_n(c)};
+    if (c.empty())
+      return kNoNode;
+    if (c.size() > 1)
+      c = {g_.sum_n(c)};
     return c[0];
   }
 
   void add(NodeId to, NodeId grad) {
-    if (grad == kNoNode || !needs_[static_cast<size_t>(to)]) return;
-    if (g_.type(to).dtype != DType::F32) return; // integer tensors take no gradient
-    PEJIT_CHECK(g_.type(grad) == g_.type(to))
-        << "gradient " << g_.type(grad).str() << " for node %" << to << " of type "
-        << g_.type(to).str();
+    if (grad == kNoNode || !needs_[static_cast<size_t>(to)])
+      return;
+    if (g_.type(to).dtype != DType::F32)
+      return; // integer tensors take no gradient
+    PEJIT_CHECK(g_.type(grad) == g_.type(to)) << "gradient " << g_.type(grad).str() << " for node %"
+                                              << to << " of type " << g_.type(to).str();
     contrib_[static_cast<size_t>(to)].push_back(grad);
   }
 
@@ -84,14 +98,16 @@ private:
     const Node n = g_.node(id); // copy: the arena grows below
     switch (n.kind) {
     case Kind::Input:
-    case Kind::Const: return;
+    case Kind::Const:
+      return;
     case Kind::Grad:
       throw Error(fmt::format("differentiate: %{} is {}, which has no gradient (second-order "
                               "derivatives are not supported)",
                               id, ops::grad_op_name(n.grad_op())));
     case Kind::SumN: {
       NodeId gy = total(id);
-      for (NodeId o : n.operands) add(o, gy);
+      for (NodeId o : n.operands)
+        add(o, gy);
       return;
     }
     case Kind::Gather: {
@@ -102,10 +118,13 @@ private:
     }
     case Kind::Scatter: {
       NodeId gy = total(id);
-      if (gy != kNoNode) add(n.operands[0], g_.gather(gy, n.index_map));
+      if (gy != kNoNode)
+        add(n.operands[0], g_.gather(gy, n.index_map));
       return;
     }
-    case Kind::Op: visit_op(id, n); return;
+    case Kind::Op:
+      visit_op(id, n);
+      return;
     }
   }
 
@@ -132,21 +151,24 @@ private:
       gouts.push_back(gy);
       any = any || gy != kNoNode;
     }
-    if (!any) return;
+    if (!any)
+      return;
     for (size_t j = 0; j < outs.size(); ++j)
-      if (outs[j] == kNoNode) outs[j] = g_.op(n.op(), n.operands, n.attr, static_cast<uint32_t>(j));
+      if (outs[j] == kNoNode)
+        outs[j] = g_.op(n.op(), n.operands, n.attr, static_cast<uint32_t>(j));
     std::vector<Handle> gin;
     ops::op_def(n.op()).grad(em_, n.operands, outs, gouts, n.attr, gin);
     PEJIT_CHECK(gin.size() == n.operands.size())
         << "gradient rule of " << ops::op_name(n.op()) << " returned " << gin.size()
         << " gradients for " << n.operands.size() << " operands";
-    for (size_t j = 0; j < gin.size(); ++j) add(n.operands[j], gin[j]);
+    for (size_t j = 0; j < gin.size(); ++j)
+      add(n.operands[j], gin[j]);
   }
 
   Graph& g_;
   GraphEmitter em_;
-  std::vector<bool> needs_;     ///< by id: depends on some wrt node (or is one)
-  std::vector<bool> relevant_;  ///< by id: needs_ and loss depends on it
+  std::vector<bool> needs_;                  ///< by id: depends on some wrt node (or is one)
+  std::vector<bool> relevant_;               ///< by id: needs_ and loss depends on it
   std::vector<std::vector<NodeId>> contrib_; ///< by id: gradient contributions so far
 };
 
@@ -154,7 +176,8 @@ private:
 
 std::vector<NodeId> differentiate(Graph& g, NodeId loss, std::span<const NodeId> wrt) {
   (void)g.node(loss);
-  for (NodeId w : wrt) (void)g.node(w);
+  for (NodeId w : wrt)
+    (void)g.node(w);
   return Differentiator(g, loss, wrt).run(loss, wrt);
 }
 

@@ -12,12 +12,15 @@ namespace {
 
 std::string head(const Node& n) {
   switch (n.kind) {
-  case Kind::Input: return fmt::format("input #{}", n.slot);
-  case Kind::Const: return fmt::format("const {}", n.value);
+  case Kind::Input:
+    return fmt::format("input #{}", n.slot);
+  case Kind::Const:
+    return fmt::format("const {}", n.value);
   case Kind::Op:
   case Kind::Grad: {
     std::string s = n.kind == Kind::Op ? ops::op_name(n.op()) : ops::grad_op_name(n.grad_op());
-    if (!n.attr.ints.empty()) s += fmt::format("[{}]", fmt::join(n.attr.ints, " "));
+    if (!n.attr.ints.empty())
+      s += fmt::format("[{}]", fmt::join(n.attr.ints, " "));
     if (n.kind == Kind::Op && ops::op_num_results(n.op(), n.attr) > 1)
       s += fmt::format("#{}", n.output_index);
     return s;
@@ -25,13 +28,15 @@ std::string head(const Node& n) {
   case Kind::Gather:
   case Kind::Scatter:
     return fmt::format("{}[{}]", kind_name(n.kind), fmt::join(n.index_map, " "));
-  case Kind::SumN: return "sum_n";
+  case Kind::SumN:
+    return "sum_n";
   }
   return "?";
 }
 
 std::string operands(const Node& n) {
-  if (n.operands.empty()) return "";
+  if (n.operands.empty())
+    return "";
   std::string s = "(";
   for (size_t i = 0; i < n.operands.size(); ++i)
     s += fmt::format("{}%{}", i ? ", " : "", n.operands[i]);
@@ -47,7 +52,8 @@ std::string print_node(const Graph& g, NodeId id) {
 
 std::string print(const Graph& g) {
   std::string s;
-  for (size_t i = 0; i < g.size(); ++i) s += print_node(g, static_cast<NodeId>(i)) + "\n";
+  for (size_t i = 0; i < g.size(); ++i)
+    s += print_node(g, static_cast<NodeId>(i)) + "\n";
   if (!g.outputs().empty()) {
     s += "return";
     for (size_t i = 0; i < g.outputs().size(); ++i)
@@ -59,18 +65,21 @@ std::string print(const Graph& g) {
 
 std::string to_dot(const Graph& g) {
   std::vector<bool> is_out(g.size());
-  for (NodeId o : g.outputs()) is_out[static_cast<size_t>(o)] = true;
+  for (NodeId o : g.outputs())
+    is_out[static_cast<size_t>(o)] = true;
   std::string s = "digraph pejit {\n  node [shape=box, fontname=\"monospace\"];\n";
   for (size_t i = 0; i < g.size(); ++i) {
     const Node& n = g.nodes()[i];
     std::string label = head(n);
     for (char& c : label)
-      if (c == '"') c = '\'';
+      if (c == '"')
+        c = '\'';
     s += fmt::format("  n{} [label=\"%{} {}\\n{}\"{}];\n", i, i, label, n.type.str(),
                      is_out[i] ? ", peripheries=2" : "");
   }
   for (size_t i = 0; i < g.size(); ++i)
-    for (NodeId o : g.nodes()[i].operands) s += fmt::format("  n{} -> n{};\n", o, i);
+    for (NodeId o : g.nodes()[i].operands)
+      s += fmt::format("  n{} -> n{};\n", o, i);
   return s + "}\n";
 }
 

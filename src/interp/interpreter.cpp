@@ -120,6 +120,18 @@ Value Interpreter::run(const std::string& entry, const Values& args, const Param
   return ev.call_entry(f, args);
 }
 
+Value Interpreter::call_function(int fn_index, const Values& args, const Params& params) {
+  if (fn_index < 0 || static_cast<size_t>(fn_index) >= m_->fns().size())
+    throw Error("no function #" + std::to_string(fn_index));
+  const FnDecl& f = *m_->fns()[static_cast<size_t>(fn_index)];
+  if (args.size() != f.params.size())
+    throw Error("function '" + f.name + "' takes " + std::to_string(f.params.size()) +
+                " arguments, got " + std::to_string(args.size()));
+  EagerBackend backend(params, nullptr, dims_);
+  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
+  return ev.call_fn(f, args, f.span);
+}
+
 Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, const Values& args,
                                                    const Params& params) {
   const FnDecl& f = entry_of(*m_, entry, args.size());

@@ -35,6 +35,10 @@ public:
   /// Value of a scalar (f32[]) entry and the gradient of every parameter.
   Gradients value_and_grad(const std::string& entry, const Values& args, const Params& params);
 
+  /// Calls a (non-entry) function directly, without gradients: what a residual program's
+  /// function templates compute, one instance at a time.
+  Value call_function(int fn_index, const Values& args, const Params& params);
+
   const ir::Module& module() const { return *m_; }
   const DimBindings& dims() const { return dims_; }
 

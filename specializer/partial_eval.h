@@ -1,0 +1,63 @@
+// The partial evaluator: runs an entry's control flow on one concrete batch and leaves the
+// residual program, an instance DAG over templates (specializer/residual.h).
+//
+// Design note.
+// - Online: the shared evaluator (interp/evaluator.h) runs the IR; structure (constructor
+//   tags, list spines, Int and Bool values) is concrete, tensors are either known constants
+//   (literals, zeros, what folds from them) or residual references. The checker's binding
+//   times say in advance what will be static; the partial evaluator decides on the values
+//   it actually sees.
+// - Templates (polyvariant, memoized): a call of a function whose parameters are tensors,
+//   Ints and Bools and whose result is tensors (or tuples of them) is not unfolded: it becomes
+//   an instance of the template (function, static Int/Bool arguments, argument shapes),
+//   interned once per run in a TemplateTable. Ops outside any template become one-op
+//   templates. `+` of residual tensors of one shape and `sum_list` stay symbolic and become
+//   one n-ary SumN instance where the sum is used.
+// - Termination: every call and op spends fuel; the budget scales with the size of the
+//   batch's structure (PeOptions). Running out is a refusal, never a hang. Recursion depth is
+//   bounded by the evaluator as on the generic path.
+// - Refusal: control flow on a dynamic value (to_int/to_bool of a residual tensor, and so any
+//   `if`/`match` that needs it) stops partial evaluation with the source location; the
+//   caller runs that batch on the generic path and remembers the refusal.
+// - Not handled: returning lists or ADTs from template-eligible functions (such calls are
+//   unfolded instead), dynamic shapes (shapes are static by construction).
+#pragma once
+
+#include "interp/params.h"
+#include "interp/value.h"
+#include "specializer/residual.h"
+#include "util/diagnostics.h"
+
+#include <string>
+
+namespace pejit::spec {
+
+struct PeOptions {
+  /// Fuel per value of the batch's structure (nodes, list cells, payloads), plus kFuelBase.
+  size_t fuel_per_value = 4096;
+  static constexpr size_t kFuelBase = 100000;
+  int max_depth = 4000;
+};
+
+struct PeResult {
+  bool ok = false;
+  Residual residual;
+  Span where;         ///< refusal: the source location
+  std::string reason; ///< refusal: why
+};
+
+/// Partially evaluates `entry` on `batch` (its single argument). Throws pejit::Error only for
+/// misuse (unknown entry, a batch that does not match the entry's type).
+PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
+                            const std::string& entry, const interp::Value& batch,
+                            TemplateTable& templates, const PeOptions& opt = {});
+
+/// The skeleton key of a batch: a hash of its static structure (constructor tags, list
+/// lengths, Int and Bool values, payload dtypes and shapes), not of payload contents.
+uint64_t skeleton_hash(const interp::Value& batch);
+
+/// Whether calls of `f` become template instances (tensor/Int/Bool parameters, tensor
+/// results, at least one tensor parameter).
+bool is_template_eligible(const ir::FnDecl& f);
+
+} // namespace pejit::spec
