@@ -6,6 +6,8 @@
 #include "ops/emitter.h"
 
 #include <cmath>
+#include <map>
+#include <unordered_map>
 
 namespace pejit::spec {
 
@@ -123,15 +125,14 @@ public:
     bool all_const = true;
     for (size_t i = 0; i < n; ++i) all_const = all_const && is_const(args[i]);
     if (all_const) return fold(id, attr, args, n, s, multi);
-    // `a + b` of residual f32 tensors of one shape stays a symbolic sum.
-    if (id == ops::OpId::Add && !is_const(args[0]) && !is_const(args[1])) {
-      const RVal& a = rv(args[0]);
-      const RVal& b = rv(args[1]);
-      if (a.sig == b.sig && a.sig.dtype == DType::F32) {
+    // `a + b` of f32 tensors of one shape, one of them residual, stays a symbolic sum.
+    if (id == ops::OpId::Add) {
+      TensorSig a = sig(args[0]), b = sig(args[1]);
+      if (a == b && a.dtype == DType::F32) {
         std::vector<Ref> terms = terms_of(args[0]);
         auto tb = terms_of(args[1]);
         terms.insert(terms.end(), tb.begin(), tb.end());
-        return sum_value(std::move(terms), a.sig);
+        return sum_value(std::move(terms), a);
       }
     }
     Template t;
@@ -256,6 +257,7 @@ private:
   size_t used_ = 0;
   std::vector<RVal> rvals_;
   std::map<int, Value> param_vals_;
+  std::unordered_map<std::string, int32_t> const_ids_;
 
   void spend(const Span& s) {
     if (++used_ > fuel_)
@@ -278,9 +280,15 @@ private:
 
   TensorSig sig(const Value& v) const { return is_const(v) ? sig_of(v.as_tensor()) : rv(v).sig; }
 
+  // Equal constants share one index, so instances that take them can share a group.
   Ref const_ref(const Tensor& t) {
-    res_.consts.push_back(t);
-    return Ref{Ref::Kind::Const, static_cast<int32_t>(res_.consts.size() - 1), 0};
+    std::string key(dtype_name(t.dtype()));
+    for (auto d : t.shape().dims()) key += "," + std::to_string(d);
+    key += ":";
+    key.append(static_cast<const char*>(t.raw()), t.nbytes());
+    auto [it, fresh] = const_ids_.emplace(std::move(key), static_cast<int32_t>(res_.consts.size()));
+    if (fresh) res_.consts.push_back(t);
+    return Ref{Ref::Kind::Const, it->second, 0};
   }
 
   std::vector<Ref> terms_of(const Value& v) {

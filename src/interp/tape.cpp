@@ -246,13 +246,24 @@ void accumulate(Tensor& acc, const Tensor& g) {
 } // namespace
 
 std::vector<ParamGrad> Tape::backward(int32_t loss_id) {
+  if (loss_id < 0) return std::vector<ParamGrad>(nparams_); // no parameter reaches the loss
+  PEJIT_CHECK(static_cast<size_t>(loss_id) < vals_.size()) << "bad loss id";
+  std::pair<int32_t, Tensor> seed{loss_id,
+                                  Tensor::full(vals_[static_cast<size_t>(loss_id)].shape(), 1.0f)};
+  return backward(std::span<const std::pair<int32_t, Tensor>>(&seed, 1));
+}
+
+std::vector<ParamGrad> Tape::backward(std::span<const std::pair<int32_t, Tensor>> seeds) {
   ops::register_gradients();
   ops::register_kernels();
   std::vector<ParamGrad> out(nparams_);
-  if (loss_id < 0) return out; // the loss does not depend on any parameter
-  PEJIT_CHECK(static_cast<size_t>(loss_id) < vals_.size()) << "bad loss id";
   std::vector<Tensor> grads(vals_.size());
-  grads[static_cast<size_t>(loss_id)] = Tensor::full(vals_[static_cast<size_t>(loss_id)].shape(), 1.0f);
+  for (const auto& [id, g] : seeds) {
+    if (id < 0) continue;
+    PEJIT_CHECK(static_cast<size_t>(id) < vals_.size()) << "bad seed id";
+    PEJIT_CHECK(g.shape() == vals_[static_cast<size_t>(id)].shape()) << "seed shape mismatch";
+    accumulate(grads[static_cast<size_t>(id)], g);
+  }
 
   // Deferred weight-gradient rows per parameter.
   std::vector<std::vector<std::pair<Tensor, Tensor>>> deferred(nparams_);

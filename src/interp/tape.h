@@ -37,6 +37,8 @@ public:
 
   /// Reverse sweep from `loss_id` (seed 1). Returns one gradient per parameter.
   std::vector<ParamGrad> backward(int32_t loss_id);
+  /// Reverse sweep from several outputs, each seeded with its gradient.
+  std::vector<ParamGrad> backward(std::span<const std::pair<int32_t, Tensor>> seeds);
 
   size_t size() const { return recs_.size(); }
 

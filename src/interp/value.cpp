@@ -28,6 +28,12 @@ Value Value::tensor(Tensor t, int32_t tape_id) {
   return r;
 }
 
+Value Value::batched_tensor(Tensor t, int32_t tape_id) {
+  Value r = tensor(std::move(t), tape_id);
+  r.tag_ = 1;
+  return r;
+}
+
 Value Value::tuple(Values elems) {
   Value r;
   r.kind_ = Kind::Tuple;

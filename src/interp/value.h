@@ -31,6 +31,9 @@ public:
   static Value boolean(bool v);
   /// A tensor; `tape_id` is its node on the AD tape (-1: a constant).
   static Value tensor(Tensor t, int32_t tape_id = -1);
+  /// A tensor holding one row per instance of a batched template call (plan executor).
+  static Value batched_tensor(Tensor t, int32_t tape_id = -1);
+  bool batched() const { return kind_ == Kind::Tensor && tag_ != 0; }
   static Value tuple(Values elems);
   static Value list(Values elems);
   /// ADT value: constructor `tag` (index in its type) and its fields.

@@ -1,0 +1,62 @@
+// Plans: the batching schedule of a residual program. Instances of one template are grouped
+// by level so that each group is one batched call: all leaves in one group, one group per
+// tree level, and instances whose results only feed the final sums (the per-node classifier
+// and loss) moved to the last level, so that they form one group per batch. Every instance's
+// results are rows of its group's result tensors; a group's arguments are either shared by
+// all its instances (a parameter, a constant) or gathered row by row.
+//
+// Algorithm (linear in the instances): levels are ASAP (1 + the highest level of a producer);
+// an instance none of whose results feeds another template call (only SumN instances or the
+// entry's outputs) is then placed at the last level, the end of its [earliest, latest]
+// window. Groups are keyed by (level, template, which arguments are shared and by what), in
+// level order; SumN instances are their own groups after their terms.
+#pragma once
+
+#include "specializer/residual.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pejit::spec {
+
+/// Where one row comes from: a group's result (group, out, row), or an input slot, a
+/// parameter or a constant (Ref kinds other than Inst; row unused).
+struct RowRef {
+  Ref::Kind kind = Ref::Kind::Inst;
+  int32_t index = -1; ///< Inst: group; else the input slot, param or const index
+  int32_t out = 0;
+  int32_t row = 0;
+};
+
+struct GroupArg {
+  bool shared = false;
+  Ref shared_ref;            ///< shared: the same tensor for every row
+  std::vector<RowRef> rows;  ///< not shared: row i comes from rows[i]
+  TensorSig sig;             ///< per-row signature
+};
+
+struct Group {
+  int32_t tmpl = Instance::kSumN;
+  int32_t level = 0;
+  std::vector<int32_t> instances; ///< row i computes instances[i]
+  std::vector<GroupArg> args;     ///< template arguments; for SumN: one arg per term (1 row)
+  std::vector<TensorSig> results; ///< per-row result signatures
+};
+
+struct Plan {
+  std::vector<Group> groups;           ///< in execution order
+  std::vector<RowRef> outputs;         ///< the entry's outputs
+  std::vector<int32_t> group_of, row_of; ///< per instance
+  int32_t levels = 0;
+  uint64_t key = 0;
+
+  /// One line per launch: `launch fwd|bwd TEMPLATE KERNEL rows=N` (forward in order, then
+  /// backward in reverse), after a header with counts.
+  std::string describe(const TemplateTable& t) const;
+};
+
+/// Builds the plan of a residual program.
+Plan make_plan(const Residual& r, const TemplateTable& templates);
+
+} // namespace pejit::spec

@@ -1,0 +1,169 @@
+// Plans on reference kernels against the generic path (DESIGN.md §4: loss within a relative
+// 1e-5, every gradient within 1e-4 * max|ref| + 1e-6), on the examples and on trees of every
+// shape; and the structure of the batching schedule.
+#include "data/synthetic.h"
+#include "interp/interpreter.h"
+#include "plan_executor.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+using namespace pejit;
+
+namespace {
+
+struct Model {
+  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
+  interp::DimBindings dims;
+  interp::Params params;
+  Model(const std::string& path, interp::DimBindings over) {
+    Diagnostics d;
+    REQUIRE_MESSAGE(types::add_file(*m, path, d).ok, d.render());
+    dims = interp::bind_dims(*m, over);
+    params = interp::init_params(*m, dims, 9);
+  }
+};
+
+interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>& ts,
+                         const std::string& adt = "Tree") {
+  runtime::TreeEncoder enc(m, adt);
+  interp::Values xs;
+  for (const auto& t : ts) xs.push_back(enc.encode(t));
+  return interp::Value::list(std::move(xs));
+}
+
+// Generic path vs plan: loss and every gradient.
+void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nullptr,
+                spec::TemplateTable* out_tt = nullptr) {
+  spec::TemplateTable local;
+  spec::TemplateTable& tt = out_tt ? *out_tt : local;
+  auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+  REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
+  spec::Plan plan = spec::make_plan(pe.residual, tt);
+  runtime::PlanExecutor ex(md.m, md.dims);
+  auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
+  interp::Interpreter in(md.m, md.dims);
+  auto ref = in.value_and_grad("loss", {batch}, md.params);
+  CHECK(std::fabs(got.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+  auto fwd = ex.run(plan, pe.residual, tt, md.params);
+  REQUIRE(fwd.size() == 1);
+  CHECK(std::fabs(fwd[0].item_f32() - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+  for (size_t p = 0; p < md.params.values.size(); ++p) {
+    CAPTURE(md.params.names[p]);
+    const Shape& s = md.params.values[p].shape();
+    CHECK(got.grads[p].empty() == ref.grads[p].empty());
+    Tensor a = got.grads[p].to_dense(s), b = ref.grads[p].to_dense(s);
+    double max_ref = 0, max_diff = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.f32()[i])));
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[i] - b.f32()[i])));
+    }
+    CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
+  }
+  // The embedding's gradient stays row-sparse on the specialized path too.
+  int e = md.params.index("emb");
+  if (e >= 0 && !got.grads[static_cast<size_t>(e)].empty())
+    CHECK_FALSE(got.grads[static_cast<size_t>(e)].dense.defined());
+  CHECK(ex.stats().groups_row_by_row == 0);
+  for (const auto& why : ex.stats().row_by_row_reasons) MESSAGE("row by row: " << why);
+  if (out_plan) *out_plan = plan;
+}
+
+const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
+
+} // namespace
+
+TEST_SUITE("specializer") {
+  TEST_CASE("plan on reference kernels == generic path: TreeLSTM on every tree shape") {
+    for (auto shape : {data::Shape::Sst, data::Shape::Deep, data::Shape::Balanced}) {
+      CAPTURE(data::shape_name(shape));
+      data::Vocab vocab;
+      auto trees = data::gen_sst(25, 13, shape, vocab);
+      Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+      check_same(md, tree_batch(*md.m, trees));
+    }
+    // A batch of single-leaf trees.
+    data::Vocab vocab;
+    std::vector<data::ParseTree> leaves;
+    for (int i = 0; i < 4; ++i) {
+      data::ParseTree t;
+      t.nodes.push_back({i % 5, vocab.add("w" + std::to_string(i)), {}});
+      t.tokens.push_back("w");
+      leaves.push_back(t);
+    }
+    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+    check_same(md, tree_batch(*md.m, leaves));
+  }
+
+  TEST_CASE("plan structure for 25 SST-like trees: leaves in one group, a group per level") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 21, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+    spec::Plan plan;
+    spec::TemplateTable tt;
+    check_same(md, tree_batch(*md.m, trees), &plan, &tt);
+    std::map<std::string, int> groups;
+    std::map<std::string, std::set<int>> levels;
+    size_t depth = 0;
+    for (const auto& t : trees) depth = std::max(depth, t.depth());
+    for (const auto& g : plan.groups) {
+      std::string n = g.tmpl == spec::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
+      groups[n]++;
+      CHECK(levels[n].insert(g.level).second); // at most one group per template per level
+    }
+    CHECK(groups["op.take"] == 1);
+    CHECK(groups["leaf"] == 1);
+    CHECK(groups["node_loss"] == 1); // the classifier + loss: one launch for the batch
+    CHECK(groups["sum"] == 1);
+    CHECK(groups["cell"] == static_cast<int>(depth) - 1);
+    std::string d = plan.describe(tt);
+    CHECK(d.find("launch fwd cell cell.fwd rows=") != std::string::npos);
+    CHECK(d.find("launch bwd node_loss node_loss.bwd rows=") != std::string::npos);
+  }
+
+  TEST_CASE("plan == generic path: ListOps and the RNN language model") {
+    {
+      data::Vocab vocab;
+      auto trees = data::gen_listops(12, 5, vocab);
+      Model md(PEJIT_SOURCE_DIR "/examples/listops/listops.pe",
+               {{"V", static_cast<int64_t>(vocab.size())}});
+      check_same(md, tree_batch(*md.m, trees, "Example"));
+    }
+    {
+      Model md(PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe", {{"V", 40}});
+      interp::Values sents;
+      size_t longest = 0;
+      for (int s = 0; s < 25; ++s) {
+        interp::Values words;
+        int len = 1 + (s * 7) % 9;
+        longest = std::max(longest, static_cast<size_t>(len));
+        for (int w = 0; w < len; ++w)
+          words.push_back(interp::Value::tensor(Tensor::scalar_i32((s * 5 + w * 3) % 40)));
+        sents.push_back(interp::Value::list(words));
+      }
+      spec::Plan plan;
+      spec::TemplateTable tt;
+      check_same(md, interp::Value::list(sents), &plan, &tt);
+
+      // One launch per template per time step.
+      std::map<std::string, std::set<int>> levels;
+      std::map<std::string, int> groups;
+      for (const auto& g : plan.groups) {
+        std::string n = g.tmpl == spec::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
+        groups[n]++;
+        levels[n].insert(g.level);
+      }
+      CHECK(groups["step"] <= static_cast<int>(longest));
+      CHECK(groups["logits"] <= static_cast<int>(longest));
+      CHECK(groups["op.take"] == 1);
+      CHECK(groups["op.cross_entropy"] == 1);
+    }
+  }
+}
