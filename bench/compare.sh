@@ -15,6 +15,7 @@
 #     -E E          epochs for the naive peer (default 2)
 #     -o DIR        keep raw outputs here (default: a new dir under /tmp)
 #     -s PEERS      which peers (default "naive batched")
+#     -m MODE       pejit's --mode for training: generic (default) or specialized
 #
 # Per run it records the median over the run's epochs; per figure it prints the median over
 # REPS runs, the min..max spread, and the ratio pejit / peer of the medians.
@@ -41,7 +42,8 @@ epochs=3
 nepochs=2
 outdir=""
 peers="naive batched"
-while getopts "b:d:n:c:l:L:e:E:o:s:h" opt; do
+mode=generic
+while getopts "b:d:n:c:l:L:e:E:o:s:m:h" opt; do
     case $opt in
         b) build=$OPTARG ;;
         d) data=$OPTARG ;;
@@ -53,7 +55,8 @@ while getopts "b:d:n:c:l:L:e:E:o:s:h" opt; do
         E) nepochs=$OPTARG ;;
         o) outdir=$OPTARG ;;
         s) peers=$OPTARG ;;
-        *) sed -n '2,31p' "$0"; exit 2 ;;
+        m) mode=$OPTARG ;;
+        *) sed -n '2,32p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$nlimit" ] || nlimit=$limit
@@ -102,7 +105,7 @@ for rep in $(seq 1 "$reps"); do
         ld=$(load)
         echo "[rep $rep, $cores core(s), load $ld] pejit train" >&2
         taskset -c "$cpus" "$pejit" train "$model" --data "$data" --limit "$limit" --epochs "$epochs" \
-            --batch 25 --optimizer adagrad --lr 0.05 --seed "$rep" --json --no-train-eval \
+            --batch 25 --optimizer adagrad --lr 0.05 --seed "$rep" --json --no-train-eval --mode "$mode" \
             --save "$ck" > "$outdir/pejit-train-$cores-$rep.json" 2> "$outdir/pejit-train-$cores-$rep.err" \
             || { cat "$outdir/pejit-train-$cores-$rep.err" >&2; exit 1; }
         record pejit_train "$cores" "$rep" "$outdir/pejit-train-$cores-$rep.json" "$ld"

@@ -56,6 +56,9 @@ struct Template {
 
   /// Equal templates have equal keys.
   std::string key() const;
+  /// A hash of everything key() covers, without building a string.
+  uint64_t hash() const;
+  bool same_as(const Template& o) const;
 };
 
 class TemplateTable {
@@ -67,7 +70,7 @@ public:
 
 private:
   std::vector<Template> templates_;
-  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_multimap<uint64_t, int32_t> ids_;
 };
 
 /// One template call (tmpl >= 0), or an n-ary sum of same-shaped f32 tensors (tmpl == kSumN).

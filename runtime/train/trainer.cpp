@@ -8,6 +8,10 @@
 #include "data/tree_io.h"
 #include "interp/interpreter.h"
 #include "optim/optimizer.h"
+#include "plan_executor.h"
+#include "specializer/dump.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
 #include "train/encode.h"
 #include "types/check.h"
 #include "util/check.h"
@@ -15,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
@@ -150,10 +156,48 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
 double ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN; }
 
 void check_mode(const std::string& mode) {
-  if (mode != "generic")
-    throw Error("--mode " + mode + " is not available in this build: only the generic path "
-                "exists so far (the specializer is not implemented yet)");
+  if (mode != "generic" && mode != "specialized")
+    throw Error("--mode " + mode + " is not available yet: the background pipeline that `auto` "
+                "needs is not built; use generic or specialized");
 }
+
+// The specialized path of the training loop: partial evaluation, a plan (cached by skeleton
+// key), and the plan executor on reference kernels. A refusal is remembered by location, and
+// such batches run on the generic path.
+class Specialized {
+public:
+  Specialized(std::shared_ptr<const ir::Module> m, const interp::DimBindings& dims)
+      : m_(m), dims_(dims), exec_(m, dims) {}
+
+  /// Gradients of the batch, or nullopt when it cannot be specialized (run it generic).
+  std::optional<interp::Interpreter::Gradients> step(const Value& batch,
+                                                     const interp::Params& params,
+                                                     std::ostream& err) {
+    if (refused_) return std::nullopt;
+    auto pe = spec::partially_evaluate(*m_, dims_, "loss", batch, templates_);
+    if (!pe.ok) {
+      refused_ = true;
+      err << "pejit: entry 'loss' cannot be specialized: " << pe.where.str() << ": " << pe.reason
+          << "; its batches run on the generic path\n";
+      return std::nullopt;
+    }
+    auto it = plans_.find(pe.residual.key);
+    if (it == plans_.end()) {
+      if (plans_.size() >= kMaxPlans) plans_.clear();
+      it = plans_.emplace(pe.residual.key, spec::make_plan(pe.residual, templates_)).first;
+    }
+    return exec_.value_and_grad(it->second, pe.residual, templates_, params);
+  }
+
+private:
+  static constexpr size_t kMaxPlans = 4096;
+  std::shared_ptr<const ir::Module> m_;
+  interp::DimBindings dims_;
+  runtime::PlanExecutor exec_;
+  spec::TemplateTable templates_;
+  std::map<uint64_t, spec::Plan> plans_;
+  bool refused_ = false;
+};
 
 std::string fmt_pct(double v) {
   if (std::isnan(v)) return "n/a";
@@ -234,6 +278,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   Encoder enc;
   if (train_ds.is_trees) enc.trees.emplace(*m, elem->name);
   interp::Interpreter in(m, dims);
+  std::optional<Specialized> special;
+  if (opt.mode == "specialized") special.emplace(m, dims);
 
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
@@ -267,12 +313,15 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       size_t hi = std::min(train_ds.size(), lo + static_cast<size_t>(opt.batch));
       Value v = enc.batch(train_ds, order, lo, hi);
       auto t0 = Clock::now();
-      auto g = in.value_and_grad("loss", {v}, params);
+      std::optional<interp::Interpreter::Gradients> sg;
+      if (special) sg = special->step(v, params, err);
+      const bool on_plan = sg.has_value();
+      auto g = on_plan ? std::move(*sg) : in.value_and_grad("loss", {v}, params);
       optimizer.step(params, g.grads);
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
-      st.generic_seconds += dt;
-      st.generic_batches += 1;
+      (on_plan ? st.specialized_seconds : st.generic_seconds) += dt;
+      (on_plan ? st.specialized_batches : st.generic_batches) += 1;
       st.seconds += dt;
       if (!std::isfinite(g.loss))
         throw Error("the loss became " + std::to_string(g.loss) + " at epoch " +
@@ -398,6 +447,44 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   }
   (void)err;
   return st;
+}
+
+void dump(const DumpOptions& opt, std::ostream& out) {
+  if (opt.batch < 1) throw Error("--batch must be >= 1");
+  auto m = load_model(opt.model);
+  ir::Type elem = batch_element_type(*m, opt.entry);
+  data::Vocab vocab;
+  Dataset ds = read_dataset(opt.data, vocab, true, elem);
+  interp::DimBindings over;
+  if (m->dim_index("V") >= 0) over["V"] = static_cast<int64_t>(vocab.size());
+  interp::DimBindings dims = interp::bind_dims(*m, over);
+  size_t lo = static_cast<size_t>(opt.batch_index) * static_cast<size_t>(opt.batch);
+  if (opt.batch_index < 0 || lo >= ds.size())
+    throw Error("--batch-index " + std::to_string(opt.batch_index) + " is past the data (" +
+                std::to_string(ds.size()) + " examples)");
+  size_t hi = std::min(ds.size(), lo + static_cast<size_t>(opt.batch));
+  std::vector<size_t> idx(ds.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  Encoder enc;
+  if (ds.is_trees) enc.trees.emplace(*m, elem->name);
+  Value batch = enc.batch(ds, idx, lo, hi);
+
+  spec::TemplateTable tt;
+  auto t0 = Clock::now();
+  auto pe = spec::partially_evaluate(*m, dims, opt.entry, batch, tt);
+  auto t1 = Clock::now();
+  if (!pe.ok) throw Error("entry '" + opt.entry + "' cannot be specialized: " + pe.where.str() + ": " + pe.reason);
+  spec::Plan plan = spec::make_plan(pe.residual, tt);
+  auto t2 = Clock::now();
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "batch %lld: %zu examples, partial evaluation %.0f us, planning %.0f us\n",
+                static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6, secs(t1, t2) * 1e6);
+  out << buf << spec::dump_counts(pe.residual, plan, tt);
+  if (opt.emit == "templates") out << spec::dump_templates(pe.residual, tt, *m);
+  else if (opt.emit == "instances") out << spec::dump_instances(pe.residual, tt, *m);
+  else if (opt.emit == "plan") out << plan.describe(tt);
+  else if (opt.emit == "dot") out << spec::dump_dot(pe.residual, tt, *m);
+  else throw Error("--emit must be templates, instances, plan or dot");
 }
 
 } // namespace pejit::runtime

@@ -69,4 +69,17 @@ struct EvalStats {
 
 EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err);
 
+struct DumpOptions {
+  std::string model;
+  std::string data;
+  std::string entry = "loss";
+  int batch = 25;
+  int64_t batch_index = 0;
+  std::string emit = "plan"; ///< templates, instances, plan, dot
+};
+
+/// What specialization makes of one batch (`pejit dump`): counts, planning time, and the
+/// chosen form. Throws pejit::Error on bad input, a refusal included.
+void dump(const DumpOptions& opt, std::ostream& out);
+
 } // namespace pejit::runtime

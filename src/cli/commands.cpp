@@ -106,6 +106,23 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
       ->capture_default_str();
 }
 
+void add_dump_options(CLI::App& app, DumpArgs& a) {
+  app.add_option("model", a.model, "model program (.pe)")->required();
+  app.add_option("--data", a.data, "data file")->required();
+  app.add_option("--entry", a.entry, "entry to specialize")->capture_default_str();
+  app.add_option("--batch", a.batch)->capture_default_str();
+  app.add_option("--batch-index", a.batch_index, "which batch of the file (unshuffled)")
+      ->capture_default_str();
+  app.add_option("--emit", a.emit)
+      ->check(CLI::IsMember({"templates", "instances", "plan", "dot"}))
+      ->capture_default_str();
+}
+
+int run_dump(const DumpArgs& a) {
+  runtime::dump(a, std::cout);
+  return 0;
+}
+
 int run_eval(const EvalArgs& a) {
   runtime::evaluate(a, std::cout, std::cerr);
   return 0;

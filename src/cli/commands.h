@@ -35,4 +35,8 @@ using EvalArgs = runtime::EvalOptions;
 void add_eval_options(CLI::App& app, EvalArgs& a);
 int run_eval(const EvalArgs& a);
 
+using DumpArgs = runtime::DumpOptions;
+void add_dump_options(CLI::App& app, DumpArgs& a);
+int run_dump(const DumpArgs& a);
+
 } // namespace pejit::cli

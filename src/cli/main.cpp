@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("eval", "Evaluate saved parameters on a data set");
   pejit::cli::add_eval_options(*e, eval);
 
+  pejit::cli::DumpArgs dump;
+  auto* d = app.add_subcommand("dump", "Show what specialization makes of one batch");
+  pejit::cli::add_dump_options(*d, dump);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     if (*g) return pejit::cli::run_gen(gen);
     if (*t) return pejit::cli::run_train(train);
     if (*e) return pejit::cli::run_eval(eval);
+    if (*d) return pejit::cli::run_dump(dump);
   } catch (const pejit::ProgramError& ex) {
     std::fprintf(stderr, "pejit: %s\n", ex.what());
     return 2;

@@ -1,0 +1,70 @@
+// Key + partial evaluation + planning time per shuffled-order 25-tree batch, measured alone
+// (no execution): the specializer's per-batch cost. Prints the median, quartiles and the
+// instance/group counts. Usage: pejit_plan_bench [TRAIN_FILE] [BATCHES]
+#include "data/synthetic.h"
+#include "data/tree_io.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+using namespace pejit;
+
+int main(int argc, char** argv) {
+  std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
+  size_t batches = argc > 2 ? std::stoul(argv[2]) : 200;
+  auto m = std::make_shared<ir::Module>();
+  Diagnostics d;
+  if (!types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok) {
+    std::fputs(d.render().c_str(), stderr);
+    return 2;
+  }
+  data::Vocab v;
+  std::vector<data::ParseTree> trees;
+  if (std::filesystem::exists(data)) trees = data::read_trees(data, v);
+  else trees = data::gen_sst(8544, 1, data::Shape::Sst, v);
+  auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(v.size())}});
+  runtime::TreeEncoder enc(*m, "Tree");
+  // A fixed shuffle, as in training.
+  std::vector<size_t> order(trees.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  uint64_t s = 12345;
+  for (size_t i = order.size(); i > 1; --i) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    std::swap(order[i - 1], order[s % i]);
+  }
+  spec::TemplateTable tt;
+  std::vector<double> pe_us, plan_us;
+  size_t instances = 0, groups = 0;
+  for (size_t b = 0; b < batches && (b + 1) * 25 <= trees.size(); ++b) {
+    interp::Values xs;
+    for (size_t i = b * 25; i < (b + 1) * 25; ++i) xs.push_back(enc.encode(trees[order[i]]));
+    auto batch = interp::Value::list(xs);
+    auto t0 = std::chrono::steady_clock::now();
+    auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt);
+    auto t1 = std::chrono::steady_clock::now();
+    auto plan = spec::make_plan(pe.residual, tt);
+    auto t2 = std::chrono::steady_clock::now();
+    pe_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    plan_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    instances += pe.residual.instances.size();
+    groups += plan.groups.size();
+  }
+  auto q = [](std::vector<double> v, double f) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(f * static_cast<double>(v.size() - 1))];
+  };
+  std::vector<double> total(pe_us.size());
+  for (size_t i = 0; i < total.size(); ++i) total[i] = pe_us[i] + plan_us[i];
+  std::printf("batches %zu of 25 trees: key+PE median %.0f us, planning median %.0f us, "
+              "total median %.0f us (p25 %.0f, p75 %.0f); mean %.0f instances, %.1f groups\n",
+              total.size(), q(pe_us, 0.5), q(plan_us, 0.5), q(total, 0.5), q(total, 0.25),
+              q(total, 0.75), static_cast<double>(instances) / static_cast<double>(total.size()),
+              static_cast<double>(groups) / static_cast<double>(total.size()));
+  return 0;
+}
