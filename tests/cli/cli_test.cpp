@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -156,11 +157,60 @@ TEST_SUITE("cli") {
 
     std::string good = tmp("good_trees.txt");
     std::ofstream(good) << "(3 (2 a) (2 b))\n";
-    Run m = run_pejit("train " + kModel + " --data " + good + " --mode specialized");
+    Run m = run_pejit("train " + kModel + " --data " + good + " --mode auto");
     CHECK(m.code == 1);
     CHECK(m.err.find("not available") != std::string::npos);
     CHECK(run_pejit("train " + kModel + " --data " + good + " --optimizer rmsprop").code == 2);
     Run z = run_pejit("train " + kModel + " --data " + good + " --batch 0");
     CHECK(z.code == 1);
+  }
+
+  TEST_CASE("train --mode specialized runs every batch on plans and matches generic") {
+    std::string train = tmp("spec_train.txt");
+    REQUIRE(run_pejit("gen sst --trees 200 --seed 31 -o " + train).code == 0);
+    std::string common = "train " + kModel + " --data " + train + " --epochs 2 --json --no-train-eval";
+    Run g = run_pejit(common + " --mode generic");
+    Run s = run_pejit(common + " --mode specialized");
+    INFO(g.err << s.err);
+    REQUIRE(g.code == 0);
+    REQUIRE(s.code == 0);
+    auto gj = json_lines(g.out), sj = json_lines(s.out);
+    REQUIRE(gj.size() == 2);
+    REQUIRE(sj.size() == 2);
+    for (int e = 0; e < 2; ++e) {
+      CHECK(sj[e]["specialized_batches"] == 8);
+      CHECK(sj[e]["generic_batches"] == 0);
+      CHECK(sj[e]["specialized_seconds"].get<double>() > 0);
+      CHECK(gj[e]["specialized_batches"] == 0);
+      // Same data order and updates: the losses agree to float rounding.
+      double a = gj[e]["loss"].get<double>(), b = sj[e]["loss"].get<double>();
+      CHECK(std::fabs(a - b) <= 1e-4 * std::fabs(a));
+    }
+  }
+
+  TEST_CASE("dump: plan lines, templates, instances, refusal") {
+    std::string data = tmp("dump_trees.txt");
+    REQUIRE(run_pejit("gen sst --trees 30 --seed 4 -o " + data).code == 0);
+    Run p = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --batch-index 1 --emit plan");
+    INFO(p.err);
+    REQUIRE(p.code == 0);
+    CHECK(p.out.find("launch fwd op.take op.take.fwd rows=") != std::string::npos);
+    CHECK(p.out.find("launch bwd cell cell.bwd rows=") != std::string::npos);
+    CHECK(p.out.find("partial evaluation") != std::string::npos);
+    Run t = run_pejit("dump " + kModel + " --data " + data + " --emit templates");
+    CHECK(t.out.find("template cell(f32[150], f32[150], f32[150], f32[150])") != std::string::npos);
+    Run i = run_pejit("dump " + kModel + " --data " + data + " --batch 2 --emit instances");
+    CHECK(i.out.find("= sum(") != std::string::npos);
+    CHECK(run_pejit("dump " + kModel + " --data " + data + " --batch-index 99").code == 1);
+    std::string prog = tmp("dynamic.pe");
+    std::ofstream(prog) << "type T = L(word: i32[], label: i32[]) | N(left: T, right: T, label: i32[])\n"
+                           "param E : f32[100, 2] = normal(0.0, 1.0)\n"
+                           "fn f(t: T) -> f32[] { match t { L(w, y) => if to_bool(sum(take(E, w)) > 0.0) "
+                           "{ 1.0 } else { 0.0 }, N(l, r, y) => f(l) + f(r) } }\n"
+                           "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n";
+    Run r = run_pejit("dump " + prog + " --data " + data);
+    CHECK(r.code == 1);
+    CHECK(r.err.find(prog + ":3:") != std::string::npos);
+    CHECK(r.err.find("cannot be specialized") != std::string::npos);
   }
 }
