@@ -6,7 +6,7 @@
 #include "ops/emitter.h"
 
 #include <cmath>
-#include <map>
+#include <optional>
 #include <unordered_map>
 
 namespace pejit::spec {
@@ -59,14 +59,6 @@ void hash_value(uint64_t& h, const Value& v, size_t& count) {
   }
 }
 
-TensorSig sig_of(const Tensor& t) {
-  TensorSig s;
-  s.dtype = t.dtype();
-  auto d = t.shape().dims();
-  s.dims.assign(d.begin(), d.end());
-  return s;
-}
-
 TensorSig sig_of(const ir::Type& t, const interp::DimBindings& dims) {
   TensorSig s;
   s.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
@@ -97,25 +89,34 @@ void flatten_type(const ir::Type& t, std::vector<ir::Type>& out) {
 
 // The partial evaluator's backend: residual tensors are Value::tensor(undefined, rid), where
 // rid indexes rvals_; known constants are ordinary defined tensors.
+//
+// Cost model (DESIGN.md §5: well under a millisecond per 25-tree batch): signatures are small
+// ids interned in the TemplateTable's PeMemo, and a call or op whose (callee, statics,
+// argument signatures) was seen before resolves to its template with one hash lookup. Pending
+// sums are ropes (SumPart trees in one arena), flattened once into a SumN instance's terms
+// when the sum is used, so `ll + lr + loss` up a tree costs O(1) per `+`, not a copy of the
+// subtree's terms.
 class PeBackend {
 public:
   PeBackend(const ir::Module& m, const interp::DimBindings& dims, TemplateTable& templates,
-            Residual& res, size_t fuel)
-      : m_(m), dims_(dims), templates_(templates), res_(res), fuel_(fuel) {}
+            Residual& res)
+      : m_(m), dims_(dims), templates_(templates), memo_(templates.pe_memo()), res_(res),
+        param_vals_(m.params().size()), eligible_(m.fns().size(), -1) {}
+
+  void set_fuel(size_t fuel) { fuel_ = fuel; }
 
   // A fresh input slot for a payload tensor of the batch.
   Value input(const Tensor& t) {
     int32_t slot = static_cast<int32_t>(res_.inputs.size());
     res_.inputs.push_back(t);
-    return residual(Ref{Ref::Kind::Input, slot, 0}, sig_of(t));
+    return residual(Ref{Ref::Kind::Input, slot, 0}, sig_id(t));
   }
 
   Value param(int i) {
-    auto it = param_vals_.find(i);
-    if (it != param_vals_.end()) return it->second;
-    Value v = residual(Ref{Ref::Kind::Param, i, 0},
-                       sig_of(m_.params()[static_cast<size_t>(i)]->type, dims_));
-    param_vals_.emplace(i, v);
+    Value& v = param_vals_[static_cast<size_t>(i)];
+    if (v.kind() == Value::Kind::None)
+      v = residual(Ref{Ref::Kind::Param, i, 0},
+                   memo_sig(sig_of(m_.params()[static_cast<size_t>(i)]->type, dims_)));
     return v;
   }
 
@@ -127,71 +128,104 @@ public:
     if (all_const) return fold(id, attr, args, n, s, multi);
     // `a + b` of f32 tensors of one shape, one of them residual, stays a symbolic sum.
     if (id == ops::OpId::Add) {
-      TensorSig a = sig(args[0]), b = sig(args[1]);
-      if (a == b && a.dtype == DType::F32) {
-        std::vector<Ref> terms = terms_of(args[0]);
-        auto tb = terms_of(args[1]);
-        terms.insert(terms.end(), tb.begin(), tb.end());
-        return sum_value(std::move(terms), a);
+      int32_t a = sig(args[0]), b = sig(args[1]);
+      if (a == b && memo_.sigs[static_cast<size_t>(a)].dtype == DType::F32) {
+        int32_t pa = part_of(args[0]);
+        int32_t pb = part_of(args[1]);
+        return sum_value(join(pa, pb), a);
       }
     }
-    Template t;
-    t.kind = Template::Kind::Op;
-    t.op = id;
-    t.attr = attr;
-    std::vector<ir::Type> types;
-    std::vector<Ref> refs;
-    for (size_t i = 0; i < n; ++i) {
-      TensorSig sg = sig(args[i]);
-      t.args.push_back(sg);
-      types.push_back(type_of(sg));
-      refs.push_back(materialize(args[i]));
+    key_.clear();
+    key_.push_back(2);
+    key_.push_back(static_cast<int64_t>(id));
+    key_.push_back(static_cast<int64_t>(attr.ints.size()));
+    key_.insert(key_.end(), attr.ints.begin(), attr.ints.end());
+    for (size_t i = 0; i < n; ++i) key_.push_back(sig(args[i]));
+    int32_t e = memo_.keys.find(key_);
+    if (e < 0) {
+      Template t;
+      t.kind = Template::Kind::Op;
+      t.op = id;
+      t.attr = attr;
+      std::vector<ir::Type> types;
+      for (size_t i = 0; i < n; ++i) {
+        t.args.push_back(memo_.sigs[static_cast<size_t>(sig(args[i]))]);
+        types.push_back(type_of(t.args.back()));
+      }
+      auto r = ops::op_result_type(id, types, attr);
+      PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id) << " failed its shape rule after checking: "
+                          << r.error;
+      std::vector<ir::Type> outs;
+      flatten_type(r.type, outs);
+      for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
+      t.name = std::string("op.") + ops::op_name(id);
+      e = remember(std::move(t));
     }
-    auto r = ops::op_result_type(id, types, attr);
-    PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id) << " failed its shape rule after checking: "
-                        << r.error;
-    std::vector<ir::Type> outs;
-    flatten_type(r.type, outs);
-    for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
-    t.name = std::string("op.") + ops::op_name(id);
-    Values results = instantiate(std::move(t), std::move(refs));
+    Ref* refs = push_instance(e, n);
+    for (size_t i = 0; i < n; ++i) refs[i] = materialize(args[i]);
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
     if (multi) {
-      *multi = std::move(results);
+      multi->clear();
+      for (uint32_t k = 0; k < en.count; ++k) multi->push_back(result(idx, en, k));
       return Value();
     }
-    return results[0];
+    return result(idx, en, 0);
   }
 
   std::optional<Value> call(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
     spend(s);
-    if (!is_template_eligible(f)) return std::nullopt;
-    Template t;
-    t.kind = Template::Kind::Function;
-    t.fn = fn_index;
-    t.name = f.name;
-    std::vector<Ref> refs;
+    int8_t& el = eligible_[static_cast<size_t>(fn_index)];
+    if (el < 0) el = is_template_eligible(f) ? 1 : 0;
+    if (!el) return std::nullopt;
+    key_.clear();
+    key_.push_back(1);
+    key_.push_back(fn_index);
+    size_t n_tensors = 0;
     for (size_t i = 0; i < f.params.size(); ++i) {
       const Value& a = args[i];
       switch (f.params[i].type->kind) {
-      case ir::TypeKind::Int: t.statics.push_back(a.as_int()); break;
-      case ir::TypeKind::Bool: t.statics.push_back(a.as_bool() ? 1 : 0); break;
+      case ir::TypeKind::Int: key_.push_back(a.as_int()); break;
+      case ir::TypeKind::Bool: key_.push_back(a.as_bool() ? 1 : 0); break;
       default:
-        t.args.push_back(sig(a));
-        refs.push_back(materialize(a));
+        key_.push_back(sig(a));
+        ++n_tensors;
       }
     }
-    std::vector<ir::Type> outs;
-    flatten_type(f.ret, outs);
-    for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
-    Values results = instantiate(std::move(t), std::move(refs));
-    size_t k = 0;
-    return rebuild(f.ret, results, k);
+    int32_t e = memo_.keys.find(key_);
+    if (e < 0) {
+      Template t;
+      t.kind = Template::Kind::Function;
+      t.fn = fn_index;
+      t.name = f.name;
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        auto k = f.params[i].type->kind;
+        if (k == ir::TypeKind::Int || k == ir::TypeKind::Bool) t.statics.push_back(key_[2 + i]);
+        else t.args.push_back(memo_.sigs[static_cast<size_t>(key_[2 + i])]);
+      }
+      std::vector<ir::Type> outs;
+      flatten_type(f.ret, outs);
+      for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
+      e = remember(std::move(t));
+    }
+    Ref* refs = push_instance(e, n_tensors);
+    size_t j = 0;
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      auto k = f.params[i].type->kind;
+      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool) refs[j++] = materialize(args[i]);
+    }
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
+    uint32_t k = 0;
+    return rebuild(f.ret, idx, en, k);
   }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
     spend(s);
-    TensorSig sg = sig_of(type, dims_);
-    if (xs.list_size() == 0) return Value::tensor(Tensor::zeros(DType::F32, Shape(std::span<const int64_t>(sg.dims))));
+    if (xs.list_size() == 0) {
+      TensorSig sg = sig_of(type, dims_);
+      return Value::tensor(Tensor::zeros(DType::F32, Shape(std::span<const int64_t>(sg.dims))));
+    }
     bool all_const = true;
     for (size_t i = 0; i < xs.list_size(); ++i) all_const = all_const && is_const(xs.list_at(i));
     if (all_const) {
@@ -202,12 +236,12 @@ public:
       }
       return acc;
     }
-    std::vector<Ref> terms;
-    for (size_t i = 0; i < xs.list_size(); ++i) {
-      auto t = terms_of(xs.list_at(i));
-      terms.insert(terms.end(), t.begin(), t.end());
+    int32_t p = part_of(xs.list_at(0));
+    for (size_t i = 1; i < xs.list_size(); ++i) {
+      int32_t q = part_of(xs.list_at(i));
+      p = join(p, q);
     }
-    return sum_value(std::move(terms), sg);
+    return sum_value(p, memo_sig(sig_of(type, dims_)));
   }
 
   Value to_int(const Value& v, const Span& s) {
@@ -242,22 +276,36 @@ public:
 
   size_t fuel_used() const { return used_; }
 
+  int32_t sig_id(const Tensor& t) { return memo_.sig_id(t.dtype(), t.shape().dims()); }
+
 private:
   struct RVal {
     Ref ref;
-    TensorSig sig;
-    std::vector<Ref> sum_terms; ///< non-empty: a symbolic sum not yet materialized
+    int32_t sig;       ///< id in memo_.sigs
+    int32_t sum = -1;  ///< >= 0: a symbolic sum not yet materialized (its SumPart)
+  };
+  // A pending sum's terms, in order: a leaf (l < 0: the term `leaf`) or the terms of l then r.
+  // Parts are immutable, so a sum that used another still pending sum keeps its terms even if
+  // that one is materialized later.
+  struct SumPart {
+    int32_t l = -1, r = -1;
+    Ref leaf;
   };
 
   const ir::Module& m_;
   const interp::DimBindings& dims_;
   TemplateTable& templates_;
+  PeMemo& memo_;
   Residual& res_;
-  size_t fuel_;
+  size_t fuel_ = 0;
   size_t used_ = 0;
   std::vector<RVal> rvals_;
-  std::map<int, Value> param_vals_;
+  std::vector<SumPart> parts_;
+  std::vector<Value> param_vals_; ///< None until first used
+  std::vector<int8_t> eligible_;  ///< per function: -1 unknown, else is_template_eligible
   std::unordered_map<std::string, int32_t> const_ids_;
+  std::vector<int64_t> key_;      ///< scratch: the specialization key being looked up
+  std::vector<int32_t> stack_;    ///< scratch: flattening a sum
 
   void spend(const Span& s) {
     if (++used_ > fuel_)
@@ -268,17 +316,45 @@ private:
   static bool is_const(const Value& v) { return v.as_tensor().defined(); }
   const RVal& rv(const Value& v) const { return rvals_[static_cast<size_t>(v.tape_id())]; }
 
-  Value residual(Ref r, TensorSig sg) {
-    rvals_.push_back(RVal{r, std::move(sg), {}});
+  int32_t memo_sig(const TensorSig& s) { return memo_.sig_id(s.dtype, s.dims); }
+
+  Value residual(Ref r, int32_t sg) {
+    rvals_.push_back(RVal{r, sg, -1});
     return Value::tensor(Tensor(), static_cast<int32_t>(rvals_.size() - 1));
   }
 
-  Value sum_value(std::vector<Ref> terms, TensorSig sg) {
-    rvals_.push_back(RVal{Ref{}, std::move(sg), std::move(terms)});
+  Value sum_value(int32_t part, int32_t sg) {
+    rvals_.push_back(RVal{Ref{}, sg, part});
     return Value::tensor(Tensor(), static_cast<int32_t>(rvals_.size() - 1));
   }
 
-  TensorSig sig(const Value& v) const { return is_const(v) ? sig_of(v.as_tensor()) : rv(v).sig; }
+  int32_t sig(const Value& v) { return is_const(v) ? sig_id(v.as_tensor()) : rv(v).sig; }
+
+  // Interns a template built on a memo miss and remembers it under key_.
+  int32_t remember(Template t) {
+    PeMemo::Entry en;
+    en.first = static_cast<uint32_t>(memo_.result_sigs.size());
+    en.count = static_cast<uint32_t>(t.results.size());
+    for (const auto& r : t.results) memo_.result_sigs.push_back(memo_sig(r));
+    en.tmpl = templates_.intern(std::move(t));
+    int32_t e = static_cast<int32_t>(memo_.entries.size());
+    memo_.entries.push_back(en);
+    memo_.keys.emplace(key_, e);
+    return e;
+  }
+
+  // Appends an instance of entry e with n argument slots (filled by the caller, in order).
+  Ref* push_instance(int32_t e, size_t n) {
+    Instance& inst = res_.instances.emplace_back();
+    inst.tmpl = memo_.entries[static_cast<size_t>(e)].tmpl;
+    inst.args.resize(n);
+    return inst.args.data();
+  }
+
+  Value result(int32_t idx, const PeMemo::Entry& en, uint32_t k) {
+    return residual(Ref{Ref::Kind::Inst, idx, static_cast<int32_t>(k)},
+                    memo_.result_sigs[en.first + k]);
+  }
 
   // Equal constants share one index, so instances that take them can share a group.
   Ref const_ref(const Tensor& t) {
@@ -291,45 +367,56 @@ private:
     return Ref{Ref::Kind::Const, it->second, 0};
   }
 
-  std::vector<Ref> terms_of(const Value& v) {
-    if (is_const(v)) return {const_ref(v.as_tensor())};
+  int32_t leaf_part(Ref r) {
+    parts_.push_back(SumPart{-1, -1, r});
+    return static_cast<int32_t>(parts_.size() - 1);
+  }
+
+  int32_t join(int32_t a, int32_t b) {
+    parts_.push_back(SumPart{a, b, Ref{}});
+    return static_cast<int32_t>(parts_.size() - 1);
+  }
+
+  // The terms of a value as a sum part: a constant, a pending sum's terms, or the value.
+  int32_t part_of(const Value& v) {
+    if (is_const(v)) return leaf_part(const_ref(v.as_tensor()));
     const RVal& r = rv(v);
-    if (!r.sum_terms.empty()) return r.sum_terms;
-    return {r.ref};
+    if (r.sum >= 0) return r.sum;
+    return leaf_part(r.ref);
   }
 
   // A single reference for a value: a pending sum becomes a SumN instance (once).
   Ref materialize(const Value& v) {
     if (is_const(v)) return const_ref(v.as_tensor());
-    RVal& r = rvals_[static_cast<size_t>(v.tape_id())];
-    if (r.sum_terms.empty()) return r.ref;
+    size_t id = static_cast<size_t>(v.tape_id());
+    if (rvals_[id].sum < 0) return rvals_[id].ref;
     Instance inst;
     inst.tmpl = Instance::kSumN;
-    inst.args = std::move(r.sum_terms);
-    inst.sum_sig = r.sig;
+    stack_.clear();
+    stack_.push_back(rvals_[id].sum);
+    while (!stack_.empty()) {
+      const SumPart& p = parts_[static_cast<size_t>(stack_.back())];
+      stack_.pop_back();
+      if (p.l < 0) {
+        inst.args.push_back(p.leaf);
+      } else {
+        stack_.push_back(p.r);
+        stack_.push_back(p.l);
+      }
+    }
+    inst.sum_sig = memo_.sigs[static_cast<size_t>(rvals_[id].sig)];
     res_.instances.push_back(std::move(inst));
-    r.sum_terms.clear();
+    RVal& r = rvals_[id];
+    r.sum = -1;
     r.ref = Ref{Ref::Kind::Inst, static_cast<int32_t>(res_.instances.size() - 1), 0};
     return r.ref;
   }
 
-  Values instantiate(Template t, std::vector<Ref> refs) {
-    std::vector<TensorSig> results = t.results;
-    Instance inst;
-    inst.tmpl = templates_.intern(std::move(t));
-    inst.args = std::move(refs);
-    res_.instances.push_back(std::move(inst));
-    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
-    Values out;
-    for (size_t k = 0; k < results.size(); ++k)
-      out.push_back(residual(Ref{Ref::Kind::Inst, idx, static_cast<int32_t>(k)}, results[k]));
-    return out;
-  }
-
-  Value rebuild(const ir::Type& t, const Values& flat, size_t& k) {
-    if (t->kind == ir::TypeKind::Tensor) return flat[k++];
+  Value rebuild(const ir::Type& t, int32_t idx, const PeMemo::Entry& en, uint32_t& k) {
+    if (t->kind == ir::TypeKind::Tensor) return result(idx, en, k++);
     Values elems;
-    for (const auto& e : t->elems) elems.push_back(rebuild(e, flat, k));
+    elems.reserve(t->elems.size());
+    for (const auto& e : t->elems) elems.push_back(rebuild(e, idx, en, k));
     return Value::tuple(std::move(elems));
   }
 
@@ -373,6 +460,111 @@ Value residualize_batch(PeBackend& be, const Value& v) {
   }
 }
 
+// One walk over the batch that does what check_value, skeleton_hash (with its value count)
+// and residualize_batch would do in three: checks the batch against the entry's parameter
+// type, hashes its static structure (exactly as hash_value does) and replaces its payload
+// tensors by input slots. It reports a mismatch without a message; the caller then runs
+// interp::check_value for the diagnostic (or, should that pass, the three walks).
+class BatchScan {
+public:
+  BatchScan(PeBackend& be, const ir::Module& m, const interp::DimBindings& dims)
+      : be_(be), m_(m), dims_(dims) {}
+
+  uint64_t h = 0x243f6a8885a308d3ull;
+  size_t count = 0;
+  bool ok = true;
+
+  Value scan(const Value& v, const ir::Type& t) {
+    ++count;
+    h = mix(h, static_cast<uint64_t>(v.kind()));
+    switch (t->kind) {
+    case ir::TypeKind::Int:
+      if (v.kind() != Value::Kind::Int) return fail();
+      h = mix(h, static_cast<uint64_t>(v.as_int()));
+      return v;
+    case ir::TypeKind::Bool:
+      if (v.kind() != Value::Kind::Bool) return fail();
+      h = mix(h, static_cast<uint64_t>(v.as_bool()));
+      return v;
+    case ir::TypeKind::Tensor: {
+      if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined()) return fail();
+      const Tensor& x = v.as_tensor();
+      const TypeInfo& ti = info(t);
+      if (x.dtype() != ti.dtype || x.shape() != ti.shape) return fail();
+      h = mix(h, static_cast<uint64_t>(x.dtype()));
+      for (auto d : x.shape().dims()) h = mix(h, static_cast<uint64_t>(d));
+      h = mix(h, x.rank());
+      return be_.input(x);
+    }
+    case ir::TypeKind::Tuple: {
+      if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size()) return fail();
+      h = mix(h, v.items().size());
+      Values xs;
+      xs.reserve(t->elems.size());
+      for (size_t i = 0; i < t->elems.size() && ok; ++i) xs.push_back(scan(v.items()[i], t->elems[i]));
+      return Value::tuple(std::move(xs));
+    }
+    case ir::TypeKind::List: {
+      if (v.kind() != Value::Kind::List) return fail();
+      h = mix(h, v.list_size());
+      Values xs;
+      xs.reserve(v.list_size());
+      for (size_t i = 0; i < v.list_size() && ok; ++i) xs.push_back(scan(v.list_at(i), t->elems[0]));
+      return Value::list(std::move(xs));
+    }
+    case ir::TypeKind::Adt: {
+      const ir::TypeDecl* adt = info(t).adt;
+      if (!adt || v.kind() != Value::Kind::Adt || v.tag() < 0 ||
+          static_cast<size_t>(v.tag()) >= adt->ctors.size())
+        return fail();
+      const auto& c = adt->ctors[static_cast<size_t>(v.tag())];
+      if (v.items().size() != c.fields.size()) return fail();
+      h = mix(h, static_cast<uint64_t>(v.tag()));
+      h = mix(h, v.items().size());
+      Values xs;
+      xs.reserve(c.fields.size());
+      for (size_t i = 0; i < c.fields.size() && ok; ++i) xs.push_back(scan(v.items()[i], c.fields[i].type));
+      return Value::adt(v.tag(), std::move(xs));
+    }
+    case ir::TypeKind::Func:
+      if (v.kind() != Value::Kind::Closure) return fail();
+      return v;
+    default: return fail();
+    }
+  }
+
+private:
+  struct TypeInfo {
+    const void* type = nullptr;
+    const ir::TypeDecl* adt = nullptr; ///< Adt
+    DType dtype = DType::F32;          ///< Tensor
+    Shape shape;                       ///< Tensor
+  };
+  PeBackend& be_;
+  const ir::Module& m_;
+  const interp::DimBindings& dims_;
+  std::vector<TypeInfo> infos_; ///< the few type nodes a batch's type is made of
+
+  Value fail() {
+    ok = false;
+    return Value();
+  }
+
+  const TypeInfo& info(const ir::Type& t) {
+    for (const auto& i : infos_)
+      if (i.type == t.get()) return i;
+    TypeInfo i;
+    i.type = t.get();
+    if (t->kind == ir::TypeKind::Adt) i.adt = m_.adt(t->name);
+    if (t->kind == ir::TypeKind::Tensor) {
+      i.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
+      i.shape = interp::concrete_shape(t, dims_);
+    }
+    infos_.push_back(i);
+    return infos_.back();
+  }
+};
+
 } // namespace
 
 uint64_t skeleton_hash(const Value& batch) {
@@ -401,26 +593,49 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
   if (!f || !f->is_entry) throw Error("no entry named '" + entry + "' in the module");
   if (f->params.size() != 1)
     throw Error("entry '" + entry + "' must take one argument (the batch) to be specialized");
-  interp::check_value(batch, f->params[0].type, m, dims, f->params[0].name);
+
+  // The memo is valid for one module state and dimension binding.
+  uint64_t dims_h = 0;
+  for (const auto& [name, size] : dims) dims_h = mix(hash_str(dims_h, name), static_cast<uint64_t>(size));
+  uint64_t stamp = mix(mix(mix(0x5bd1e995ull, reinterpret_cast<uintptr_t>(&m)), m.generation()), dims_h);
+  PeMemo& memo = templates.pe_memo();
+  if (!memo.valid || memo.stamp != stamp) memo.reset(stamp);
+  uint64_t cone = 0;
+  bool have_cone = false;
+  for (const auto& [e, v] : memo.cones)
+    if (e == entry) cone = v, have_cone = true;
+  if (!have_cone) {
+    cone = m.cone_version(entry); // builds the dependency graph: once per module state
+    memo.cones.emplace_back(entry, cone);
+  }
 
   PeResult out;
-  size_t values = 0;
-  uint64_t h = skeleton_hash(batch);
-  {
+  std::optional<PeBackend> be(std::in_place, m, dims, templates, out.residual);
+  BatchScan scan(*be, m, dims);
+  Value arg = scan.scan(batch, f->params[0].type);
+  uint64_t h = scan.h;
+  size_t values = scan.count;
+  if (!scan.ok) {
+    interp::check_value(batch, f->params[0].type, m, dims, f->params[0].name); // throws
+    // The batch is fine after all: the separate walks.
+    out.residual = Residual{};
+    be.emplace(m, dims, templates, out.residual);
+    arg = residualize_batch(*be, batch);
+    h = skeleton_hash(batch);
+    values = 0;
     uint64_t tmp = 0;
     hash_value(tmp, batch, values);
   }
   h = hash_str(h, entry);
-  h = mix(h, m.cone_version(entry));
+  h = mix(h, cone);
   for (const auto& [name, size] : dims) h = mix(hash_str(h, name), static_cast<uint64_t>(size));
   out.residual.key = h;
 
-  PeBackend be(m, dims, templates, out.residual, PeOptions::kFuelBase + opt.fuel_per_value * values);
+  be->set_fuel(PeOptions::kFuelBase + opt.fuel_per_value * values);
   try {
-    Value arg = residualize_batch(be, batch);
-    interp::Evaluator<PeBackend> ev(m, be, opt.max_depth);
+    interp::Evaluator<PeBackend> ev(m, *be, opt.max_depth);
     Value result = ev.call_entry(*f, {arg});
-    be.collect_outputs(result);
+    be->collect_outputs(result);
     out.ok = true;
   } catch (const Refused& r) {
     out.ok = false;
@@ -428,7 +643,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     out.reason = r.reason;
     out.residual.instances.clear();
   }
-  out.residual.fuel_used = be.fuel_used();
+  out.residual.fuel_used = be->fuel_used();
   return out;
 }
 

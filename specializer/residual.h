@@ -11,9 +11,12 @@
 #pragma once
 
 #include "ops/op.h"
+#include "specializer/key_map.h"
 #include "tensor/tensor.h"
 
 #include <cstdint>
+#include <iterator>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -61,16 +64,64 @@ struct Template {
   bool same_as(const Template& o) const;
 };
 
+/// What the partial evaluator remembers across batches (partial_eval.cpp), so that a call or
+/// op it has seen before costs one hash lookup instead of building and interning a Template:
+/// interned tensor signatures (small ids), the template and result signatures that each
+/// specialization key (callee or op, static arguments, argument signature ids) resolved to,
+/// and each entry's Module::cone_version. Valid for one module state and dimension binding
+/// (`stamp`: the module's address and generation, and the dims); reset when it changes.
+struct PeMemo {
+  struct Entry {
+    int32_t tmpl;
+    uint32_t first, count; ///< its result signature ids: result_sigs[first, first + count)
+  };
+  uint64_t stamp = 0;
+  bool valid = false;
+  std::vector<TensorSig> sigs; ///< by signature id
+  KeyMap sig_ids;              ///< (dtype, dims...) -> signature id
+  KeyMap keys;                 ///< specialization key -> index in entries
+  std::vector<Entry> entries;
+  std::vector<int32_t> result_sigs;
+  std::vector<std::pair<std::string, uint64_t>> cones; ///< entry -> cone version
+
+  void reset(uint64_t new_stamp) {
+    *this = PeMemo{};
+    stamp = new_stamp;
+    valid = true;
+  }
+  int32_t sig_id(DType dt, std::span<const int64_t> dims) {
+    int64_t buf[Shape::kMaxRank + 2];
+    std::vector<int64_t> big;
+    int64_t* k = buf;
+    if (dims.size() + 1 > std::size(buf)) {
+      big.resize(dims.size() + 1);
+      k = big.data();
+    }
+    k[0] = static_cast<int64_t>(dt);
+    for (size_t i = 0; i < dims.size(); ++i) k[i + 1] = dims[i];
+    std::span<const int64_t> key(k, dims.size() + 1);
+    int32_t id = sig_ids.find(key);
+    if (id >= 0) return id;
+    id = static_cast<int32_t>(sigs.size());
+    sig_ids.emplace(key, id);
+    sigs.push_back(TensorSig{dt, std::vector<int64_t>(dims.begin(), dims.end())});
+    return id;
+  }
+};
+
 class TemplateTable {
 public:
   /// The id of an equal template, adding it first if new.
   int32_t intern(Template t);
   const Template& at(int32_t id) const { return templates_[static_cast<size_t>(id)]; }
   size_t size() const { return templates_.size(); }
+  /// The partial evaluator's memo (see PeMemo); it lives here because it caches interned ids.
+  PeMemo& pe_memo() { return memo_; }
 
 private:
   std::vector<Template> templates_;
   std::unordered_multimap<uint64_t, int32_t> ids_;
+  PeMemo memo_;
 };
 
 /// One template call (tmpl >= 0), or an n-ary sum of same-shaped f32 tensors (tmpl == kSumN).

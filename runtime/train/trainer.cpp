@@ -8,7 +8,7 @@
 #include "data/tree_io.h"
 #include "interp/interpreter.h"
 #include "optim/optimizer.h"
-#include "plan_executor.h"
+#include "engine.h"
 #include "specializer/dump.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <chrono>
@@ -155,49 +156,7 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
 
 double ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN; }
 
-void check_mode(const std::string& mode) {
-  if (mode != "generic" && mode != "specialized")
-    throw Error("--mode " + mode + " is not available yet: the background pipeline that `auto` "
-                "needs is not built; use generic or specialized");
-}
-
-// The specialized path of the training loop: partial evaluation, a plan (cached by skeleton
-// key), and the plan executor on reference kernels. A refusal is remembered by location, and
-// such batches run on the generic path.
-class Specialized {
-public:
-  Specialized(std::shared_ptr<const ir::Module> m, const interp::DimBindings& dims)
-      : m_(m), dims_(dims), exec_(m, dims) {}
-
-  /// Gradients of the batch, or nullopt when it cannot be specialized (run it generic).
-  std::optional<interp::Interpreter::Gradients> step(const Value& batch,
-                                                     const interp::Params& params,
-                                                     std::ostream& err) {
-    if (refused_) return std::nullopt;
-    auto pe = spec::partially_evaluate(*m_, dims_, "loss", batch, templates_);
-    if (!pe.ok) {
-      refused_ = true;
-      err << "pejit: entry 'loss' cannot be specialized: " << pe.where.str() << ": " << pe.reason
-          << "; its batches run on the generic path\n";
-      return std::nullopt;
-    }
-    auto it = plans_.find(pe.residual.key);
-    if (it == plans_.end()) {
-      if (plans_.size() >= kMaxPlans) plans_.clear();
-      it = plans_.emplace(pe.residual.key, spec::make_plan(pe.residual, templates_)).first;
-    }
-    return exec_.value_and_grad(it->second, pe.residual, templates_, params);
-  }
-
-private:
-  static constexpr size_t kMaxPlans = 4096;
-  std::shared_ptr<const ir::Module> m_;
-  interp::DimBindings dims_;
-  runtime::PlanExecutor exec_;
-  spec::TemplateTable templates_;
-  std::map<uint64_t, spec::Plan> plans_;
-  bool refused_ = false;
-};
+void check_mode(const std::string& mode) { (void)parse_mode(mode); }
 
 std::string fmt_pct(double v) {
   if (std::isnan(v)) return "n/a";
@@ -226,6 +185,12 @@ std::string EpochStats::json() const {
   j["generic_batches"] = generic_batches;
   j["specialized_seconds"] = specialized_seconds;
   j["generic_seconds"] = generic_seconds;
+  j["jit_seconds"] = 0.0; // no JIT kernels yet (issue 6): planned batches run reference kernels
+  j["plan_ms"] = plan_ms;
+  j["background_plan_ms"] = background_plan_ms;
+  j["plan_cache"] = {{"hits", plan_hits}, {"misses", plan_misses}, {"prefetched", plans_prefetched},
+                     {"evictions", plan_evictions}};
+  j["fallbacks"] = fallbacks;
   return j.dump();
 }
 
@@ -278,8 +243,11 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   Encoder enc;
   if (train_ds.is_trees) enc.trees.emplace(*m, elem->name);
   interp::Interpreter in(m, dims);
-  std::optional<Specialized> special;
-  if (opt.mode == "specialized") special.emplace(m, dims);
+  EngineOptions eo;
+  eo.mode = parse_mode(opt.mode);
+  eo.lookahead = opt.lookahead;
+  eo.trace_file = opt.trace;
+  Engine engine(m, dims, eo);
 
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
@@ -308,21 +276,37 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     st.epoch = ep;
     double loss_sum = 0;
     auto last_print = Clock::now();
+    EngineStats before = engine.stats();
+    // Batches are encoded once, `lookahead` ahead of training, and handed to the pipeline.
+    std::deque<Value> ahead;
+    size_t encoded = 0;
+    auto encode_ahead = [&](size_t upto) {
+      std::vector<Value> fresh;
+      for (; encoded < std::min(upto, nb); ++encoded) {
+        size_t lo = encoded * static_cast<size_t>(opt.batch);
+        size_t hi = std::min(train_ds.size(), lo + static_cast<size_t>(opt.batch));
+        ahead.push_back(enc.batch(train_ds, order, lo, hi));
+        fresh.push_back(ahead.back());
+      }
+      engine.prefetch("loss", std::move(fresh));
+    };
+    const size_t look = static_cast<size_t>(std::max(1, opt.lookahead));
     for (size_t b = 0; b < nb; ++b) {
       size_t lo = b * static_cast<size_t>(opt.batch);
       size_t hi = std::min(train_ds.size(), lo + static_cast<size_t>(opt.batch));
-      Value v = enc.batch(train_ds, order, lo, hi);
+      encode_ahead(b + 1 + look);
+      Value v = std::move(ahead.front());
+      ahead.pop_front();
       auto t0 = Clock::now();
-      std::optional<interp::Interpreter::Gradients> sg;
-      if (special) sg = special->step(v, params, err);
-      const bool on_plan = sg.has_value();
-      auto g = on_plan ? std::move(*sg) : in.value_and_grad("loss", {v}, params);
+      auto g = engine.value_and_grad("loss", v, params);
       optimizer.step(params, g.grads);
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
-      (on_plan ? st.specialized_seconds : st.generic_seconds) += dt;
-      (on_plan ? st.specialized_batches : st.generic_batches) += 1;
       st.seconds += dt;
+      if (opt.explain) {
+        std::string why = engine.explain("loss");
+        if (!why.empty()) err << "batch " << b << " ran generic: " << why << "\n";
+      }
       if (!std::isfinite(g.loss))
         throw Error("the loss became " + std::to_string(g.loss) + " at epoch " +
                     std::to_string(ep) + ", batch " + std::to_string(b) + " (try a smaller --lr or --clip)");
@@ -342,6 +326,19 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       }
     }
     if (progress) err << "\n";
+    engine.drain();
+    EngineStats after = engine.stats();
+    st.specialized_batches = after.specialized_batches - before.specialized_batches;
+    st.generic_batches = after.generic_batches - before.generic_batches;
+    st.specialized_seconds = after.specialized_seconds - before.specialized_seconds;
+    st.generic_seconds = after.generic_seconds - before.generic_seconds;
+    st.plan_ms = 1e3 * (after.plan_seconds - before.plan_seconds);
+    st.background_plan_ms = 1e3 * (after.background_plan_seconds - before.background_plan_seconds);
+    st.plan_hits = after.plan_hits - before.plan_hits;
+    st.plan_misses = after.plan_misses - before.plan_misses;
+    st.plans_prefetched = after.plans_prefetched - before.plans_prefetched;
+    st.plan_evictions = after.plan_evictions - before.plan_evictions;
+    st.fallbacks = after.fallbacks;
     st.loss_per_node = loss_sum / std::max<int64_t>(1, st.nodes);
     st.trees_per_s = st.trees / std::max(st.seconds, 1e-9);
     if (opt.train_eval) {
@@ -389,6 +386,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
                   fmt_pct(last.dev_node_acc).c_str(), fmt_pct(spec / std::max(seconds, 1e-9)).c_str());
     (opt.json ? err : out) << buf << std::flush;
   }
+  engine.write_trace();
   if (!opt.save.empty()) {
     checkpoint::Checkpoint ck;
     ck.params = params;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,10 @@ struct TrainOptions {
   std::string save;
   std::string init_params; ///< start from this checkpoint's parameters (and vocabulary)
   bool json = false;
-  std::string mode = "generic";
+  std::string mode = "auto";
+  int lookahead = 8;      ///< batches planned ahead by the background pipeline (auto mode)
+  std::string trace;      ///< write a Chrome trace here
+  bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
   int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
 };
@@ -42,6 +46,9 @@ struct EpochStats {
   double trees_per_s = 0, seconds = 0;
   int64_t batches = 0, specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0;
+  double plan_ms = 0, background_plan_ms = 0;
+  int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
+  std::map<std::string, int64_t> fallbacks;
   /// One line of JSON with every field (NaN fields are null).
   std::string json() const;
 };
@@ -57,7 +64,7 @@ struct EvalOptions {
   int batch = 25;
   int64_t limit = 0;
   bool json = false;
-  std::string mode = "generic";
+  std::string mode = "auto";
 };
 
 struct EvalStats {

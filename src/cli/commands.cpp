@@ -83,6 +83,10 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(CLI::IsMember({"generic", "specialized", "auto"}))
       ->capture_default_str();
   app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
+  app.add_option("--lookahead", a.lookahead, "batches the background pipeline plans ahead")
+      ->capture_default_str();
+  app.add_option("--trace", a.trace, "write a Chrome trace (chrome://tracing, Perfetto) here");
+  app.add_flag("--explain", a.explain, "say why each batch that ran generic did");
   app.add_option("--progress", a.progress,
                  "progress line: 1 on, 0 off (default: when stderr is a terminal)")
       ->expected(0, 1)

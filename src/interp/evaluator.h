@@ -4,6 +4,9 @@
 // tracer's backend builds graph nodes. Everything else (frames, closures, match, lists,
 // Int/Bool arithmetic, recursion bounds) is shared. Frames live on one value stack addressed
 // by base + slot (the checker numbered every binder); closures copy their captured values.
+// Argument vectors are recycled through a small pool (a call takes one, fills it, and gives it
+// back when the call returns), so that a call allocates nothing for its arguments: the
+// partial evaluator runs thousands of calls per batch (DESIGN.md §5).
 //
 // A Backend provides:
 //   Value param(int index);
@@ -120,6 +123,36 @@ public:
     return r;
   }
 
+  /// As call_fn_impl, moving the arguments into the frame (they are the caller's to lose).
+  Value call_fn_moving(const FnDecl& f, Values& args, const Span& at) {
+    DepthGuard g(*this, at.known() ? at : f.span);
+    size_t base = stack_.size();
+    stack_.resize(base + static_cast<size_t>(f.frame_size));
+    for (size_t i = 0; i < args.size(); ++i) stack_[base + f.param_slots[i]] = std::move(args[i]);
+    Frame fr{base, nullptr};
+    Value r = eval(f.body, fr);
+    stack_.resize(base);
+    return r;
+  }
+
+  // The argument-vector pool (see the header note).
+  std::vector<Values> args_pool_;
+  Values take_args(size_t n) {
+    if (args_pool_.empty()) {
+      Values v;
+      v.reserve(n < 4 ? 4 : n);
+      return v;
+    }
+    Values v = std::move(args_pool_.back());
+    args_pool_.pop_back();
+    v.reserve(n);
+    return v;
+  }
+  void give_args(Values&& v) {
+    v.clear();
+    args_pool_.push_back(std::move(v));
+  }
+
   Value call_closure(const Closure& c, const Values& args, const Span& at) {
     if (!c.lambda) {
       const FnDecl& f = *m_.fns()[static_cast<size_t>(c.fn_index)];
@@ -171,6 +204,7 @@ public:
     case ExprKind::Var: return lookup(e->cast<Var>().ref, fr, e->span);
     case ExprKind::Tuple: {
       Values xs;
+      xs.reserve(e->cast<ir::Tuple>().elems.size());
       for (const auto& x : e->cast<ir::Tuple>().elems) xs.push_back(eval(x, fr));
       return Value::tuple(std::move(xs));
     }
@@ -198,6 +232,7 @@ public:
     }
     case ExprKind::ListLit: {
       Values xs;
+      xs.reserve(e->cast<ListLit>().elems.size());
       for (const auto& x : e->cast<ListLit>().elems) xs.push_back(eval(x, fr));
       return Value::list(std::move(xs));
     }
@@ -280,6 +315,13 @@ public:
     return xs;
   }
 
+  /// The arguments in a pooled vector (give it back with give_args).
+  Values eval_args_pooled(const Call& c, const Frame& fr) {
+    Values xs = take_args(c.args.size());
+    for (const auto& a : c.args) xs.push_back(eval(a, fr));
+    return xs;
+  }
+
   Value apply(const Value& f, const Values& args, const Span& s) {
     return call_closure(f.as_closure(), args, s);
   }
@@ -288,9 +330,14 @@ public:
     switch (c.ref.kind) {
     case VarRef::Kind::Global: {
       const FnDecl& f = *m_.fns()[static_cast<size_t>(c.ref.index)];
-      Values args = eval_args(c, fr);
-      if (auto v = backend_.call(f, c.ref.index, args, c.span)) return *v;
-      return call_fn(f, args, c.span);
+      Values args = eval_args_pooled(c, fr);
+      if (auto v = backend_.call(f, c.ref.index, args, c.span)) {
+        give_args(std::move(args));
+        return std::move(*v);
+      }
+      Value r = call_fn_moving(f, args, c.span);
+      give_args(std::move(args));
+      return r;
     }
     case VarRef::Kind::Ctor: {
       if (c.ref.adt == types::kListAdt) {
@@ -317,17 +364,19 @@ public:
   // Kept out of eval_call's frame so that deep recursion uses little native stack.
   __attribute__((noinline)) Value eval_op(const Call& c, const Frame& fr) {
     size_t n = static_cast<size_t>(c.tensor_args);
-    Values args;
-    args.reserve(n);
+    Values args = take_args(n);
     for (size_t i = 0; i < n; ++i) args.push_back(eval(c.args[i], fr));
     ops::Attr attr{c.attr_ints};
     auto id = static_cast<ops::OpId>(c.ref.index);
     if (id == ops::OpId::Split) {
       Values parts;
       backend_.op(id, attr, args.data(), n, c.span, &parts);
+      give_args(std::move(args));
       return Value::tuple(std::move(parts));
     }
-    return backend_.op(id, attr, args.data(), n, c.span);
+    Value r = backend_.op(id, attr, args.data(), n, c.span);
+    give_args(std::move(args));
+    return r;
   }
 
   Value eval_builtin(const Call& c, Builtin b, const Frame& fr) {

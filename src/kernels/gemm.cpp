@@ -8,6 +8,8 @@
 // does not generate), small-m A·B^T uses row dot products and everything else transposes the
 // operand into per-thread scratch first; a plain loop is the last resort.
 #include "kernels/kernels.h"
+
+#include <algorithm>
 #include "kernels/row_ops.h"
 #include "util/check.h"
 
@@ -157,8 +159,40 @@ void gemm_nn_loops(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
 }
 
 // C = op(A)·op(B) (beta0) or C += op(A)·op(B); row-major; m, n, k > 0.
+void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, bool beta0, float* c, int64_t ldc);
+
+// Batched plans multiply by every row count and, for weight gradients, sum over every row
+// count: rows are cut into fixed panels of kPanel (and the summed dimension into chunks,
+// accumulated in order), so that the number of distinct libxsmm kernels stays bounded and no
+// new shape has to be generated batch after batch.
+constexpr int64_t kPanel = 64;
+
 void gemm_core(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, bool beta0, float* c, int64_t ldc) {
+  if (m > kPanel) {
+    for (int64_t i = 0; i < m; i += kPanel) {
+      int64_t mi = std::min(kPanel, m - i);
+      const float* ai = ta ? a + i : a + i * lda;
+      gemm_core(ta, tb, mi, n, k, ai, lda, b, ldb, beta0, c + i * ldc, ldc);
+    }
+    return;
+  }
+  if (k > 4 * kPanel && ta) {
+    // Weight gradients: A^T·B summed over k rows; chunks of kPanel rows, accumulated.
+    for (int64_t p = 0; p < k; p += kPanel) {
+      int64_t kp = std::min(kPanel, k - p);
+      const float* ap = a + p * lda;                  // op(A) = A^T: rows of A are k
+      const float* bp = tb ? b + p : b + p * ldb;     // op(B) rows are k
+      gemm_kernel(ta, tb, m, n, kp, ap, lda, bp, ldb, beta0 && p == 0, c, ldc);
+    }
+    return;
+  }
+  gemm_kernel(ta, tb, m, n, k, a, lda, b, ldb, beta0, c, ldc);
+}
+
+void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, bool beta0, float* c, int64_t ldc) {
   int beta_flag = beta0 ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
   // Column-major view: M' = n, N' = m, A' = B (transposed iff tb), B' = A (iff ta).
   int flags =

@@ -71,6 +71,20 @@ TEST_SUITE("kernels") {
       }
   }
 
+  TEST_CASE("sgemm over row panels and summed chunks (plan-sized GEMMs)") {
+    // More rows than a panel (64) and, for A^T·B weight gradients, a summed dimension cut
+    // into chunks: remainders included, padded leading dimensions, beta 0 and 1.
+    std::mt19937 rng(7);
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float beta : {0.0f, 1.0f}) {
+          check_case(rng, ta, tb, 150, 37, 20, 1.0f, beta, 0);
+          check_case(rng, ta, tb, 129, 16, 300, 1.0f, beta, 3);
+          check_case(rng, ta, tb, 30, 45, 333, 1.0f, beta, 1); // k > 4 panels
+          check_case(rng, ta, tb, 70, 9, 700, 0.5f, beta, 0);
+        }
+  }
+
   TEST_CASE("sgemm degenerate sizes") {
     std::vector<float> c{1, 2, 3, 4};
     float a = 0, b = 0;

@@ -1,0 +1,29 @@
+// jit-internal: lowers a family-1 KernelSpec to an LLVM module. Only jit/*.cpp include this.
+#pragma once
+
+#include "jit/kernel_spec.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <memory>
+#include <string>
+
+namespace pejit::jit {
+
+/// Where the module's code will run: stamped on the module and the function so that the IR is
+/// self-describing and the vectorizer sees the host's vector width.
+struct CodegenTarget {
+  std::string triple;
+  std::string data_layout;
+  std::string cpu;
+  std::string features;
+};
+
+/// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
+/// O3 vectorizes its inner loop). The spec must have passed validate().
+std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec &spec, llvm::LLVMContext &ctx,
+                                                const std::string &fn_name,
+                                                const CodegenTarget &target);
+
+} // namespace pejit::jit

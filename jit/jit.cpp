@@ -1,0 +1,212 @@
+// Jit: one LLJIT for the host, an O3 IRTransformLayer transform, one ResourceTracker per kernel.
+// llvm::Error and llvm::Expected live only in this file; Jit's public members rethrow them as
+// pejit::Error with LLVM's message (DESIGN.md §8: the caller then runs that batch generic).
+#include "jit/jit.h"
+
+#include "jit/elementwise_codegen.h"
+#include "pejit/error.h"
+
+#include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+namespace pejit::jit {
+namespace {
+
+namespace orc = llvm::orc;
+
+[[noreturn]] void throw_error(const char *what, llvm::Error err) {
+  throw Error(fmt::format("jit: {}: {}", what, llvm::toString(std::move(err))));
+}
+
+template <class T> T unwrap(const char *what, llvm::Expected<T> value) {
+  if (!value)
+    throw_error(what, value.takeError());
+  return std::move(*value);
+}
+
+void initialize_llvm_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+} // namespace
+
+class Jit::Impl {
+public:
+  explicit Impl(JitOptions options) {
+    initialize_llvm_once();
+    jtmb_ = unwrap("detecting the host", orc::JITTargetMachineBuilder::detectHost());
+    jtmb_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    lljit_ = unwrap("creating LLJIT",
+                    orc::LLJITBuilder()
+                        .setJITTargetMachineBuilder(jtmb_)
+                        .setNumCompileThreads(std::max(1u, options.compile_threads))
+                        .create());
+    target_.triple = lljit_->getTargetTriple().str();
+    target_.data_layout = lljit_->getDataLayout().getStringRepresentation();
+    target_.cpu = jtmb_.getCPU();
+    target_.features = jtmb_.getFeatures().getString();
+    lljit_->getMainJITDylib().addGenerator(
+        unwrap("host symbols", orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+                                   lljit_->getDataLayout().getGlobalPrefix())));
+    // Runs on the compile thread, on the module LLJIT cloned into that thread's context.
+    lljit_->getIRTransformLayer().setTransform(
+        [this](orc::ThreadSafeModule tsm,
+               orc::MaterializationResponsibility &) -> llvm::Expected<orc::ThreadSafeModule> {
+          llvm::Error err = llvm::Error::success();
+          tsm.withModuleDo([&](llvm::Module &m) { err = optimize(m); });
+          if (err)
+            return err;
+          return tsm;
+        });
+  }
+
+  ~Impl() {
+    std::lock_guard lock(mu_);
+    trackers_.clear(); // before lljit_: a tracker refers to its JITDylib
+  }
+
+  llvm::Expected<CompiledKernel> compile(const KernelSpec &spec) {
+    auto start = std::chrono::steady_clock::now();
+    spec.validate();
+    uint64_t id = next_id_.fetch_add(1);
+    std::string name = fmt::format("pejit_ew_{}", id);
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    std::unique_ptr<llvm::Module> m = lower_elementwise(spec, *ctx, name, target_);
+    if (llvm::Error err = verify(*m))
+      return err;
+    // Build the module before moving the context into the ThreadSafeModule (DEPS.md pitfall 2).
+    orc::ThreadSafeModule tsm(std::move(m), std::move(ctx));
+    orc::ResourceTrackerSP rt = lljit_->getMainJITDylib().createResourceTracker();
+    if (llvm::Error err = lljit_->addIRModule(rt, std::move(tsm)))
+      return err;
+    auto sym = lljit_->lookup(name);
+    if (!sym) {
+      llvm::consumeError(rt->remove());
+      return sym.takeError();
+    }
+    {
+      std::lock_guard lock(mu_);
+      trackers_.emplace(id, rt);
+    }
+    CompiledKernel k;
+    k.fn = sym->toPtr<ElementwiseFn>();
+    k.handle.id = id;
+    k.compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return k;
+  }
+
+  llvm::Error remove(KernelHandle handle) {
+    orc::ResourceTrackerSP rt;
+    {
+      std::lock_guard lock(mu_);
+      auto it = trackers_.find(handle.id);
+      if (it == trackers_.end())
+        return llvm::Error::success();
+      rt = std::move(it->second);
+      trackers_.erase(it);
+    }
+    return rt->remove();
+  }
+
+  llvm::Expected<std::string> optimized_ir(const KernelSpec &spec) const {
+    spec.validate();
+    llvm::LLVMContext ctx;
+    std::unique_ptr<llvm::Module> m = lower_elementwise(spec, ctx, "pejit_ew", target_);
+    if (llvm::Error err = verify(*m))
+      return err;
+    if (llvm::Error err = optimize(*m))
+      return err;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    m->print(os, nullptr);
+    return os.str();
+  }
+
+  size_t live_kernels() const {
+    std::lock_guard lock(mu_);
+    return trackers_.size();
+  }
+
+  const CodegenTarget &target() const { return target_; }
+
+private:
+  static llvm::Error verify(const llvm::Module &m) {
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    if (llvm::verifyModule(m, &os))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "kernel IR fails verification: " + os.str());
+    return llvm::Error::success();
+  }
+
+  // O3 with the new pass manager. The TargetMachine comes from the same builder (CPU, features,
+  // opt level) that LLJIT's compiler uses, so the vectorizer's cost model sees the host's
+  // vector registers (DEPS.md pitfall 3); a TargetMachine per call keeps compile threads apart.
+  llvm::Error optimize(llvm::Module &m) const {
+    orc::JITTargetMachineBuilder jtmb = jtmb_;
+    auto tm = jtmb.createTargetMachine();
+    if (!tm)
+      return tm.takeError();
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PipelineTuningOptions pto;
+    pto.LoopVectorization = true;
+    pto.SLPVectorization = true;
+    llvm::PassBuilder pb(tm->get(), pto);
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+    return llvm::Error::success();
+  }
+
+  orc::JITTargetMachineBuilder jtmb_{llvm::Triple()};
+  CodegenTarget target_;
+  std::unique_ptr<orc::LLJIT> lljit_;
+  std::atomic<uint64_t> next_id_{1};
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, orc::ResourceTrackerSP> trackers_; // guarded by mu_
+};
+
+Jit::Jit(JitOptions options) : impl_(std::make_unique<Impl>(options)) {}
+Jit::~Jit() = default;
+
+CompiledKernel Jit::compile(const KernelSpec &spec) {
+  return unwrap("compiling elementwise kernel", impl_->compile(spec));
+}
+
+void Jit::remove(KernelHandle handle) {
+  if (llvm::Error err = impl_->remove(handle))
+    throw_error("removing kernel", std::move(err));
+}
+
+std::string Jit::optimized_ir(const KernelSpec &spec) const {
+  return unwrap("lowering elementwise kernel", impl_->optimized_ir(spec));
+}
+
+const std::string &Jit::target_cpu() const { return impl_->target().cpu; }
+const std::string &Jit::target_features() const { return impl_->target().features; }
+size_t Jit::live_kernels() const { return impl_->live_kernels(); }
+
+} // namespace pejit::jit

@@ -1,0 +1,64 @@
+// Jit: one ORC LLJIT for the host CPU (its name and features, so AVX-512 where present), O3 with
+// the new pass manager, concurrent compilation on a pool of `compile_threads`, and code freed
+// only through the ResourceTracker of the kernel it belongs to. LLVM stays inside jit.cpp: this
+// header shows no LLVM type, and every llvm::Error is rethrown here as pejit::Error.
+#pragma once
+
+#include "jit/kernel_spec.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pejit::jit {
+
+/// The compiled form of a family-1 KernelSpec.
+using ElementwiseFn = void (*)(float *const *in, float *const *out, int64_t rows);
+
+/// Names one compiled kernel's code inside its Jit; 0 is "none".
+struct KernelHandle {
+  uint64_t id = 0;
+  friend bool operator==(KernelHandle, KernelHandle) = default;
+};
+
+/// A kernel ready to call. `fn` stays valid until `Jit::remove(handle)` or the Jit's destruction.
+struct CompiledKernel {
+  ElementwiseFn fn = nullptr;
+  KernelHandle handle;
+  double compile_ms = 0; ///< lowering + O3 + codegen + link, measured around compile()
+};
+
+struct JitOptions {
+  unsigned compile_threads = 1; ///< ORC's compile pool; beside training, keep 1 (DESIGN.md §7)
+};
+
+/// Owns one LLJIT. Every member function is safe to call from several threads at once.
+class Jit {
+public:
+  /// Throws pejit::Error when the host target cannot be set up.
+  explicit Jit(JitOptions options = {});
+  ~Jit();
+  Jit(const Jit &) = delete;
+  Jit &operator=(const Jit &) = delete;
+
+  /// Lowers, verifies, optimizes and links `spec`. Throws pejit::Error (a malformed spec, IR
+  /// that fails verification, an LLVM failure); the Jit stays usable afterwards.
+  CompiledKernel compile(const KernelSpec &spec);
+
+  /// Frees the kernel's code through its ResourceTracker. Unknown or already removed handles
+  /// are ignored. The caller guarantees that no thread is running the kernel.
+  void remove(KernelHandle handle);
+
+  /// The optimized LLVM IR that compile() would link for `spec` (for tests and `pejit dump`).
+  std::string optimized_ir(const KernelSpec &spec) const;
+
+  const std::string &target_cpu() const;      ///< e.g. "sapphirerapids"
+  const std::string &target_features() const; ///< e.g. "+avx512f,+avx2,..."
+  size_t live_kernels() const;                ///< kernels compiled and not yet removed
+
+private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace pejit::jit

@@ -1,0 +1,99 @@
+// KernelCache: one mutex over the map, the LRU list and the statistics; compiling happens
+// outside it, published through a shared_future per entry so that waiters need no lock.
+#include "jit/kernel_cache.h"
+
+#include "pejit/error.h"
+
+#include <chrono>
+
+namespace pejit::jit {
+
+KernelCache::KernelCache(Jit &jit, size_t max_entries)
+    : jit_(jit), max_entries_(max_entries < 1 ? 1 : max_entries) {}
+
+KernelCache::~KernelCache() = default;
+
+std::string KernelCache::key(const KernelSpec &spec) const {
+  return spec.canonical_text() + " cpu=" + jit_.target_cpu();
+}
+
+std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec &spec) {
+  std::string k = key(spec);
+  std::promise<std::shared_ptr<const CachedKernel>> promise;
+  Future pending;
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = entries_.find(k); it != entries_.end()) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      pending = it->second.future;
+    } else {
+      ++stats_.misses;
+      generation = ++generation_;
+      lru_.push_front(k);
+      entries_.emplace(k, Entry{promise.get_future().share(), lru_.begin(), generation});
+      evict_over_bound();
+    }
+  }
+  if (pending.valid())
+    return pending.get(); // waits while another thread compiles; rethrows its failure
+
+  std::shared_ptr<const CachedKernel> result;
+  try {
+    CompiledKernel compiled = jit_.compile(spec);
+    Jit *jit = &jit_;
+    // The code lives until the entry is evicted and the last holder lets go.
+    result = std::shared_ptr<const CachedKernel>(
+        new CachedKernel{compiled, k, spec.schedule, "default"},
+        [jit](const CachedKernel *c) {
+          try {
+            jit->remove(c->kernel.handle);
+          } catch (const Error &) {
+            // Nothing to do from a destructor; the code stays mapped until the Jit dies.
+          }
+          delete c;
+        });
+  } catch (...) {
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.failures;
+      // Only our own entry: it may have been evicted and the key re-requested meanwhile.
+      if (auto it = entries_.find(k); it != entries_.end() && it->second.generation == generation) {
+        lru_.erase(it->second.lru);
+        entries_.erase(it);
+      }
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.compiles;
+    stats_.compile_ms += result->kernel.compile_ms;
+  }
+  promise.set_value(result);
+  return result;
+}
+
+void KernelCache::evict_over_bound() {
+  while (entries_.size() > max_entries_) {
+    // The newest entry is at the front, so the victim is never the one being inserted.
+    std::string victim = std::move(lru_.back());
+    lru_.pop_back();
+    entries_.erase(victim); // its CachedKernel (and code) goes with its last shared_ptr
+    ++stats_.evictions;
+  }
+}
+
+KernelCacheStats KernelCache::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+size_t KernelCache::size() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
+} // namespace pejit::jit

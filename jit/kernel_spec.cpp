@@ -1,0 +1,86 @@
+// KernelSpec's canonical text and validation: plain C++, no LLVM.
+#include "jit/kernel_spec.h"
+
+#include "pejit/error.h"
+
+#include <fmt/format.h>
+
+namespace pejit::jit {
+
+bool is_binary(ElementwiseOp op) {
+  switch (op) {
+  case ElementwiseOp::Add:
+  case ElementwiseOp::Sub:
+  case ElementwiseOp::Mul:
+  case ElementwiseOp::Div:
+  case ElementwiseOp::SigmoidBwd:
+  case ElementwiseOp::TanhBwd:
+    return true;
+  default:
+    return false;
+  }
+}
+
+const char *op_name(ElementwiseOp op) {
+  switch (op) {
+  case ElementwiseOp::Add: return "add";
+  case ElementwiseOp::Sub: return "sub";
+  case ElementwiseOp::Mul: return "mul";
+  case ElementwiseOp::Div: return "div";
+  case ElementwiseOp::Neg: return "neg";
+  case ElementwiseOp::Exp: return "exp";
+  case ElementwiseOp::Tanh: return "tanh";
+  case ElementwiseOp::Sigmoid: return "sigmoid";
+  case ElementwiseOp::Relu: return "relu";
+  case ElementwiseOp::SigmoidBwd: return "sigmoid_bwd";
+  case ElementwiseOp::TanhBwd: return "tanh_bwd";
+  }
+  return "?";
+}
+
+std::string KernelSpec::canonical_text() const {
+  std::string s = fmt::format("ew {} w={} in=", dtype, width);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i)
+      s += ',';
+    s += inputs[i] == InputShape::Full ? 'F' : inputs[i] == InputShape::RowBroadcast ? 'R' : 'S';
+  }
+  s += " ops=";
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (i)
+      s += ';';
+    s += is_binary(ops[i].op) ? fmt::format("{}({},{})", op_name(ops[i].op), ops[i].a, ops[i].b)
+                              : fmt::format("{}({})", op_name(ops[i].op), ops[i].a);
+  }
+  s += " out=";
+  for (size_t i = 0; i < outputs.size(); ++i)
+    s += fmt::format("{}{}", i ? "," : "", outputs[i]);
+  s += fmt::format(" sched={}", schedule);
+  if (inject_invalid_ir)
+    s += " invalid";
+  return s;
+}
+
+void KernelSpec::validate() const {
+  if (dtype != "f32")
+    throw Error(fmt::format("jit: elementwise kernel: unsupported dtype '{}'", dtype));
+  if (width < 1)
+    throw Error(fmt::format("jit: elementwise kernel: width {} < 1", width));
+  if (outputs.empty())
+    throw Error("jit: elementwise kernel has no outputs");
+  int defined = static_cast<int>(inputs.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ElementwiseStep &st = ops[i];
+    bool bad = st.a < 0 || st.a >= defined ||
+               (is_binary(st.op) ? (st.b < 0 || st.b >= defined) : st.b != -1);
+    if (bad)
+      throw Error(fmt::format("jit: elementwise op {} ({}) reads a value not defined before it",
+                              i, op_name(st.op)));
+    ++defined;
+  }
+  for (int o : outputs)
+    if (o < 0 || o >= defined)
+      throw Error(fmt::format("jit: elementwise output {} is not a value of the kernel", o));
+}
+
+} // namespace pejit::jit

@@ -1,0 +1,70 @@
+// KernelSpec: what the JIT compiles. Family 1 is a fused elementwise chain over f32 arrays: a
+// straight-line program whose values are its inputs followed by its ops' results, evaluated
+// independently at every element of a [rows, width] grid. `width` is static (baked into the
+// code); `rows` is an argument of the compiled function. No LLVM type here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pejit::jit {
+
+/// How an input array is laid out relative to the [rows, width] grid.
+enum class InputShape {
+  Full,         ///< [rows, width], row-major
+  RowBroadcast, ///< [width], the same row for every row
+  Scalar,       ///< one float for the whole grid
+};
+
+/// Elementwise ops. Unary ops read `a`; binary ops read `a` and `b`.
+enum class ElementwiseOp {
+  Add,        ///< a + b
+  Sub,        ///< a - b
+  Mul,        ///< a * b
+  Div,        ///< a / b
+  Neg,        ///< -a
+  Exp,        ///< e^a (branch-free polynomial, rel. error <= 3e-7)
+  Tanh,       ///< tanh(a) (branch-free, rel. error <= 5e-7)
+  Sigmoid,    ///< 1 / (1 + e^-a) (branch-free, rel. error <= 5e-7 for a >= -87)
+  Relu,       ///< max(a, 0)
+  SigmoidBwd, ///< b * a * (1 - a), with a = sigmoid's output y and b = the output gradient gy
+  TanhBwd,    ///< b * (1 - a * a), with a = tanh's output y and b = gy
+};
+
+/// True for ops that read two values.
+bool is_binary(ElementwiseOp op);
+/// The op's name in canonical text ("add", "sigmoid_bwd", ...).
+const char *op_name(ElementwiseOp op);
+
+/// One op of the chain. Value ids: 0..inputs-1 are the inputs, inputs+i is op i's result.
+struct ElementwiseStep {
+  ElementwiseOp op;
+  int a = 0;
+  int b = -1; ///< unused (-1) for unary ops
+};
+
+/// A fused elementwise kernel. Compiled to `void k(float** in, float** out, int64_t rows)`:
+/// out[j][r*width + c] = value outputs[j] at (r, c). Every output is a full [rows, width] array.
+struct KernelSpec {
+  int64_t width = 1;
+  std::vector<InputShape> inputs;
+  std::vector<ElementwiseStep> ops;
+  std::vector<int> outputs; ///< value ids written, in order
+  std::string dtype = "f32";
+  std::string schedule = "default"; ///< family 1 has one schedule: the vectorizer's choice
+
+  /// Testing only: the lowering leaves a basic block without a terminator, so the module fails
+  /// llvm::verifyModule. Part of the canonical text so that it never hits a valid cache entry.
+  bool inject_invalid_ir = false;
+
+  /// Canonical text: equal for specs that compile to the same code (target excluded; the cache
+  /// appends it). Example: "ew f32 w=16 in=F,R,S ops=mul(0,1);sigmoid(3) out=4 sched=default".
+  std::string canonical_text() const;
+
+  /// Throws pejit::Error naming the problem when the spec is malformed (an op reading a value
+  /// not defined before it, no outputs, width < 1, an unknown dtype).
+  void validate() const;
+};
+
+} // namespace pejit::jit

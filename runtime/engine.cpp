@@ -1,0 +1,467 @@
+// The dispatcher, the plan cache and the background specialization pipeline (engine.h).
+//
+// Sharing: a published plan (PlanEntry) is immutable and carries its own snapshot of the
+// templates it uses, so the training thread can run it while the pipeline interns new
+// templates. The template table and the partial evaluator are used under one lock
+// (pe_mutex_); the plan cache, the queue and the statistics each have their own.
+#include "engine.h"
+
+#include "plan_executor.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
+#include "util/check.h"
+
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+namespace pejit::runtime {
+
+using Clock = std::chrono::steady_clock;
+using interp::Value;
+
+Mode parse_mode(const std::string& s) {
+  if (s == "generic") return Mode::Generic;
+  if (s == "specialized") return Mode::Specialized;
+  if (s == "auto") return Mode::Auto;
+  throw Error("unknown mode '" + s + "' (generic, specialized or auto)");
+}
+
+const char* mode_name(Mode m) {
+  switch (m) {
+  case Mode::Generic: return "generic";
+  case Mode::Specialized: return "specialized";
+  case Mode::Auto: return "auto";
+  }
+  return "?";
+}
+
+namespace {
+
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+// Payload tensors of a batch in the order the partial evaluator numbers its input slots
+// (depth-first, left to right): what a cached plan needs from a new batch of its skeleton.
+void collect_payloads(const Value& v, std::vector<Tensor>& out) {
+  switch (v.kind()) {
+  case Value::Kind::Tensor: out.push_back(v.as_tensor()); break;
+  case Value::Kind::Tuple:
+  case Value::Kind::Adt:
+    for (const auto& x : v.items()) collect_payloads(x, out);
+    break;
+  case Value::Kind::List:
+    for (size_t i = 0; i < v.list_size(); ++i) collect_payloads(v.list_at(i), out);
+    break;
+  default: break;
+  }
+}
+
+// A plan with what running it needs besides the batch's payloads.
+struct PlanEntry {
+  std::string entry;
+  spec::Residual residual; ///< instances, constants, outputs; inputs cleared
+  spec::Plan plan;
+  spec::TemplateTable templates; ///< snapshot
+  size_t bytes = 0;
+};
+
+// Chrome trace events (chrome://tracing, Perfetto), recorded from any thread.
+class Trace {
+public:
+  explicit Trace(bool on) : on_(on), t0_(Clock::now()) {}
+  void add(const std::string& name, const char* cat, Clock::time_point a, Clock::time_point b) {
+    if (!on_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto tid = std::hash<std::thread::id>{}(std::this_thread::get_id());
+    auto [it, fresh] = tids_.emplace(tid, static_cast<int>(tids_.size()) + 1);
+    events_.push_back({name, cat, std::chrono::duration<double, std::micro>(a - t0_).count(),
+                       std::chrono::duration<double, std::micro>(b - a).count(), it->second});
+  }
+  void write(const std::string& path) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string tmp = path + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << "{\"traceEvents\":[";
+      bool first = true;
+      for (const auto& [tid, n] : tids_) {
+        f << (first ? "" : ",") << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << n
+          << ",\"args\":{\"name\":\"" << (n == 1 ? "training loop" : "thread") << " " << n
+          << "\"}}";
+        first = false;
+      }
+      for (const auto& e : events_) {
+        f << (first ? "" : ",") << "{\"name\":\"" << e.name << "\",\"cat\":\"" << e.cat
+          << "\",\"ph\":\"X\",\"ts\":" << e.ts << ",\"dur\":" << e.dur << ",\"pid\":1,\"tid\":"
+          << e.tid << "}";
+        first = false;
+      }
+      f << "]}\n";
+      if (!f) throw Error("cannot write trace '" + path + "'");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write trace '" + path + "'");
+  }
+
+private:
+  struct Event {
+    std::string name;
+    const char* cat;
+    double ts, dur;
+    int tid;
+  };
+  bool on_;
+  Clock::time_point t0_;
+  mutable std::mutex mu_;
+  std::vector<Event> events_;
+  std::unordered_map<size_t, int> tids_;
+};
+
+} // namespace
+
+struct Engine::Impl {
+  std::shared_ptr<const ir::Module> m;
+  interp::DimBindings dims;
+  EngineOptions opt;
+  interp::Interpreter generic;
+  PlanExecutor exec;
+  Trace trace;
+
+  // Partial evaluation and the template table: one at a time.
+  std::mutex pe_mutex;
+  spec::TemplateTable templates;
+
+  // The plan cache: LRU over skeleton keys.
+  mutable std::mutex cache_mutex;
+  std::list<uint64_t> lru;
+  struct Slot {
+    std::shared_ptr<const PlanEntry> entry;
+    std::list<uint64_t>::iterator pos;
+  };
+  std::unordered_map<uint64_t, Slot> cache;
+  size_t cache_bytes = 0;
+
+  // Refusals by entry: the cone version they were made at, and why.
+  struct Refusal {
+    uint64_t cone;
+    std::string why;
+  };
+  std::map<std::string, Refusal> refused; // under pe_mutex
+  std::mutex cone_mutex;                    // the training thread must not wait for a PE
+  std::map<std::string, uint64_t> cone_cache; // entry -> cone version, under cone_mutex
+  uint64_t cone_generation = ~0ull;
+
+  mutable std::mutex stats_mutex;
+  EngineStats stats;
+  std::map<std::string, std::string> last_explain;
+
+  // The pipeline.
+  std::unique_ptr<tbb::task_arena> arena;
+  tbb::task_group group;
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::deque<std::pair<std::string, Value>> queue;
+  size_t outstanding = 0;
+  bool running = false;
+
+  Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o)
+      : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), generic(m, dims), exec(m, dims),
+        trace(!opt.trace_file.empty()) {
+    if (opt.mode == Mode::Auto)
+      arena = std::make_unique<tbb::task_arena>(1, 0, tbb::task_arena::priority::low);
+  }
+
+  uint64_t cone_version(const std::string& entry) {
+    std::lock_guard<std::mutex> lock(cone_mutex);
+    if (cone_generation != m->generation()) {
+      cone_cache.clear();
+      cone_generation = m->generation();
+    }
+    auto it = cone_cache.find(entry);
+    if (it != cone_cache.end()) return it->second;
+    return cone_cache[entry] = m->cone_version(entry);
+  }
+
+  uint64_t key_of(const std::string& entry, const Value& batch, uint64_t cone) const {
+    uint64_t h = spec::skeleton_hash(batch);
+    for (char c : entry) h = mix(h, static_cast<uint8_t>(c));
+    h = mix(h, cone);
+    for (const auto& [n, s] : dims) {
+      for (char c : n) h = mix(h, static_cast<uint8_t>(c));
+      h = mix(h, static_cast<uint64_t>(s));
+    }
+    return h;
+  }
+
+  std::shared_ptr<const PlanEntry> lookup(uint64_t key) {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = cache.find(key);
+    if (it == cache.end()) return nullptr;
+    lru.splice(lru.begin(), lru, it->second.pos);
+    return it->second.entry;
+  }
+
+  void publish(uint64_t key, std::shared_ptr<const PlanEntry> e) {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cache.count(key)) return;
+    lru.push_front(key);
+    cache_bytes += e->bytes;
+    cache.emplace(key, Slot{std::move(e), lru.begin()});
+    int64_t evicted = 0;
+    while (!lru.empty() && (cache.size() > opt.plan_cache_entries || cache_bytes > opt.plan_cache_bytes)) {
+      uint64_t victim = lru.back();
+      lru.pop_back();
+      auto it = cache.find(victim);
+      cache_bytes -= it->second.entry->bytes;
+      cache.erase(it);
+      ++evicted;
+    }
+    if (evicted) {
+      std::lock_guard<std::mutex> s(stats_mutex);
+      stats.plan_evictions += evicted;
+    }
+  }
+
+  // Partially evaluates and plans; nullptr with `why` on a refusal or a failure.
+  std::shared_ptr<const PlanEntry> make(const std::string& entry, const Value& batch,
+                                        uint64_t key, std::string& why, double& seconds) {
+    auto t0 = Clock::now();
+    std::lock_guard<std::mutex> lock(pe_mutex);
+    uint64_t cone = cone_version(entry);
+    auto r = refused.find(entry);
+    if (r != refused.end() && r->second.cone == cone) {
+      why = r->second.why;
+      return nullptr;
+    }
+    try {
+      auto pe = spec::partially_evaluate(*m, dims, entry, batch, templates);
+      if (!pe.ok) {
+        why = "refused at " + pe.where.str() + ": " + pe.reason;
+        refused[entry] = {cone, why};
+        return nullptr;
+      }
+      auto e = std::make_shared<PlanEntry>();
+      e->entry = entry;
+      e->plan = spec::make_plan(pe.residual, templates);
+      e->residual = std::move(pe.residual);
+      e->residual.inputs.clear();
+      e->templates = templates;
+      e->bytes = sizeof(PlanEntry) + e->residual.instances.size() * 64 + e->plan.groups.size() * 256;
+      seconds = secs(t0, Clock::now());
+      trace.add("plan " + entry, "specialize", t0, Clock::now());
+      (void)key;
+      return e;
+    } catch (const std::exception& ex) {
+      why = std::string("planning failed: ") + ex.what();
+      return nullptr;
+    }
+  }
+
+  void count_fallback(const std::string& entry, const std::string& why) {
+    std::lock_guard<std::mutex> s(stats_mutex);
+    // Count by reason without the per-batch details of a location-free message.
+    stats.fallbacks[why]++;
+    last_explain[entry] = why;
+  }
+
+  // The background pipeline: serial input, parallel PE + planning, serial publication.
+  void pump() {
+    tbb::parallel_pipeline(
+        static_cast<size_t>(std::max(1, opt.lookahead)),
+        tbb::make_filter<void, std::pair<std::string, Value>*>(
+            tbb::filter_mode::serial_in_order,
+            [this](tbb::flow_control& fc) -> std::pair<std::string, Value>* {
+              std::lock_guard<std::mutex> lock(queue_mutex);
+              if (queue.empty()) {
+                running = false;
+                fc.stop();
+                return nullptr;
+              }
+              auto* item = new std::pair<std::string, Value>(std::move(queue.front()));
+              queue.pop_front();
+              return item;
+            }) &
+            tbb::make_filter<std::pair<std::string, Value>*, void>(
+                tbb::filter_mode::parallel, [this](std::pair<std::string, Value>* item) {
+                  std::unique_ptr<std::pair<std::string, Value>> own(item);
+                  try {
+                    uint64_t cone = cone_version(own->first);
+                    uint64_t key = key_of(own->first, own->second, cone);
+                    if (!lookup(key)) {
+                      std::string why;
+                      double s = 0;
+                      auto e = make(own->first, own->second, key, why, s);
+                      if (e) {
+                        publish(key, std::move(e));
+                        std::lock_guard<std::mutex> st(stats_mutex);
+                        stats.plans_prefetched++;
+                        stats.background_plan_seconds += s;
+                      }
+                    }
+                  } catch (...) {
+                    // A failure here only means that batch will be planned inline or run generic.
+                  }
+                  std::lock_guard<std::mutex> lock(queue_mutex);
+                  --outstanding;
+                  queue_cv.notify_all();
+                }));
+  }
+};
+
+Engine::Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt)
+    : impl_(std::make_unique<Impl>(std::move(m), std::move(dims), std::move(opt))) {}
+
+Engine::~Engine() {
+  if (impl_->arena) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->queue_mutex);
+      impl_->outstanding -= impl_->queue.size();
+      impl_->queue.clear();
+    }
+    impl_->arena->execute([this] { impl_->group.wait(); });
+  }
+}
+
+const EngineOptions& Engine::options() const { return impl_->opt; }
+
+interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, const Value& batch,
+                                                      const interp::Params& params) {
+  Impl& I = *impl_;
+  auto t0 = Clock::now();
+  std::shared_ptr<const PlanEntry> e;
+  std::string why;
+  if (I.opt.mode != Mode::Generic) {
+    uint64_t cone = I.cone_version(entry);
+    uint64_t key = I.key_of(entry, batch, cone);
+    e = I.lookup(key);
+    if (e) {
+      std::lock_guard<std::mutex> s(I.stats_mutex);
+      I.stats.plan_hits++;
+    } else {
+      double s = 0;
+      e = I.make(entry, batch, key, why, s);
+      std::lock_guard<std::mutex> st(I.stats_mutex);
+      I.stats.plan_misses++;
+      I.stats.plan_seconds += s;
+      if (e) I.publish(key, e);
+    }
+  } else {
+    why = "mode generic";
+  }
+  interp::Interpreter::Gradients g;
+  if (e) {
+    std::vector<Tensor> payloads;
+    collect_payloads(batch, payloads);
+    // The plan's constants and outputs with this batch's payloads (the executor reads no
+    // instance list: the plan has the row maps).
+    spec::Residual with_inputs;
+    with_inputs.consts = e->residual.consts;
+    with_inputs.outputs = e->residual.outputs;
+    with_inputs.key = e->residual.key;
+    with_inputs.inputs = std::move(payloads);
+    g = I.exec.value_and_grad(e->plan, with_inputs, e->templates, params);
+    auto t1 = Clock::now();
+    I.trace.add("step " + entry + " (plan)", "execute", t0, t1);
+    std::lock_guard<std::mutex> s(I.stats_mutex);
+    I.stats.specialized_batches++;
+    I.stats.specialized_seconds += secs(t0, t1);
+    I.last_explain[entry].clear();
+  } else {
+    if (I.opt.mode != Mode::Generic) I.count_fallback(entry, why);
+    g = I.generic.value_and_grad(entry, {batch}, params);
+    auto t1 = Clock::now();
+    I.trace.add("step " + entry + " (generic)", "execute", t0, t1);
+    std::lock_guard<std::mutex> s(I.stats_mutex);
+    I.stats.generic_batches++;
+    I.stats.generic_seconds += secs(t0, t1);
+  }
+  return g;
+}
+
+void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
+  Impl& I = *impl_;
+  if (!I.arena || batches.empty()) return;
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> lock(I.queue_mutex);
+    for (auto& b : batches) I.queue.emplace_back(entry, std::move(b));
+    I.outstanding += batches.size();
+    if (!I.running) {
+      I.running = true;
+      start = true;
+    }
+  }
+  if (start)
+    I.arena->execute([&I] { I.group.run([&I] { I.pump(); }); });
+}
+
+void Engine::drain() {
+  Impl& I = *impl_;
+  if (!I.arena) return;
+  std::unique_lock<std::mutex> lock(I.queue_mutex);
+  I.queue_cv.wait(lock, [&I] { return I.outstanding == 0; });
+}
+
+void Engine::invalidate(const std::vector<std::string>& entries) {
+  // Keys include the entry's cone version, so stale plans can never be hit again; dropping
+  // them frees their memory now. Plans of other entries stay.
+  Impl& I = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(I.pe_mutex);
+    for (const auto& e : entries) I.refused.erase(e);
+    std::lock_guard<std::mutex> cl(I.cone_mutex);
+    I.cone_cache.clear();
+  }
+  std::lock_guard<std::mutex> lock(I.cache_mutex);
+  for (auto it = I.cache.begin(); it != I.cache.end();) {
+    if (std::find(entries.begin(), entries.end(), it->second.entry->entry) != entries.end()) {
+      I.cache_bytes -= it->second.entry->bytes;
+      I.lru.erase(it->second.pos);
+      it = I.cache.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+size_t Engine::cached_plans(const std::string& entry) const {
+  std::lock_guard<std::mutex> lock(impl_->cache_mutex);
+  size_t n = 0;
+  for (const auto& [k, s] : impl_->cache) n += s.entry->entry == entry;
+  return n;
+}
+
+std::string Engine::explain(const std::string& entry) const {
+  std::lock_guard<std::mutex> s(impl_->stats_mutex);
+  auto it = impl_->last_explain.find(entry);
+  return it == impl_->last_explain.end() ? std::string() : it->second;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> s(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+void Engine::write_trace() const {
+  if (!impl_->opt.trace_file.empty()) impl_->trace.write(impl_->opt.trace_file);
+}
+
+} // namespace pejit::runtime

@@ -1,0 +1,79 @@
+// The dispatcher: runs each batch of an entry on the best path available. Three tiers
+// (DESIGN.md §1): a ready plan runs on the plan executor; a batch without a ready plan is
+// planned inline (planning costs far less than the generic path); the generic interpreter
+// runs only batches that cannot be planned (a refusal, remembered per entry, location and
+// definition versions, so it is not retried batch after batch). In `auto` mode a background
+// pipeline (TBB, its own low-priority arena) partially evaluates and plans the batches handed
+// to prefetch() ahead of time and publishes the plans in the plan cache.
+//
+// Modes: generic (never specialize), specialized (plan every batch, waiting if needed),
+// auto (the default of the CLI's main job: use a ready plan, plan inline otherwise, fall back
+// to generic on refusal).
+#pragma once
+
+#include "interp/interpreter.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pejit::runtime {
+
+enum class Mode { Generic, Specialized, Auto };
+Mode parse_mode(const std::string& s); ///< pejit::Error for another name
+const char* mode_name(Mode m);
+
+struct EngineOptions {
+  Mode mode = Mode::Auto;
+  size_t plan_cache_entries = 2048; ///< LRU bound on cached plans
+  size_t plan_cache_bytes = 512u << 20;
+  int lookahead = 8; ///< batches the pipeline may plan ahead
+  std::string trace_file; ///< Chrome trace JSON written by write_trace()
+};
+
+struct EngineStats {
+  int64_t specialized_batches = 0, generic_batches = 0;
+  double specialized_seconds = 0, generic_seconds = 0;
+  double plan_seconds = 0;           ///< PE + planning done inline
+  double background_plan_seconds = 0; ///< PE + planning done by the pipeline
+  int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
+  std::map<std::string, int64_t> fallbacks; ///< why batches ran generic, by reason
+};
+
+class Engine {
+public:
+  Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt);
+  ~Engine();
+
+  /// Value and gradients of scalar entry `entry` on `batch`, on the path the mode picks.
+  interp::Interpreter::Gradients value_and_grad(const std::string& entry,
+                                                const interp::Value& batch,
+                                                const interp::Params& params);
+
+  /// Hands batches that will come next to the background pipeline (auto mode; a no-op
+  /// otherwise). Their plans are published in the plan cache as they are made.
+  void prefetch(const std::string& entry, std::vector<interp::Value> batches);
+  /// Waits until the pipeline has planned everything handed to it.
+  void drain();
+
+  /// Drops every cached plan and refusal of these entries (after their definitions changed).
+  void invalidate(const std::vector<std::string>& entries);
+  /// Number of cached plans of `entry`.
+  size_t cached_plans(const std::string& entry) const;
+
+  /// Why the last batch of `entry` ran generic (empty if it ran specialized).
+  std::string explain(const std::string& entry) const;
+
+  EngineStats stats() const;
+  const EngineOptions& options() const;
+  /// Writes the Chrome trace of pipeline stages and batch executions (if trace_file is set).
+  void write_trace() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace pejit::runtime

@@ -1,0 +1,324 @@
+// fuse_kernels: greedy partition into anchor + epilogue kernels; see fuse_kernels.h.
+#include "specializer/passes/fuse_kernels.h"
+
+#include "graph/boost_adaptor.h"
+#include "util/check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
+
+namespace pejit::spec::passes {
+
+using graph::Graph;
+using graph::Kind;
+using graph::Node;
+using graph::NodeId;
+using graph::kNoNode;
+using ops::GradOp;
+using ops::OpId;
+
+namespace {
+
+enum class Role : uint8_t { Leaf, Anchor, Fusible };
+
+bool is_layout(const Node& n) {
+  if (n.kind == Kind::Op) {
+    OpId id = n.op();
+    return id == OpId::Concat || id == OpId::Split || id == OpId::Slice || id == OpId::Reshape;
+  }
+  return n.kind == Kind::Grad && n.grad_op() == GradOp::ReshapeLike;
+}
+
+Role role_of(const Graph& g, const Node& n) {
+  switch (n.kind) {
+  case Kind::Input:
+  case Kind::Const: return Role::Leaf;
+  case Kind::SumN: return Role::Fusible;
+  case Kind::Gather:
+  case Kind::Scatter: return Role::Anchor;
+  case Kind::Op: {
+    OpId id = n.op();
+    if (ops::op_def(id).elementwise || is_layout(n) || id == OpId::Zeros || id == OpId::Ones ||
+        id == OpId::Full)
+      return Role::Fusible;
+    return Role::Anchor;
+  }
+  case Kind::Grad:
+    switch (n.grad_op()) {
+    case GradOp::SigmoidBwd:
+    case GradOp::TanhBwd:
+    case GradOp::ReluBwd:
+    case GradOp::BroadcastTo:
+    case GradOp::ReshapeLike:
+    case GradOp::PadSlice: return Role::Fusible;
+    case GradOp::SumToShape: // a reduction unless it only reshapes
+      return g.type(n.operands[0]).numel() == n.type.numel() ? Role::Fusible : Role::Anchor;
+    default: return Role::Anchor;
+    }
+  }
+  return Role::Anchor;
+}
+
+bool is_matmul_like(const Node& n) {
+  if (n.kind == Kind::Op) return n.op() == OpId::MatMul;
+  return n.kind == Kind::Grad &&
+         (n.grad_op() == GradOp::MatMulGradA || n.grad_op() == GradOp::MatMulGradB);
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  return fmt::format("[{}]", fmt::join(d, "x"));
+}
+
+std::string name_of(const Node& n) {
+  switch (n.kind) {
+  case Kind::Op: {
+    std::string s = ops::op_name(n.op());
+    if (n.op() == OpId::Split) return s + std::to_string(n.attr.ints.at(0));
+    if (!n.attr.ints.empty()) s += fmt::format("{{{}}}", fmt::join(n.attr.ints, ","));
+    return s;
+  }
+  case Kind::Grad: {
+    std::string s = ops::grad_op_name(n.grad_op());
+    if (!n.attr.ints.empty()) s += fmt::format("{{{}}}", fmt::join(n.attr.ints, ","));
+    return s;
+  }
+  default: return graph::kind_name(n.kind);
+  }
+}
+
+class Fuser {
+public:
+  Fuser(const Graph& g, std::span<const NodeId> roots, const std::vector<bool>& available)
+      : g_(g), roots_(roots.begin(), roots.end()) {
+    std::vector<bool> need = graph::live(g, roots);
+    in_set_.assign(g.size(), false);
+    for (size_t i = 0; i < g.size(); ++i) {
+      bool avail = i < available.size() && available[i];
+      in_set_[i] = need[i] && !avail && role_of(g, g.nodes()[i]) != Role::Leaf;
+    }
+    users_.resize(g.size());
+    std::vector<bool> all_live = graph::live(g);
+    for (size_t i = 0; i < g.size(); ++i)
+      if (all_live[i] || need[i])
+        for (NodeId o : g.nodes()[i].operands) users_[static_cast<size_t>(o)].push_back(static_cast<NodeId>(i));
+    kernel_of_.assign(g.size(), -1);
+  }
+
+  std::vector<Kernel> run() {
+    for (size_t i = 0; i < g_.size(); ++i) {
+      if (!in_set_[i]) continue;
+      auto id = static_cast<NodeId>(i);
+      const Node& n = g_.node(id);
+      if (role_of(g_, n) == Role::Anchor) {
+        int k = open(id, id);
+        if (is_matmul_like(n)) absorb_prologues(k, n);
+      } else {
+        place_fusible(id, n);
+      }
+    }
+    return finish();
+  }
+
+private:
+  struct Group {
+    std::vector<NodeId> nodes;
+    NodeId anchor = kNoNode;
+    bool alive = true;
+  };
+
+  const Graph& g_;
+  std::vector<NodeId> roots_;
+  std::vector<bool> in_set_;
+  std::vector<std::vector<NodeId>> users_;
+  std::vector<int> kernel_of_;
+  std::vector<Group> groups_;
+
+  int open(NodeId first, NodeId anchor) {
+    groups_.push_back(Group{{first}, anchor, true});
+    int k = static_cast<int>(groups_.size() - 1);
+    kernel_of_[static_cast<size_t>(first)] = k;
+    return k;
+  }
+
+  int kernel(NodeId id) const { return in_set_[static_cast<size_t>(id)] ? kernel_of_[static_cast<size_t>(id)] : -1; }
+
+  // Kernels that read a value of kernel k (direct successors).
+  std::set<int> successors(int k) const {
+    std::set<int> s;
+    for (NodeId n : groups_[static_cast<size_t>(k)].nodes)
+      for (NodeId u : users_[static_cast<size_t>(n)]) {
+        int ku = kernel(u);
+        if (ku >= 0 && ku != k) s.insert(ku);
+      }
+    return s;
+  }
+
+  // Every kernel reachable from `from` (itself excluded unless on a cycle).
+  std::set<int> descendants(int from) const {
+    std::set<int> seen;
+    std::vector<int> work{from};
+    while (!work.empty()) {
+      int k = work.back();
+      work.pop_back();
+      for (int s : successors(k))
+        if (seen.insert(s).second) work.push_back(s);
+    }
+    return seen;
+  }
+
+  bool reaches(int from, int to) const { return descendants(from).count(to) > 0; }
+
+  // Whether merging kernels a and b keeps the kernel graph acyclic: no third kernel on a
+  // path between them, either way.
+  bool can_merge(int a, int b) const {
+    for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}})
+      for (int m : descendants(x))
+        if (m != y && reaches(m, y)) return false;
+    return true;
+  }
+
+  void merge(int from, int into) {
+    Group& f = groups_[static_cast<size_t>(from)];
+    Group& t = groups_[static_cast<size_t>(into)];
+    for (NodeId n : f.nodes) {
+      kernel_of_[static_cast<size_t>(n)] = into;
+      t.nodes.push_back(n);
+    }
+    std::sort(t.nodes.begin(), t.nodes.end());
+    if (t.anchor == kNoNode) t.anchor = f.anchor;
+    f.nodes.clear();
+    f.alive = false;
+  }
+
+  bool is_pure(int k, bool layout_only) const {
+    const Group& gr = groups_[static_cast<size_t>(k)];
+    if (gr.anchor != kNoNode) return false;
+    if (!layout_only) return true;
+    return std::all_of(gr.nodes.begin(), gr.nodes.end(),
+                       [&](NodeId n) { return is_layout(g_.node(n)); });
+  }
+
+  void absorb_prologues(int k, const Node& n) {
+    for (NodeId o : n.operands) {
+      int c = kernel(o);
+      if (c >= 0 && c != k && is_pure(c, true) && can_merge(c, k)) merge(c, k);
+    }
+  }
+
+  void place_fusible(NodeId id, const Node& n) {
+    // Candidate kernels, the one holding the latest operand first.
+    std::vector<int> cands;
+    std::vector<NodeId> ops = n.operands;
+    std::sort(ops.rbegin(), ops.rend());
+    for (NodeId o : ops) {
+      int k = kernel(o);
+      if (k >= 0 && std::find(cands.begin(), cands.end(), k) == cands.end()) cands.push_back(k);
+    }
+    for (int k : cands) {
+      bool ok = true;
+      for (int c : cands)
+        if (c != k && reaches(k, c)) ok = false;
+      if (!ok) continue;
+      kernel_of_[static_cast<size_t>(id)] = k;
+      groups_[static_cast<size_t>(k)].nodes.push_back(id);
+      for (int c : cands)
+        if (c != k && groups_[static_cast<size_t>(c)].alive && is_pure(c, false) &&
+            can_merge(c, k))
+          merge(c, k);
+      return;
+    }
+    open(id, kNoNode);
+  }
+
+  std::vector<Kernel> finish() {
+    // Topological order of the live kernels, ties by their smallest node id.
+    std::vector<int> live;
+    for (size_t k = 0; k < groups_.size(); ++k)
+      if (groups_[k].alive) live.push_back(static_cast<int>(k));
+    std::map<int, int> indeg;
+    for (int k : live) indeg[k] = 0;
+    for (int k : live)
+      for (int s : successors(k)) ++indeg[s];
+    auto first = [&](int k) { return groups_[static_cast<size_t>(k)].nodes.front(); };
+    auto later = [&](int a, int b) { return first(a) > first(b); };
+    std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
+    for (int k : live)
+      if (indeg[k] == 0) ready.push(k);
+    std::vector<Kernel> out;
+    while (!ready.empty()) {
+      int k = ready.top();
+      ready.pop();
+      out.push_back(describe(groups_[static_cast<size_t>(k)]));
+      for (int s : successors(k))
+        if (--indeg[s] == 0) ready.push(s);
+    }
+    PEJIT_CHECK(out.size() == live.size()) << "fusion produced a cycle among kernels";
+    return out;
+  }
+
+  Kernel describe(const Group& gr) const {
+    Kernel kn;
+    kn.nodes = gr.nodes;
+    kn.anchor = gr.anchor;
+    std::set<NodeId> mine(gr.nodes.begin(), gr.nodes.end());
+    std::map<NodeId, std::string> local;
+    std::vector<std::string> chain;
+    std::set<NodeId> split_seen; // one "splitN" per split application in the chain
+    std::string key;
+    for (size_t j = 0; j < gr.nodes.size(); ++j) {
+      NodeId id = gr.nodes[j];
+      const Node& n = g_.node(id);
+      local[id] = "n" + std::to_string(j);
+      std::string nm = name_of(n);
+      bool repeat = n.kind == Kind::Op && n.op() == OpId::Split &&
+                    !split_seen.insert(n.operands[0]).second;
+      if (id == gr.anchor || (gr.anchor == kNoNode && j == 0)) {
+        if (is_matmul_like(n)) nm += dims_str(g_.type(n.kind == Kind::Op ? n.operands[1] : n.operands[2]).dims);
+        else nm += dims_str(g_.type(n.operands.empty() ? id : n.operands[0]).dims);
+      }
+      if (!repeat) chain.push_back(nm);
+      key += local[id] + "=" + nm + "(";
+      for (size_t a = 0; a < n.operands.size(); ++a) {
+        NodeId o = n.operands[a];
+        const Node& on = g_.node(o);
+        if (a) key += ",";
+        if (mine.count(o)) {
+          key += local[o];
+        } else if (on.kind == Kind::Const) {
+          key += fmt::format("c{}:{}", on.value, on.type.str());
+        } else {
+          auto it = std::find(kn.inputs.begin(), kn.inputs.end(), o);
+          if (it == kn.inputs.end()) {
+            kn.inputs.push_back(o);
+            it = kn.inputs.end() - 1;
+          }
+          key += fmt::format("x{}:{}", it - kn.inputs.begin(), on.type.str());
+        }
+      }
+      key += "):" + n.type.str() + (n.kind == Kind::Op && n.output_index ? fmt::format("#{}", n.output_index) : "") + ";";
+      bool out = std::find(roots_.begin(), roots_.end(), id) != roots_.end();
+      for (NodeId u : users_[static_cast<size_t>(id)]) out = out || !mine.count(u);
+      if (out) kn.outputs.push_back(id);
+    }
+    NodeId head = gr.anchor != kNoNode ? gr.anchor : gr.nodes.front();
+    kn.signature = fmt::format("{}:{}", fmt::join(chain, "+"), dtype_name(g_.type(head).dtype));
+    // Outputs are part of the code (what is stored).
+    key += "out";
+    for (NodeId o : kn.outputs) key += " " + local[o];
+    kn.key = std::move(key);
+    return kn;
+  }
+};
+
+} // namespace
+
+std::vector<Kernel> fuse_kernels(const Graph& g, std::span<const NodeId> roots,
+                                 const std::vector<bool>& available) {
+  return Fuser(g, roots, available).run();
+}
+
+} // namespace pejit::spec::passes
