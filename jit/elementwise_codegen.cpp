@@ -25,13 +25,13 @@ using llvm::Value;
 
 class ElementwiseLowering {
 public:
-  ElementwiseLowering(const KernelSpec &spec, llvm::LLVMContext &ctx, llvm::Module &m)
+  ElementwiseLowering(const KernelSpec& spec, llvm::LLVMContext& ctx, llvm::Module& m)
       : spec_(spec), ctx_(ctx), m_(m), b_(ctx), f32_(b_.getFloatTy()), i32_(b_.getInt32Ty()),
         i64_(b_.getInt64Ty()) {}
 
-  void emit(const std::string &fn_name, const CodegenTarget &target) {
-    auto *ptr = b_.getPtrTy();
-    auto *fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64_}, false);
+  void emit(const std::string& fn_name, const CodegenTarget& target) {
+    auto* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64_}, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     fn_->addFnAttr("target-cpu", target.cpu);
@@ -66,17 +66,16 @@ public:
           (spec_.inputs[i] == InputShape::RowBroadcast && spec_.width == 1))
         hoisted_[i] = annotate(b_.CreateLoad(f32_, in_ptrs_[i], "s"), i);
 
-    Value *width = b_.getInt64(spec_.width);
+    Value* width = b_.getInt64(spec_.width);
     if (nested) {
-      emit_loop(rows, "row", [&](Value *r) {
-        Value *base = b_.CreateMul(r, width, "base", true, true);
-        emit_loop(width, "col", [&](Value *c) {
-          emit_element(b_.CreateAdd(base, c, "idx", true, true), c);
-        });
+      emit_loop(rows, "row", [&](Value* r) {
+        Value* base = b_.CreateMul(r, width, "base", true, true);
+        emit_loop(width, "col",
+                  [&](Value* c) { emit_element(b_.CreateAdd(base, c, "idx", true, true), c); });
       });
     } else {
       emit_loop(b_.CreateMul(rows, width, "n", true, true), "i",
-                [&](Value *i) { emit_element(i, nullptr); });
+                [&](Value* i) { emit_element(i, nullptr); });
     }
     b_.CreateRetVoid();
     if (spec_.inject_invalid_ir)
@@ -87,13 +86,13 @@ private:
   // One scope per array (inputs then outputs); each access is noalias to all the others.
   void make_alias_scopes() {
     llvm::MDBuilder md(ctx_);
-    llvm::MDNode *domain = md.createAnonymousAliasScopeDomain("pejit.ew");
+    llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("pejit.ew");
     size_t n = spec_.inputs.size() + spec_.outputs.size();
-    std::vector<llvm::Metadata *> scopes;
+    std::vector<llvm::Metadata*> scopes;
     for (size_t i = 0; i < n; ++i)
       scopes.push_back(md.createAnonymousAliasScope(domain));
     for (size_t i = 0; i < n; ++i) {
-      std::vector<llvm::Metadata *> others;
+      std::vector<llvm::Metadata*> others;
       for (size_t k = 0; k < n; ++k)
         if (k != i)
           others.push_back(scopes[k]);
@@ -102,64 +101,72 @@ private:
     }
   }
 
-  template <class I> I *annotate(I *access, size_t array) {
+  template <class I> I* annotate(I* access, size_t array) {
     access->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_lists_[array]);
     access->setMetadata(llvm::LLVMContext::MD_noalias, noalias_lists_[array]);
     return access;
   }
 
   // for (i = 0; i < n; ++i) body(i), as a guarded bottom-tested loop.
-  template <class Body> void emit_loop(Value *n, const char *name, Body body) {
-    llvm::BasicBlock *pre = b_.GetInsertBlock();
-    auto *loop = llvm::BasicBlock::Create(ctx_, name, fn_);
-    auto *exit = llvm::BasicBlock::Create(ctx_, std::string(name) + ".exit", fn_);
-    Value *zero = b_.getInt64(0);
+  template <class Body> void emit_loop(Value* n, const char* name, Body body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, name, fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, std::string(name) + ".exit", fn_);
+    Value* zero = b_.getInt64(0);
     b_.CreateCondBr(b_.CreateICmpSGT(n, zero), loop, exit);
     b_.SetInsertPoint(loop);
-    llvm::PHINode *i = b_.CreatePHI(i64_, 2, std::string(name) + ".i");
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2, std::string(name) + ".i");
     i->addIncoming(zero, pre);
     body(i);
-    Value *next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
+    Value* next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
     i->addIncoming(next, b_.GetInsertBlock());
     b_.CreateCondBr(b_.CreateICmpEQ(next, n), exit, loop);
     b_.SetInsertPoint(exit);
   }
 
-  void emit_element(Value *idx, Value *col) {
-    std::vector<Value *> v;
+  void emit_element(Value* idx, Value* col) {
+    std::vector<Value*> v;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       if (hoisted_[i]) {
         v.push_back(hoisted_[i]);
         continue;
       }
-      Value *at = spec_.inputs[i] == InputShape::Full ? idx : col;
+      Value* at = spec_.inputs[i] == InputShape::Full ? idx : col;
       v.push_back(annotate(b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, in_ptrs_[i], at)), i));
     }
-    for (const ElementwiseStep &st : spec_.ops)
+    for (const ElementwiseStep& st : spec_.ops)
       v.push_back(emit_op(st.op, v[st.a], st.b >= 0 ? v[st.b] : nullptr));
     size_t nin = spec_.inputs.size();
     for (size_t j = 0; j < spec_.outputs.size(); ++j)
-      annotate(b_.CreateStore(v[spec_.outputs[j]],
-                              b_.CreateInBoundsGEP(f32_, out_ptrs_[j], idx)),
+      annotate(b_.CreateStore(v[spec_.outputs[j]], b_.CreateInBoundsGEP(f32_, out_ptrs_[j], idx)),
                nin + j);
   }
 
-  Value *f(float x) { return llvm::ConstantFP::get(f32_, x); }
-  Value *select_lt(Value *a, Value *b, Value *then, Value *other) {
+  Value* f(float x) { return llvm::ConstantFP::get(f32_, x); }
+  Value* select_lt(Value* a, Value* b, Value* then, Value* other) {
     return b_.CreateSelect(b_.CreateFCmpOLT(a, b), then, other);
   }
 
-  Value *emit_op(ElementwiseOp op, Value *a, Value *b) {
+  Value* emit_op(ElementwiseOp op, Value* a, Value* b) {
     switch (op) {
-    case ElementwiseOp::Add: return b_.CreateFAdd(a, b);
-    case ElementwiseOp::Sub: return b_.CreateFSub(a, b);
-    case ElementwiseOp::Mul: return b_.CreateFMul(a, b);
-    case ElementwiseOp::Div: return b_.CreateFDiv(a, b);
-    case ElementwiseOp::Neg: return b_.CreateFNeg(a);
-    case ElementwiseOp::Exp: return emit_exp(a);
-    case ElementwiseOp::Tanh: return emit_tanh(a);
-    case ElementwiseOp::Sigmoid: return b_.CreateFDiv(f(1), b_.CreateFAdd(f(1), emit_exp(b_.CreateFNeg(a))));
-    case ElementwiseOp::Relu: return b_.CreateSelect(b_.CreateFCmpOGT(a, f(0)), a, f(0));
+    case ElementwiseOp::Add:
+      return b_.CreateFAdd(a, b);
+    case ElementwiseOp::Sub:
+      return b_.CreateFSub(a, b);
+    case ElementwiseOp::Mul:
+      return b_.CreateFMul(a, b);
+    case ElementwiseOp::Div:
+      return b_.CreateFDiv(a, b);
+    case ElementwiseOp::Neg:
+      return b_.CreateFNeg(a);
+    case ElementwiseOp::Exp:
+      return emit_exp(a);
+    case ElementwiseOp::Tanh:
+      return emit_tanh(a);
+    case ElementwiseOp::Sigmoid:
+      return b_.CreateFDiv(f(1), b_.CreateFAdd(f(1), emit_exp(b_.CreateFNeg(a))));
+    case ElementwiseOp::Relu:
+      return b_.CreateSelect(b_.CreateFCmpOGT(a, f(0)), a, f(0));
     case ElementwiseOp::SigmoidBwd: // gy * y * (1 - y)
       return b_.CreateFMul(b_.CreateFMul(b, a), b_.CreateFSub(f(1), a));
     case ElementwiseOp::TanhBwd: // gy * (1 - y*y)
@@ -169,60 +176,60 @@ private:
   }
 
   // fast_exp of src/kernels/fast_math.h.
-  Value *emit_exp(Value *x) {
+  Value* emit_exp(Value* x) {
     x = select_lt(x, f(-104.0f), f(-104.0f), x);
     x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0f)), f(89.0f), x);
     const float shifter = 12582912.0f;
-    Value *t = b_.CreateFAdd(b_.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
-    Value *n = b_.CreateSub(b_.CreateBitCast(t, i32_), b_.getInt32(0x4B400000)); // bits(shifter)
-    Value *fn = b_.CreateFSub(t, f(shifter));
-    Value *r = b_.CreateFSub(x, b_.CreateFMul(fn, f(0.693359375f)));
+    Value* t = b_.CreateFAdd(b_.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
+    Value* n = b_.CreateSub(b_.CreateBitCast(t, i32_), b_.getInt32(0x4B400000)); // bits(shifter)
+    Value* fn = b_.CreateFSub(t, f(shifter));
+    Value* r = b_.CreateFSub(x, b_.CreateFMul(fn, f(0.693359375f)));
     r = b_.CreateFSub(r, b_.CreateFMul(fn, f(-2.12194440e-4f)));
-    Value *p = f(1.9875691500e-4f);
-    for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
-                    5.0000001201e-1f})
+    Value* p = f(1.9875691500e-4f);
+    for (float c :
+         {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
       p = b_.CreateFAdd(b_.CreateFMul(p, r), f(c));
-    Value *y = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(p, b_.CreateFMul(r, r)), r), f(1.0f));
-    Value *n1 = b_.CreateAShr(n, 1);
-    Value *n2 = b_.CreateSub(n, n1);
-    auto scale = [&](Value *k) {
+    Value* y = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(p, b_.CreateFMul(r, r)), r), f(1.0f));
+    Value* n1 = b_.CreateAShr(n, 1);
+    Value* n2 = b_.CreateSub(n, n1);
+    auto scale = [&](Value* k) {
       return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, b_.getInt32(127)), 23), f32_);
     };
     return b_.CreateFMul(b_.CreateFMul(y, scale(n1)), scale(n2));
   }
 
   // fast_tanh of src/kernels/fast_math.h.
-  Value *emit_tanh(Value *x) {
-    Value *neg = b_.CreateFCmpOLT(x, f(0.0f));
-    Value *ax = b_.CreateSelect(neg, b_.CreateFNeg(x), x);
-    Value *z = b_.CreateFMul(x, x);
-    Value *p = f(-5.70498872745e-3f);
+  Value* emit_tanh(Value* x) {
+    Value* neg = b_.CreateFCmpOLT(x, f(0.0f));
+    Value* ax = b_.CreateSelect(neg, b_.CreateFNeg(x), x);
+    Value* z = b_.CreateFMul(x, x);
+    Value* p = f(-5.70498872745e-3f);
     p = b_.CreateFAdd(b_.CreateFMul(p, z), f(2.06390887954e-2f));
     p = b_.CreateFSub(b_.CreateFMul(p, z), f(5.37397155531e-2f));
     p = b_.CreateFAdd(b_.CreateFMul(p, z), f(1.33314422036e-1f));
     p = b_.CreateFSub(b_.CreateFMul(p, z), f(3.33332819422e-1f));
-    Value *small = b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, z), x), x);
-    Value *e = emit_exp(b_.CreateFMul(f(2.0f), ax));
-    Value *big = b_.CreateFSub(f(1.0f), b_.CreateFDiv(f(2.0f), b_.CreateFAdd(e, f(1.0f))));
+    Value* small = b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, z), x), x);
+    Value* e = emit_exp(b_.CreateFMul(f(2.0f), ax));
+    Value* big = b_.CreateFSub(f(1.0f), b_.CreateFDiv(f(2.0f), b_.CreateFAdd(e, f(1.0f))));
     big = b_.CreateSelect(neg, b_.CreateFNeg(big), big);
     return select_lt(ax, f(0.625f), small, big);
   }
 
-  const KernelSpec &spec_;
-  llvm::LLVMContext &ctx_;
-  llvm::Module &m_;
+  const KernelSpec& spec_;
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
   llvm::IRBuilder<> b_;
   llvm::Type *f32_, *i32_, *i64_;
-  llvm::Function *fn_ = nullptr;
-  std::vector<Value *> in_ptrs_, out_ptrs_, hoisted_;
-  std::vector<llvm::MDNode *> scope_lists_, noalias_lists_;
+  llvm::Function* fn_ = nullptr;
+  std::vector<Value*> in_ptrs_, out_ptrs_, hoisted_;
+  std::vector<llvm::MDNode*> scope_lists_, noalias_lists_;
 };
 
 } // namespace
 
-std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec &spec, llvm::LLVMContext &ctx,
-                                                const std::string &fn_name,
-                                                const CodegenTarget &target) {
+std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec& spec, llvm::LLVMContext& ctx,
+                                                const std::string& fn_name,
+                                                const CodegenTarget& target) {
   auto m = std::make_unique<llvm::Module>(fn_name, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);

@@ -22,8 +22,8 @@ struct CodegenTarget {
 
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop). The spec must have passed validate().
-std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec &spec, llvm::LLVMContext &ctx,
-                                                const std::string &fn_name,
-                                                const CodegenTarget &target);
+std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec& spec, llvm::LLVMContext& ctx,
+                                                const std::string& fn_name,
+                                                const CodegenTarget& target);
 
 } // namespace pejit::jit

@@ -26,11 +26,11 @@ namespace {
 
 namespace orc = llvm::orc;
 
-[[noreturn]] void throw_error(const char *what, llvm::Error err) {
+[[noreturn]] void throw_error(const char* what, llvm::Error err) {
   throw Error(fmt::format("jit: {}: {}", what, llvm::toString(std::move(err))));
 }
 
-template <class T> T unwrap(const char *what, llvm::Expected<T> value) {
+template <class T> T unwrap(const char* what, llvm::Expected<T> value) {
   if (!value)
     throw_error(what, value.takeError());
   return std::move(*value);
@@ -52,11 +52,11 @@ public:
     initialize_llvm_once();
     jtmb_ = unwrap("detecting the host", orc::JITTargetMachineBuilder::detectHost());
     jtmb_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    lljit_ = unwrap("creating LLJIT",
-                    orc::LLJITBuilder()
-                        .setJITTargetMachineBuilder(jtmb_)
-                        .setNumCompileThreads(std::max(1u, options.compile_threads))
-                        .create());
+    lljit_ =
+        unwrap("creating LLJIT", orc::LLJITBuilder()
+                                     .setJITTargetMachineBuilder(jtmb_)
+                                     .setNumCompileThreads(std::max(1u, options.compile_threads))
+                                     .create());
     target_.triple = lljit_->getTargetTriple().str();
     target_.data_layout = lljit_->getDataLayout().getStringRepresentation();
     target_.cpu = jtmb_.getCPU();
@@ -67,9 +67,9 @@ public:
     // Runs on the compile thread, on the module LLJIT cloned into that thread's context.
     lljit_->getIRTransformLayer().setTransform(
         [this](orc::ThreadSafeModule tsm,
-               orc::MaterializationResponsibility &) -> llvm::Expected<orc::ThreadSafeModule> {
+               orc::MaterializationResponsibility&) -> llvm::Expected<orc::ThreadSafeModule> {
           llvm::Error err = llvm::Error::success();
-          tsm.withModuleDo([&](llvm::Module &m) { err = optimize(m); });
+          tsm.withModuleDo([&](llvm::Module& m) { err = optimize(m); });
           if (err)
             return err;
           return tsm;
@@ -81,7 +81,7 @@ public:
     trackers_.clear(); // before lljit_: a tracker refers to its JITDylib
   }
 
-  llvm::Expected<CompiledKernel> compile(const KernelSpec &spec) {
+  llvm::Expected<CompiledKernel> compile(const KernelSpec& spec) {
     auto start = std::chrono::steady_clock::now();
     spec.validate();
     uint64_t id = next_id_.fetch_add(1);
@@ -125,7 +125,7 @@ public:
     return rt->remove();
   }
 
-  llvm::Expected<std::string> optimized_ir(const KernelSpec &spec) const {
+  llvm::Expected<std::string> optimized_ir(const KernelSpec& spec) const {
     spec.validate();
     llvm::LLVMContext ctx;
     std::unique_ptr<llvm::Module> m = lower_elementwise(spec, ctx, "pejit_ew", target_);
@@ -144,10 +144,10 @@ public:
     return trackers_.size();
   }
 
-  const CodegenTarget &target() const { return target_; }
+  const CodegenTarget& target() const { return target_; }
 
 private:
-  static llvm::Error verify(const llvm::Module &m) {
+  static llvm::Error verify(const llvm::Module& m) {
     std::string msg;
     llvm::raw_string_ostream os(msg);
     if (llvm::verifyModule(m, &os))
@@ -159,7 +159,7 @@ private:
   // O3 with the new pass manager. The TargetMachine comes from the same builder (CPU, features,
   // opt level) that LLJIT's compiler uses, so the vectorizer's cost model sees the host's
   // vector registers (DEPS.md pitfall 3); a TargetMachine per call keeps compile threads apart.
-  llvm::Error optimize(llvm::Module &m) const {
+  llvm::Error optimize(llvm::Module& m) const {
     orc::JITTargetMachineBuilder jtmb = jtmb_;
     auto tm = jtmb.createTargetMachine();
     if (!tm)
@@ -192,7 +192,7 @@ private:
 Jit::Jit(JitOptions options) : impl_(std::make_unique<Impl>(options)) {}
 Jit::~Jit() = default;
 
-CompiledKernel Jit::compile(const KernelSpec &spec) {
+CompiledKernel Jit::compile(const KernelSpec& spec) {
   return unwrap("compiling elementwise kernel", impl_->compile(spec));
 }
 
@@ -201,12 +201,18 @@ void Jit::remove(KernelHandle handle) {
     throw_error("removing kernel", std::move(err));
 }
 
-std::string Jit::optimized_ir(const KernelSpec &spec) const {
+std::string Jit::optimized_ir(const KernelSpec& spec) const {
   return unwrap("lowering elementwise kernel", impl_->optimized_ir(spec));
 }
 
-const std::string &Jit::target_cpu() const { return impl_->target().cpu; }
-const std::string &Jit::target_features() const { return impl_->target().features; }
-size_t Jit::live_kernels() const { return impl_->live_kernels(); }
+const std::string& Jit::target_cpu() const {
+  return impl_->target().cpu;
+}
+const std::string& Jit::target_features() const {
+  return impl_->target().features;
+}
+size_t Jit::live_kernels() const {
+  return impl_->live_kernels();
+}
 
 } // namespace pejit::jit

@@ -13,7 +13,7 @@
 namespace pejit::jit {
 
 /// The compiled form of a family-1 KernelSpec.
-using ElementwiseFn = void (*)(float *const *in, float *const *out, int64_t rows);
+using ElementwiseFn = void (*)(float* const* in, float* const* out, int64_t rows);
 
 /// Names one compiled kernel's code inside its Jit; 0 is "none".
 struct KernelHandle {
@@ -38,22 +38,22 @@ public:
   /// Throws pejit::Error when the host target cannot be set up.
   explicit Jit(JitOptions options = {});
   ~Jit();
-  Jit(const Jit &) = delete;
-  Jit &operator=(const Jit &) = delete;
+  Jit(const Jit&) = delete;
+  Jit& operator=(const Jit&) = delete;
 
   /// Lowers, verifies, optimizes and links `spec`. Throws pejit::Error (a malformed spec, IR
   /// that fails verification, an LLVM failure); the Jit stays usable afterwards.
-  CompiledKernel compile(const KernelSpec &spec);
+  CompiledKernel compile(const KernelSpec& spec);
 
   /// Frees the kernel's code through its ResourceTracker. Unknown or already removed handles
   /// are ignored. The caller guarantees that no thread is running the kernel.
   void remove(KernelHandle handle);
 
   /// The optimized LLVM IR that compile() would link for `spec` (for tests and `pejit dump`).
-  std::string optimized_ir(const KernelSpec &spec) const;
+  std::string optimized_ir(const KernelSpec& spec) const;
 
-  const std::string &target_cpu() const;      ///< e.g. "sapphirerapids"
-  const std::string &target_features() const; ///< e.g. "+avx512f,+avx2,..."
+  const std::string& target_cpu() const;      ///< e.g. "sapphirerapids"
+  const std::string& target_features() const; ///< e.g. "+avx512f,+avx2,..."
   size_t live_kernels() const;                ///< kernels compiled and not yet removed
 
 private:

@@ -8,16 +8,16 @@
 
 namespace pejit::jit {
 
-KernelCache::KernelCache(Jit &jit, size_t max_entries)
+KernelCache::KernelCache(Jit& jit, size_t max_entries)
     : jit_(jit), max_entries_(max_entries < 1 ? 1 : max_entries) {}
 
 KernelCache::~KernelCache() = default;
 
-std::string KernelCache::key(const KernelSpec &spec) const {
+std::string KernelCache::key(const KernelSpec& spec) const {
   return spec.canonical_text() + " cpu=" + jit_.target_cpu();
 }
 
-std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec &spec) {
+std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec& spec) {
   std::string k = key(spec);
   std::promise<std::shared_ptr<const CachedKernel>> promise;
   Future pending;
@@ -42,14 +42,13 @@ std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec &spec) {
   std::shared_ptr<const CachedKernel> result;
   try {
     CompiledKernel compiled = jit_.compile(spec);
-    Jit *jit = &jit_;
+    Jit* jit = &jit_;
     // The code lives until the entry is evicted and the last holder lets go.
     result = std::shared_ptr<const CachedKernel>(
-        new CachedKernel{compiled, k, spec.schedule, "default"},
-        [jit](const CachedKernel *c) {
+        new CachedKernel{compiled, k, spec.schedule, "default"}, [jit](const CachedKernel* c) {
           try {
             jit->remove(c->kernel.handle);
-          } catch (const Error &) {
+          } catch (const Error&) {
             // Nothing to do from a destructor; the code stays mapped until the Jit dies.
           }
           delete c;

@@ -37,18 +37,18 @@ struct KernelCacheStats {
 /// Thread-safe. The Jit must outlive the cache and every CachedKernel it handed out.
 class KernelCache {
 public:
-  KernelCache(Jit &jit, size_t max_entries);
+  KernelCache(Jit& jit, size_t max_entries);
   ~KernelCache();
-  KernelCache(const KernelCache &) = delete;
-  KernelCache &operator=(const KernelCache &) = delete;
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
 
   /// The kernel for `spec`, compiling it on a miss. Concurrent requests for one key compile once;
   /// the others wait for it. A failed compile throws pejit::Error to every waiter and leaves no
   /// entry, so a later request retries.
-  std::shared_ptr<const CachedKernel> get(const KernelSpec &spec);
+  std::shared_ptr<const CachedKernel> get(const KernelSpec& spec);
 
   /// The key `get` uses for `spec`.
-  std::string key(const KernelSpec &spec) const;
+  std::string key(const KernelSpec& spec) const;
 
   KernelCacheStats stats() const;
   size_t size() const;
@@ -62,13 +62,13 @@ private:
   };
   void evict_over_bound(); // mu_ held
 
-  Jit &jit_;
+  Jit& jit_;
   size_t max_entries_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_; // guarded by mu_
-  std::list<std::string> lru_;                      // most recent first; guarded by mu_
-  KernelCacheStats stats_;                          // guarded by mu_
-  uint64_t generation_ = 0;                         // guarded by mu_
+  std::list<std::string> lru_;                     // most recent first; guarded by mu_
+  KernelCacheStats stats_;                         // guarded by mu_
+  uint64_t generation_ = 0;                        // guarded by mu_
 };
 
 } // namespace pejit::jit

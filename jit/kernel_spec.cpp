@@ -21,19 +21,30 @@ bool is_binary(ElementwiseOp op) {
   }
 }
 
-const char *op_name(ElementwiseOp op) {
+const char* op_name(ElementwiseOp op) {
   switch (op) {
-  case ElementwiseOp::Add: return "add";
-  case ElementwiseOp::Sub: return "sub";
-  case ElementwiseOp::Mul: return "mul";
-  case ElementwiseOp::Div: return "div";
-  case ElementwiseOp::Neg: return "neg";
-  case ElementwiseOp::Exp: return "exp";
-  case ElementwiseOp::Tanh: return "tanh";
-  case ElementwiseOp::Sigmoid: return "sigmoid";
-  case ElementwiseOp::Relu: return "relu";
-  case ElementwiseOp::SigmoidBwd: return "sigmoid_bwd";
-  case ElementwiseOp::TanhBwd: return "tanh_bwd";
+  case ElementwiseOp::Add:
+    return "add";
+  case ElementwiseOp::Sub:
+    return "sub";
+  case ElementwiseOp::Mul:
+    return "mul";
+  case ElementwiseOp::Div:
+    return "div";
+  case ElementwiseOp::Neg:
+    return "neg";
+  case ElementwiseOp::Exp:
+    return "exp";
+  case ElementwiseOp::Tanh:
+    return "tanh";
+  case ElementwiseOp::Sigmoid:
+    return "sigmoid";
+  case ElementwiseOp::Relu:
+    return "relu";
+  case ElementwiseOp::SigmoidBwd:
+    return "sigmoid_bwd";
+  case ElementwiseOp::TanhBwd:
+    return "tanh_bwd";
   }
   return "?";
 }
@@ -70,12 +81,12 @@ void KernelSpec::validate() const {
     throw Error("jit: elementwise kernel has no outputs");
   int defined = static_cast<int>(inputs.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    const ElementwiseStep &st = ops[i];
+    const ElementwiseStep& st = ops[i];
     bool bad = st.a < 0 || st.a >= defined ||
                (is_binary(st.op) ? (st.b < 0 || st.b >= defined) : st.b != -1);
     if (bad)
-      throw Error(fmt::format("jit: elementwise op {} ({}) reads a value not defined before it",
-                              i, op_name(st.op)));
+      throw Error(fmt::format("jit: elementwise op {} ({}) reads a value not defined before it", i,
+                              op_name(st.op)));
     ++defined;
   }
   for (int o : outputs)

@@ -35,7 +35,7 @@ enum class ElementwiseOp {
 /// True for ops that read two values.
 bool is_binary(ElementwiseOp op);
 /// The op's name in canonical text ("add", "sigmoid_bwd", ...).
-const char *op_name(ElementwiseOp op);
+const char* op_name(ElementwiseOp op);
 
 /// One op of the chain. Value ids: 0..inputs-1 are the inputs, inputs+i is op i's result.
 struct ElementwiseStep {

@@ -252,6 +252,7 @@ struct Engine::Impl {
       return nullptr;
     }
     try {
+      if (opt.inject_failure == "pe") throw InternalError("injected failure in partial evaluation");
       auto pe = spec::partially_evaluate(*m, dims, entry, batch, templates);
       if (!pe.ok) {
         why = "refused at " + pe.where.str() + ": " + pe.reason;
@@ -260,6 +261,7 @@ struct Engine::Impl {
       }
       auto e = std::make_shared<PlanEntry>();
       e->entry = entry;
+      if (opt.inject_failure == "plan") throw InternalError("injected failure in planning");
       e->plan = spec::make_plan(pe.residual, templates);
       e->residual = std::move(pe.residual);
       e->residual.inputs.clear();
@@ -270,7 +272,7 @@ struct Engine::Impl {
       (void)key;
       return e;
     } catch (const std::exception& ex) {
-      why = std::string("planning failed: ") + ex.what();
+      why = std::string("specialization failed: ") + ex.what();
       return nullptr;
     }
   }
@@ -310,7 +312,7 @@ struct Engine::Impl {
                       double s = 0;
                       auto e = make(own->first, own->second, key, why, s);
                       if (e) {
-                        publish(key, std::move(e));
+                        publish(key, std::move(e)); // takes the stats lock itself on eviction
                         std::lock_guard<std::mutex> st(stats_mutex);
                         stats.plans_prefetched++;
                         stats.background_plan_seconds += s;
@@ -358,10 +360,10 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
     } else {
       double s = 0;
       e = I.make(entry, batch, key, why, s);
+      if (e) I.publish(key, e);
       std::lock_guard<std::mutex> st(I.stats_mutex);
       I.stats.plan_misses++;
       I.stats.plan_seconds += s;
-      if (e) I.publish(key, e);
     }
   } else {
     why = "mode generic";

@@ -31,6 +31,9 @@ struct EngineOptions {
   size_t plan_cache_bytes = 512u << 20;
   int lookahead = 8; ///< batches the pipeline may plan ahead
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
+  /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
+  /// internal error, to check that such batches run generic with the reason counted.
+  std::string inject_failure;
 };
 
 struct EngineStats {

@@ -1,9 +1,10 @@
-// The public Session and Value (include/pejit/pejit.h) over the library's internals. For now
-// every batch runs on the generic path (the interpreter with tape AD); the specializer and
-// the background pipeline will extend this same class.
+// The public Session and Value (include/pejit/pejit.h) over the library's internals: batches
+// go through the engine (runtime/engine.h), which picks the generic path or a plan per batch
+// and plans prefetched batches in the background.
 #include "pejit/pejit.h"
 
 #include "checkpoint/checkpoint.h"
+#include "engine.h"
 #include "interp/interpreter.h"
 #include "optim/optimizer.h"
 #include "types/builtins.h"
@@ -112,8 +113,8 @@ struct Session::Impl {
   interp::DimBindings dims;
   interp::Params params;
   std::unique_ptr<interp::Interpreter> interp;
+  std::unique_ptr<runtime::Engine> engine;
   std::unique_ptr<optim::Optimizer> optimizer;
-  SessionStats stats;
 
   void init_missing_params() {
     interp::Params fresh = interp::init_params(*module, dims, opt.seed);
@@ -136,8 +137,9 @@ Session::~Session() = default;
 
 Session Session::from_source(const std::string& text, const std::string& name,
                              const SessionOptions& opt) {
-  if (opt.mode != "generic")
-    throw Error("mode '" + opt.mode + "' is not available yet: only the generic path is built");
+  runtime::EngineOptions eo;
+  eo.mode = runtime::parse_mode(opt.mode);
+  eo.lookahead = opt.lookahead;
   auto impl = std::make_unique<Impl>();
   impl->opt = opt;
   impl->module = std::make_shared<ir::Module>();
@@ -147,6 +149,7 @@ Session Session::from_source(const std::string& text, const std::string& name,
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->interp = std::make_unique<interp::Interpreter>(impl->module, impl->dims);
+  impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
   oo.lr = opt.lr;
@@ -197,13 +200,25 @@ Value Session::make(const std::string& ctor, const std::vector<Value>& fields) c
 }
 
 float Session::step(const std::string& entry, const Value& batch) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto g = impl_->interp->value_and_grad(entry, {unwrap(batch)}, impl_->params);
+  auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->optimizer->step(impl_->params, g.grads);
-  impl_->stats.generic_batches += 1;
-  impl_->stats.generic_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return g.loss;
+}
+
+void Session::prefetch(const std::string& entry, const std::vector<Value>& batches) {
+  std::vector<interp::Value> vs;
+  for (const auto& b : batches) vs.push_back(unwrap(b));
+  impl_->engine->prefetch(entry, std::move(vs));
+}
+
+std::string Session::entry_status(const std::string& entry) const {
+  if (!impl_->module->fn(entry) || !impl_->module->fn(entry)->is_entry)
+    throw Error("no entry named '" + entry + "'");
+  size_t plans = impl_->engine->cached_plans(entry);
+  std::string why = impl_->engine->explain(entry);
+  if (!why.empty()) return "generic: " + why;
+  if (plans > 0) return "specialized: " + std::to_string(plans) + " plan" + (plans == 1 ? "" : "s") + " cached";
+  return "not specialized yet";
 }
 
 Value Session::run(const std::string& entry, const Value& batch) {
@@ -219,6 +234,8 @@ std::vector<std::string> Session::add_source(const std::string& text, const std:
   impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
   impl_->init_missing_params();
   impl_->interp = std::make_unique<interp::Interpreter>(impl_->module, impl_->dims);
+  // Only the specializations of entries whose dependency cone changed are dropped.
+  impl_->engine->invalidate(r.affected_entries);
   return r.affected_entries;
 }
 
@@ -276,6 +293,14 @@ std::vector<std::string> Session::load(const std::string& path) {
   return ck.vocab;
 }
 
-SessionStats Session::stats() const { return impl_->stats; }
+SessionStats Session::stats() const {
+  auto s = impl_->engine->stats();
+  SessionStats out;
+  out.generic_batches = s.generic_batches;
+  out.specialized_batches = s.specialized_batches;
+  out.generic_seconds = s.generic_seconds;
+  out.specialized_seconds = s.specialized_seconds;
+  return out;
+}
 
 } // namespace pejit

@@ -5,6 +5,7 @@
 #include "interp/evaluator.h"
 #include "ops/emitter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <unordered_map>
@@ -105,11 +106,26 @@ public:
 
   void set_fuel(size_t fuel) { fuel_ = fuel; }
 
-  // A fresh input slot for a payload tensor of the batch.
-  Value input(const Tensor& t) {
+  // A fresh input slot for a payload tensor of the batch (of signature sig, if known).
+  Value input(const Tensor& t, int32_t sig = -1) {
     int32_t slot = static_cast<int32_t>(res_.inputs.size());
     res_.inputs.push_back(t);
-    return residual(Ref{Ref::Kind::Input, slot, 0}, sig_id(t));
+    return residual(Ref{Ref::Kind::Input, slot, 0}, sig >= 0 ? sig : sig_id(t));
+  }
+
+  // Reserves for a batch like the largest seen so far (PeMemo's hints), so that the residual's
+  // vectors do not grow by copying.
+  void reserve() {
+    res_.instances.reserve(memo_.hint_instances);
+    res_.inputs.reserve(memo_.hint_inputs);
+    rvals_.reserve(memo_.hint_rvals);
+    parts_.reserve(memo_.hint_parts);
+  }
+  void update_hints() {
+    memo_.hint_instances = std::max(memo_.hint_instances, res_.instances.size());
+    memo_.hint_inputs = std::max(memo_.hint_inputs, res_.inputs.size());
+    memo_.hint_rvals = std::max(memo_.hint_rvals, rvals_.size());
+    memo_.hint_parts = std::max(memo_.hint_parts, parts_.size());
   }
 
   Value param(int i) {
@@ -320,12 +336,12 @@ private:
 
   Value residual(Ref r, int32_t sg) {
     rvals_.push_back(RVal{r, sg, -1});
-    return Value::tensor(Tensor(), static_cast<int32_t>(rvals_.size() - 1));
+    return Value::undefined_tensor(static_cast<int32_t>(rvals_.size() - 1));
   }
 
   Value sum_value(int32_t part, int32_t sg) {
     rvals_.push_back(RVal{Ref{}, sg, part});
-    return Value::tensor(Tensor(), static_cast<int32_t>(rvals_.size() - 1));
+    return Value::undefined_tensor(static_cast<int32_t>(rvals_.size() - 1));
   }
 
   int32_t sig(const Value& v) { return is_const(v) ? sig_id(v.as_tensor()) : rv(v).sig; }
@@ -489,12 +505,13 @@ public:
     case ir::TypeKind::Tensor: {
       if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined()) return fail();
       const Tensor& x = v.as_tensor();
-      const TypeInfo& ti = info(t);
+      TypeInfo& ti = info(t);
       if (x.dtype() != ti.dtype || x.shape() != ti.shape) return fail();
       h = mix(h, static_cast<uint64_t>(x.dtype()));
       for (auto d : x.shape().dims()) h = mix(h, static_cast<uint64_t>(d));
       h = mix(h, x.rank());
-      return be_.input(x);
+      if (ti.sig < 0) ti.sig = be_.sig_id(x);
+      return be_.input(x, ti.sig);
     }
     case ir::TypeKind::Tuple: {
       if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size()) return fail();
@@ -539,6 +556,7 @@ private:
     const ir::TypeDecl* adt = nullptr; ///< Adt
     DType dtype = DType::F32;          ///< Tensor
     Shape shape;                       ///< Tensor
+    int32_t sig = -1;                  ///< Tensor: its signature id, once seen
   };
   PeBackend& be_;
   const ir::Module& m_;
@@ -550,8 +568,8 @@ private:
     return Value();
   }
 
-  const TypeInfo& info(const ir::Type& t) {
-    for (const auto& i : infos_)
+  TypeInfo& info(const ir::Type& t) {
+    for (auto& i : infos_)
       if (i.type == t.get()) return i;
     TypeInfo i;
     i.type = t.get();
@@ -611,6 +629,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
 
   PeResult out;
   std::optional<PeBackend> be(std::in_place, m, dims, templates, out.residual);
+  be->reserve();
   BatchScan scan(*be, m, dims);
   Value arg = scan.scan(batch, f->params[0].type);
   uint64_t h = scan.h;
@@ -620,6 +639,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     // The batch is fine after all: the separate walks.
     out.residual = Residual{};
     be.emplace(m, dims, templates, out.residual);
+    be->reserve();
     arg = residualize_batch(*be, batch);
     h = skeleton_hash(batch);
     values = 0;
@@ -636,6 +656,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     interp::Evaluator<PeBackend> ev(m, *be, opt.max_depth);
     Value result = ev.call_entry(*f, {arg});
     be->collect_outputs(result);
+    be->update_hints();
     out.ok = true;
   } catch (const Refused& r) {
     out.ok = false;
@@ -644,6 +665,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     out.residual.instances.clear();
   }
   out.residual.fuel_used = be->fuel_used();
+
   return out;
 }
 

@@ -1,25 +1,18 @@
 // The batching schedule: levels, groups and row maps (see plan.h).
 #include "specializer/plan.h"
 
+#include "specializer/key_map.h"
 #include "util/check.h"
 
 #include <algorithm>
-#include <map>
 #include <sstream>
 
 namespace pejit::spec {
 
 namespace {
 
-// Group identity: level, template, and per argument whether and how it is shared.
-struct GroupKey {
-  int32_t level, tmpl;
-  std::vector<int64_t> shared; ///< per arg: -1 not shared, else kind*2^32 + index
-  bool operator<(const GroupKey& o) const {
-    return std::tie(level, tmpl, shared) < std::tie(o.level, o.tmpl, o.shared);
-  }
-};
-
+// Group identity, as a KeyMap key: (level, template, per argument -1 when not shared, else
+// kind*2^32 + index); a SumN instance i is its own group (-2 - i in place of the arguments).
 int64_t shared_code(const Ref& r) {
   if (r.kind == Ref::Kind::Param || r.kind == Ref::Kind::Const)
     return (static_cast<int64_t>(r.kind) << 32) + r.index;
@@ -40,7 +33,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     if (live[i])
       for (const auto& a : r.instances[i].args)
         if (a.kind == Ref::Kind::Inst) live[static_cast<size_t>(a.index)] = 1;
-  std::vector<int32_t> level(n, 0);
+  // Earliest levels (ASAP), and which instances feed a template call.
+  std::vector<int32_t> level(n, 0), latest(n, 0);
   std::vector<char> feeds_template(n, 0);
   int32_t max_level = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -54,36 +48,49 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         if (inst.tmpl != Instance::kSumN) feeds_template[static_cast<size_t>(a.index)] = 1;
       }
     level[i] = l;
-    if (inst.tmpl != Instance::kSumN) max_level = std::max(max_level, l);
+    max_level = std::max(max_level, l);
   }
-  // Template instances that feed no other template call go to the last level.
+  // Latest levels (ALAP) under the same depth.
+  for (size_t i = 0; i < n; ++i) latest[i] = max_level;
+  for (size_t i = n; i-- > 0;) {
+    if (!live[i]) continue;
+    for (const auto& a : r.instances[i].args)
+      if (a.kind == Ref::Kind::Inst)
+        latest[static_cast<size_t>(a.index)] =
+            std::min(latest[static_cast<size_t>(a.index)], latest[i] - 1);
+  }
+  // Final levels, in instance order so that every consumer follows its producers: an
+  // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
+  // window, the others to the start.
+  for (size_t i = 0; i < n; ++i) {
+    if (!live[i]) continue;
+    int32_t l = 0;
+    for (const auto& a : r.instances[i].args)
+      if (a.kind == Ref::Kind::Inst) l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
+    level[i] = feeds_template[i] ? l : std::max(l, latest[i]);
+  }
+  max_level = 0;
   for (size_t i = 0; i < n; ++i)
-    if (live[i] && r.instances[i].tmpl != Instance::kSumN && !feeds_template[i]) level[i] = max_level;
-  // SumN instances come after every term; keep them after all template levels.
-  for (size_t i = 0; i < n; ++i)
-    if (live[i] && r.instances[i].tmpl == Instance::kSumN) {
-      int32_t l = max_level + 1;
-      for (const auto& a : r.instances[i].args)
-        if (a.kind == Ref::Kind::Inst) l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-      level[i] = l;
-    }
+    if (live[i] && r.instances[i].tmpl != Instance::kSumN) max_level = std::max(max_level, level[i]);
 
   // Group instances, in (level, first appearance) order.
-  std::map<GroupKey, int32_t> ids;
-  std::vector<std::pair<int32_t, int32_t>> order; // (level, group) for sorting
+  KeyMap ids;
+  std::vector<int64_t> k;
   p.group_of.assign(n, -1);
   p.row_of.assign(n, -1);
   std::vector<Group> groups;
   for (size_t i = 0; i < n; ++i) {
     if (!live[i]) continue;
     const Instance& inst = r.instances[i];
-    GroupKey k{level[i], inst.tmpl, {}};
+    k.clear();
+    k.push_back(level[i]);
+    k.push_back(inst.tmpl);
     if (inst.tmpl == Instance::kSumN) {
-      k.shared.push_back(-2 - static_cast<int64_t>(i)); // each sum is its own group
+      k.push_back(-2 - static_cast<int64_t>(i)); // each sum is its own group
     } else {
-      for (const auto& a : inst.args) k.shared.push_back(shared_code(a));
+      for (const auto& a : inst.args) k.push_back(shared_code(a));
     }
-    auto [it, fresh] = ids.emplace(k, static_cast<int32_t>(groups.size()));
+    auto [gid, fresh] = ids.emplace(k, static_cast<int32_t>(groups.size()));
     if (fresh) {
       Group g;
       g.tmpl = inst.tmpl;
@@ -93,9 +100,10 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       } else {
         const Template& t = templates.at(inst.tmpl);
         g.results = t.results;
+        g.args.reserve(inst.args.size());
         for (size_t a = 0; a < inst.args.size(); ++a) {
           GroupArg ga;
-          ga.shared = k.shared[a] >= 0;
+          ga.shared = k[2 + a] >= 0;
           if (ga.shared) ga.shared_ref = inst.args[a];
           ga.sig = t.args[a];
           g.args.push_back(std::move(ga));
@@ -103,8 +111,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       }
       groups.push_back(std::move(g));
     }
-    Group& g = groups[static_cast<size_t>(it->second)];
-    p.group_of[i] = it->second;
+    Group& g = groups[static_cast<size_t>(gid)];
+    p.group_of[i] = gid;
     p.row_of[i] = static_cast<int32_t>(g.instances.size());
     g.instances.push_back(static_cast<int32_t>(i));
   }
@@ -136,6 +144,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   for (auto& g : p.groups) {
     if (g.tmpl == Instance::kSumN) {
       const Instance& inst = r.instances[static_cast<size_t>(g.instances[0])];
+      g.args.reserve(inst.args.size());
       for (const auto& a : inst.args) {
         GroupArg ga;
         ga.sig = inst.sum_sig;
@@ -146,10 +155,12 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     }
     for (size_t a = 0; a < g.args.size(); ++a) {
       if (g.args[a].shared) continue;
+      g.args[a].rows.reserve(g.instances.size());
       for (int32_t i : g.instances)
         g.args[a].rows.push_back(row_ref(r.instances[static_cast<size_t>(i)].args[a]));
     }
   }
+  p.outputs.reserve(r.outputs.size());
   for (const auto& o : r.outputs) p.outputs.push_back(row_ref(o));
   p.levels = max_level + 1;
   return p;

@@ -83,6 +83,8 @@ struct PeMemo {
   std::vector<Entry> entries;
   std::vector<int32_t> result_sigs;
   std::vector<std::pair<std::string, uint64_t>> cones; ///< entry -> cone version
+  /// The largest residual seen: what the next batch reserves.
+  size_t hint_instances = 0, hint_inputs = 0, hint_rvals = 0, hint_parts = 0;
 
   void reset(uint64_t new_stamp) {
     *this = PeMemo{};

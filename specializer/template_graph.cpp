@@ -26,12 +26,16 @@ using interp::Values;
 
 namespace {
 
-graph::ShapeType shape_type(const TensorSig& s) { return graph::ShapeType{s.dtype, s.dims}; }
+graph::ShapeType shape_type(const TensorSig& s) {
+  return graph::ShapeType{s.dtype, s.dims};
+}
 
 void flatten(const Value& v, std::vector<Value>& out) {
-  if (v.kind() == Value::Kind::Tensor) out.push_back(v);
+  if (v.kind() == Value::Kind::Tensor)
+    out.push_back(v);
   else
-    for (const auto& x : v.items()) flatten(x, out);
+    for (const auto& x : v.items())
+      flatten(x, out);
 }
 
 uint32_t add_slot(TemplateGraph& tg, InputSlot s) {
@@ -48,11 +52,13 @@ public:
       : m_(m), dims_(dims), tg_(tg) {}
 
   Value param(int i) {
-    if (auto it = params_.find(i); it != params_.end()) return it->second;
+    if (auto it = params_.find(i); it != params_.end())
+      return it->second;
     const ir::Type& t = m_.params()[static_cast<size_t>(i)]->type;
+    Shape sh = interp::concrete_shape(t, dims_);
+    auto d = sh.dims();
     graph::ShapeType st{t->elem == ir::Elem::F32 ? DType::F32 : DType::I32,
-                        std::vector<int64_t>(interp::concrete_shape(t, dims_).dims().begin(),
-                                             interp::concrete_shape(t, dims_).dims().end())};
+                        std::vector<int64_t>(d.begin(), d.end())};
     uint32_t slot = add_slot(tg_, InputSlot{InputSlot::Role::Param, i, st});
     Value v = wrap(tg_.g.input(slot, st));
     params_.emplace(i, v);
@@ -62,11 +68,13 @@ public:
   Value op(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
            Values* multi = nullptr) {
     std::vector<NodeId> ins;
-    for (size_t i = 0; i < n; ++i) ins.push_back(node_of(args[i]));
+    for (size_t i = 0; i < n; ++i)
+      ins.push_back(node_of(args[i]));
     try {
       if (multi) {
         multi->clear();
-        for (NodeId r : tg_.g.op_results(id, ins, attr)) multi->push_back(wrap(r));
+        for (NodeId r : tg_.g.op_results(id, ins, attr))
+          multi->push_back(wrap(r));
         return Value();
       }
       return wrap(tg_.g.op(id, ins, attr));
@@ -81,11 +89,13 @@ public:
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span&) {
     if (xs.list_size() == 0) {
-      auto sh = interp::concrete_shape(type, dims_).dims();
-      return wrap(tg_.g.constant(0.0f, std::vector<int64_t>(sh.begin(), sh.end())));
+      Shape sh = interp::concrete_shape(type, dims_);
+      auto d = sh.dims();
+      return wrap(tg_.g.constant(0.0f, std::vector<int64_t>(d.begin(), d.end())));
     }
     std::vector<NodeId> terms;
-    for (size_t i = 0; i < xs.list_size(); ++i) terms.push_back(node_of(xs.list_at(i)));
+    for (size_t i = 0; i < xs.list_size(); ++i)
+      terms.push_back(node_of(xs.list_at(i)));
     return wrap(tg_.g.sum_n(terms));
   }
 
@@ -123,7 +133,8 @@ private:
     }
     std::string key = st.str() + ":";
     key.append(static_cast<const char*>(t.raw()), t.nbytes());
-    if (auto it = consts_.find(key); it != consts_.end()) return it->second;
+    if (auto it = consts_.find(key); it != consts_.end())
+      return it->second;
     uint32_t slot = add_slot(tg_, InputSlot{InputSlot::Role::Const, -1, st});
     tg_.consts[slot] = t;
     NodeId id = tg_.g.input(slot, st);
@@ -134,15 +145,16 @@ private:
   // The value of a tensor computed from constants only; anything else is control flow on a
   // dynamic value, which a template cannot have.
   Tensor concrete(const Value& v, const Span& s, const char* what) {
-    if (v.as_tensor().defined()) return v.as_tensor();
+    if (v.as_tensor().defined())
+      return v.as_tensor();
     NodeId id = v.tape_id();
-    auto anc = graph::reachable_from(tg_.g, std::span<const NodeId>(&id, 1),
-                                     graph::Direction::Operands);
+    auto anc =
+        graph::reachable_from(tg_.g, std::span<const NodeId>(&id, 1), graph::Direction::Operands);
     for (size_t i = 0; i < anc.size(); ++i) {
       const graph::Node& n = tg_.g.nodes()[i];
       if (anc[i] && n.kind == graph::Kind::Input && !tg_.consts[n.slot].defined())
-        throw Error(s.str() + ": error: " + what + " of a dynamic tensor in template '" +
-                    tg_.name + "': control flow on a dynamic value cannot be traced");
+        throw Error(s.str() + ": error: " + what + " of a dynamic tensor in template '" + tg_.name +
+                    "': control flow on a dynamic value cannot be traced");
     }
     return graph::evaluate(tg_.g, tg_.consts, std::span<const NodeId>(&id, 1))[0];
   }
@@ -170,9 +182,15 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
     size_t si = 0, ai = 0;
     for (const auto& p : f.params) {
       switch (p.type->kind) {
-      case ir::TypeKind::Int: args.push_back(Value::integer(t.statics.at(si++))); break;
-      case ir::TypeKind::Bool: args.push_back(Value::boolean(t.statics.at(si++) != 0)); break;
-      case ir::TypeKind::Tensor: args.push_back(Value::tensor(Tensor(), arg_nodes.at(ai++))); break;
+      case ir::TypeKind::Int:
+        args.push_back(Value::integer(t.statics.at(si++)));
+        break;
+      case ir::TypeKind::Bool:
+        args.push_back(Value::boolean(t.statics.at(si++) != 0));
+        break;
+      case ir::TypeKind::Tensor:
+        args.push_back(Value::tensor(Tensor(), arg_nodes.at(ai++)));
+        break;
       default:
         throw Error("template '" + t.name + "': parameter '" + p.name +
                     "' is not a tensor, Int or Bool");
@@ -185,15 +203,16 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
     Value r = ev.call_fn(f, args, f.span);
     std::vector<Value> flat;
     flatten(r, flat);
-    for (const auto& v : flat) results.push_back(be.node_of(v));
+    for (const auto& v : flat)
+      results.push_back(be.node_of(v));
   }
   PEJIT_CHECK(results.size() == t.results.size())
-      << "template " << t.name << ": " << results.size() << " results traced, "
-      << t.results.size() << " declared";
+      << "template " << t.name << ": " << results.size() << " results traced, " << t.results.size()
+      << " declared";
   for (size_t i = 0; i < results.size(); ++i) {
     PEJIT_CHECK(tg.g.type(results[i]) == shape_type(t.results[i]))
-        << "template " << t.name << " result " << i << " traced as "
-        << tg.g.type(results[i]).str() << ", declared " << t.results[i].str();
+        << "template " << t.name << " result " << i << " traced as " << tg.g.type(results[i]).str()
+        << ", declared " << t.results[i].str();
     tg.g.add_output(results[i]);
   }
   tg.refresh();
@@ -206,24 +225,28 @@ void add_backward(TemplateGraph& tg) {
   for (size_t r = 0; r < tg.fwd_outputs.size(); ++r) {
     NodeId out = tg.fwd_outputs[r];
     const graph::ShapeType& t = tg.g.type(out);
-    if (t.dtype != DType::F32) continue;
+    if (t.dtype != DType::F32)
+      continue;
     uint32_t slot = add_slot(tg, InputSlot{InputSlot::Role::Seed, static_cast<int>(r), t});
     NodeId prod = tg.g.op(ops::OpId::Mul, {out, tg.g.input(slot, t)});
     terms.push_back(t.dims.empty() ? prod : tg.g.op(ops::OpId::Sum, {prod}));
   }
-  if (terms.empty()) return; // nothing differentiable (an integer-valued template)
+  if (terms.empty())
+    return; // nothing differentiable (an integer-valued template)
   std::vector<NodeId> wrt;
   for (uint32_t s = 0; s < tg.slots.size(); ++s) {
     const InputSlot& in = tg.slots[s];
     bool want = in.type.dtype == DType::F32 &&
                 (in.role == InputSlot::Role::Arg ||
                  (in.role == InputSlot::Role::Param && passes::find_input(tg.g, s) != kNoNode));
-    if (!want) continue;
+    if (!want)
+      continue;
     tg.grad_slots.push_back(s);
     wrt.push_back(tg.g.input(s, in.type)); // an unread argument is re-added: its gradient is 0
   }
   NodeId loss = tg.g.sum_n(terms);
-  for (NodeId gr : graph::differentiate(tg.g, loss, wrt)) tg.g.add_output(gr);
+  for (NodeId gr : graph::differentiate(tg.g, loss, wrt))
+    tg.g.add_output(gr);
   tg.refresh();
 }
 
@@ -231,11 +254,14 @@ void fuse(TemplateGraph& tg) {
   tg.fwd_kernels = passes::fuse_kernels(tg.g, tg.fwd_outputs);
   std::vector<NodeId> bwd;
   for (NodeId o : tg.bwd_arg_grads)
-    if (o != kNoNode) bwd.push_back(o);
-  for (NodeId o : tg.bwd_param_grads) bwd.push_back(o);
+    if (o != kNoNode)
+      bwd.push_back(o);
+  for (NodeId o : tg.bwd_param_grads)
+    bwd.push_back(o);
   std::vector<bool> done(tg.g.size(), false);
   for (const auto& k : tg.fwd_kernels)
-    for (NodeId n : k.nodes) done[static_cast<size_t>(n)] = true;
+    for (NodeId n : k.nodes)
+      done[static_cast<size_t>(n)] = true;
   tg.bwd_kernels = passes::fuse_kernels(tg.g, bwd, done);
 }
 
@@ -248,11 +274,18 @@ std::vector<Tensor> TemplateGraph::bind_inputs(std::span<const Tensor> arg_value
   for (size_t s = 0; s < slots.size(); ++s) {
     auto i = static_cast<size_t>(slots[s].index);
     switch (slots[s].role) {
-    case InputSlot::Role::Arg: in[s] = arg_values[i]; break;
-    case InputSlot::Role::Param: in[s] = p.values.at(i); break;
-    case InputSlot::Role::Const: in[s] = consts[s]; break;
+    case InputSlot::Role::Arg:
+      in[s] = arg_values[i];
+      break;
+    case InputSlot::Role::Param:
+      in[s] = p.values.at(i);
+      break;
+    case InputSlot::Role::Const:
+      in[s] = consts[s];
+      break;
     case InputSlot::Role::Seed:
-      if (i < seed_values.size()) in[s] = seed_values[i];
+      if (i < seed_values.size())
+        in[s] = seed_values[i];
       break;
     }
   }
@@ -261,14 +294,16 @@ std::vector<Tensor> TemplateGraph::bind_inputs(std::span<const Tensor> arg_value
 
 void TemplateGraph::refresh() {
   size_t nargs = 0, nres = 0;
-  for (const auto& s : slots) nargs += s.role == InputSlot::Role::Arg;
+  for (const auto& s : slots)
+    nargs += s.role == InputSlot::Role::Arg;
   args.assign(nargs, kNoNode);
   params.clear();
   param_index.clear();
   for (uint32_t s = 0; s < slots.size(); ++s) {
     NodeId id = passes::find_input(g, s);
     const InputSlot& in = slots[s];
-    if (in.role == InputSlot::Role::Arg) args[static_cast<size_t>(in.index)] = id;
+    if (in.role == InputSlot::Role::Arg)
+      args[static_cast<size_t>(in.index)] = id;
     if (in.role == InputSlot::Role::Param && id != kNoNode) {
       params.push_back(id);
       param_index.push_back(in.index);
@@ -287,17 +322,18 @@ void TemplateGraph::refresh() {
   for (size_t j = 0; j < grad_slots.size(); ++j) {
     const InputSlot& in = slots[grad_slots[j]];
     NodeId gr = outs[nres + j];
-    if (in.role == InputSlot::Role::Arg) bwd_arg_grads[static_cast<size_t>(in.index)] = gr;
+    if (in.role == InputSlot::Role::Arg)
+      bwd_arg_grads[static_cast<size_t>(in.index)] = gr;
     else
       for (size_t p = 0; p < params.size(); ++p)
-        if (param_index[p] == in.index) bwd_param_grads[p] = gr;
+        if (param_index[p] == in.index)
+          bwd_param_grads[p] = gr;
   }
 }
 
 const std::vector<std::string>& template_pass_names() {
-  static const std::vector<std::string> names = {"trace",    "fold",    "cse",
-                                                 "dce",      "ad",      "fold.bwd",
-                                                 "cse.bwd",  "dce.bwd", "fuse"};
+  static const std::vector<std::string> names = {"trace",    "fold",    "cse",     "dce", "ad",
+                                                 "fold.bwd", "cse.bwd", "dce.bwd", "fuse"};
   return names;
 }
 
@@ -306,11 +342,11 @@ void verify_template_graph(const TemplateGraph& tg) {
   PEJIT_CHECK(tg.consts.size() >= tg.slots.size()) << "consts not by slot";
   for (size_t i = 0; i < g.size(); ++i) {
     const graph::Node& n = g.nodes()[i];
-    if (n.kind != graph::Kind::Input) continue;
+    if (n.kind != graph::Kind::Input)
+      continue;
     PEJIT_CHECK(n.slot < tg.slots.size()) << "input #" << n.slot << " has no slot";
-    PEJIT_CHECK(n.type == tg.slots[n.slot].type)
-        << "input #" << n.slot << " is " << n.type.str() << ", its slot "
-        << tg.slots[n.slot].type.str();
+    PEJIT_CHECK(n.type == tg.slots[n.slot].type) << "input #" << n.slot << " is " << n.type.str()
+                                                 << ", its slot " << tg.slots[n.slot].type.str();
     if (tg.slots[n.slot].role == InputSlot::Role::Const)
       PEJIT_CHECK(tg.consts[n.slot].defined() && graph::type_of(tg.consts[n.slot]) == n.type)
           << "constant slot #" << n.slot << " has no value of its type";
@@ -320,7 +356,8 @@ void verify_template_graph(const TemplateGraph& tg) {
   for (size_t j = 0; j < tg.grad_slots.size(); ++j)
     PEJIT_CHECK(g.type(g.outputs()[tg.fwd_outputs.size() + j]) == tg.slots[tg.grad_slots[j]].type)
         << "gradient " << j << " has the wrong type";
-  if (tg.fwd_kernels.empty() && tg.bwd_kernels.empty()) return;
+  if (tg.fwd_kernels.empty() && tg.bwd_kernels.empty())
+    return;
   // Kernels: a partition of the computed nodes the outputs need, in dependency order.
   std::vector<int> where(g.size(), -1);
   int k = 0;
@@ -336,8 +373,10 @@ void verify_template_graph(const TemplateGraph& tg) {
   for (size_t i = 0; i < g.size(); ++i) {
     const graph::Node& n = g.nodes()[i];
     bool leaf = n.kind == graph::Kind::Input || n.kind == graph::Kind::Const;
-    if (need[i] && !leaf) PEJIT_CHECK(where[i] >= 0) << "%" << i << " is in no kernel";
-    if (where[i] < 0) continue;
+    if (need[i] && !leaf)
+      PEJIT_CHECK(where[i] >= 0) << "%" << i << " is in no kernel";
+    if (where[i] < 0)
+      continue;
     for (NodeId o : n.operands) {
       int wo = where[static_cast<size_t>(o)];
       PEJIT_CHECK(wo <= where[i]) << "%" << i << " (kernel " << where[i] << ") reads %" << o
@@ -368,25 +407,28 @@ TemplateGraph compile_template(const ir::Module& m, const interp::DimBindings& d
                                const Template& t, const CompileOptions& opt) {
   auto after = [&](TemplateGraph& tg, const std::string& pass) {
     tg.refresh();
-    if (opt.verify) verify_template_graph(tg);
-    bool dump = std::find(opt.dump_after.begin(), opt.dump_after.end(), pass) !=
-                    opt.dump_after.end() ||
-                std::find(opt.dump_after.begin(), opt.dump_after.end(), "all") !=
-                    opt.dump_after.end();
-    if (!dump) return;
+    if (opt.verify)
+      verify_template_graph(tg);
+    bool dump =
+        std::find(opt.dump_after.begin(), opt.dump_after.end(), pass) != opt.dump_after.end() ||
+        std::find(opt.dump_after.begin(), opt.dump_after.end(), "all") != opt.dump_after.end();
+    if (!dump)
+      return;
     std::ostream& os = opt.dump ? *opt.dump : std::cerr;
     os << "// " << tg.name << " after " << pass << "\n" << graph::print(tg.g) << "\n";
-    if (pass == "fuse") os << print_kernels(tg);
+    if (pass == "fuse")
+      os << print_kernels(tg);
   };
   auto fold = [&](TemplateGraph& tg) {
     tg.g = passes::fold_constants(tg.g, tg.consts, opt.fold);
     for (size_t s = tg.slots.size(); s < tg.consts.size(); ++s)
-      tg.slots.push_back(InputSlot{InputSlot::Role::Const, -1,
-                                   tg.consts[s].defined() ? graph::type_of(tg.consts[s])
-                                                          : graph::ShapeType{}});
+      tg.slots.push_back(
+          InputSlot{InputSlot::Role::Const, -1,
+                    tg.consts[s].defined() ? graph::type_of(tg.consts[s]) : graph::ShapeType{}});
   };
   auto optimize = [&](TemplateGraph& tg, const std::string& suffix) {
-    if (!opt.optimize) return;
+    if (!opt.optimize)
+      return;
     fold(tg);
     after(tg, "fold" + suffix);
     tg.g = passes::eliminate_common_subexpressions(tg.g);

@@ -47,13 +47,13 @@ struct InputSlot {
 
 struct TemplateGraph {
   graph::Graph g;
-  std::vector<InputSlot> slots; ///< by input slot
-  std::vector<Tensor> consts;   ///< by input slot: the values of Const slots
+  std::vector<InputSlot> slots;     ///< by input slot
+  std::vector<Tensor> consts;       ///< by input slot: the values of Const slots
   std::vector<uint32_t> grad_slots; ///< slots differentiated for, in output order
 
-  std::vector<NodeId> args;      ///< per tensor argument (slot i); kNoNode once unread
-  std::vector<NodeId> params;    ///< per parameter the graph reads
-  std::vector<int> param_index;  ///< module parameter of each `params` entry
+  std::vector<NodeId> args;            ///< per tensor argument (slot i); kNoNode once unread
+  std::vector<NodeId> params;          ///< per parameter the graph reads
+  std::vector<int> param_index;        ///< module parameter of each `params` entry
   std::vector<NodeId> fwd_outputs;     ///< per result
   std::vector<NodeId> seeds;           ///< per result (kNoNode: i32 result, or no backward)
   std::vector<NodeId> bwd_arg_grads;   ///< per argument (kNoNode: i32 argument)

@@ -64,7 +64,8 @@ struct SessionOptions {
   float lr = 0.05f;
   float weight_decay = 0.0f;
   float clip = 0.0f;                     ///< global gradient-norm clipping (0: off)
-  std::string mode = "generic";          ///< the only path built so far
+  std::string mode = "auto";             ///< generic, specialized or auto
+  int lookahead = 8;                     ///< batches planned ahead (auto mode)
 };
 
 /// Time and batches per execution path.
@@ -90,8 +91,12 @@ public:
 
   /// One training step on a scalar entry: its value, gradients, one optimizer update.
   float step(const std::string& entry, const Value& batch);
-  /// Runs any entry without gradients.
+  /// Runs any entry without gradients (on the generic path for now).
   Value run(const std::string& entry, const Value& batch);
+  /// Batches that will come next: in auto mode they are planned in the background.
+  void prefetch(const std::string& entry, const std::vector<Value>& batches);
+  /// "specialized: N plans cached", "generic: <why>" or "not specialized yet".
+  std::string entry_status(const std::string& entry) const;
   std::vector<std::string> entries() const;
 
   /// Adds or replaces definitions while the session lives. Only what changed is checked;

@@ -12,7 +12,8 @@ graph::Graph eliminate_common_subexpressions(const graph::Graph& g) {
   for (size_t i = 0; i < g.size(); ++i) {
     const graph::Node& n = g.nodes()[i];
     ops.clear();
-    for (graph::NodeId o : n.operands) ops.push_back(map[static_cast<size_t>(o)]);
+    for (graph::NodeId o : n.operands)
+      ops.push_back(map[static_cast<size_t>(o)]);
     map[i] = copy_node(out, n, ops);
   }
   copy_outputs(g, out, map);

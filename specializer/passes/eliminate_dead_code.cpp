@@ -12,10 +12,12 @@ graph::Graph eliminate_dead_code(const graph::Graph& g) {
   std::vector<graph::NodeId> map(g.size(), graph::kNoNode);
   std::vector<graph::NodeId> ops;
   for (size_t i = 0; i < g.size(); ++i) {
-    if (!keep[i]) continue;
+    if (!keep[i])
+      continue;
     const graph::Node& n = g.nodes()[i];
     ops.clear();
-    for (graph::NodeId o : n.operands) ops.push_back(map[static_cast<size_t>(o)]);
+    for (graph::NodeId o : n.operands)
+      ops.push_back(map[static_cast<size_t>(o)]);
     map[i] = copy_node(out, n, ops);
   }
   copy_outputs(g, out, map);

@@ -11,8 +11,8 @@ namespace pejit::spec::passes {
 
 using graph::Graph;
 using graph::Kind;
-using graph::NodeId;
 using graph::kNoNode;
+using graph::NodeId;
 
 namespace {
 
@@ -20,7 +20,8 @@ class Folder {
 public:
   Folder(const Graph& g, std::vector<Tensor>& known, const FoldOptions& opt)
       : g_(g), known_(known), opt_(opt) {
-    if (known_.size() < g.num_inputs()) known_.resize(g.num_inputs());
+    if (known_.size() < g.num_inputs())
+      known_.resize(g.num_inputs());
     eval_inputs_ = known_;
   }
 
@@ -40,8 +41,12 @@ public:
       case Kind::Input:
         is_known_[i] = n.slot < eval_inputs_.size() && eval_inputs_[n.slot].defined();
         break;
-      case Kind::Const: is_known_[i] = true; break;
-      default: is_known_[i] = all_known; break;
+      case Kind::Const:
+        is_known_[i] = true;
+        break;
+      default:
+        is_known_[i] = all_known;
+        break;
       }
       NodeId s = simplify(n, ops);
       if (s == kNoNode && is_known_[i] && n.kind != Kind::Input && n.kind != Kind::Const)
@@ -74,20 +79,27 @@ private:
       NodeId a = ops[0], b = ops[1];
       switch (n.op()) {
       case OpId::Mul:
-        if (is_const(b, 1.0f) && same_type(a, n.type)) return a;
-        if (is_const(a, 1.0f) && same_type(b, n.type)) return b;
+        if (is_const(b, 1.0f) && same_type(a, n.type))
+          return a;
+        if (is_const(a, 1.0f) && same_type(b, n.type))
+          return b;
         break;
       case OpId::Add:
-        if (is_const(b, 0.0f) && same_type(a, n.type)) return a;
-        if (is_const(a, 0.0f) && same_type(b, n.type)) return b;
+        if (is_const(b, 0.0f) && same_type(a, n.type))
+          return a;
+        if (is_const(a, 0.0f) && same_type(b, n.type))
+          return b;
         break;
       case OpId::Sub:
-        if (is_const(b, 0.0f) && same_type(a, n.type)) return a;
+        if (is_const(b, 0.0f) && same_type(a, n.type))
+          return a;
         break;
       case OpId::Div:
-        if (is_const(b, 1.0f) && same_type(a, n.type)) return a;
+        if (is_const(b, 1.0f) && same_type(a, n.type))
+          return a;
         break;
-      default: break;
+      default:
+        break;
       }
     }
     if (n.kind == Kind::Grad && ops.size() == 2) {
@@ -102,27 +114,33 @@ private:
     if (n.kind == Kind::SumN) {
       std::vector<NodeId> terms;
       for (NodeId o : ops)
-        if (!is_const(o, 0.0f)) terms.push_back(o);
-      if (terms.size() == ops.size()) return kNoNode;
-      if (terms.empty()) return out_.constant(0.0f, n.type.dims);
+        if (!is_const(o, 0.0f))
+          terms.push_back(o);
+      if (terms.size() == ops.size())
+        return kNoNode;
+      if (terms.empty())
+        return out_.constant(0.0f, n.type.dims);
       return out_.sum_n(terms);
     }
     return kNoNode;
   }
 
   NodeId fold(NodeId id, const graph::Node& n, const std::vector<NodeId>& ops) {
-    if (n.type.numel() > opt_.max_elements) return kNoNode;
+    if (n.type.numel() > opt_.max_elements)
+      return kNoNode;
     for (NodeId o : ops)
-      if (out_.type(o).numel() > opt_.max_elements) return kNoNode;
+      if (out_.type(o).numel() > opt_.max_elements)
+        return kNoNode;
     Tensor v = graph::evaluate(g_, eval_inputs_, std::span<const NodeId>(&id, 1))[0];
     if (v.dtype() == DType::F32 && v.numel() > 0) {
       const float* p = v.f32();
-      bool uniform = std::all_of(p, p + v.numel(), [&](float x) {
-        return std::memcmp(&x, p, sizeof(float)) == 0;
-      });
-      if (uniform) return out_.constant(p[0], n.type.dims);
+      bool uniform = std::all_of(p, p + v.numel(),
+                                 [&](float x) { return std::memcmp(&x, p, sizeof(float)) == 0; });
+      if (uniform)
+        return out_.constant(p[0], n.type.dims);
     }
-    if (v.numel() > opt_.max_const_input) return kNoNode;
+    if (v.numel() > opt_.max_const_input)
+      return kNoNode;
     auto slot = static_cast<uint32_t>(std::max<size_t>(known_.size(), g_.num_inputs()));
     known_.resize(slot + 1);
     known_[slot] = v;

@@ -15,9 +15,9 @@ namespace pejit::spec::passes {
 
 using graph::Graph;
 using graph::Kind;
+using graph::kNoNode;
 using graph::Node;
 using graph::NodeId;
-using graph::kNoNode;
 using ops::GradOp;
 using ops::OpId;
 
@@ -36,10 +36,13 @@ bool is_layout(const Node& n) {
 Role role_of(const Graph& g, const Node& n) {
   switch (n.kind) {
   case Kind::Input:
-  case Kind::Const: return Role::Leaf;
-  case Kind::SumN: return Role::Fusible;
+  case Kind::Const:
+    return Role::Leaf;
+  case Kind::SumN:
+    return Role::Fusible;
   case Kind::Gather:
-  case Kind::Scatter: return Role::Anchor;
+  case Kind::Scatter:
+    return Role::Anchor;
   case Kind::Op: {
     OpId id = n.op();
     if (ops::op_def(id).elementwise || is_layout(n) || id == OpId::Zeros || id == OpId::Ones ||
@@ -54,17 +57,20 @@ Role role_of(const Graph& g, const Node& n) {
     case GradOp::ReluBwd:
     case GradOp::BroadcastTo:
     case GradOp::ReshapeLike:
-    case GradOp::PadSlice: return Role::Fusible;
+    case GradOp::PadSlice:
+      return Role::Fusible;
     case GradOp::SumToShape: // a reduction unless it only reshapes
       return g.type(n.operands[0]).numel() == n.type.numel() ? Role::Fusible : Role::Anchor;
-    default: return Role::Anchor;
+    default:
+      return Role::Anchor;
     }
   }
   return Role::Anchor;
 }
 
 bool is_matmul_like(const Node& n) {
-  if (n.kind == Kind::Op) return n.op() == OpId::MatMul;
+  if (n.kind == Kind::Op)
+    return n.op() == OpId::MatMul;
   return n.kind == Kind::Grad &&
          (n.grad_op() == GradOp::MatMulGradA || n.grad_op() == GradOp::MatMulGradB);
 }
@@ -77,16 +83,20 @@ std::string name_of(const Node& n) {
   switch (n.kind) {
   case Kind::Op: {
     std::string s = ops::op_name(n.op());
-    if (n.op() == OpId::Split) return s + std::to_string(n.attr.ints.at(0));
-    if (!n.attr.ints.empty()) s += fmt::format("{{{}}}", fmt::join(n.attr.ints, ","));
+    if (n.op() == OpId::Split)
+      return s + std::to_string(n.attr.ints.at(0));
+    if (!n.attr.ints.empty())
+      s += fmt::format("{{{}}}", fmt::join(n.attr.ints, ","));
     return s;
   }
   case Kind::Grad: {
     std::string s = ops::grad_op_name(n.grad_op());
-    if (!n.attr.ints.empty()) s += fmt::format("{{{}}}", fmt::join(n.attr.ints, ","));
+    if (!n.attr.ints.empty())
+      s += fmt::format("{{{}}}", fmt::join(n.attr.ints, ","));
     return s;
   }
-  default: return graph::kind_name(n.kind);
+  default:
+    return graph::kind_name(n.kind);
   }
 }
 
@@ -104,18 +114,21 @@ public:
     std::vector<bool> all_live = graph::live(g);
     for (size_t i = 0; i < g.size(); ++i)
       if (all_live[i] || need[i])
-        for (NodeId o : g.nodes()[i].operands) users_[static_cast<size_t>(o)].push_back(static_cast<NodeId>(i));
+        for (NodeId o : g.nodes()[i].operands)
+          users_[static_cast<size_t>(o)].push_back(static_cast<NodeId>(i));
     kernel_of_.assign(g.size(), -1);
   }
 
   std::vector<Kernel> run() {
     for (size_t i = 0; i < g_.size(); ++i) {
-      if (!in_set_[i]) continue;
+      if (!in_set_[i])
+        continue;
       auto id = static_cast<NodeId>(i);
       const Node& n = g_.node(id);
       if (role_of(g_, n) == Role::Anchor) {
         int k = open(id, id);
-        if (is_matmul_like(n)) absorb_prologues(k, n);
+        if (is_matmul_like(n))
+          absorb_prologues(k, n);
       } else {
         place_fusible(id, n);
       }
@@ -144,7 +157,9 @@ private:
     return k;
   }
 
-  int kernel(NodeId id) const { return in_set_[static_cast<size_t>(id)] ? kernel_of_[static_cast<size_t>(id)] : -1; }
+  int kernel(NodeId id) const {
+    return in_set_[static_cast<size_t>(id)] ? kernel_of_[static_cast<size_t>(id)] : -1;
+  }
 
   // Kernels that read a value of kernel k (direct successors).
   std::set<int> successors(int k) const {
@@ -152,7 +167,8 @@ private:
     for (NodeId n : groups_[static_cast<size_t>(k)].nodes)
       for (NodeId u : users_[static_cast<size_t>(n)]) {
         int ku = kernel(u);
-        if (ku >= 0 && ku != k) s.insert(ku);
+        if (ku >= 0 && ku != k)
+          s.insert(ku);
       }
     return s;
   }
@@ -165,7 +181,8 @@ private:
       int k = work.back();
       work.pop_back();
       for (int s : successors(k))
-        if (seen.insert(s).second) work.push_back(s);
+        if (seen.insert(s).second)
+          work.push_back(s);
     }
     return seen;
   }
@@ -177,7 +194,8 @@ private:
   bool can_merge(int a, int b) const {
     for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}})
       for (int m : descendants(x))
-        if (m != y && reaches(m, y)) return false;
+        if (m != y && reaches(m, y))
+          return false;
     return true;
   }
 
@@ -189,15 +207,18 @@ private:
       t.nodes.push_back(n);
     }
     std::sort(t.nodes.begin(), t.nodes.end());
-    if (t.anchor == kNoNode) t.anchor = f.anchor;
+    if (t.anchor == kNoNode)
+      t.anchor = f.anchor;
     f.nodes.clear();
     f.alive = false;
   }
 
   bool is_pure(int k, bool layout_only) const {
     const Group& gr = groups_[static_cast<size_t>(k)];
-    if (gr.anchor != kNoNode) return false;
-    if (!layout_only) return true;
+    if (gr.anchor != kNoNode)
+      return false;
+    if (!layout_only)
+      return true;
     return std::all_of(gr.nodes.begin(), gr.nodes.end(),
                        [&](NodeId n) { return is_layout(g_.node(n)); });
   }
@@ -205,7 +226,8 @@ private:
   void absorb_prologues(int k, const Node& n) {
     for (NodeId o : n.operands) {
       int c = kernel(o);
-      if (c >= 0 && c != k && is_pure(c, true) && can_merge(c, k)) merge(c, k);
+      if (c >= 0 && c != k && is_pure(c, true) && can_merge(c, k))
+        merge(c, k);
     }
   }
 
@@ -216,18 +238,20 @@ private:
     std::sort(ops.rbegin(), ops.rend());
     for (NodeId o : ops) {
       int k = kernel(o);
-      if (k >= 0 && std::find(cands.begin(), cands.end(), k) == cands.end()) cands.push_back(k);
+      if (k >= 0 && std::find(cands.begin(), cands.end(), k) == cands.end())
+        cands.push_back(k);
     }
     for (int k : cands) {
       bool ok = true;
       for (int c : cands)
-        if (c != k && reaches(k, c)) ok = false;
-      if (!ok) continue;
+        if (c != k && reaches(k, c))
+          ok = false;
+      if (!ok)
+        continue;
       kernel_of_[static_cast<size_t>(id)] = k;
       groups_[static_cast<size_t>(k)].nodes.push_back(id);
       for (int c : cands)
-        if (c != k && groups_[static_cast<size_t>(c)].alive && is_pure(c, false) &&
-            can_merge(c, k))
+        if (c != k && groups_[static_cast<size_t>(c)].alive && is_pure(c, false) && can_merge(c, k))
           merge(c, k);
       return;
     }
@@ -238,23 +262,28 @@ private:
     // Topological order of the live kernels, ties by their smallest node id.
     std::vector<int> live;
     for (size_t k = 0; k < groups_.size(); ++k)
-      if (groups_[k].alive) live.push_back(static_cast<int>(k));
+      if (groups_[k].alive)
+        live.push_back(static_cast<int>(k));
     std::map<int, int> indeg;
-    for (int k : live) indeg[k] = 0;
     for (int k : live)
-      for (int s : successors(k)) ++indeg[s];
+      indeg[k] = 0;
+    for (int k : live)
+      for (int s : successors(k))
+        ++indeg[s];
     auto first = [&](int k) { return groups_[static_cast<size_t>(k)].nodes.front(); };
     auto later = [&](int a, int b) { return first(a) > first(b); };
     std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
     for (int k : live)
-      if (indeg[k] == 0) ready.push(k);
+      if (indeg[k] == 0)
+        ready.push(k);
     std::vector<Kernel> out;
     while (!ready.empty()) {
       int k = ready.top();
       ready.pop();
       out.push_back(describe(groups_[static_cast<size_t>(k)]));
       for (int s : successors(k))
-        if (--indeg[s] == 0) ready.push(s);
+        if (--indeg[s] == 0)
+          ready.push(s);
     }
     PEJIT_CHECK(out.size() == live.size()) << "fusion produced a cycle among kernels";
     return out;
@@ -274,18 +303,26 @@ private:
       const Node& n = g_.node(id);
       local[id] = "n" + std::to_string(j);
       std::string nm = name_of(n);
-      bool repeat = n.kind == Kind::Op && n.op() == OpId::Split &&
-                    !split_seen.insert(n.operands[0]).second;
+      bool repeat =
+          n.kind == Kind::Op && n.op() == OpId::Split && !split_seen.insert(n.operands[0]).second;
       if (id == gr.anchor || (gr.anchor == kNoNode && j == 0)) {
-        if (is_matmul_like(n)) nm += dims_str(g_.type(n.kind == Kind::Op ? n.operands[1] : n.operands[2]).dims);
-        else nm += dims_str(g_.type(n.operands.empty() ? id : n.operands[0]).dims);
+        // The static dims that pick the code: a matmul's weight, a gradient helper's
+        // result, any other op's first operand.
+        NodeId dims_of = id;
+        if (is_matmul_like(n))
+          dims_of = n.operands[n.kind == Kind::Op ? 1 : 2];
+        else if (n.kind != Kind::Grad && !n.operands.empty())
+          dims_of = n.operands[0];
+        nm += dims_str(g_.type(dims_of).dims);
       }
-      if (!repeat) chain.push_back(nm);
+      if (!repeat)
+        chain.push_back(nm);
       key += local[id] + "=" + nm + "(";
       for (size_t a = 0; a < n.operands.size(); ++a) {
         NodeId o = n.operands[a];
         const Node& on = g_.node(o);
-        if (a) key += ",";
+        if (a)
+          key += ",";
         if (mine.count(o)) {
           key += local[o];
         } else if (on.kind == Kind::Const) {
@@ -299,16 +336,20 @@ private:
           key += fmt::format("x{}:{}", it - kn.inputs.begin(), on.type.str());
         }
       }
-      key += "):" + n.type.str() + (n.kind == Kind::Op && n.output_index ? fmt::format("#{}", n.output_index) : "") + ";";
+      key += "):" + n.type.str() +
+             (n.kind == Kind::Op && n.output_index ? fmt::format("#{}", n.output_index) : "") + ";";
       bool out = std::find(roots_.begin(), roots_.end(), id) != roots_.end();
-      for (NodeId u : users_[static_cast<size_t>(id)]) out = out || !mine.count(u);
-      if (out) kn.outputs.push_back(id);
+      for (NodeId u : users_[static_cast<size_t>(id)])
+        out = out || !mine.count(u);
+      if (out)
+        kn.outputs.push_back(id);
     }
     NodeId head = gr.anchor != kNoNode ? gr.anchor : gr.nodes.front();
     kn.signature = fmt::format("{}:{}", fmt::join(chain, "+"), dtype_name(g_.type(head).dtype));
     // Outputs are part of the code (what is stored).
     key += "out";
-    for (NodeId o : kn.outputs) key += " " + local[o];
+    for (NodeId o : kn.outputs)
+      key += " " + local[o];
     kn.key = std::move(key);
     return kn;
   }

@@ -29,10 +29,10 @@
 namespace pejit::spec::passes {
 
 struct Kernel {
-  std::vector<graph::NodeId> nodes;         ///< in id order
-  graph::NodeId anchor = graph::kNoNode;    ///< kNoNode: a standalone fusible chain
-  std::vector<graph::NodeId> inputs;        ///< nodes read from outside (not constants)
-  std::vector<graph::NodeId> outputs;       ///< nodes read outside the kernel, or roots
+  std::vector<graph::NodeId> nodes;      ///< in id order
+  graph::NodeId anchor = graph::kNoNode; ///< kNoNode: a standalone fusible chain
+  std::vector<graph::NodeId> inputs;     ///< nodes read from outside (not constants)
+  std::vector<graph::NodeId> outputs;    ///< nodes read outside the kernel, or roots
   /// The fused op chain with the anchor's static dims and the dtype, e.g.
   /// "concat+matmul[300x750]+add+split5+sigmoid+...:f32". Per instance: no row count.
   std::string signature;

@@ -10,13 +10,20 @@ using graph::NodeId;
 
 NodeId copy_node(graph::Graph& to, const graph::Node& n, std::span<const NodeId> operands) {
   switch (n.kind) {
-  case Kind::Input: return to.input(n.slot, n.type);
-  case Kind::Const: return to.constant(n.value, n.type.dims);
-  case Kind::Op: return to.op(n.op(), operands, n.attr, n.output_index);
-  case Kind::Grad: return to.grad(n.grad_op(), operands, n.attr);
-  case Kind::Gather: return to.gather(operands[0], n.index_map);
-  case Kind::Scatter: return to.scatter(operands[0], n.index_map, n.type.dims.at(0));
-  case Kind::SumN: return to.sum_n(operands);
+  case Kind::Input:
+    return to.input(n.slot, n.type);
+  case Kind::Const:
+    return to.constant(n.value, n.type.dims);
+  case Kind::Op:
+    return to.op(n.op(), operands, n.attr, n.output_index);
+  case Kind::Grad:
+    return to.grad(n.grad_op(), operands, n.attr);
+  case Kind::Gather:
+    return to.gather(operands[0], n.index_map);
+  case Kind::Scatter:
+    return to.scatter(operands[0], n.index_map, n.type.dims.at(0));
+  case Kind::SumN:
+    return to.sum_n(operands);
   }
   PEJIT_CHECK(false) << "unknown node kind";
   return graph::kNoNode;

@@ -356,7 +356,10 @@ public:
     case VarRef::Kind::Builtin: return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
     default: {
       Value f = eval(c.callee, fr);
-      return apply(f, eval_args(c, fr), c.span);
+      Values args = eval_args_pooled(c, fr);
+      Value r = apply(f, args, c.span);
+      give_args(std::move(args));
+      return r;
     }
     }
   }

@@ -1,6 +1,10 @@
 // Runtime values of the generic path and of batches: Int, Bool, tensors (with the tape id
 // that the generic path's AD uses), tuples, lists, ADT values and closures. Values are
 // immutable and cheap to copy (shared children); a list's tail is a view, not a copy.
+// Layout: the tensor, the children and the closure share one union (only the kind's member
+// is alive), so a Value is 112 bytes, and copying or destroying a non-tensor Value touches
+// one pointer; the hot accessors are inline (the partial evaluator copies Values millions of
+// times a second).
 #pragma once
 
 #include "ir/module.h"
@@ -8,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -26,11 +31,51 @@ class Value {
 public:
   enum class Kind : uint8_t { None, Int, Bool, Tensor, Tuple, List, Adt, Closure };
 
-  Value() = default;
+  Value() {}
+  Value(const Value& o) : kind_(o.kind_), has_t_(o.has_t_), tag_(o.tag_), i_(o.i_) {
+    copy_payload(o);
+  }
+  Value(Value&& o) noexcept : kind_(o.kind_), has_t_(o.has_t_), tag_(o.tag_), i_(o.i_) {
+    move_payload(std::move(o));
+  }
+  Value& operator=(const Value& o) {
+    if (this != &o) {
+      if (has_t_ && o.has_t_) {
+        t_ = o.t_;
+        tag_ = o.tag_;
+        i_ = o.i_;
+      } else {
+        Value tmp(o);
+        *this = std::move(tmp);
+      }
+    }
+    return *this;
+  }
+  Value& operator=(Value&& o) noexcept {
+    if (this != &o) {
+      destroy();
+      kind_ = o.kind_;
+      has_t_ = o.has_t_;
+      tag_ = o.tag_;
+      i_ = o.i_;
+      move_payload(std::move(o));
+    }
+    return *this;
+  }
+  ~Value() { destroy(); }
+
   static Value integer(int64_t v);
   static Value boolean(bool v);
   /// A tensor; `tape_id` is its node on the AD tape (-1: a constant).
   static Value tensor(Tensor t, int32_t tape_id = -1);
+  /// An undefined tensor with a tape id: what Value::tensor(Tensor(), tape_id) gives, without
+  /// constructing a Tensor (the partial evaluator's residual references).
+  static Value undefined_tensor(int32_t tape_id) {
+    Value r;
+    r.kind_ = Kind::Tensor;
+    r.i_ = tape_id;
+    return r;
+  }
   /// A tensor holding one row per instance of a batched template call (plan executor).
   static Value batched_tensor(Tensor t, int32_t tape_id = -1);
   bool batched() const { return kind_ == Kind::Tensor && tag_ != 0; }
@@ -41,30 +86,86 @@ public:
   static Value closure(std::shared_ptr<const Closure> c);
 
   Kind kind() const { return kind_; }
-  int64_t as_int() const;
-  bool as_bool() const;
-  const Tensor& as_tensor() const;
+  int64_t as_int() const {
+    if (kind_ != Kind::Int) [[unlikely]] bad("not an Int: ");
+    return i_;
+  }
+  bool as_bool() const {
+    if (kind_ != Kind::Bool) [[unlikely]] bad("not a Bool: ");
+    return i_ != 0;
+  }
+  const Tensor& as_tensor() const {
+    if (kind_ != Kind::Tensor) [[unlikely]] bad("not a tensor: ");
+    return has_t_ ? t_ : kNoTensor;
+  }
   int32_t tape_id() const { return kind_ == Kind::Tensor ? static_cast<int32_t>(i_) : -1; }
-  int32_t tag() const; ///< ADT constructor index
+  /// ADT constructor index
+  int32_t tag() const {
+    if (kind_ != Kind::Adt) [[unlikely]] bad("not an ADT value: ");
+    return tag_;
+  }
   /// Tuple elements, ADT fields.
-  const Values& items() const;
+  const Values& items() const {
+    if (kind_ != Kind::Tuple && kind_ != Kind::Adt) [[unlikely]] bad("no items: ");
+    return *items_;
+  }
   /// List elements from the list's offset on.
-  size_t list_size() const;
-  const Value& list_at(size_t i) const;
+  size_t list_size() const {
+    if (kind_ != Kind::List) [[unlikely]] bad("not a list: ");
+    return items_->size() - static_cast<size_t>(tag_);
+  }
+  const Value& list_at(size_t i) const {
+    if (kind_ != Kind::List || i >= items_->size() - static_cast<size_t>(tag_)) [[unlikely]]
+      bad_list();
+    return (*items_)[static_cast<size_t>(tag_) + i];
+  }
   /// The list without its first element (a view).
   Value list_tail() const;
-  const Closure& as_closure() const;
+  const Closure& as_closure() const {
+    if (kind_ != Kind::Closure) [[unlikely]] bad("not a function: ");
+    return *clo_;
+  }
 
   /// Short description for messages ("Int 3", "f32[2, 3]", "List of 25", "ADT tag 1").
   std::string describe() const;
 
 private:
+  /// What an undefined tensor Value (a residual, a placeholder) returns from as_tensor():
+  /// such Values hold no Tensor, so copying them costs no more than copying an Int.
+  static const Tensor kNoTensor;
+
   Kind kind_ = Kind::None;
-  int32_t tag_ = 0;   ///< ADT tag; List: offset of the first element
+  bool has_t_ = false; ///< Tensor: t_ is alive (a defined tensor)
+  int32_t tag_ = 0;   ///< ADT tag; List: offset of the first element; tensor: batched
   int64_t i_ = 0;     ///< Int, Bool, tensor tape id
-  Tensor t_;
-  std::shared_ptr<const Values> items_;
-  std::shared_ptr<const Closure> clo_;
+  union {
+    Tensor t_;                            ///< Tensor
+    std::shared_ptr<const Values> items_; ///< Tuple, List, Adt
+    std::shared_ptr<const Closure> clo_;  ///< Closure
+  };
+
+  bool has_items() const { return kind_ == Kind::Tuple || kind_ == Kind::List || kind_ == Kind::Adt; }
+  void copy_payload(const Value& o) {
+    if (has_t_) new (&t_) Tensor(o.t_);
+    else if (has_items()) new (&items_) std::shared_ptr<const Values>(o.items_);
+    else if (kind_ == Kind::Closure) new (&clo_) std::shared_ptr<const Closure>(o.clo_);
+  }
+  // Takes o's payload (kind_ and has_t_ already equal o's); o becomes None.
+  void move_payload(Value&& o) noexcept {
+    if (has_t_) new (&t_) Tensor(std::move(o.t_));
+    else if (has_items()) new (&items_) std::shared_ptr<const Values>(std::move(o.items_));
+    else if (kind_ == Kind::Closure) new (&clo_) std::shared_ptr<const Closure>(std::move(o.clo_));
+    o.destroy();
+  }
+  void destroy() noexcept {
+    if (has_t_) t_.~Tensor();
+    else if (has_items()) items_.~shared_ptr();
+    else if (kind_ == Kind::Closure) clo_.~shared_ptr();
+    kind_ = Kind::None;
+    has_t_ = false;
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void bad(const char* what) const;
+  [[noreturn, gnu::cold, gnu::noinline]] void bad_list() const;
 };
 
 } // namespace pejit::interp

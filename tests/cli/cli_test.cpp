@@ -119,7 +119,7 @@ TEST_SUITE("cli") {
     CHECK(js[0]["epoch"] == 0);
     CHECK(js[1]["trees"] == 800);
     CHECK(js[1]["batches"] == 32);
-    CHECK(js[1]["generic_batches"] == 32);
+    CHECK(js[1]["generic_batches"].get<int>() + js[1]["specialized_batches"].get<int>() == 32);
     CHECK(js[1]["loss"].get<double>() < js[0]["loss"].get<double>());
 
     // Majority class of the dev roots.
@@ -157,9 +157,7 @@ TEST_SUITE("cli") {
 
     std::string good = tmp("good_trees.txt");
     std::ofstream(good) << "(3 (2 a) (2 b))\n";
-    Run m = run_pejit("train " + kModel + " --data " + good + " --mode auto");
-    CHECK(m.code == 1);
-    CHECK(m.err.find("not available") != std::string::npos);
+    CHECK(run_pejit("train " + kModel + " --data " + good + " --mode turbo").code == 2);
     CHECK(run_pejit("train " + kModel + " --data " + good + " --optimizer rmsprop").code == 2);
     Run z = run_pejit("train " + kModel + " --data " + good + " --batch 0");
     CHECK(z.code == 1);
@@ -186,6 +184,38 @@ TEST_SUITE("cli") {
       double a = gj[e]["loss"].get<double>(), b = sj[e]["loss"].get<double>();
       CHECK(std::fabs(a - b) <= 1e-4 * std::fabs(a));
     }
+  }
+
+  TEST_CASE("train in auto mode (the default): planned in the background, traced") {
+    std::string train = tmp("auto_train.txt"), trace = tmp("trace.json");
+    REQUIRE(run_pejit("gen sst --trees 150 --seed 8 -o " + train).code == 0);
+    Run a = run_pejit("train " + kModel + " --data " + train +
+                      " --epochs 2 --json --no-train-eval --trace " + trace);
+    INFO(a.err);
+    REQUIRE(a.code == 0);
+    auto js = json_lines(a.out);
+    REQUIRE(js.size() == 2);
+    for (const auto& j : js) {
+      CHECK(j["specialized_batches"].get<int>() + j["generic_batches"].get<int>() == 6);
+      CHECK(j["specialized_batches"].get<int>() == 6);
+      CHECK(j["plan_cache"]["hits"].get<int>() + j["plan_cache"]["misses"].get<int>() == 6);
+      CHECK(j.contains("jit_seconds"));
+      CHECK(j.contains("plan_ms"));
+    }
+    CHECK(a.err.find("of training time ran specialized") != std::string::npos);
+    std::ifstream tf(trace);
+    std::stringstream ss;
+    ss << tf.rdbuf();
+    auto tj = nlohmann::json::parse(ss.str());
+    REQUIRE(tj.contains("traceEvents"));
+    bool saw_plan = false, saw_step = false;
+    for (const auto& e : tj["traceEvents"]) {
+      std::string n = e["name"];
+      saw_plan = saw_plan || n.rfind("plan ", 0) == 0;
+      saw_step = saw_step || n.rfind("step ", 0) == 0;
+    }
+    CHECK(saw_plan);
+    CHECK(saw_step);
   }
 
   TEST_CASE("dump: plan lines, templates, instances, refusal") {

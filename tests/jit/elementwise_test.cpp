@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -15,26 +16,37 @@ namespace {
 
 double reference_op(ElementwiseOp op, double a, double b) {
   switch (op) {
-  case ElementwiseOp::Add: return a + b;
-  case ElementwiseOp::Sub: return a - b;
-  case ElementwiseOp::Mul: return a * b;
-  case ElementwiseOp::Div: return a / b;
-  case ElementwiseOp::Neg: return -a;
-  case ElementwiseOp::Exp: return std::exp(a);
-  case ElementwiseOp::Tanh: return std::tanh(a);
-  case ElementwiseOp::Sigmoid: return 1.0 / (1.0 + std::exp(-a));
-  case ElementwiseOp::Relu: return a > 0 ? a : 0.0;
-  case ElementwiseOp::SigmoidBwd: return b * a * (1 - a);
-  case ElementwiseOp::TanhBwd: return b * (1 - a * a);
+  case ElementwiseOp::Add:
+    return a + b;
+  case ElementwiseOp::Sub:
+    return a - b;
+  case ElementwiseOp::Mul:
+    return a * b;
+  case ElementwiseOp::Div:
+    return a / b;
+  case ElementwiseOp::Neg:
+    return -a;
+  case ElementwiseOp::Exp:
+    return std::exp(a);
+  case ElementwiseOp::Tanh:
+    return std::tanh(a);
+  case ElementwiseOp::Sigmoid:
+    return 1.0 / (1.0 + std::exp(-a));
+  case ElementwiseOp::Relu:
+    return a > 0 ? a : 0.0;
+  case ElementwiseOp::SigmoidBwd:
+    return b * a * (1 - a);
+  case ElementwiseOp::TanhBwd:
+    return b * (1 - a * a);
   }
   return 0;
 }
 
 // Runs `spec` through the JIT and the reference on random inputs in [lo, hi] and checks every
 // output element to |jit - ref| <= 2e-5 * (1 + |ref|).
-void check_against_reference(Jit &jit, const KernelSpec &spec, float lo = -2.0f,
-                             float hi = 2.0f) {
+void check_against_reference(Jit& jit, const KernelSpec& spec, float lo = -2.0f, float hi = 2.0f) {
   CompiledKernel k = jit.compile(spec);
+  double worst = 0; // max over elements of |jit - ref| / (2e-5 * (1 + |ref|)); must stay <= 1
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(lo, hi);
   for (int64_t rows : {1, 2, 25}) {
@@ -44,15 +56,15 @@ void check_against_reference(Jit &jit, const KernelSpec &spec, float lo = -2.0f,
     for (InputShape s : spec.inputs) {
       size_t len = s == InputShape::Full ? n : s == InputShape::RowBroadcast ? spec.width : 1;
       std::vector<float> v(len);
-      for (float &x : v)
+      for (float& x : v)
         x = dist(rng);
       in.push_back(std::move(v));
     }
     std::vector<std::vector<float>> out(spec.outputs.size(), std::vector<float>(n, -777.0f));
-    std::vector<float *> in_p, out_p;
-    for (auto &v : in)
+    std::vector<float*> in_p, out_p;
+    for (auto& v : in)
       in_p.push_back(v.data());
-    for (auto &v : out)
+    for (auto& v : out)
       out_p.push_back(v.data());
     k.fn(in_p.data(), out_p.data(), rows);
 
@@ -61,25 +73,29 @@ void check_against_reference(Jit &jit, const KernelSpec &spec, float lo = -2.0f,
         std::vector<double> v;
         for (size_t i = 0; i < spec.inputs.size(); ++i) {
           InputShape s = spec.inputs[i];
-          v.push_back(in[i][s == InputShape::Full ? r * spec.width + c
+          v.push_back(in[i][s == InputShape::Full           ? r * spec.width + c
                             : s == InputShape::RowBroadcast ? c
                                                             : 0]);
         }
-        for (const ElementwiseStep &st : spec.ops)
+        for (const ElementwiseStep& st : spec.ops)
           v.push_back(reference_op(st.op, v[st.a], st.b >= 0 ? v[st.b] : 0.0));
         for (size_t j = 0; j < spec.outputs.size(); ++j) {
           double want = v[spec.outputs[j]];
           float got = out[j][r * spec.width + c];
-          if (!(std::abs(got - want) <= 2e-5 * (1 + std::abs(want)))) {
+          double ratio = std::abs(got - want) / (2e-5 * (1 + std::abs(want)));
+          if (!(ratio <= 1)) { // also catches NaN
             CAPTURE(r);
             CAPTURE(c);
             CAPTURE(j);
             CHECK(got == doctest::Approx(want));
+            jit.remove(k.handle);
             return;
           }
+          worst = std::max(worst, ratio);
         }
       }
   }
+  CHECK(worst <= 1.0);
   jit.remove(k.handle);
 }
 
@@ -104,8 +120,8 @@ TEST_CASE("each elementwise op matches the reference, full and broadcast inputs"
       for (InputShape second : {InputShape::Full, InputShape::RowBroadcast, InputShape::Scalar}) {
         CAPTURE(op_name(op));
         CAPTURE(static_cast<int>(second));
-        KernelSpec s{.width = w, .inputs = {InputShape::Full, second}, .ops = {{op, 0, 1}},
-                     .outputs = {2}};
+        KernelSpec s{
+            .width = w, .inputs = {InputShape::Full, second}, .ops = {{op, 0, 1}}, .outputs = {2}};
         check_against_reference(jit, s);
       }
     // Division: denominators kept away from zero by adding a positive broadcast bias.
@@ -121,17 +137,17 @@ TEST_CASE("each elementwise op matches the reference, full and broadcast inputs"
 TEST_CASE("fused chains match the reference") {
   Jit jit;
   // A TreeLSTM-like gate: sigmoid(x*W + b) * tanh(c), written twice (both gates as outputs).
-  KernelSpec gate{.width = 0,
-                  .inputs = {InputShape::Full, InputShape::RowBroadcast, InputShape::Full,
-                             InputShape::Scalar},
-                  .ops = {{ElementwiseOp::Mul, 0, 3},
-                          {ElementwiseOp::Add, 4, 1},
-                          {ElementwiseOp::Sigmoid, 5},
-                          {ElementwiseOp::Tanh, 2},
-                          {ElementwiseOp::Mul, 6, 7},
-                          {ElementwiseOp::Relu, 8},
-                          {ElementwiseOp::Sub, 9, 0}},
-                  .outputs = {8, 6, 10}};
+  KernelSpec gate{
+      .width = 0,
+      .inputs = {InputShape::Full, InputShape::RowBroadcast, InputShape::Full, InputShape::Scalar},
+      .ops = {{ElementwiseOp::Mul, 0, 3},
+              {ElementwiseOp::Add, 4, 1},
+              {ElementwiseOp::Sigmoid, 5},
+              {ElementwiseOp::Tanh, 2},
+              {ElementwiseOp::Mul, 6, 7},
+              {ElementwiseOp::Relu, 8},
+              {ElementwiseOp::Sub, 9, 0}},
+      .outputs = {8, 6, 10}};
   // Its backward helpers: gy * y(1-y) and gy * (1-y^2), on values produced in the chain.
   KernelSpec bwd{.width = 0,
                  .inputs = {InputShape::Full, InputShape::Full, InputShape::RowBroadcast},
@@ -153,10 +169,11 @@ TEST_CASE("fused chains match the reference") {
 
 TEST_CASE("exp, tanh and sigmoid stay within their stated error bounds") {
   Jit jit;
-  KernelSpec s{.width = 1,
-               .inputs = {InputShape::Full},
-               .ops = {{ElementwiseOp::Exp, 0}, {ElementwiseOp::Tanh, 0}, {ElementwiseOp::Sigmoid, 0}},
-               .outputs = {1, 2, 3}};
+  KernelSpec s{
+      .width = 1,
+      .inputs = {InputShape::Full},
+      .ops = {{ElementwiseOp::Exp, 0}, {ElementwiseOp::Tanh, 0}, {ElementwiseOp::Sigmoid, 0}},
+      .outputs = {1, 2, 3}};
   CompiledKernel k = jit.compile(s);
   std::vector<float> x;
   for (double v = -20; v <= 20; v += 1e-3)
@@ -166,8 +183,8 @@ TEST_CASE("exp, tanh and sigmoid stay within their stated error bounds") {
     x.push_back(v);
   size_t n = x.size();
   std::vector<float> e(n), t(n), sg(n);
-  float *in[] = {x.data()};
-  float *out[] = {e.data(), t.data(), sg.data()};
+  float* in[] = {x.data()};
+  float* out[] = {e.data(), t.data(), sg.data()};
   k.fn(in, out, static_cast<int64_t>(n));
   double max_exp = 0, max_tanh_rel = 0, max_tanh_abs = 0, max_sig = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -188,8 +205,8 @@ TEST_CASE("exp, tanh and sigmoid stay within their stated error bounds") {
   // Overflow and NaN behave like fast_math.h.
   float big[] = {100.0f, std::nanf("")};
   float ob[2], tb[2], sb[2];
-  float *in2[] = {big};
-  float *out2[] = {ob, tb, sb};
+  float* in2[] = {big};
+  float* out2[] = {ob, tb, sb};
   k.fn(in2, out2, 2);
   CHECK(std::isinf(ob[0]));
   CHECK(tb[0] == 1.0f);
@@ -204,7 +221,7 @@ TEST_CASE("the inner loop is vectorized on AVX hosts") {
                .ops = {{ElementwiseOp::Add, 0, 1}, {ElementwiseOp::Tanh, 2}},
                .outputs = {3}};
   std::string ir = jit.optimized_ir(s);
-  const std::string &f = jit.target_features();
+  const std::string& f = jit.target_features();
   MESSAGE("target " << jit.target_cpu());
   if (f.find("+avx512f") != std::string::npos)
     CHECK(ir.find("<16 x float>") != std::string::npos);

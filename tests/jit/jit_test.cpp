@@ -22,11 +22,11 @@ KernelSpec axpy(int64_t width) {
                     .outputs = {4}};
 }
 
-float run_axpy(const CompiledKernel &k, int64_t width) {
+float run_axpy(const CompiledKernel& k, int64_t width) {
   float a = 2.0f;
   std::vector<float> x(width, 3.0f), y(width, 1.0f), out(width);
-  float *in[] = {&a, x.data(), y.data()};
-  float *o[] = {out.data()};
+  float* in[] = {&a, x.data(), y.data()};
+  float* o[] = {out.data()};
   k.fn(in, o, 1);
   return out[width - 1];
 }
@@ -74,8 +74,8 @@ TEST_CASE("remove frees a kernel; compile again gives working code") {
 TEST_CASE("zero rows touch nothing") {
   Jit jit;
   CompiledKernel k = jit.compile(axpy(16));
-  float *in[] = {nullptr, nullptr, nullptr};
-  float *out[] = {nullptr};
+  float* in[] = {nullptr, nullptr, nullptr};
+  float* out[] = {nullptr};
   k.fn(in, out, 0); // would fault on a load
   CHECK(true);
 }
@@ -94,7 +94,7 @@ TEST_CASE("concurrent compiles from four threads, two compile threads") {
           jit.remove(k.handle);
       }
     });
-  for (auto &th : threads)
+  for (auto& th : threads)
     th.join();
   for (float r : results)
     CHECK(r == 7.0f);
@@ -105,15 +105,15 @@ TEST_CASE("measure: compile time and fused-chain throughput" * doctest::skip()) 
   Jit jit;
   const int64_t width = 750, rows = 400;
   // gate: sigmoid(x + b) * tanh(c) and its sigmoid_bwd, 2 outputs.
-  KernelSpec s{.width = width,
-               .inputs = {InputShape::Full, InputShape::RowBroadcast, InputShape::Full,
-                          InputShape::Full},
-               .ops = {{ElementwiseOp::Add, 0, 1},
-                       {ElementwiseOp::Sigmoid, 4},
-                       {ElementwiseOp::Tanh, 2},
-                       {ElementwiseOp::Mul, 5, 6},
-                       {ElementwiseOp::SigmoidBwd, 5, 3}},
-               .outputs = {7, 8}};
+  KernelSpec s{
+      .width = width,
+      .inputs = {InputShape::Full, InputShape::RowBroadcast, InputShape::Full, InputShape::Full},
+      .ops = {{ElementwiseOp::Add, 0, 1},
+              {ElementwiseOp::Sigmoid, 4},
+              {ElementwiseOp::Tanh, 2},
+              {ElementwiseOp::Mul, 5, 6},
+              {ElementwiseOp::SigmoidBwd, 5, 3}},
+      .outputs = {7, 8}};
   jit.remove(jit.compile(s).handle); // the first compile in a process pays for setup
   double total = 0;
   const int kCompiles = 10;
@@ -128,8 +128,8 @@ TEST_CASE("measure: compile time and fused-chain throughput" * doctest::skip()) 
 
   int64_t n = width * rows;
   std::vector<float> x(n, 0.3f), b(width, 0.1f), c(n, -0.2f), gy(n, 1.5f), o1(n), o2(n);
-  float *in[] = {x.data(), b.data(), c.data(), gy.data()};
-  float *out[] = {o1.data(), o2.data()};
+  float* in[] = {x.data(), b.data(), c.data(), gy.data()};
+  float* out[] = {o1.data(), o2.data()};
   auto time_it = [&](auto fn) {
     fn();
     auto t0 = std::chrono::steady_clock::now();
@@ -151,7 +151,7 @@ TEST_CASE("measure: compile time and fused-chain throughput" * doctest::skip()) 
   // ~"flops": add, sigmoid, tanh, mul, sigmoid_bwd counted as 1 each per element.
   double elems = static_cast<double>(n);
   MESSAGE("fused chain " << width << "x" << rows << ": jit " << jit_s * 1e3 << " ms ("
-                         << 5 * elems / jit_s / 1e9 << " Gop/s), naive std:: loop "
-                         << naive_s * 1e3 << " ms (" << 5 * elems / naive_s / 1e9
-                         << " Gop/s), speedup " << naive_s / jit_s);
+                         << 5 * elems / jit_s / 1e9 << " Gop/s), naive std:: loop " << naive_s * 1e3
+                         << " ms (" << 5 * elems / naive_s / 1e9 << " Gop/s), speedup "
+                         << naive_s / jit_s);
 }

@@ -58,13 +58,16 @@ struct TreeLstm {
                                  interp::DimBindings{{"V", static_cast<int64_t>(vocab.size())}});
     runtime::TreeEncoder enc(*md->m, "Tree");
     interp::Values xs;
-    for (const auto& t : trees) xs.push_back(enc.encode(t));
-    auto pe = spec::partially_evaluate(*md->m, md->dims, "loss", interp::Value::list(std::move(xs)), tt);
+    for (const auto& t : trees)
+      xs.push_back(enc.encode(t));
+    auto pe =
+        spec::partially_evaluate(*md->m, md->dims, "loss", interp::Value::list(std::move(xs)), tt);
     REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
   }
   const spec::Template& get(const std::string& name) const {
     for (size_t i = 0; i < tt.size(); ++i)
-      if (tt.at(static_cast<int32_t>(i)).name == name) return tt.at(static_cast<int32_t>(i));
+      if (tt.at(static_cast<int32_t>(i)).name == name)
+        return tt.at(static_cast<int32_t>(i));
     FAIL("no template " << name);
     return tt.at(0);
   }
@@ -75,17 +78,20 @@ Tensor random_tensor(const spec::TensorSig& s, std::mt19937& rng) {
   Tensor t = Tensor::zeros(s.dtype, sh);
   if (s.dtype == DType::F32) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(rng);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.f32()[i] = u(rng);
   } else {
     std::uniform_int_distribution<int32_t> u(0, 4); // a valid label and word id
-    for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = u(rng);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.i32()[i] = u(rng);
   }
   return t;
 }
 
 double max_abs(const Tensor& t) {
   double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(double(t.f32()[i])));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    m = std::max(m, std::fabs(double(t.f32()[i])));
   return m;
 }
 
@@ -94,7 +100,8 @@ void check_close(const Tensor& got, const Tensor& ref, const std::string& what) 
   REQUIRE_MESSAGE(graph::type_of(got) == graph::type_of(ref),
                   what << ": " << graph::type_of(got).str() << " vs " << graph::type_of(ref).str());
   if (ref.dtype() == DType::I32) {
-    for (int64_t i = 0; i < ref.numel(); ++i) CHECK(got.i32()[i] == ref.i32()[i]);
+    for (int64_t i = 0; i < ref.numel(); ++i)
+      CHECK(got.i32()[i] == ref.i32()[i]);
     return;
   }
   double err = 0;
@@ -106,7 +113,8 @@ void check_close(const Tensor& got, const Tensor& ref, const std::string& what) 
 
 std::string dims_text(const std::vector<int64_t>& d) {
   std::string s;
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  for (size_t i = 0; i < d.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(d[i]);
   return s;
 }
 
@@ -132,15 +140,19 @@ Reference reference(const std::string& base_src, const Model& md, const spec::Te
     ops::op_def(t.op).eval(ins, t.attr, outs);
     ref.results = outs;
     call = ops::op_name(t.op);
-    for (size_t i = 0; i < args.size(); ++i) actuals.push_back(args[i].dtype() == DType::F32 ? "TGA" + std::to_string(i) : "d");
+    for (size_t i = 0; i < args.size(); ++i)
+      actuals.push_back(args[i].dtype() == DType::F32 ? "TGA" + std::to_string(i) : "d");
   } else {
     const ir::FnDecl& f = *md.m->fns()[static_cast<size_t>(t.fn)];
     interp::Values vs;
-    for (const auto& x : args) vs.push_back(interp::Value::tensor(x));
+    for (const auto& x : args)
+      vs.push_back(interp::Value::tensor(x));
     interp::Value r = in.call_function(t.fn, vs, md.params);
-    if (r.kind() == interp::Value::Kind::Tensor) ref.results.push_back(r.as_tensor());
+    if (r.kind() == interp::Value::Kind::Tensor)
+      ref.results.push_back(r.as_tensor());
     else
-      for (const auto& x : r.items()) ref.results.push_back(x.as_tensor());
+      for (const auto& x : r.items())
+        ref.results.push_back(x.as_tensor());
     call = f.name;
     for (const auto& p : f.params) {
       REQUIRE(p.type->kind == ir::TypeKind::Tensor);
@@ -149,27 +161,35 @@ Reference reference(const std::string& base_src, const Model& md, const spec::Te
     }
   }
   for (const auto& x : args)
-    if (x.dtype() == DType::I32) int_arg = x;
+    if (x.dtype() == DType::I32)
+      int_arg = x;
   std::string extra;
   for (size_t i = 0; i < args.size(); ++i)
     if (args[i].dtype() == DType::F32)
-      extra += "param TGA" + std::to_string(i) + " : f32[" + dims_text(t.args[i].dims) + "] = zeros\n";
+      extra +=
+          "param TGA" + std::to_string(i) + " : f32[" + dims_text(t.args[i].dims) + "] = zeros\n";
   std::string loss;
   for (size_t r = 0; r < t.results.size(); ++r) {
-    extra += "param TGS" + std::to_string(r) + " : f32[" + dims_text(t.results[r].dims) + "] = zeros\n";
+    extra +=
+        "param TGS" + std::to_string(r) + " : f32[" + dims_text(t.results[r].dims) + "] = zeros\n";
     std::string v = t.results.size() == 1 ? "r" : "r." + std::to_string(r);
     std::string term = v + " * TGS" + std::to_string(r);
     loss += (r ? " + " : "") + (t.results[r].dims.empty() ? term : "sum(" + term + ")");
   }
   std::string args_text;
-  for (size_t i = 0; i < actuals.size(); ++i) args_text += (i ? ", " : "") + actuals[i];
-  extra += "entry tg_loss(d: i32[]) -> f32[] { let r = " + call + "(" + args_text + "); " + loss + " }\n";
+  for (size_t i = 0; i < actuals.size(); ++i)
+    args_text += (i ? ", " : "") + actuals[i];
+  extra += "entry tg_loss(d: i32[]) -> f32[] { let r = " + call + "(" + args_text + "); " + loss +
+           " }\n";
   Model gm(base_src + "\n" + extra, md.dims);
   interp::Params p = gm.params.clone();
-  for (size_t i = 0; i < md.params.names.size(); ++i) p.values[static_cast<size_t>(p.index(md.params.names[i]))] = md.params.values[i];
+  for (size_t i = 0; i < md.params.names.size(); ++i)
+    p.values[static_cast<size_t>(p.index(md.params.names[i]))] = md.params.values[i];
   for (size_t i = 0; i < args.size(); ++i)
-    if (args[i].dtype() == DType::F32) p.values[static_cast<size_t>(p.index("TGA" + std::to_string(i)))] = args[i];
-  for (size_t r = 0; r < seeds.size(); ++r) p.values[static_cast<size_t>(p.index("TGS" + std::to_string(r)))] = seeds[r];
+    if (args[i].dtype() == DType::F32)
+      p.values[static_cast<size_t>(p.index("TGA" + std::to_string(i)))] = args[i];
+  for (size_t r = 0; r < seeds.size(); ++r)
+    p.values[static_cast<size_t>(p.index("TGS" + std::to_string(r)))] = seeds[r];
   interp::Interpreter gin(gm.m, gm.dims);
   auto g = gin.value_and_grad("tg_loss", {interp::Value::tensor(int_arg)}, p);
   auto dense = [&](const std::string& name) {
@@ -177,8 +197,10 @@ Reference reference(const std::string& base_src, const Model& md, const spec::Te
     return g.grads[i].to_dense(p.values[i].shape());
   };
   for (size_t i = 0; i < args.size(); ++i)
-    ref.arg_grads.push_back(args[i].dtype() == DType::F32 ? dense("TGA" + std::to_string(i)) : Tensor());
-  for (const auto& name : md.params.names) ref.param_grads.push_back(dense(name));
+    ref.arg_grads.push_back(args[i].dtype() == DType::F32 ? dense("TGA" + std::to_string(i))
+                                                          : Tensor());
+  for (const auto& name : md.params.names)
+    ref.param_grads.push_back(dense(name));
   return ref;
 }
 
@@ -187,13 +209,16 @@ void check_against_generic(const std::string& src, const Model& md, const spec::
                            const spec::TemplateGraph& tg, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Tensor> args, seeds;
-  for (const auto& s : t.args) args.push_back(random_tensor(s, rng));
-  for (const auto& s : t.results) seeds.push_back(random_tensor(s, rng));
+  for (const auto& s : t.args)
+    args.push_back(random_tensor(s, rng));
+  for (const auto& s : t.results)
+    seeds.push_back(random_tensor(s, rng));
   Reference ref = reference(src, md, t, args, seeds);
 
   std::vector<NodeId> outs(tg.fwd_outputs.begin(), tg.fwd_outputs.end());
   for (NodeId g : tg.bwd_arg_grads)
-    if (g != graph::kNoNode) outs.push_back(g);
+    if (g != graph::kNoNode)
+      outs.push_back(g);
   outs.insert(outs.end(), tg.bwd_param_grads.begin(), tg.bwd_param_grads.end());
   auto vals = graph::evaluate(tg.g, tg.bind_inputs(args, md.params, seeds), outs);
   size_t k = 0;
@@ -213,7 +238,8 @@ void check_against_generic(const std::string& src, const Model& md, const spec::
     check_close(vals[k++], ref.param_grads[pi], t.name + " d/" + md.params.names[pi]);
   }
   for (size_t pi = 0; pi < covered.size(); ++pi) // what the graph does not read has no gradient
-    if (!covered[pi]) CHECK_MESSAGE(max_abs(ref.param_grads[pi]) == 0.0, md.params.names[pi]);
+    if (!covered[pi])
+      CHECK_MESSAGE(max_abs(ref.param_grads[pi]) == 0.0, md.params.names[pi]);
 }
 
 size_t count_ops(const graph::Graph& g, ops::OpId id) {
@@ -249,11 +275,13 @@ void check_partition(const spec::TemplateGraph& tg) {
   for (size_t i = 0; i < tg.g.size(); ++i) {
     const auto& n = tg.g.nodes()[i];
     bool leaf = n.kind == graph::Kind::Input || n.kind == graph::Kind::Const;
-    if (!live[i]) continue;
+    if (!live[i])
+      continue;
     CHECK((leaf ? where[i] == -1 : where[i] >= 0));
     for (NodeId o : n.operands) {
       const auto& on = tg.g.node(o);
-      if (on.kind == graph::Kind::Input || on.kind == graph::Kind::Const) continue;
+      if (on.kind == graph::Kind::Input || on.kind == graph::Kind::Const)
+        continue;
       CHECK(where[static_cast<size_t>(o)] <= where[i]);
     }
   }
@@ -261,7 +289,8 @@ void check_partition(const spec::TemplateGraph& tg) {
 
 std::vector<std::string> keys(const std::vector<spec::Kernel>& ks, bool full) {
   std::vector<std::string> out;
-  for (const auto& k : ks) out.push_back(full ? k.key : k.signature);
+  for (const auto& k : ks)
+    out.push_back(full ? k.key : k.signature);
   return out;
 }
 
@@ -271,7 +300,7 @@ TEST_SUITE("specializer") {
   TEST_CASE("template graphs of the TreeLSTM agree with the generic path, forward and backward") {
     TreeLstm tl;
     std::string src = read_file(kTreeLstm);
-    for (const char* name : {"leaf", "cell", "node_loss", "op.take"}) {
+    for (std::string name : {"leaf", "cell", "node_loss", "op.take"}) {
       CAPTURE(name);
       const spec::Template& t = tl.get(name);
       for (bool optimize : {false, true}) {
@@ -284,7 +313,8 @@ TEST_SUITE("specializer") {
         check_against_generic(src, *tl.md, t, tg, 7);
         if (optimize)
           MESSAGE(name << ": " << tg.fwd_kernels.size() << " fwd + " << tg.bwd_kernels.size()
-                       << " bwd kernels\n" << spec::print_kernels(tg));
+                       << " bwd kernels\n"
+                       << spec::print_kernels(tg));
       }
     }
   }
@@ -293,7 +323,8 @@ TEST_SUITE("specializer") {
     TreeLstm tl;
     auto names = [&](const spec::TemplateGraph& tg) {
       std::vector<std::string> s;
-      for (int p : tg.param_index) s.push_back(tl.md->params.names[static_cast<size_t>(p)]);
+      for (int p : tg.param_index)
+        s.push_back(tl.md->params.names[static_cast<size_t>(p)]);
       std::sort(s.begin(), s.end());
       return s;
     };
@@ -338,10 +369,8 @@ TEST_SUITE("specializer") {
       CHECK(keys(a.bwd_kernels, true) == keys(b.bwd_kernels, true));
       CHECK(spec::print_kernels(a) == spec::print_kernels(b));
     }
-    const char* src = R"(dim H = 4
-dim H2 = 8
-dim H5 = 20
-param U : f32[H2, H5] = xavier
+    // concat needs literal widths, so the dims are substituted into the text.
+    const std::string text = R"(param U : f32[H2, H5] = xavier
 param b : f32[H5] = zeros
 fn cell(hl: f32[H], cl: f32[H], hr: f32[H], cr: f32[H]) -> (f32[H], f32[H]) {
   let g = concat(hl, hr) @ U + b;
@@ -350,12 +379,21 @@ fn cell(hl: f32[H], cl: f32[H], hr: f32[H], cr: f32[H]) -> (f32[H], f32[H]) {
   (sigmoid(o) * tanh(c), c)
 }
 )";
+    auto with_dims = [&](int64_t h) {
+      std::string s = text;
+      for (auto [name, v] : {std::pair{"H2", 2 * h}, std::pair{"H5", 5 * h}, std::pair{"H", h}})
+        for (size_t at; (at = s.find(name)) != std::string::npos;)
+          s.replace(at, std::string(name).size(), std::to_string(v));
+      return s;
+    };
     auto sigs = [&](int64_t h) {
-      Model md(src, {{"H", h}, {"H2", 2 * h}, {"H5", 5 * h}});
+      std::string src = with_dims(h);
+      Model md(src);
       spec::Template t;
       t.fn = md.m->fn_index("cell");
       t.name = "cell";
-      for (int i = 0; i < 4; ++i) t.args.push_back({DType::F32, {h}});
+      for (int i = 0; i < 4; ++i)
+        t.args.push_back({DType::F32, {h}});
       t.results = {{DType::F32, {h}}, {DType::F32, {h}}};
       auto tg = spec::compile_template(*md.m, md.dims, t);
       check_partition(tg);
@@ -369,10 +407,12 @@ fn cell(hl: f32[H], cl: f32[H], hr: f32[H], cr: f32[H]) -> (f32[H], f32[H]) {
     REQUIRE(h4.size() == h6.size());
     CHECK(h4[0].find("matmul[8x20]") != std::string::npos);
     CHECK(h6[0].find("matmul[12x30]") != std::string::npos);
-    for (size_t i = 0; i < h4.size(); ++i) CHECK(h4[i] != h6[i]);
+    for (size_t i = 0; i < h4.size(); ++i)
+      CHECK(h4[i] != h6[i]);
   }
 
-  TEST_CASE("constant folding: literal arithmetic and zeros fold away; the seeded loss leaves no trace") {
+  TEST_CASE(
+      "constant folding: literal arithmetic and zeros fold away; the seeded loss leaves no trace") {
     const char* src = R"(fn f(x: f32[4]) -> f32[4] { x * (2.0 + 3.0) + zeros(4) }
 fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
 )";
@@ -406,7 +446,8 @@ fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
     auto cg = spec::compile_template(*md.m, md.dims, tmpl("g"));
     CHECK(count_ops(cg.g, ops::OpId::Concat) == 0);
     size_t const_slots = 0;
-    for (const auto& s : cg.slots) const_slots += s.role == spec::InputSlot::Role::Const;
+    for (const auto& s : cg.slots)
+      const_slots += s.role == spec::InputSlot::Role::Const;
     CHECK(const_slots == 1);
     CHECK(cg.fwd_kernels.size() == 1);
     check_against_generic(src, md, tmpl("g"), cg, 2);
@@ -470,7 +511,8 @@ fn k(x: f32[], n: Int) -> f32[] { if n > 0 { k(x * 2.0, n - 1) } else { x } }
     auto tg = spec::compile_template(*md.m, md.dims, u);
     Tensor x = Tensor::scalar_f32(1.5f), s = Tensor::scalar_f32(1.0f);
     std::vector<NodeId> outs = {tg.fwd_outputs[0], tg.bwd_arg_grads[0]};
-    auto v = graph::evaluate(tg.g, tg.bind_inputs(std::vector<Tensor>{x}, md.params, std::vector<Tensor>{s}), outs);
+    auto v = graph::evaluate(
+        tg.g, tg.bind_inputs(std::vector<Tensor>{x}, md.params, std::vector<Tensor>{s}), outs);
     CHECK(v[0].item_f32() == doctest::Approx(12.0));
     CHECK(v[1].item_f32() == doctest::Approx(8.0));
   }

@@ -1,0 +1,192 @@
+// The dispatcher: auto and specialized training give the generic path's parameters (DESIGN.md
+// §4 tolerances, same batch order), failures and refusals fall back to generic with the
+// reason counted, the plan cache reuses, evicts and invalidates exactly what it should, and
+// the background pipeline publishes prefetched plans.
+#include "data/synthetic.h"
+#include "engine.h"
+#include "optim/optimizer.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace pejit;
+
+namespace {
+
+struct Setup {
+  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
+  interp::DimBindings dims;
+  std::vector<interp::Value> batches;
+
+  explicit Setup(size_t nbatches, int seed = 3, const std::string& extra = "") {
+    Diagnostics d;
+    REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
+    if (!extra.empty()) REQUIRE_MESSAGE(types::add_source(*m, extra, "extra.pe", d).ok, d.render());
+    data::Vocab vocab;
+    auto trees = data::gen_sst(nbatches * 5, static_cast<uint64_t>(seed), data::Shape::Sst, vocab);
+    dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
+    runtime::TreeEncoder enc(*m, "Tree");
+    for (size_t b = 0; b < nbatches; ++b) {
+      interp::Values xs;
+      for (size_t i = b * 5; i < b * 5 + 5; ++i) xs.push_back(enc.encode(trees[i]));
+      batches.push_back(interp::Value::list(xs));
+    }
+  }
+};
+
+// Trains `steps` steps over the batches (cycling) with `mode`; returns the parameters.
+interp::Params train(Setup& s, runtime::Mode mode, optim::Kind kind, int steps,
+                     runtime::EngineStats* stats = nullptr, runtime::EngineOptions eo = {}) {
+  eo.mode = mode;
+  runtime::Engine engine(s.m, s.dims, eo);
+  interp::Params params = interp::init_params(*s.m, s.dims, 17);
+  optim::OptimizerOptions oo;
+  oo.kind = kind;
+  oo.lr = kind == optim::Kind::Sgd ? 0.01f : 0.05f;
+  // Adagrad with an empty accumulator moves each weight by lr * g / (|g| + eps) on the first
+  // step: a sign function of the gradient, so rounding-level differences in near-zero
+  // gradients (summation order) become lr-sized differences in the weights. A non-zero
+  // initial accumulator keeps the update a smooth function of the gradient.
+  oo.adagrad_init = 0.1f;
+  optim::Optimizer opt(oo);
+  engine.prefetch("loss", s.batches);
+  for (int i = 0; i < steps; ++i) {
+    auto g = engine.value_and_grad("loss", s.batches[static_cast<size_t>(i) % s.batches.size()], params);
+    opt.step(params, g.grads);
+  }
+  engine.drain();
+  if (stats) *stats = engine.stats();
+  return params;
+}
+
+void check_close(const interp::Params& a, const interp::Params& b) {
+  for (size_t p = 0; p < a.values.size(); ++p) {
+    CAPTURE(a.names[p]);
+    double max_ref = 0, max_diff = 0;
+    for (int64_t i = 0; i < a.values[p].numel(); ++i) {
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.values[p].f32()[i])));
+      max_diff = std::max(max_diff,
+                          static_cast<double>(std::fabs(a.values[p].f32()[i] - b.values[p].f32()[i])));
+    }
+    CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
+  }
+}
+
+} // namespace
+
+TEST_SUITE("engine") {
+  TEST_CASE("auto and specialized train to the generic path's parameters (SGD x10, Adagrad x3)") {
+    Setup s(4);
+    for (auto [kind, steps] : {std::pair{optim::Kind::Sgd, 10}, std::pair{optim::Kind::Adagrad, 3}}) {
+      runtime::EngineStats sa, ss;
+      auto g = train(s, runtime::Mode::Generic, kind, steps);
+      auto a = train(s, runtime::Mode::Auto, kind, steps, &sa);
+      auto p = train(s, runtime::Mode::Specialized, kind, steps, &ss);
+      check_close(a, g);
+      check_close(p, g);
+      CHECK(sa.specialized_batches == steps);
+      CHECK(sa.generic_batches == 0);
+      CHECK(ss.specialized_batches == steps);
+      CHECK(sa.plans_prefetched + sa.plan_misses >= 4); // four skeletons, planned once each
+      CHECK(sa.plan_hits + sa.plan_misses == steps);
+    }
+  }
+
+  TEST_CASE("the pipeline publishes prefetched plans; the cache reuses them") {
+    Setup s(3);
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Auto;
+    runtime::Engine engine(s.m, s.dims, eo);
+    engine.prefetch("loss", s.batches);
+    engine.drain();
+    CHECK(engine.stats().plans_prefetched == 3);
+    CHECK(engine.cached_plans("loss") == 3);
+    interp::Params params = interp::init_params(*s.m, s.dims, 1);
+    for (const auto& b : s.batches) engine.value_and_grad("loss", b, params);
+    CHECK(engine.stats().plan_hits == 3);
+    CHECK(engine.stats().plan_misses == 0);
+  }
+
+  TEST_CASE("failures in PE or planning leave training on the generic path, reason counted") {
+    Setup s(2);
+    for (const char* stage : {"pe", "plan"}) {
+      runtime::EngineOptions eo;
+      eo.inject_failure = stage;
+      runtime::EngineStats st;
+      auto a = train(s, runtime::Mode::Auto, optim::Kind::Sgd, 4, &st, eo);
+      auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 4);
+      check_close(a, g);
+      CHECK(st.generic_batches == 4);
+      CHECK(st.specialized_batches == 0);
+      REQUIRE_FALSE(st.fallbacks.empty());
+      CHECK(st.fallbacks.begin()->first.find("injected failure") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("an entry that cannot be specialized trains on the generic path; refusal remembered") {
+    Setup s(3, 5, R"(
+fn gated(t: Tree) -> f32[] {
+  match t {
+    Leaf(w, y) => if to_bool(sum(take(emb, w)) > 0.0) { node_loss(leaf(take(emb, w)).0, y) } else { 0.0 }
+    Node(l, r, y) => gated(l) + gated(r)
+  }
+}
+entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
+)");
+    runtime::Engine engine(s.m, s.dims, {});
+    interp::Params params = interp::init_params(*s.m, s.dims, 2);
+    for (const auto& b : s.batches) {
+      auto g = engine.value_and_grad("gated_loss", b, params);
+      CHECK(std::isfinite(g.loss));
+    }
+    auto st = engine.stats();
+    CHECK(st.generic_batches == 3);
+    REQUIRE(st.fallbacks.size() == 1);
+    CHECK(st.fallbacks.begin()->second == 3);
+    CHECK(st.fallbacks.begin()->first.find("refused at extra.pe:4:") != std::string::npos);
+    CHECK(engine.explain("gated_loss").find("refused at") != std::string::npos);
+    CHECK(st.plan_misses == 3); // looked up, but partially evaluated only once
+  }
+
+  TEST_CASE("a small cache bound evicts plans and training still matches") {
+    Setup s(5);
+    runtime::EngineOptions eo;
+    eo.plan_cache_entries = 2;
+    runtime::EngineStats st;
+    auto a = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 10, &st, eo);
+    auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 10);
+    check_close(a, g);
+    CHECK(st.plan_evictions > 0);
+    CHECK(st.specialized_batches == 10);
+  }
+
+  TEST_CASE("invalidation drops exactly the plans of the changed entries") {
+    Setup s(2);
+    runtime::Engine engine(s.m, s.dims, {});
+    interp::Params params = interp::init_params(*s.m, s.dims, 1);
+    auto infer_nodes_loss = R"(entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, batch)) * 0.5 })";
+    Diagnostics d;
+    REQUIRE(types::add_source(*s.m, infer_nodes_loss, "more.pe", d).ok);
+    for (const auto& b : s.batches) {
+      engine.value_and_grad("loss", b, params);
+      engine.value_and_grad("nodes_loss", b, params);
+    }
+    CHECK(engine.cached_plans("loss") == 2);
+    CHECK(engine.cached_plans("nodes_loss") == 2);
+    // A change to `nodes_loss` alone touches that entry only.
+    auto r = types::add_source(*s.m, "entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, batch)) * 0.25 }", "more.pe", d);
+    REQUIRE(r.ok);
+    CHECK(r.affected_entries == std::vector<std::string>{"nodes_loss"});
+    engine.invalidate(r.affected_entries);
+    CHECK(engine.cached_plans("loss") == 2);
+    CHECK(engine.cached_plans("nodes_loss") == 0);
+    auto g = engine.value_and_grad("nodes_loss", s.batches[0], params);
+    interp::Interpreter in(s.m, s.dims);
+    auto ref = in.value_and_grad("nodes_loss", {s.batches[0]}, params);
+    INFO("engine " << g.loss << " generic " << ref.loss << " explain " << engine.explain("nodes_loss"));
+    CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+  }
+}
