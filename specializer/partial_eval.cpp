@@ -177,8 +177,12 @@ public:
       t.name = std::string("op.") + ops::op_name(id);
       e = remember(std::move(t));
     }
+    // Arguments first: materializing a pending sum appends its SumN instance, which must come
+    // before this one (and may reallocate the instance list).
+    arg_refs_.clear();
+    for (size_t i = 0; i < n; ++i) arg_refs_.push_back(materialize(args[i]));
     Ref* refs = push_instance(e, n);
-    for (size_t i = 0; i < n; ++i) refs[i] = materialize(args[i]);
+    std::copy(arg_refs_.begin(), arg_refs_.end(), refs);
     const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
     int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
     if (multi) {
@@ -190,10 +194,32 @@ public:
   }
 
   std::optional<Value> call(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
+    int32_t e = call_instance(f, fn_index, args, s);
+    if (e < 0) return std::nullopt;
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
+    uint32_t k = 0;
+    return rebuild(f.ret, idx, en, k);
+  }
+
+  // As call, for a function whose result is a flat tuple of tensors: the elements into `out`
+  // (the evaluator's `let (a, b) = f(...)`, without building the tuple).
+  bool call_flat(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s, Values& out) {
+    int32_t e = call_instance(f, fn_index, args, s);
+    if (e < 0) return false;
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
+    for (uint32_t k = 0; k < en.count; ++k) out.push_back(result(idx, en, k));
+    return true;
+  }
+
+  // Appends a template call's instance and returns its memo entry; -1 (and nothing appended)
+  // when f is not template-eligible.
+  int32_t call_instance(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
     spend(s);
     int8_t& el = eligible_[static_cast<size_t>(fn_index)];
     if (el < 0) el = is_template_eligible(f) ? 1 : 0;
-    if (!el) return std::nullopt;
+    if (!el) return -1;
     key_.clear();
     key_.push_back(1);
     key_.push_back(fn_index);
@@ -224,16 +250,14 @@ public:
       for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
       e = remember(std::move(t));
     }
-    Ref* refs = push_instance(e, n_tensors);
-    size_t j = 0;
+    arg_refs_.clear();
     for (size_t i = 0; i < f.params.size(); ++i) {
       auto k = f.params[i].type->kind;
-      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool) refs[j++] = materialize(args[i]);
+      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool) arg_refs_.push_back(materialize(args[i]));
     }
-    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
-    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
-    uint32_t k = 0;
-    return rebuild(f.ret, idx, en, k);
+    Ref* refs = push_instance(e, n_tensors);
+    std::copy(arg_refs_.begin(), arg_refs_.end(), refs);
+    return e;
   }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
@@ -358,6 +382,8 @@ private:
     memo_.keys.emplace(key_, e);
     return e;
   }
+
+  std::vector<Ref> arg_refs_; ///< scratch: an instance's arguments before it is appended
 
   // Appends an instance of entry e with n argument slots (filled by the caller, in order).
   Ref* push_instance(int32_t e, size_t n) {

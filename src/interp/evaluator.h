@@ -14,6 +14,9 @@
 //            Values* multi = nullptr);   // multi: every result of a multi-result op (split)
 //   std::optional<Value> call(const ir::FnDecl&, int fn_index, const Values& args, const Span&);
 //                                        // nullopt: evaluate the body inline
+//   optionally: bool call_flat(const ir::FnDecl&, int fn_index, const Values& args, const Span&,
+//                              Values& out); // as call, for a function returning a flat tuple of
+//                                        // tensors: its elements in `out`; false: inline it
 //   Value sum_list(const Value& list, const ir::Type& result_type, const Span&);
 //   Value to_int(const Value& tensor, const Span&);
 //   Value to_bool(const Value& tensor, const Span&);
@@ -215,6 +218,11 @@ public:
     }
     case ExprKind::Let: {
       const auto& l = e->cast<Let>();
+      if constexpr (requires { &Backend::call_flat; }) {
+        if (l.pattern.kind == Pattern::Kind::Tuple && l.value->kind == ExprKind::Call &&
+            let_call_flat(l, fr))
+          return eval(l.body, fr);
+      }
       bind(l.pattern, eval(l.value, fr), fr);
       return eval(l.body, fr);
     }
@@ -247,6 +255,33 @@ public:
     case ExprKind::Call: return eval_call(e->cast<Call>(), fr);
     }
     PEJIT_CHECK(false) << "unknown expression kind";
+  }
+
+  // `let (a, b) = f(...)` where f returns a flat tuple of tensors: a backend with call_flat
+  // (the partial evaluator) binds the call's results directly, without building the tuple.
+  // Returns false, having evaluated nothing, when the shapes do not fit.
+  bool let_call_flat(const Let& l, const Frame& fr) {
+    const Call& c = l.value->cast<Call>();
+    if (c.ref.kind != VarRef::Kind::Global) return false;
+    const FnDecl& f = *m_.fns()[static_cast<size_t>(c.ref.index)];
+    const auto& ps = l.pattern.elems;
+    if (f.ret->kind != ir::TypeKind::Tuple || f.ret->elems.size() != ps.size()) return false;
+    for (size_t i = 0; i < ps.size(); ++i)
+      if (f.ret->elems[i]->kind != ir::TypeKind::Tensor || ps[i].kind == Pattern::Kind::Tuple)
+        return false;
+    Values args = eval_args_pooled(c, fr);
+    Values outs = take_args(ps.size());
+    if (backend_.call_flat(f, c.ref.index, args, c.span, outs)) {
+      for (size_t i = 0; i < ps.size(); ++i)
+        if (ps[i].kind == Pattern::Kind::Name)
+          stack_[fr.base + static_cast<size_t>(ps[i].slot)] = std::move(outs[i]);
+    } else {
+      Value r = call_fn_moving(f, args, c.span);
+      bind(l.pattern, r, fr);
+    }
+    give_args(std::move(outs));
+    give_args(std::move(args));
+    return true;
   }
 
   Value eval_match(const Match& mt, const Frame& fr) {

@@ -35,10 +35,8 @@ namespace pejit::testgen {
 
 struct Options {
   /// Let symbolic sums (`a + b` of residual tensors, sum_list) outside templates flow into a
-  /// template call. Off by default: make_plan schedules every SumN after all template levels,
-  /// so a template that consumes one runs before it (see the skipped minimal case in
-  /// random_programs_test.cpp).
-  bool sums_into_templates = false;
+  /// template call (a SumN instance feeding a template).
+  bool sums_into_templates = true;
 };
 
 struct RandomProgram {
