@@ -255,6 +255,28 @@ struct PlanExecutor::Impl {
     return out;
   }
 
+  // One template call on `args` (its tensor arguments): the op, or the function's body with
+  // its static Int/Bool arguments in place; the results flattened.
+  std::vector<Value> call_template(const spec::Template& t, BatchBackend& be, const Values& args) {
+    std::vector<Value> outs;
+    if (t.kind == spec::Template::Kind::Op) {
+      Values multi;
+      be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
+      return multi;
+    }
+    interp::Evaluator<BatchBackend> ev(*m, be, 4000);
+    const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
+    Values full;
+    size_t ti = 0, si = 0;
+    for (const auto& p : f.params) {
+      if (p.type->kind == ir::TypeKind::Int) full.push_back(Value::integer(t.statics[si++]));
+      else if (p.type->kind == ir::TypeKind::Bool) full.push_back(Value::boolean(t.statics[si++] != 0));
+      else full.push_back(args[ti++]);
+    }
+    flatten(ev.call_fn(f, full, f.span), outs);
+    return outs;
+  }
+
   void run_group(size_t gi, const Group& g, const spec::Residual& r,
                  const spec::TemplateTable& tt, const interp::Params& params,
                  std::vector<GroupState>& st, bool train, PlanStats& stats) {
@@ -315,23 +337,7 @@ struct PlanExecutor::Impl {
       for (size_t a = 0; a < g.args.size(); ++a)
         args.push_back(g.args[a].shared ? shared_value(g.args[a].shared_ref, tape)
                                         : Value::batched_tensor(xs[a], gs.arg_leaf[a]));
-      std::vector<Value> outs;
-      if (t.kind == spec::Template::Kind::Op) {
-        Values multi;
-        Value v = be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
-        outs = multi;
-      } else {
-        interp::Evaluator<BatchBackend> ev(*m, be, 4000);
-        const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
-        Values full;
-        size_t ti = 0, si = 0;
-        for (const auto& p : f.params) {
-          if (p.type->kind == ir::TypeKind::Int) full.push_back(Value::integer(t.statics[si++]));
-          else if (p.type->kind == ir::TypeKind::Bool) full.push_back(Value::boolean(t.statics[si++] != 0));
-          else full.push_back(args[ti++]);
-        }
-        flatten(ev.call_fn(f, full, f.span), outs);
-      }
+      std::vector<Value> outs = call_template(t, be, args);
       gs.batched.clear();
       gs.result_ids.clear();
       for (size_t k = 0; k < outs.size(); ++k) {
@@ -372,23 +378,7 @@ struct PlanExecutor::Impl {
         Value two[2] = {x, idx};
         args.push_back(be.op(ops::OpId::Take, {}, two, 2, Span{}));
       }
-      std::vector<Value> outs;
-      if (t.kind == spec::Template::Kind::Op) {
-        Values multi;
-        be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
-        outs = multi;
-      } else {
-        interp::Evaluator<BatchBackend> ev(*m, be, 4000);
-        const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
-        Values full;
-        size_t ti = 0, si = 0;
-        for (const auto& p : f.params) {
-          if (p.type->kind == ir::TypeKind::Int) full.push_back(Value::integer(t.statics[si++]));
-          else if (p.type->kind == ir::TypeKind::Bool) full.push_back(Value::boolean(t.statics[si++] != 0));
-          else full.push_back(args[ti++]);
-        }
-        flatten(ev.call_fn(f, full, f.span), outs);
-      }
+      std::vector<Value> outs = call_template(t, be, args);
       for (const auto& o : outs) {
         gs.rows[static_cast<size_t>(i)].push_back(o.as_tensor());
         gs.row_ids[static_cast<size_t>(i)].push_back(o.tape_id());

@@ -110,79 +110,27 @@ public:
   }
 
   Handle grad_op(GradOp g, std::span<const Handle> in, const ops::Attr& attr) override {
-    auto T = [&](size_t i) -> const Tensor& { return dense(in[i]); };
-    switch (g) {
-    case GradOp::SigmoidBwd: return add(k::sigmoid_backward(T(0), T(1)));
-    case GradOp::TanhBwd: return add(k::tanh_backward(T(0), T(1)));
-    case GradOp::ReluBwd: return add(k::relu_backward(T(0), T(1)));
-    case GradOp::SoftmaxBwd: {
-      // y * (gy - sum(gy * y))
-      Tensor gy_y = k::binary(k::Binary::Mul, T(1), T(0));
-      Tensor s = k::sum_axis(gy_y, -1);
-      Shape keep = T(0).shape();
-      keep[keep.rank() - 1] = 1;
-      Tensor d = k::binary(k::Binary::Sub, T(1), s.reshaped(keep));
-      return add(k::binary(k::Binary::Mul, T(0), d));
-    }
-    case GradOp::LogSoftmaxBwd: {
-      // gy - exp(y) * sum(gy)
-      Tensor s = k::sum_axis(T(1), -1);
-      Shape keep = T(0).shape();
-      keep[keep.rank() - 1] = 1;
-      Tensor p = k::unary(k::Unary::Exp, T(0));
-      return add(k::binary(k::Binary::Sub, T(1),
-                           k::binary(k::Binary::Mul, p, s.reshaped(keep))));
-    }
-    case GradOp::CrossEntropyBwd: return add(k::cross_entropy_backward(T(0), T(1), T(2)));
-    case GradOp::SumToShape: {
-      const Tensor& gy = T(0);
-      const Shape& like = get(in[1]).t.shape();
-      if (gy.shape() == like) return add(gy);
-      return add(k::sum_to_shape(gy, like));
-    }
-    case GradOp::BroadcastTo: return add(k::broadcast_to(T(0), get(in[1]).t.shape()));
-    case GradOp::UnsumAxis: {
-      const Shape& like = get(in[1]).t.shape();
-      int ax = static_cast<int>(attr.ints[0]);
-      if (ax < 0) ax += static_cast<int>(like.rank());
-      Shape keep = like;
-      keep[static_cast<size_t>(ax)] = 1;
-      return add(k::broadcast_to(T(0).reshaped(keep), like));
-    }
-    case GradOp::MatMulGradA: return add(matmul_grad_a(T(0), T(1), T(2)));
-    case GradOp::MatMulGradB: {
+    // Kept sparse: take's gradient. Deferred: the weight gradient of a vector-matrix product
+    // with a parameter (summed over the whole batch in one GEMM at the end of the sweep).
+    if (g == GradOp::MatMulGradB) {
       const H& b = get(in[2]);
-      const Tensor& a = T(1);
+      const Tensor& a = dense(in[1]);
       if (a.rank() == 1 && b.tape_id >= 0 && static_cast<size_t>(b.tape_id) < nparams_ &&
           b.t.rank() == 2) {
-        deferred_.push_back({a, T(0)});
+        deferred_.push_back({a, dense(in[0])});
         hs_.push_back(H{Tensor(), -1, -1, static_cast<int>(deferred_.size() - 1)});
         return static_cast<Handle>(hs_.size() - 1);
       }
-      return add(matmul_grad_b(T(0), a, b.t));
     }
-    case GradOp::TakeGrad: {
+    if (g == GradOp::TakeGrad) {
       const Tensor& table = get(in[2]).t;
-      sparse_.push_back(k::take_backward(T(0), T(1), table.shape()));
+      sparse_.push_back(k::take_backward(dense(in[0]), dense(in[1]), table.shape()));
       hs_.push_back(H{Tensor(), -1, static_cast<int>(sparse_.size() - 1), -1});
       return static_cast<Handle>(hs_.size() - 1);
     }
-    case GradOp::PadSlice: {
-      const Tensor& x = get(in[1]).t;
-      Tensor out = Tensor::zeros(DType::F32, x.shape());
-      const Tensor& gy = T(0);
-      int64_t w = x.dim(-1), gw = gy.dim(-1), start = attr.ints[0];
-      int64_t rows = w == 0 ? 0 : x.numel() / w;
-      float* o = out.f32();
-      const float* s = gy.f32();
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(o + r * w + start, s + r * gw, static_cast<size_t>(gw) * sizeof(float));
-      return add(std::move(out));
-    }
-    case GradOp::ReshapeLike: return add(T(0).reshaped(get(in[1]).t.shape()));
-    case GradOp::Count: break;
-    }
-    PEJIT_CHECK(false) << "unknown gradient op";
+    ins_.clear();
+    for (Handle h : in) ins_.push_back(dense(h));
+    return add(ops::eval_grad_op(g, ins_, attr));
   }
 
   // A dense view of a handle (materializes sparse or deferred ones when an op needs them).
@@ -192,42 +140,11 @@ public:
     if (x.sparse >= 0) x.t = sparse_[static_cast<size_t>(x.sparse)].to_dense();
     else if (x.deferred >= 0) {
       const auto& d = deferred_[static_cast<size_t>(x.deferred)];
-      x.t = matmul_grad_b(d.gy, d.a, Tensor::empty(DType::F32, {d.a.dim(0), d.gy.dim(-1)}));
+      Tensor like = Tensor::empty(DType::F32, {d.a.dim(0), d.gy.dim(-1)});
+      Tensor in[3] = {d.gy, d.a, like};
+      x.t = ops::eval_grad_op(GradOp::MatMulGradB, in, {});
     }
     return x.t;
-  }
-
-  static Tensor matmul_grad_a(const Tensor& gy, const Tensor& a, const Tensor& b) {
-    if (a.rank() == 1 && b.rank() == 1) return k::binary(k::Binary::Mul, gy, b);
-    if (b.rank() == 1) {
-      // y[m] = a[m,k] @ b[k]: da = outer(gy, b)
-      Tensor out = Tensor::empty(DType::F32, a.shape());
-      int64_t m = a.dim(0), kk = a.dim(1);
-      k::sgemm(false, false, m, kk, 1, 1.0f, gy.f32(), 1, b.f32(), kk, 0.0f, out.f32(), kk);
-      return out;
-    }
-    // da = gy @ b^T; a is [m, k] or [k]
-    int64_t kk = b.dim(0), n = b.dim(1);
-    int64_t m = a.rank() == 1 ? 1 : a.dim(0);
-    Tensor out = Tensor::empty(DType::F32, a.shape());
-    k::sgemm(false, true, m, kk, n, 1.0f, gy.f32(), n, b.f32(), n, 0.0f, out.f32(), kk);
-    return out;
-  }
-
-  static Tensor matmul_grad_b(const Tensor& gy, const Tensor& a, const Tensor& b) {
-    if (a.rank() == 1 && b.rank() == 1) return k::binary(k::Binary::Mul, gy, a);
-    if (b.rank() == 1) {
-      // y[m] = a[m,k] @ b[k]: db = a^T @ gy
-      int64_t m = a.dim(0), kk = a.dim(1);
-      Tensor out = Tensor::empty(DType::F32, b.shape());
-      k::sgemm(true, false, kk, 1, m, 1.0f, a.f32(), kk, gy.f32(), 1, 0.0f, out.f32(), 1);
-      return out;
-    }
-    int64_t kk = b.dim(0), n = b.dim(1);
-    int64_t m = a.rank() == 1 ? 1 : a.dim(0);
-    Tensor out = Tensor::empty(DType::F32, b.shape());
-    k::sgemm(true, false, kk, n, m, 1.0f, a.f32(), kk, gy.f32(), n, 0.0f, out.f32(), n);
-    return out;
   }
 
 private:

@@ -9,6 +9,10 @@
 #include <span>
 #include <vector>
 
+namespace pejit {
+class Tensor;
+}
+
 namespace pejit::ops {
 
 /// Operations that gradient rules need besides the registry's ops.
@@ -48,6 +52,9 @@ public:
     return grad_op(id, std::span<const Handle>(in.begin(), in.size()), attr);
   }
 };
+
+/// The dense reference kernel of a gradient op (TakeGrad densified).
+Tensor eval_grad_op(GradOp g, std::span<const Tensor> in, const Attr& attr);
 
 /// Installs every op's gradient rule into the registry (idempotent; called by op_def users).
 void register_gradients();
