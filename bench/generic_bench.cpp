@@ -78,7 +78,8 @@ double cpu_now() {
 }
 
 double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
+  if (v.empty())
+    return NAN;
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -139,11 +140,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (epochs < 0 || batch < 1) throw Error("--epochs must be >= 0 and --batch >= 1");
-    if (epochs == 0 && !infer) throw Error("--epochs 0 needs --infer");
+    if (epochs < 0 || batch < 1)
+      throw Error("--epochs must be >= 0 and --batch >= 1");
+    if (epochs == 0 && !infer)
+      throw Error("--epochs 0 needs --infer");
     auto m = std::make_shared<ir::Module>();
     Diagnostics d;
-    if (!types::add_file(*m, model, d).ok) throw Error("model has errors:\n" + d.render());
+    if (!types::add_file(*m, model, d).ok)
+      throw Error("model has errors:\n" + d.render());
     bool has_roots = types::add_source(*m, kInferRoots, "bench_infer_roots", d).ok;
     if (!has_roots)
       std::fprintf(stderr, "note: bench_infer_roots not added (model is not the TreeLSTM):\n%s",
@@ -162,7 +166,8 @@ int main(int argc, char** argv) {
       data::ReadOptions ro;
       ro.grow_vocab = init.empty();
       ts = data::read_trees(data_file, vocab, ro);
-      if (trees > 0 && ts.size() > static_cast<size_t>(trees)) ts.resize(static_cast<size_t>(trees));
+      if (trees > 0 && ts.size() > static_cast<size_t>(trees))
+        ts.resize(static_cast<size_t>(trees));
       source = data_file;
     } else {
       ts = data::gen_sst(static_cast<size_t>(trees), seed, data::parse_shape(shape), vocab);
@@ -173,14 +178,16 @@ int main(int argc, char** argv) {
     const double fwd_flops = forward_flops(cnt);
 
     interp::DimBindings over;
-    if (m->dim_index("V") >= 0) over["V"] = static_cast<int64_t>(vocab.size());
+    if (m->dim_index("V") >= 0)
+      over["V"] = static_cast<int64_t>(vocab.size());
     interp::DimBindings dims = interp::bind_dims(*m, over);
     interp::Params params = interp::init_params(*m, dims, seed);
     if (!init.empty()) {
       for (size_t i = 0; i < params.names.size(); ++i) {
         int j = ck.params.index(params.names[i]);
         if (j < 0 || ck.params.values[j].shape() != params.values[i].shape())
-          throw Error("checkpoint '" + init + "' lacks " + params.names[i] + " or its shape differs");
+          throw Error("checkpoint '" + init + "' lacks " + params.names[i] +
+                      " or its shape differs");
         params.values[i] = ck.params.values[j];
       }
     }
@@ -209,7 +216,8 @@ int main(int argc, char** argv) {
     auto make_batch = [&](size_t lo, size_t hi) {
       interp::Values xs;
       xs.reserve(hi - lo);
-      for (size_t i = lo; i < hi; ++i) xs.push_back(enc.encode(ts[order[i]]));
+      for (size_t i = lo; i < hi; ++i)
+        xs.push_back(enc.encode(ts[order[i]]));
       return interp::Value::list(std::move(xs));
     };
     const size_t B = static_cast<size_t>(batch);
@@ -223,7 +231,8 @@ int main(int argc, char** argv) {
 
     std::vector<double> tps, cpu_tps;
     for (int ep = 0; ep < epochs; ++ep) {
-      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next() % i]);
+      for (size_t i = order.size(); i > 1; --i)
+        std::swap(order[i - 1], order[next() % i]);
       double train_s = 0, encode_s = 0, grad_s = 0, loss_sum = 0, cpu_s = 0;
       for (size_t b = 0; b < nb; ++b) {
         size_t lo = b * B, hi = std::min(ts.size(), lo + B);
@@ -239,7 +248,8 @@ int main(int argc, char** argv) {
         encode_s += secs(t0, t1);
         grad_s += secs(t1, t2);
         train_s += secs(t1, t3);
-        if (!std::isfinite(g.loss)) throw Error("loss became non-finite");
+        if (!std::isfinite(g.loss))
+          throw Error("loss became non-finite");
         loss_sum += g.loss;
       }
       double r = static_cast<double>(cnt.trees) / train_s;
@@ -248,35 +258,40 @@ int main(int argc, char** argv) {
       cpu_tps.push_back(rc);
       double gflops = 3 * fwd_flops / train_s * 1e-9;
       std::fprintf(stderr,
-                   "epoch %d: %.1f trees/s (%.1f per CPU-second, %.0f nodes/s)  train %.3fs = value_and_grad %.3fs + "
+                   "epoch %d: %.1f trees/s (%.1f per CPU-second, %.0f nodes/s)  train %.3fs = "
+                   "value_and_grad %.3fs + "
                    "step %.3fs; encode %.3fs (excluded)  loss/node %.4f  useful %.1f GFLOP/s\n",
                    ep + 1, r, rc, static_cast<double>(cnt.leaves + cnt.internal) / train_s, train_s,
                    grad_s, train_s - grad_s, encode_s, loss_sum / static_cast<double>(cnt.labeled),
                    gflops);
       if (json)
-        std::printf("{\"kind\":\"train\",\"source\":\"%s\",\"epoch\":%d,\"trees\":%lld,\"batch\":%d,"
-                    "\"trees_per_s\":%.3f,\"trees_per_cpu_s\":%.3f,\"seconds\":%.6f,\"grad_seconds\":%.6f,\"step_seconds\":%.6f,"
-                    "\"encode_seconds\":%.6f,\"loss_per_node\":%.6f,\"useful_gflops\":%.3f}\n",
-                    source.c_str(), ep, (long long)cnt.trees, batch, r, rc, train_s, grad_s,
-                    train_s - grad_s, encode_s, loss_sum / static_cast<double>(cnt.labeled), gflops);
+        std::printf(
+            "{\"kind\":\"train\",\"source\":\"%s\",\"epoch\":%d,\"trees\":%lld,\"batch\":%d,"
+            "\"trees_per_s\":%.3f,\"trees_per_cpu_s\":%.3f,\"seconds\":%.6f,\"grad_seconds\":%.6f,"
+            "\"step_seconds\":%.6f,"
+            "\"encode_seconds\":%.6f,\"loss_per_node\":%.6f,\"useful_gflops\":%.3f}\n",
+            source.c_str(), ep, (long long)cnt.trees, batch, r, rc, train_s, grad_s,
+            train_s - grad_s, encode_s, loss_sum / static_cast<double>(cnt.labeled), gflops);
     }
     if (!tps.empty()) {
-    double med = median(tps);
-    std::fprintf(stderr, "TRAIN %s: median %.1f trees/s over %d epochs (min %.1f, max %.1f); "
-                 "median %.1f trees per CPU-second\n",
-                 source.c_str(), med, epochs, *std::min_element(tps.begin(), tps.end()),
-                 *std::max_element(tps.begin(), tps.end()), median(cpu_tps));
-    if (json)
-      std::printf("{\"kind\":\"train_summary\",\"source\":\"%s\",\"median_trees_per_s\":%.3f,"
-                  "\"min\":%.3f,\"max\":%.3f,\"median_trees_per_cpu_s\":%.3f,\"epochs\":%d}\n",
-                  source.c_str(), med, *std::min_element(tps.begin(), tps.end()),
-                  *std::max_element(tps.begin(), tps.end()), median(cpu_tps), epochs);
+      double med = median(tps);
+      std::fprintf(stderr,
+                   "TRAIN %s: median %.1f trees/s over %d epochs (min %.1f, max %.1f); "
+                   "median %.1f trees per CPU-second\n",
+                   source.c_str(), med, epochs, *std::min_element(tps.begin(), tps.end()),
+                   *std::max_element(tps.begin(), tps.end()), median(cpu_tps));
+      if (json)
+        std::printf("{\"kind\":\"train_summary\",\"source\":\"%s\",\"median_trees_per_s\":%.3f,"
+                    "\"min\":%.3f,\"max\":%.3f,\"median_trees_per_cpu_s\":%.3f,\"epochs\":%d}\n",
+                    source.c_str(), med, *std::min_element(tps.begin(), tps.end()),
+                    *std::max_element(tps.begin(), tps.end()), median(cpu_tps), epochs);
     }
 
     if (infer) {
       std::iota(order.begin(), order.end(), 0); // file order, like the peer's inference pass
       for (const char* entry : {"bench_infer_roots", "infer", "infer_nodes"}) {
-        if (!m->fn(entry) || !m->fn(entry)->is_entry) continue;
+        if (!m->fn(entry) || !m->fn(entry)->is_entry)
+          continue;
         double run_s = 0, encode_s = 0, cpu_s = 0;
         for (size_t b = 0; b < nb; ++b) {
           size_t lo = b * B, hi = std::min(ts.size(), lo + B);
@@ -292,12 +307,16 @@ int main(int argc, char** argv) {
           (void)out;
         }
         double r = static_cast<double>(cnt.trees) / run_s;
-        std::fprintf(stderr, "INFER %s (%s): %.1f trees/s (%.1f per CPU-second)  run %.3fs; encode %.3fs (excluded)\n",
+        std::fprintf(stderr,
+                     "INFER %s (%s): %.1f trees/s (%.1f per CPU-second)  run %.3fs; encode %.3fs "
+                     "(excluded)\n",
                      source.c_str(), entry, r, cnt.trees / cpu_s, run_s, encode_s);
         if (json)
           std::printf("{\"kind\":\"infer\",\"entry\":\"%s\",\"source\":\"%s\",\"trees\":%lld,"
-                      "\"trees_per_s\":%.3f,\"trees_per_cpu_s\":%.3f,\"seconds\":%.6f,\"encode_seconds\":%.6f}\n",
-                      entry, source.c_str(), (long long)cnt.trees, r, cnt.trees / cpu_s, run_s, encode_s);
+                      "\"trees_per_s\":%.3f,\"trees_per_cpu_s\":%.3f,\"seconds\":%.6f,\"encode_"
+                      "seconds\":%.6f}\n",
+                      entry, source.c_str(), (long long)cnt.trees, r, cnt.trees / cpu_s, run_s,
+                      encode_s);
       }
     }
   } catch (const std::exception& e) {

@@ -26,13 +26,16 @@ int main(int argc, char** argv) {
   }
   data::Vocab v;
   std::vector<data::ParseTree> trees;
-  if (std::filesystem::exists(data)) trees = data::read_trees(data, v);
-  else trees = data::gen_sst(8544, 1, data::Shape::Sst, v);
+  if (std::filesystem::exists(data))
+    trees = data::read_trees(data, v);
+  else
+    trees = data::gen_sst(8544, 1, data::Shape::Sst, v);
   auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(v.size())}});
   runtime::TreeEncoder enc(*m, "Tree");
   // A fixed shuffle, as in training.
   std::vector<size_t> order(trees.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   uint64_t s = 12345;
   for (size_t i = order.size(); i > 1; --i) {
     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -43,7 +46,8 @@ int main(int argc, char** argv) {
   size_t instances = 0, groups = 0;
   for (size_t b = 0; b < batches && (b + 1) * 25 <= trees.size(); ++b) {
     interp::Values xs;
-    for (size_t i = b * 25; i < (b + 1) * 25; ++i) xs.push_back(enc.encode(trees[order[i]]));
+    for (size_t i = b * 25; i < (b + 1) * 25; ++i)
+      xs.push_back(enc.encode(trees[order[i]]));
     auto batch = interp::Value::list(xs);
     auto t0 = std::chrono::steady_clock::now();
     auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt);
@@ -60,7 +64,8 @@ int main(int argc, char** argv) {
     return v[static_cast<size_t>(f * static_cast<double>(v.size() - 1))];
   };
   std::vector<double> total(pe_us.size());
-  for (size_t i = 0; i < total.size(); ++i) total[i] = pe_us[i] + plan_us[i];
+  for (size_t i = 0; i < total.size(); ++i)
+    total[i] = pe_us[i] + plan_us[i];
   std::printf("batches %zu of 25 trees: key+PE median %.0f us, planning median %.0f us, "
               "total median %.0f us (p25 %.0f, p75 %.0f); mean %.0f instances, %.1f groups\n",
               total.size(), q(pe_us, 0.5), q(plan_us, 0.5), q(total, 0.5), q(total, 0.25),

@@ -33,17 +33,23 @@ using Clock = std::chrono::steady_clock;
 using interp::Value;
 
 Mode parse_mode(const std::string& s) {
-  if (s == "generic") return Mode::Generic;
-  if (s == "specialized") return Mode::Specialized;
-  if (s == "auto") return Mode::Auto;
+  if (s == "generic")
+    return Mode::Generic;
+  if (s == "specialized")
+    return Mode::Specialized;
+  if (s == "auto")
+    return Mode::Auto;
   throw Error("unknown mode '" + s + "' (generic, specialized or auto)");
 }
 
 const char* mode_name(Mode m) {
   switch (m) {
-  case Mode::Generic: return "generic";
-  case Mode::Specialized: return "specialized";
-  case Mode::Auto: return "auto";
+  case Mode::Generic:
+    return "generic";
+  case Mode::Specialized:
+    return "specialized";
+  case Mode::Auto:
+    return "auto";
   }
   return "?";
 }
@@ -63,15 +69,20 @@ uint64_t mix(uint64_t h, uint64_t v) {
 // (depth-first, left to right): what a cached plan needs from a new batch of its skeleton.
 void collect_payloads(const Value& v, std::vector<Tensor>& out) {
   switch (v.kind()) {
-  case Value::Kind::Tensor: out.push_back(v.as_tensor()); break;
+  case Value::Kind::Tensor:
+    out.push_back(v.as_tensor());
+    break;
   case Value::Kind::Tuple:
   case Value::Kind::Adt:
-    for (const auto& x : v.items()) collect_payloads(x, out);
+    for (const auto& x : v.items())
+      collect_payloads(x, out);
     break;
   case Value::Kind::List:
-    for (size_t i = 0; i < v.list_size(); ++i) collect_payloads(v.list_at(i), out);
+    for (size_t i = 0; i < v.list_size(); ++i)
+      collect_payloads(v.list_at(i), out);
     break;
-  default: break;
+  default:
+    break;
   }
 }
 
@@ -89,7 +100,8 @@ class Trace {
 public:
   explicit Trace(bool on) : on_(on), t0_(Clock::now()) {}
   void add(const std::string& name, const char* cat, Clock::time_point a, Clock::time_point b) {
-    if (!on_) return;
+    if (!on_)
+      return;
     std::lock_guard<std::mutex> lock(mu_);
     auto tid = std::hash<std::thread::id>{}(std::this_thread::get_id());
     auto [it, fresh] = tids_.emplace(tid, static_cast<int>(tids_.size()) + 1);
@@ -111,14 +123,16 @@ public:
       }
       for (const auto& e : events_) {
         f << (first ? "" : ",") << "{\"name\":\"" << e.name << "\",\"cat\":\"" << e.cat
-          << "\",\"ph\":\"X\",\"ts\":" << e.ts << ",\"dur\":" << e.dur << ",\"pid\":1,\"tid\":"
-          << e.tid << "}";
+          << "\",\"ph\":\"X\",\"ts\":" << e.ts << ",\"dur\":" << e.dur
+          << ",\"pid\":1,\"tid\":" << e.tid << "}";
         first = false;
       }
       f << "]}\n";
-      if (!f) throw Error("cannot write trace '" + path + "'");
+      if (!f)
+        throw Error("cannot write trace '" + path + "'");
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write trace '" + path + "'");
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error("cannot write trace '" + path + "'");
   }
 
 private:
@@ -164,8 +178,8 @@ struct Engine::Impl {
     uint64_t cone;
     std::string why;
   };
-  std::map<std::string, Refusal> refused; // under pe_mutex
-  std::mutex cone_mutex;                    // the training thread must not wait for a PE
+  std::map<std::string, Refusal> refused;     // under pe_mutex
+  std::mutex cone_mutex;                      // the training thread must not wait for a PE
   std::map<std::string, uint64_t> cone_cache; // entry -> cone version, under cone_mutex
   uint64_t cone_generation = ~0ull;
 
@@ -196,16 +210,19 @@ struct Engine::Impl {
       cone_generation = m->generation();
     }
     auto it = cone_cache.find(entry);
-    if (it != cone_cache.end()) return it->second;
+    if (it != cone_cache.end())
+      return it->second;
     return cone_cache[entry] = m->cone_version(entry);
   }
 
   uint64_t key_of(const std::string& entry, const Value& batch, uint64_t cone) const {
     uint64_t h = spec::skeleton_hash(batch);
-    for (char c : entry) h = mix(h, static_cast<uint8_t>(c));
+    for (char c : entry)
+      h = mix(h, static_cast<uint8_t>(c));
     h = mix(h, cone);
     for (const auto& [n, s] : dims) {
-      for (char c : n) h = mix(h, static_cast<uint8_t>(c));
+      for (char c : n)
+        h = mix(h, static_cast<uint8_t>(c));
       h = mix(h, static_cast<uint64_t>(s));
     }
     return h;
@@ -214,19 +231,22 @@ struct Engine::Impl {
   std::shared_ptr<const PlanEntry> lookup(uint64_t key) {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = cache.find(key);
-    if (it == cache.end()) return nullptr;
+    if (it == cache.end())
+      return nullptr;
     lru.splice(lru.begin(), lru, it->second.pos);
     return it->second.entry;
   }
 
   void publish(uint64_t key, std::shared_ptr<const PlanEntry> e) {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    if (cache.count(key)) return;
+    if (cache.count(key))
+      return;
     lru.push_front(key);
     cache_bytes += e->bytes;
     cache.emplace(key, Slot{std::move(e), lru.begin()});
     int64_t evicted = 0;
-    while (!lru.empty() && (cache.size() > opt.plan_cache_entries || cache_bytes > opt.plan_cache_bytes)) {
+    while (!lru.empty() &&
+           (cache.size() > opt.plan_cache_entries || cache_bytes > opt.plan_cache_bytes)) {
       uint64_t victim = lru.back();
       lru.pop_back();
       auto it = cache.find(victim);
@@ -241,8 +261,8 @@ struct Engine::Impl {
   }
 
   // Partially evaluates and plans; nullptr with `why` on a refusal or a failure.
-  std::shared_ptr<const PlanEntry> make(const std::string& entry, const Value& batch,
-                                        uint64_t key, std::string& why, double& seconds) {
+  std::shared_ptr<const PlanEntry> make(const std::string& entry, const Value& batch, uint64_t key,
+                                        std::string& why, double& seconds) {
     auto t0 = Clock::now();
     std::lock_guard<std::mutex> lock(pe_mutex);
     uint64_t cone = cone_version(entry);
@@ -252,7 +272,8 @@ struct Engine::Impl {
       return nullptr;
     }
     try {
-      if (opt.inject_failure == "pe") throw InternalError("injected failure in partial evaluation");
+      if (opt.inject_failure == "pe")
+        throw InternalError("injected failure in partial evaluation");
       auto pe = spec::partially_evaluate(*m, dims, entry, batch, templates);
       if (!pe.ok) {
         why = "refused at " + pe.where.str() + ": " + pe.reason;
@@ -261,12 +282,14 @@ struct Engine::Impl {
       }
       auto e = std::make_shared<PlanEntry>();
       e->entry = entry;
-      if (opt.inject_failure == "plan") throw InternalError("injected failure in planning");
+      if (opt.inject_failure == "plan")
+        throw InternalError("injected failure in planning");
       e->plan = spec::make_plan(pe.residual, templates);
       e->residual = std::move(pe.residual);
       e->residual.inputs.clear();
       e->templates = templates;
-      e->bytes = sizeof(PlanEntry) + e->residual.instances.size() * 64 + e->plan.groups.size() * 256;
+      e->bytes =
+          sizeof(PlanEntry) + e->residual.instances.size() * 64 + e->plan.groups.size() * 256;
       seconds = secs(t0, Clock::now());
       trace.add("plan " + entry, "specialize", t0, Clock::now());
       (void)key;
@@ -342,7 +365,9 @@ Engine::~Engine() {
   }
 }
 
-const EngineOptions& Engine::options() const { return impl_->opt; }
+const EngineOptions& Engine::options() const {
+  return impl_->opt;
+}
 
 interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, const Value& batch,
                                                       const interp::Params& params) {
@@ -360,7 +385,8 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
     } else {
       double s = 0;
       e = I.make(entry, batch, key, why, s);
-      if (e) I.publish(key, e);
+      if (e)
+        I.publish(key, e);
       std::lock_guard<std::mutex> st(I.stats_mutex);
       I.stats.plan_misses++;
       I.stats.plan_seconds += s;
@@ -387,7 +413,8 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
     I.stats.specialized_seconds += secs(t0, t1);
     I.last_explain[entry].clear();
   } else {
-    if (I.opt.mode != Mode::Generic) I.count_fallback(entry, why);
+    if (I.opt.mode != Mode::Generic)
+      I.count_fallback(entry, why);
     g = I.generic.value_and_grad(entry, {batch}, params);
     auto t1 = Clock::now();
     I.trace.add("step " + entry + " (generic)", "execute", t0, t1);
@@ -400,11 +427,13 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
   Impl& I = *impl_;
-  if (!I.arena || batches.empty()) return;
+  if (!I.arena || batches.empty())
+    return;
   bool start = false;
   {
     std::lock_guard<std::mutex> lock(I.queue_mutex);
-    for (auto& b : batches) I.queue.emplace_back(entry, std::move(b));
+    for (auto& b : batches)
+      I.queue.emplace_back(entry, std::move(b));
     I.outstanding += batches.size();
     if (!I.running) {
       I.running = true;
@@ -417,7 +446,8 @@ void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
 
 void Engine::drain() {
   Impl& I = *impl_;
-  if (!I.arena) return;
+  if (!I.arena)
+    return;
   std::unique_lock<std::mutex> lock(I.queue_mutex);
   I.queue_cv.wait(lock, [&I] { return I.outstanding == 0; });
 }
@@ -428,7 +458,8 @@ void Engine::invalidate(const std::vector<std::string>& entries) {
   Impl& I = *impl_;
   {
     std::lock_guard<std::mutex> lock(I.pe_mutex);
-    for (const auto& e : entries) I.refused.erase(e);
+    for (const auto& e : entries)
+      I.refused.erase(e);
     std::lock_guard<std::mutex> cl(I.cone_mutex);
     I.cone_cache.clear();
   }
@@ -447,7 +478,8 @@ void Engine::invalidate(const std::vector<std::string>& entries) {
 size_t Engine::cached_plans(const std::string& entry) const {
   std::lock_guard<std::mutex> lock(impl_->cache_mutex);
   size_t n = 0;
-  for (const auto& [k, s] : impl_->cache) n += s.entry->entry == entry;
+  for (const auto& [k, s] : impl_->cache)
+    n += s.entry->entry == entry;
   return n;
 }
 
@@ -463,7 +495,8 @@ EngineStats Engine::stats() const {
 }
 
 void Engine::write_trace() const {
-  if (!impl_->opt.trace_file.empty()) impl_->trace.write(impl_->opt.trace_file);
+  if (!impl_->opt.trace_file.empty())
+    impl_->trace.write(impl_->opt.trace_file);
 }
 
 } // namespace pejit::runtime

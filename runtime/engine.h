@@ -29,7 +29,7 @@ struct EngineOptions {
   Mode mode = Mode::Auto;
   size_t plan_cache_entries = 2048; ///< LRU bound on cached plans
   size_t plan_cache_bytes = 512u << 20;
-  int lookahead = 8; ///< batches the pipeline may plan ahead
+  int lookahead = 8;      ///< batches the pipeline may plan ahead
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
   /// internal error, to check that such batches run generic with the reason counted.
@@ -39,7 +39,7 @@ struct EngineOptions {
 struct EngineStats {
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0;
-  double plan_seconds = 0;           ///< PE + planning done inline
+  double plan_seconds = 0;            ///< PE + planning done inline
   double background_plan_seconds = 0; ///< PE + planning done by the pipeline
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks; ///< why batches ran generic, by reason

@@ -43,22 +43,43 @@ public:
   Value op(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
            Values* multi = nullptr) {
     bool any = false;
-    for (size_t i = 0; i < n; ++i) any = any || args[i].batched();
-    if (!any) return run(id, attr, args, n, s, false, multi);
+    for (size_t i = 0; i < n; ++i)
+      any = any || args[i].batched();
+    if (!any)
+      return run(id, attr, args, n, s, false, multi);
     using ops::OpId;
     switch (id) {
-    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div:
-    case OpId::Lt: case OpId::Le: case OpId::Gt: case OpId::Ge: case OpId::Eq: case OpId::Ne: {
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Lt:
+    case OpId::Le:
+    case OpId::Gt:
+    case OpId::Ge:
+    case OpId::Eq:
+    case OpId::Ne: {
       Value a[2] = {args[0], args[1]};
       size_t ra = per_row_rank(a[0]), rb = per_row_rank(a[1]);
       size_t r = std::max(ra, rb);
       for (auto& v : a)
-        if (v.batched() && per_row_rank(v) < r) v = expand(v, r, s);
+        if (v.batched() && per_row_rank(v) < r)
+          v = expand(v, r, s);
       return run(id, attr, a, 2, s, true, multi);
     }
-    case OpId::Neg: case OpId::Exp: case OpId::Log: case OpId::Tanh: case OpId::Sigmoid:
-    case OpId::Relu: case OpId::ToF32: case OpId::ToI32: case OpId::Softmax:
-    case OpId::LogSoftmax: case OpId::Argmax: case OpId::Split: case OpId::Slice:
+    case OpId::Neg:
+    case OpId::Exp:
+    case OpId::Log:
+    case OpId::Tanh:
+    case OpId::Sigmoid:
+    case OpId::Relu:
+    case OpId::ToF32:
+    case OpId::ToI32:
+    case OpId::Softmax:
+    case OpId::LogSoftmax:
+    case OpId::Argmax:
+    case OpId::Split:
+    case OpId::Slice:
       return run(id, attr, args, n, s, true, multi);
     case OpId::Concat: {
       // Shared parts are broadcast to every row (an add of per-row zeros, so that their
@@ -68,7 +89,8 @@ public:
         if (!v.batched()) {
           const Tensor& t = v.as_tensor();
           Shape sh{rows_};
-          for (auto d : t.shape().dims()) sh.push_back(d);
+          for (auto d : t.shape().dims())
+            sh.push_back(d);
           Value two[2] = {Value::batched_tensor(Tensor::zeros(t.dtype(), sh)), v};
           v = op(OpId::Add, {}, two, 2, s);
         }
@@ -79,16 +101,19 @@ public:
           args[1].as_tensor().rank() == 2)
         return run(id, attr, args, n, s, true, multi);
       throw NotBatchable{"matmul other than per-row vector @ shared matrix"};
-    case OpId::Sum: case OpId::Mean: {
+    case OpId::Sum:
+    case OpId::Mean: {
       const Tensor& t = args[0].as_tensor();
       if (attr.ints.empty()) {
-        if (t.rank() == 1) return id == OpId::Sum ? args[0] : args[0];
+        if (t.rank() == 1)
+          return id == OpId::Sum ? args[0] : args[0];
         Value flat = reshape(args[0], {rows_, t.numel() / std::max<int64_t>(rows_, 1)}, s);
         return run(id, ops::Attr{{1}}, &flat, 1, s, true, multi);
       }
       int64_t ax = attr.ints[0];
       int64_t r = static_cast<int64_t>(t.rank()) - 1;
-      if (ax < 0) ax += r;
+      if (ax < 0)
+        ax += r;
       return run(id, ops::Attr{{ax + 1}}, args, n, s, true, multi);
     }
     case OpId::Reshape: {
@@ -98,10 +123,12 @@ public:
       return run(id, a, args, n, s, true, multi);
     }
     case OpId::Take:
-      if (!args[0].batched() && args[1].batched()) return run(id, attr, args, n, s, true, multi);
+      if (!args[0].batched() && args[1].batched())
+        return run(id, attr, args, n, s, true, multi);
       throw NotBatchable{"take from a per-row table"};
     case OpId::CrossEntropy:
-      if (args[0].batched() && args[1].batched()) return run(id, attr, args, n, s, true, multi);
+      if (args[0].batched() && args[1].batched())
+        return run(id, attr, args, n, s, true, multi);
       throw NotBatchable{"cross_entropy of shared logits or labels"};
     default:
       throw NotBatchable{std::string("no batching rule for ") + ops::op_name(id)};
@@ -124,12 +151,15 @@ public:
   }
 
   Value to_int(const Value& v, const Span& s) {
-    if (v.batched()) throw NotBatchable{"to_int of a per-row value (" + s.str() + ")"};
+    if (v.batched())
+      throw NotBatchable{"to_int of a per-row value (" + s.str() + ")"};
     const Tensor& t = v.as_tensor();
-    return Value::integer(t.dtype() == DType::I32 ? t.item_i32() : static_cast<int64_t>(t.item_f32()));
+    return Value::integer(t.dtype() == DType::I32 ? t.item_i32()
+                                                  : static_cast<int64_t>(t.item_f32()));
   }
   Value to_bool(const Value& v, const Span& s) {
-    if (v.batched()) throw NotBatchable{"to_bool of a per-row value (" + s.str() + ")"};
+    if (v.batched())
+      throw NotBatchable{"to_bool of a per-row value (" + s.str() + ")"};
     const Tensor& t = v.as_tensor();
     return Value::boolean(t.dtype() == DType::I32 ? t.item_i32() != 0 : t.item_f32() != 0.0f);
   }
@@ -156,8 +186,10 @@ private:
   Value expand(const Value& v, size_t r, const Span& s) {
     const Tensor& t = v.as_tensor();
     std::vector<int64_t> dims{t.dim(0)};
-    for (size_t k = per_row_rank(v); k < r; ++k) dims.push_back(1);
-    for (size_t k = 1; k < t.rank(); ++k) dims.push_back(t.shape()[k]);
+    for (size_t k = per_row_rank(v); k < r; ++k)
+      dims.push_back(1);
+    for (size_t k = 1; k < t.rank(); ++k)
+      dims.push_back(t.shape()[k]);
     return reshape(v, dims, s);
   }
 
@@ -178,13 +210,16 @@ private:
       throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
     }
     out_ids_.assign(outs_.size(), -1);
-    if (record && tape_) tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
+    if (record && tape_)
+      tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
     auto wrap = [&](size_t k) {
-      return batched ? Value::batched_tensor(outs_[k], out_ids_[k]) : Value::tensor(outs_[k], out_ids_[k]);
+      return batched ? Value::batched_tensor(outs_[k], out_ids_[k])
+                     : Value::tensor(outs_[k], out_ids_[k]);
     };
     if (multi) {
       multi->clear();
-      for (size_t k = 0; k < outs_.size(); ++k) multi->push_back(wrap(k));
+      for (size_t k = 0; k < outs_.size(); ++k)
+        multi->push_back(wrap(k));
       return Value();
     }
     return wrap(0);
@@ -192,18 +227,22 @@ private:
 };
 
 void flatten(const Value& v, std::vector<Value>& out) {
-  if (v.kind() == Value::Kind::Tensor) out.push_back(v);
+  if (v.kind() == Value::Kind::Tensor)
+    out.push_back(v);
   else
-    for (const auto& e : v.items()) flatten(e, out);
+    for (const auto& e : v.items())
+      flatten(e, out);
 }
 
 // One row of a [rows, ...] tensor, copied.
 Tensor row_of(const Tensor& t, int64_t row) {
   Shape s;
-  for (size_t k = 1; k < t.rank(); ++k) s.push_back(t.shape()[k]);
+  for (size_t k = 1; k < t.rank(); ++k)
+    s.push_back(t.shape()[k]);
   Tensor out = Tensor::empty(t.dtype(), s);
   size_t bytes = out.nbytes();
-  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + static_cast<size_t>(row) * bytes, bytes);
+  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + static_cast<size_t>(row) * bytes,
+              bytes);
   return out;
 }
 
@@ -220,21 +259,25 @@ struct PlanExecutor::Impl {
     std::vector<std::vector<Tensor>> rows; ///< per row, per result (per_row)
     // Training.
     std::unique_ptr<interp::Tape> tape;
-    std::vector<int32_t> result_ids;            ///< batched: per result
-    std::vector<std::vector<int32_t>> row_ids;  ///< per row, per result
-    std::vector<int32_t> arg_leaf;              ///< per arg: leaf id or -1 (shared)
-    std::vector<Tensor> grads;                  ///< per result: gradient [rows, ...]
+    std::vector<int32_t> result_ids;           ///< batched: per result
+    std::vector<std::vector<int32_t>> row_ids; ///< per row, per result
+    std::vector<int32_t> arg_leaf;             ///< per arg: leaf id or -1 (shared)
+    std::vector<Tensor> grads;                 ///< per result: gradient [rows, ...]
   };
 
   Tensor fetch(const RowRef& rr, const spec::Residual& r, const interp::Params& params,
                const std::vector<GroupState>& st) const {
     switch (rr.kind) {
-    case Ref::Kind::Input: return r.inputs[static_cast<size_t>(rr.index)];
-    case Ref::Kind::Param: return params.values[static_cast<size_t>(rr.index)];
-    case Ref::Kind::Const: return r.consts[static_cast<size_t>(rr.index)];
+    case Ref::Kind::Input:
+      return r.inputs[static_cast<size_t>(rr.index)];
+    case Ref::Kind::Param:
+      return params.values[static_cast<size_t>(rr.index)];
+    case Ref::Kind::Const:
+      return r.consts[static_cast<size_t>(rr.index)];
     case Ref::Kind::Inst: {
       const GroupState& g = st[static_cast<size_t>(rr.index)];
-      if (g.per_row) return g.rows[static_cast<size_t>(rr.row)][static_cast<size_t>(rr.out)];
+      if (g.per_row)
+        return g.rows[static_cast<size_t>(rr.row)][static_cast<size_t>(rr.out)];
       return row_of(g.batched[static_cast<size_t>(rr.out)], rr.row);
     }
     }
@@ -245,7 +288,8 @@ struct PlanExecutor::Impl {
   static Tensor stack(const std::vector<Tensor>& rows, const spec::TensorSig& sig) {
     Shape s;
     s.push_back(static_cast<int64_t>(rows.size()));
-    for (auto d : sig.dims) s.push_back(d);
+    for (auto d : sig.dims)
+      s.push_back(d);
     Tensor out = Tensor::empty(sig.dtype, s);
     size_t bytes = rows.empty() ? 0 : rows[0].nbytes();
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -269,29 +313,35 @@ struct PlanExecutor::Impl {
     Values full;
     size_t ti = 0, si = 0;
     for (const auto& p : f.params) {
-      if (p.type->kind == ir::TypeKind::Int) full.push_back(Value::integer(t.statics[si++]));
-      else if (p.type->kind == ir::TypeKind::Bool) full.push_back(Value::boolean(t.statics[si++] != 0));
-      else full.push_back(args[ti++]);
+      if (p.type->kind == ir::TypeKind::Int)
+        full.push_back(Value::integer(t.statics[si++]));
+      else if (p.type->kind == ir::TypeKind::Bool)
+        full.push_back(Value::boolean(t.statics[si++] != 0));
+      else
+        full.push_back(args[ti++]);
     }
     flatten(ev.call_fn(f, full, f.span), outs);
     return outs;
   }
 
-  void run_group(size_t gi, const Group& g, const spec::Residual& r,
-                 const spec::TemplateTable& tt, const interp::Params& params,
-                 std::vector<GroupState>& st, bool train, PlanStats& stats) {
+  void run_group(size_t gi, const Group& g, const spec::Residual& r, const spec::TemplateTable& tt,
+                 const interp::Params& params, std::vector<GroupState>& st, bool train,
+                 PlanStats& stats) {
     GroupState& gs = st[gi];
     const int64_t rows = static_cast<int64_t>(g.instances.size());
     if (g.tmpl == Instance::kSumN) {
       Tensor acc;
       for (const auto& a : g.args) {
         Tensor t = fetch(a.rows[0], r, params, st);
-        if (!acc.defined()) acc = t.clone();
-        else kernels::add_inplace(acc, t);
+        if (!acc.defined())
+          acc = t.clone();
+        else
+          kernels::add_inplace(acc, t);
       }
       gs.batched = {acc.reshaped([&] {
         Shape s{1};
-        for (auto d : acc.shape().dims()) s.push_back(d);
+        for (auto d : acc.shape().dims())
+          s.push_back(d);
         return s;
       }())};
       stats.groups_batched++;
@@ -304,12 +354,15 @@ struct PlanExecutor::Impl {
     int32_t nleaves = 0;
     for (size_t a = 0; a < g.args.size(); ++a) {
       const auto& ga = g.args[a];
-      if (ga.shared) continue;
+      if (ga.shared)
+        continue;
       std::vector<Tensor> rs;
       rs.reserve(ga.rows.size());
-      for (const auto& rr : ga.rows) rs.push_back(fetch(rr, r, params, st));
+      for (const auto& rr : ga.rows)
+        rs.push_back(fetch(rr, r, params, st));
       xs[a] = stack(rs, ga.sig);
-      if (train && ga.sig.dtype == DType::F32) gs.arg_leaf[a] = nleaves++;
+      if (train && ga.sig.dtype == DType::F32)
+        gs.arg_leaf[a] = nleaves++;
     }
     auto shared_value = [&](const Ref& ref, interp::Tape* tape) -> Value {
       if (ref.kind == Ref::Kind::Param)
@@ -320,7 +373,8 @@ struct PlanExecutor::Impl {
     auto leaves = [&]() {
       std::vector<Tensor> ls(static_cast<size_t>(nleaves));
       for (size_t a = 0; a < g.args.size(); ++a)
-        if (gs.arg_leaf[a] >= 0) ls[static_cast<size_t>(gs.arg_leaf[a])] = xs[a];
+        if (gs.arg_leaf[a] >= 0)
+          ls[static_cast<size_t>(gs.arg_leaf[a])] = xs[a];
       ls.insert(ls.end(), params.values.begin(), params.values.end());
       return ls;
     };
@@ -346,7 +400,8 @@ struct PlanExecutor::Impl {
           // every row, broadcast by an add of per-row zeros so that gradients flow back.
           const Tensor& o = outs[k].as_tensor();
           Shape s{rows};
-          for (auto d : o.shape().dims()) s.push_back(d);
+          for (auto d : o.shape().dims())
+            s.push_back(d);
           Value two[2] = {Value::batched_tensor(Tensor::zeros(o.dtype(), s)), outs[k]};
           outs[k] = be.op(ops::OpId::Add, {}, two, 2, Span{});
         }
@@ -361,7 +416,8 @@ struct PlanExecutor::Impl {
     }
     gs.per_row = true;
     stats.groups_row_by_row++;
-    if (train) gs.tape->reset(leaves());
+    if (train)
+      gs.tape->reset(leaves());
     gs.rows.assign(static_cast<size_t>(rows), {});
     gs.row_ids.assign(static_cast<size_t>(rows), {});
     for (int64_t i = 0; i < rows; ++i) {
@@ -398,13 +454,13 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
 PlanExecutor::~PlanExecutor() = default;
 
 std::vector<Tensor> PlanExecutor::run(const spec::Plan& plan, const spec::Residual& r,
-                                      const spec::TemplateTable& tt,
-                                      const interp::Params& params) {
+                                      const spec::TemplateTable& tt, const interp::Params& params) {
   std::vector<Impl::GroupState> st(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi)
     impl_->run_group(gi, plan.groups[gi], r, tt, params, st, false, stats_);
   std::vector<Tensor> out;
-  for (const auto& o : plan.outputs) out.push_back(impl_->fetch(o, r, params, st));
+  for (const auto& o : plan.outputs)
+    out.push_back(impl_->fetch(o, r, params, st));
   return out;
 }
 
@@ -415,7 +471,8 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
   std::vector<Impl::GroupState> st(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi)
     impl_->run_group(gi, plan.groups[gi], r, tt, params, st, true, stats_);
-  if (plan.outputs.size() != 1) throw Error("value_and_grad needs an entry with one f32[] result");
+  if (plan.outputs.size() != 1)
+    throw Error("value_and_grad needs an entry with one f32[] result");
   const RowRef& lo = plan.outputs[0];
   Tensor loss = impl_->fetch(lo, r, params, st);
   if (loss.dtype() != DType::F32 || loss.numel() != 1)
@@ -424,39 +481,46 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
   interp::Interpreter::Gradients out;
   out.loss = loss.item_f32();
   out.grads.resize(params.values.size());
-  if (lo.kind != Ref::Kind::Inst) return out;
+  if (lo.kind != Ref::Kind::Inst)
+    return out;
 
   // Gradient storage per group result: [rows, ...], zero until something flows in.
   auto grad_of = [&](int32_t g, int32_t k) -> Tensor& {
     auto& gs = st[static_cast<size_t>(g)];
-    if (gs.grads.size() <= static_cast<size_t>(k)) gs.grads.resize(static_cast<size_t>(k) + 1);
+    if (gs.grads.size() <= static_cast<size_t>(k))
+      gs.grads.resize(static_cast<size_t>(k) + 1);
     Tensor& t = gs.grads[static_cast<size_t>(k)];
     if (!t.defined()) {
       const Group& grp = plan.groups[static_cast<size_t>(g)];
       Shape s{static_cast<int64_t>(grp.tmpl == Instance::kSumN ? 1 : grp.instances.size())};
-      for (auto d : grp.results[static_cast<size_t>(k)].dims) s.push_back(d);
+      for (auto d : grp.results[static_cast<size_t>(k)].dims)
+        s.push_back(d);
       t = Tensor::zeros(DType::F32, s);
     }
     return t;
   };
   auto add_row = [&](const RowRef& rr, const Tensor& g) {
-    if (rr.kind != Ref::Kind::Inst) return;
+    if (rr.kind != Ref::Kind::Inst)
+      return;
     Tensor& dst = grad_of(rr.index, rr.out);
     int64_t n = g.numel();
     float* d = dst.f32() + static_cast<size_t>(rr.row) * static_cast<size_t>(n);
     const float* s = g.f32();
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    for (int64_t i = 0; i < n; ++i)
+      d[i] += s[i];
   };
   grad_of(lo.index, lo.out).f32()[lo.row] += 1.0f;
 
   for (size_t gi = plan.groups.size(); gi-- > 0;) {
     const Group& g = plan.groups[gi];
     auto& gs = st[gi];
-    if (gs.grads.empty()) continue;
+    if (gs.grads.empty())
+      continue;
     if (g.tmpl == Instance::kSumN) {
       Tensor G = grad_of(static_cast<int32_t>(gi), 0);
       Tensor row = row_of(G, 0);
-      for (const auto& a : g.args) add_row(a.rows[0], row);
+      for (const auto& a : g.args)
+        add_row(a.rows[0], row);
       continue;
     }
     std::vector<std::pair<int32_t, Tensor>> seeds;
@@ -470,15 +534,18 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
           if (k < gs.grads.size() && gs.grads[k].defined() && gs.row_ids[i][k] >= 0)
             seeds.emplace_back(gs.row_ids[i][k], row_of(gs.grads[k], static_cast<int64_t>(i)));
     }
-    if (seeds.empty()) continue;
+    if (seeds.empty())
+      continue;
     auto grads = gs.tape->backward(seeds);
     int32_t nleaves = static_cast<int32_t>(grads.size() - params.values.size());
     // Per-row argument gradients flow to the rows they were gathered from.
     for (size_t a = 0; a < g.args.size(); ++a) {
       int32_t leaf = gs.arg_leaf[a];
-      if (leaf < 0 || grads[static_cast<size_t>(leaf)].empty()) continue;
+      if (leaf < 0 || grads[static_cast<size_t>(leaf)].empty())
+        continue;
       Shape xs{static_cast<int64_t>(g.instances.size())};
-      for (auto d : g.args[a].sig.dims) xs.push_back(d);
+      for (auto d : g.args[a].sig.dims)
+        xs.push_back(d);
       Tensor dx = grads[static_cast<size_t>(leaf)].to_dense(xs);
       for (size_t i = 0; i < g.args[a].rows.size(); ++i)
         add_row(g.args[a].rows[i], row_of(dx, static_cast<int64_t>(i)));
@@ -487,10 +554,13 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
       auto& src = grads[static_cast<size_t>(nleaves) + p];
       auto& dst = out.grads[p];
       if (src.dense.defined()) {
-        if (!dst.dense.defined()) dst.dense = src.dense;
-        else kernels::add_inplace(dst.dense, src.dense);
+        if (!dst.dense.defined())
+          dst.dense = src.dense;
+        else
+          kernels::add_inplace(dst.dense, src.dense);
       }
-      for (auto& s : src.sparse) dst.sparse.push_back(std::move(s));
+      for (auto& s : src.sparse)
+        dst.sparse.push_back(std::move(s));
     }
     gs.tape.reset();
   }

@@ -18,7 +18,7 @@
 namespace pejit::runtime {
 
 struct PlanStats {
-  int64_t groups_batched = 0;  ///< groups run as one batched call
+  int64_t groups_batched = 0;    ///< groups run as one batched call
   int64_t groups_row_by_row = 0; ///< groups whose template has an op without a batching rule
   std::vector<std::string> row_by_row_reasons; ///< "template: why", one per such group
 };

@@ -20,12 +20,17 @@ struct Value::Impl {
 };
 
 namespace {
-Value wrap(interp::Value v) { return Value(std::make_shared<const Value::Impl>(Value::Impl{std::move(v)})); }
-const interp::Value& unwrap(const Value& v) { return v.impl().v; }
+Value wrap(interp::Value v) {
+  return Value(std::make_shared<const Value::Impl>(Value::Impl{std::move(v)}));
+}
+const interp::Value& unwrap(const Value& v) {
+  return v.impl().v;
+}
 
 Shape to_shape(const std::vector<int64_t>& s) {
   for (auto d : s)
-    if (d < 0) throw Error("negative dimension in a tensor shape");
+    if (d < 0)
+      throw Error("negative dimension in a tensor shape");
   return Shape(std::span<const int64_t>(s));
 }
 } // namespace
@@ -35,12 +40,22 @@ Value::~Value() = default;
 Value::Value(const Value&) = default;
 Value& Value::operator=(const Value&) = default;
 Value::Value(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
-const Value::Impl& Value::impl() const { return *impl_; }
+const Value::Impl& Value::impl() const {
+  return *impl_;
+}
 
-Value Value::integer(int64_t v) { return wrap(interp::Value::integer(v)); }
-Value Value::boolean(bool v) { return wrap(interp::Value::boolean(v)); }
-Value Value::scalar_i32(int32_t v) { return wrap(interp::Value::tensor(Tensor::scalar_i32(v))); }
-Value Value::scalar_f32(float v) { return wrap(interp::Value::tensor(Tensor::scalar_f32(v))); }
+Value Value::integer(int64_t v) {
+  return wrap(interp::Value::integer(v));
+}
+Value Value::boolean(bool v) {
+  return wrap(interp::Value::boolean(v));
+}
+Value Value::scalar_i32(int32_t v) {
+  return wrap(interp::Value::tensor(Tensor::scalar_i32(v)));
+}
+Value Value::scalar_f32(float v) {
+  return wrap(interp::Value::tensor(Tensor::scalar_f32(v)));
+}
 Value Value::tensor_f32(const std::vector<int64_t>& shape, const std::vector<float>& data) {
   return wrap(interp::Value::tensor(Tensor::from_f32(to_shape(shape), data)));
 }
@@ -49,63 +64,81 @@ Value Value::tensor_i32(const std::vector<int64_t>& shape, const std::vector<int
 }
 Value Value::list(const std::vector<Value>& items) {
   interp::Values xs;
-  for (const auto& i : items) xs.push_back(unwrap(i));
+  for (const auto& i : items)
+    xs.push_back(unwrap(i));
   return wrap(interp::Value::list(std::move(xs)));
 }
 Value Value::tuple(const std::vector<Value>& items) {
   interp::Values xs;
-  for (const auto& i : items) xs.push_back(unwrap(i));
+  for (const auto& i : items)
+    xs.push_back(unwrap(i));
   return wrap(interp::Value::tuple(std::move(xs)));
 }
 
-bool Value::is_list() const { return impl_->v.kind() == interp::Value::Kind::List; }
-bool Value::is_tensor() const { return impl_->v.kind() == interp::Value::Kind::Tensor; }
+bool Value::is_list() const {
+  return impl_->v.kind() == interp::Value::Kind::List;
+}
+bool Value::is_tensor() const {
+  return impl_->v.kind() == interp::Value::Kind::Tensor;
+}
 
 size_t Value::size() const {
   const auto& v = impl_->v;
-  if (v.kind() == interp::Value::Kind::List) return v.list_size();
+  if (v.kind() == interp::Value::Kind::List)
+    return v.list_size();
   if (v.kind() == interp::Value::Kind::Tuple || v.kind() == interp::Value::Kind::Adt)
     return v.items().size();
   throw Error("size() of " + v.describe());
 }
 
 Value Value::at(size_t i) const {
-  if (i >= size()) throw Error("index " + std::to_string(i) + " out of range");
+  if (i >= size())
+    throw Error("index " + std::to_string(i) + " out of range");
   const auto& v = impl_->v;
   return wrap(v.kind() == interp::Value::Kind::List ? v.list_at(i) : v.items()[i]);
 }
 
 int64_t Value::as_int() const {
-  if (impl_->v.kind() != interp::Value::Kind::Int) throw Error("not an Int: " + describe());
+  if (impl_->v.kind() != interp::Value::Kind::Int)
+    throw Error("not an Int: " + describe());
   return impl_->v.as_int();
 }
 bool Value::as_bool() const {
-  if (impl_->v.kind() != interp::Value::Kind::Bool) throw Error("not a Bool: " + describe());
+  if (impl_->v.kind() != interp::Value::Kind::Bool)
+    throw Error("not a Bool: " + describe());
   return impl_->v.as_bool();
 }
 float Value::item_f32() const {
-  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  if (!is_tensor())
+    throw Error("not a tensor: " + describe());
   return impl_->v.as_tensor().item_f32();
 }
 int32_t Value::item_i32() const {
-  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  if (!is_tensor())
+    throw Error("not a tensor: " + describe());
   return impl_->v.as_tensor().item_i32();
 }
 std::vector<int64_t> Value::shape() const {
-  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  if (!is_tensor())
+    throw Error("not a tensor: " + describe());
   auto d = impl_->v.as_tensor().shape().dims();
   return {d.begin(), d.end()};
 }
 std::vector<float> Value::to_f32() const {
-  if (!is_tensor()) throw Error("not a tensor: " + describe());
+  if (!is_tensor())
+    throw Error("not a tensor: " + describe());
   const Tensor& t = impl_->v.as_tensor();
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  if (t.dtype() == DType::F32) std::copy(t.f32(), t.f32() + t.numel(), out.begin());
+  if (t.dtype() == DType::F32)
+    std::copy(t.f32(), t.f32() + t.numel(), out.begin());
   else
-    for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = static_cast<float>(t.i32()[i]);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      out[static_cast<size_t>(i)] = static_cast<float>(t.i32()[i]);
   return out;
 }
-std::string Value::describe() const { return impl_->v.describe(); }
+std::string Value::describe() const {
+  return impl_->v.describe();
+}
 
 struct Session::Impl {
   std::shared_ptr<ir::Module> module;
@@ -145,7 +178,8 @@ Session Session::from_source(const std::string& text, const std::string& name,
   impl->module = std::make_shared<ir::Module>();
   Diagnostics d;
   auto r = types::add_source(*impl->module, text, name, d);
-  if (!r.ok) throw ProgramError("the program has errors:\n" + d.render());
+  if (!r.ok)
+    throw ProgramError("the program has errors:\n" + d.render());
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->interp = std::make_unique<interp::Interpreter>(impl->module, impl->dims);
@@ -161,31 +195,38 @@ Session Session::from_source(const std::string& text, const std::string& name,
 
 Session Session::from_file(const std::string& path, const SessionOptions& opt) {
   FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("cannot read '" + path + "'");
+  if (!f)
+    throw Error("cannot read '" + path + "'");
   std::string text;
   char buf[65536];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    text.append(buf, n);
   std::fclose(f);
   return from_source(text, path, opt);
 }
 
 Value Session::make(const std::string& ctor, const std::vector<Value>& fields) const {
   interp::Values xs;
-  for (const auto& f : fields) xs.push_back(unwrap(f));
+  for (const auto& f : fields)
+    xs.push_back(unwrap(f));
   if (ctor == "Nil") {
-    if (!fields.empty()) throw Error("Nil takes no fields");
+    if (!fields.empty())
+      throw Error("Nil takes no fields");
     return wrap(interp::Value::list({}));
   }
   if (ctor == "Cons") {
-    if (fields.size() != 2 || !fields[1].is_list()) throw Error("Cons takes a head and a list");
+    if (fields.size() != 2 || !fields[1].is_list())
+      throw Error("Cons takes a head and a list");
     interp::Values all{xs[0]};
     const auto& tail = xs[1];
-    for (size_t i = 0; i < tail.list_size(); ++i) all.push_back(tail.list_at(i));
+    for (size_t i = 0; i < tail.list_size(); ++i)
+      all.push_back(tail.list_at(i));
     return wrap(interp::Value::list(std::move(all)));
   }
   auto [a, c] = impl_->module->ctor(ctor);
-  if (a < 0) throw Error("the model has no constructor '" + ctor + "'");
+  if (a < 0)
+    throw Error("the model has no constructor '" + ctor + "'");
   const auto& def = impl_->module->adts()[static_cast<size_t>(a)]->ctors[static_cast<size_t>(c)];
   if (def.fields.size() != fields.size())
     throw Error("constructor " + ctor + " has " + std::to_string(def.fields.size()) +
@@ -207,7 +248,8 @@ float Session::step(const std::string& entry, const Value& batch) {
 
 void Session::prefetch(const std::string& entry, const std::vector<Value>& batches) {
   std::vector<interp::Value> vs;
-  for (const auto& b : batches) vs.push_back(unwrap(b));
+  for (const auto& b : batches)
+    vs.push_back(unwrap(b));
   impl_->engine->prefetch(entry, std::move(vs));
 }
 
@@ -216,8 +258,10 @@ std::string Session::entry_status(const std::string& entry) const {
     throw Error("no entry named '" + entry + "'");
   size_t plans = impl_->engine->cached_plans(entry);
   std::string why = impl_->engine->explain(entry);
-  if (!why.empty()) return "generic: " + why;
-  if (plans > 0) return "specialized: " + std::to_string(plans) + " plan" + (plans == 1 ? "" : "s") + " cached";
+  if (!why.empty())
+    return "generic: " + why;
+  if (plans > 0)
+    return "specialized: " + std::to_string(plans) + " plan" + (plans == 1 ? "" : "s") + " cached";
   return "not specialized yet";
 }
 
@@ -225,12 +269,15 @@ Value Session::run(const std::string& entry, const Value& batch) {
   return wrap(impl_->interp->run(entry, {unwrap(batch)}, impl_->params));
 }
 
-std::vector<std::string> Session::entries() const { return impl_->module->entries(); }
+std::vector<std::string> Session::entries() const {
+  return impl_->module->entries();
+}
 
 std::vector<std::string> Session::add_source(const std::string& text, const std::string& name) {
   Diagnostics d;
   auto r = types::add_source(*impl_->module, text, name, d);
-  if (!r.ok) throw ProgramError("the definitions have errors:\n" + d.render());
+  if (!r.ok)
+    throw ProgramError("the definitions have errors:\n" + d.render());
   impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
   impl_->init_missing_params();
   impl_->interp = std::make_unique<interp::Interpreter>(impl_->module, impl_->dims);
@@ -239,12 +286,15 @@ std::vector<std::string> Session::add_source(const std::string& text, const std:
   return r.affected_entries;
 }
 
-std::vector<std::string> Session::param_names() const { return impl_->params.names; }
+std::vector<std::string> Session::param_names() const {
+  return impl_->params.names;
+}
 
 namespace {
 const Tensor& param_of(const interp::Params& p, const std::string& name) {
   int i = p.index(name);
-  if (i < 0) throw Error("no parameter named '" + name + "'");
+  if (i < 0)
+    throw Error("no parameter named '" + name + "'");
   return p.values[static_cast<size_t>(i)];
 }
 } // namespace
@@ -261,7 +311,8 @@ std::vector<float> Session::get_param(const std::string& name) const {
 
 void Session::set_param(const std::string& name, const std::vector<float>& data) {
   int i = impl_->params.index(name);
-  if (i < 0) throw Error("no parameter named '" + name + "'");
+  if (i < 0)
+    throw Error("no parameter named '" + name + "'");
   Tensor& t = impl_->params.values[static_cast<size_t>(i)];
   if (static_cast<int64_t>(data.size()) != t.numel())
     throw Error("parameter " + name + " has " + std::to_string(t.numel()) + " elements, got " +
@@ -273,7 +324,8 @@ void Session::save(const std::string& path, const std::vector<std::string>& voca
   checkpoint::Checkpoint ck;
   ck.params = impl_->params;
   ck.vocab = vocab;
-  if (ck.vocab.empty()) ck.vocab = {"<unk>"};
+  if (ck.vocab.empty())
+    ck.vocab = {"<unk>"};
   ck.optimizer_state = impl_->optimizer->state();
   checkpoint::save(path, ck);
 }
@@ -282,14 +334,16 @@ std::vector<std::string> Session::load(const std::string& path) {
   checkpoint::Checkpoint ck = checkpoint::load(path);
   for (size_t i = 0; i < impl_->params.names.size(); ++i) {
     int j = ck.params.index(impl_->params.names[i]);
-    if (j < 0) throw Error("'" + path + "' has no parameter " + impl_->params.names[i]);
+    if (j < 0)
+      throw Error("'" + path + "' has no parameter " + impl_->params.names[i]);
     if (ck.params.values[j].shape() != impl_->params.values[i].shape())
       throw Error("'" + path + "': parameter " + impl_->params.names[i] + " has shape " +
                   ck.params.values[j].shape().str() + ", the session has " +
                   impl_->params.values[i].shape().str());
     impl_->params.values[i] = ck.params.values[j];
   }
-  if (!ck.optimizer_state.empty()) impl_->optimizer->load_state(ck.optimizer_state);
+  if (!ck.optimizer_state.empty())
+    impl_->optimizer->load_state(ck.optimizer_state);
   return ck.vocab;
 }
 

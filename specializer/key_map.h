@@ -26,19 +26,23 @@ public:
   /// The value of `k`, or -1.
   int32_t find(std::span<const int64_t> k) const { return find(k, hash(k)); }
   int32_t find(std::span<const int64_t> k, uint64_t h) const {
-    if (slots_.empty()) return -1;
+    if (slots_.empty())
+      return -1;
     size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Slot& s = slots_[i];
-      if (s.value < 0) return -1;
-      if (s.hash == h && equal(s, k)) return s.value;
+      if (s.value < 0)
+        return -1;
+      if (s.hash == h && equal(s, k))
+        return s.value;
     }
   }
 
   /// Inserts `k` -> `v` unless present; returns the value now stored and whether it was new.
   std::pair<int32_t, bool> emplace(std::span<const int64_t> k, int32_t v) {
     uint64_t h = hash(k);
-    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    if ((size_ + 1) * 4 > slots_.size() * 3)
+      grow();
     size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       Slot& s = slots_[i];
@@ -51,7 +55,8 @@ public:
         ++size_;
         return {v, true};
       }
-      if (s.hash == h && equal(s, k)) return {s.value, false};
+      if (s.hash == h && equal(s, k))
+        return {s.value, false};
     }
   }
 
@@ -63,7 +68,8 @@ public:
   }
   /// Forgets every key but keeps the memory (for per-call tables).
   void reset() {
-    for (auto& s : slots_) s.value = -1;
+    for (auto& s : slots_)
+      s.value = -1;
     keys_.clear();
     size_ = 0;
   }
@@ -79,8 +85,8 @@ private:
   size_t size_ = 0;
 
   bool equal(const Slot& s, std::span<const int64_t> k) const {
-    return s.len == k.size() &&
-           (k.empty() || std::memcmp(keys_.data() + s.offset, k.data(), k.size() * sizeof(int64_t)) == 0);
+    return s.len == k.size() && (k.empty() || std::memcmp(keys_.data() + s.offset, k.data(),
+                                                          k.size() * sizeof(int64_t)) == 0);
   }
 
   void grow() {
@@ -88,9 +94,11 @@ private:
     slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
     size_t mask = slots_.size() - 1;
     for (const Slot& s : old) {
-      if (s.value < 0) continue;
+      if (s.value < 0)
+        continue;
       size_t i = s.hash & mask;
-      while (slots_[i].value >= 0) i = (i + 1) & mask;
+      while (slots_[i].value >= 0)
+        i = (i + 1) & mask;
       slots_[i] = s;
     }
   }

@@ -28,7 +28,8 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 uint64_t hash_str(uint64_t h, const std::string& s) {
-  for (char c : s) h = mix(h, static_cast<uint8_t>(c));
+  for (char c : s)
+    h = mix(h, static_cast<uint8_t>(c));
   return mix(h, s.size());
 }
 
@@ -37,26 +38,33 @@ void hash_value(uint64_t& h, const Value& v, size_t& count) {
   h = mix(h, static_cast<uint64_t>(v.kind()));
   switch (v.kind()) {
   case Value::Kind::Int:
-  case Value::Kind::Bool: h = mix(h, static_cast<uint64_t>(v.kind() == Value::Kind::Int ? v.as_int() : v.as_bool())); break;
+  case Value::Kind::Bool:
+    h = mix(h, static_cast<uint64_t>(v.kind() == Value::Kind::Int ? v.as_int() : v.as_bool()));
+    break;
   case Value::Kind::Tensor: {
     const Tensor& t = v.as_tensor();
     h = mix(h, static_cast<uint64_t>(t.dtype()));
-    for (auto d : t.shape().dims()) h = mix(h, static_cast<uint64_t>(d));
+    for (auto d : t.shape().dims())
+      h = mix(h, static_cast<uint64_t>(d));
     h = mix(h, t.rank());
     break;
   }
   case Value::Kind::Tuple:
   case Value::Kind::Adt:
-    if (v.kind() == Value::Kind::Adt) h = mix(h, static_cast<uint64_t>(v.tag()));
+    if (v.kind() == Value::Kind::Adt)
+      h = mix(h, static_cast<uint64_t>(v.tag()));
     h = mix(h, v.items().size());
-    for (const auto& x : v.items()) hash_value(h, x, count);
+    for (const auto& x : v.items())
+      hash_value(h, x, count);
     break;
   case Value::Kind::List:
     h = mix(h, v.list_size());
-    for (size_t i = 0; i < v.list_size(); ++i) hash_value(h, v.list_at(i), count);
+    for (size_t i = 0; i < v.list_size(); ++i)
+      hash_value(h, v.list_at(i), count);
     break;
   case Value::Kind::Closure:
-  case Value::Kind::None: break;
+  case Value::Kind::None:
+    break;
   }
 }
 
@@ -75,17 +83,22 @@ ir::Type type_of(const TensorSig& s) {
 }
 
 bool tensors_only(const ir::Type& t) {
-  if (t->kind == ir::TypeKind::Tensor) return true;
-  if (t->kind != ir::TypeKind::Tuple) return false;
+  if (t->kind == ir::TypeKind::Tensor)
+    return true;
+  if (t->kind != ir::TypeKind::Tuple)
+    return false;
   for (const auto& e : t->elems)
-    if (!tensors_only(e)) return false;
+    if (!tensors_only(e))
+      return false;
   return true;
 }
 
 void flatten_type(const ir::Type& t, std::vector<ir::Type>& out) {
-  if (t->kind == ir::TypeKind::Tensor) out.push_back(t);
+  if (t->kind == ir::TypeKind::Tensor)
+    out.push_back(t);
   else
-    for (const auto& e : t->elems) flatten_type(e, out);
+    for (const auto& e : t->elems)
+      flatten_type(e, out);
 }
 
 // The partial evaluator's backend: residual tensors are Value::tensor(undefined, rid), where
@@ -140,8 +153,10 @@ public:
            Values* multi = nullptr) {
     spend(s);
     bool all_const = true;
-    for (size_t i = 0; i < n; ++i) all_const = all_const && is_const(args[i]);
-    if (all_const) return fold(id, attr, args, n, s, multi);
+    for (size_t i = 0; i < n; ++i)
+      all_const = all_const && is_const(args[i]);
+    if (all_const)
+      return fold(id, attr, args, n, s, multi);
     // `a + b` of f32 tensors of one shape, one of them residual, stays a symbolic sum.
     if (id == ops::OpId::Add) {
       int32_t a = sig(args[0]), b = sig(args[1]);
@@ -156,7 +171,8 @@ public:
     key_.push_back(static_cast<int64_t>(id));
     key_.push_back(static_cast<int64_t>(attr.ints.size()));
     key_.insert(key_.end(), attr.ints.begin(), attr.ints.end());
-    for (size_t i = 0; i < n; ++i) key_.push_back(sig(args[i]));
+    for (size_t i = 0; i < n; ++i)
+      key_.push_back(sig(args[i]));
     int32_t e = memo_.keys.find(key_);
     if (e < 0) {
       Template t;
@@ -169,25 +185,28 @@ public:
         types.push_back(type_of(t.args.back()));
       }
       auto r = ops::op_result_type(id, types, attr);
-      PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id) << " failed its shape rule after checking: "
-                          << r.error;
+      PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id)
+                          << " failed its shape rule after checking: " << r.error;
       std::vector<ir::Type> outs;
       flatten_type(r.type, outs);
-      for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
+      for (const auto& o : outs)
+        t.results.push_back(sig_of(o, dims_));
       t.name = std::string("op.") + ops::op_name(id);
       e = remember(std::move(t));
     }
     // Arguments first: materializing a pending sum appends its SumN instance, which must come
     // before this one (and may reallocate the instance list).
     arg_refs_.clear();
-    for (size_t i = 0; i < n; ++i) arg_refs_.push_back(materialize(args[i]));
+    for (size_t i = 0; i < n; ++i)
+      arg_refs_.push_back(materialize(args[i]));
     Ref* refs = push_instance(e, n);
     std::copy(arg_refs_.begin(), arg_refs_.end(), refs);
     const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
     int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
     if (multi) {
       multi->clear();
-      for (uint32_t k = 0; k < en.count; ++k) multi->push_back(result(idx, en, k));
+      for (uint32_t k = 0; k < en.count; ++k)
+        multi->push_back(result(idx, en, k));
       return Value();
     }
     return result(idx, en, 0);
@@ -195,7 +214,8 @@ public:
 
   std::optional<Value> call(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
     int32_t e = call_instance(f, fn_index, args, s);
-    if (e < 0) return std::nullopt;
+    if (e < 0)
+      return std::nullopt;
     const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
     int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
     uint32_t k = 0;
@@ -204,12 +224,15 @@ public:
 
   // As call, for a function whose result is a flat tuple of tensors: the elements into `out`
   // (the evaluator's `let (a, b) = f(...)`, without building the tuple).
-  bool call_flat(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s, Values& out) {
+  bool call_flat(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s,
+                 Values& out) {
     int32_t e = call_instance(f, fn_index, args, s);
-    if (e < 0) return false;
+    if (e < 0)
+      return false;
     const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
     int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
-    for (uint32_t k = 0; k < en.count; ++k) out.push_back(result(idx, en, k));
+    for (uint32_t k = 0; k < en.count; ++k)
+      out.push_back(result(idx, en, k));
     return true;
   }
 
@@ -218,8 +241,10 @@ public:
   int32_t call_instance(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
     spend(s);
     int8_t& el = eligible_[static_cast<size_t>(fn_index)];
-    if (el < 0) el = is_template_eligible(f) ? 1 : 0;
-    if (!el) return -1;
+    if (el < 0)
+      el = is_template_eligible(f) ? 1 : 0;
+    if (!el)
+      return -1;
     key_.clear();
     key_.push_back(1);
     key_.push_back(fn_index);
@@ -227,8 +252,12 @@ public:
     for (size_t i = 0; i < f.params.size(); ++i) {
       const Value& a = args[i];
       switch (f.params[i].type->kind) {
-      case ir::TypeKind::Int: key_.push_back(a.as_int()); break;
-      case ir::TypeKind::Bool: key_.push_back(a.as_bool() ? 1 : 0); break;
+      case ir::TypeKind::Int:
+        key_.push_back(a.as_int());
+        break;
+      case ir::TypeKind::Bool:
+        key_.push_back(a.as_bool() ? 1 : 0);
+        break;
       default:
         key_.push_back(sig(a));
         ++n_tensors;
@@ -242,18 +271,22 @@ public:
       t.name = f.name;
       for (size_t i = 0; i < f.params.size(); ++i) {
         auto k = f.params[i].type->kind;
-        if (k == ir::TypeKind::Int || k == ir::TypeKind::Bool) t.statics.push_back(key_[2 + i]);
-        else t.args.push_back(memo_.sigs[static_cast<size_t>(key_[2 + i])]);
+        if (k == ir::TypeKind::Int || k == ir::TypeKind::Bool)
+          t.statics.push_back(key_[2 + i]);
+        else
+          t.args.push_back(memo_.sigs[static_cast<size_t>(key_[2 + i])]);
       }
       std::vector<ir::Type> outs;
       flatten_type(f.ret, outs);
-      for (const auto& o : outs) t.results.push_back(sig_of(o, dims_));
+      for (const auto& o : outs)
+        t.results.push_back(sig_of(o, dims_));
       e = remember(std::move(t));
     }
     arg_refs_.clear();
     for (size_t i = 0; i < f.params.size(); ++i) {
       auto k = f.params[i].type->kind;
-      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool) arg_refs_.push_back(materialize(args[i]));
+      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool)
+        arg_refs_.push_back(materialize(args[i]));
     }
     Ref* refs = push_instance(e, n_tensors);
     std::copy(arg_refs_.begin(), arg_refs_.end(), refs);
@@ -267,7 +300,8 @@ public:
       return Value::tensor(Tensor::zeros(DType::F32, Shape(std::span<const int64_t>(sg.dims))));
     }
     bool all_const = true;
-    for (size_t i = 0; i < xs.list_size(); ++i) all_const = all_const && is_const(xs.list_at(i));
+    for (size_t i = 0; i < xs.list_size(); ++i)
+      all_const = all_const && is_const(xs.list_at(i));
     if (all_const) {
       Value acc = xs.list_at(0);
       for (size_t i = 1; i < xs.list_size(); ++i) {
@@ -302,15 +336,20 @@ public:
   /// The entry's result, flattened into refs (sums materialized, constants interned).
   void collect_outputs(const Value& v) {
     switch (v.kind()) {
-    case Value::Kind::Tensor: res_.outputs.push_back(materialize(v)); break;
+    case Value::Kind::Tensor:
+      res_.outputs.push_back(materialize(v));
+      break;
     case Value::Kind::Tuple:
     case Value::Kind::Adt:
-      for (const auto& x : v.items()) collect_outputs(x);
+      for (const auto& x : v.items())
+        collect_outputs(x);
       break;
     case Value::Kind::List:
-      for (size_t i = 0; i < v.list_size(); ++i) collect_outputs(v.list_at(i));
+      for (size_t i = 0; i < v.list_size(); ++i)
+        collect_outputs(v.list_at(i));
       break;
-    default: break;
+    default:
+      break;
     }
   }
 
@@ -321,8 +360,8 @@ public:
 private:
   struct RVal {
     Ref ref;
-    int32_t sig;       ///< id in memo_.sigs
-    int32_t sum = -1;  ///< >= 0: a symbolic sum not yet materialized (its SumPart)
+    int32_t sig;      ///< id in memo_.sigs
+    int32_t sum = -1; ///< >= 0: a symbolic sum not yet materialized (its SumPart)
   };
   // A pending sum's terms, in order: a leaf (l < 0: the term `leaf`) or the terms of l then r.
   // Parts are immutable, so a sum that used another still pending sum keeps its terms even if
@@ -344,8 +383,8 @@ private:
   std::vector<Value> param_vals_; ///< None until first used
   std::vector<int8_t> eligible_;  ///< per function: -1 unknown, else is_template_eligible
   std::unordered_map<std::string, int32_t> const_ids_;
-  std::vector<int64_t> key_;      ///< scratch: the specialization key being looked up
-  std::vector<int32_t> stack_;    ///< scratch: flattening a sum
+  std::vector<int64_t> key_;   ///< scratch: the specialization key being looked up
+  std::vector<int32_t> stack_; ///< scratch: flattening a sum
 
   void spend(const Span& s) {
     if (++used_ > fuel_)
@@ -375,7 +414,8 @@ private:
     PeMemo::Entry en;
     en.first = static_cast<uint32_t>(memo_.result_sigs.size());
     en.count = static_cast<uint32_t>(t.results.size());
-    for (const auto& r : t.results) memo_.result_sigs.push_back(memo_sig(r));
+    for (const auto& r : t.results)
+      memo_.result_sigs.push_back(memo_sig(r));
     en.tmpl = templates_.intern(std::move(t));
     int32_t e = static_cast<int32_t>(memo_.entries.size());
     memo_.entries.push_back(en);
@@ -401,11 +441,13 @@ private:
   // Equal constants share one index, so instances that take them can share a group.
   Ref const_ref(const Tensor& t) {
     std::string key(dtype_name(t.dtype()));
-    for (auto d : t.shape().dims()) key += "," + std::to_string(d);
+    for (auto d : t.shape().dims())
+      key += "," + std::to_string(d);
     key += ":";
     key.append(static_cast<const char*>(t.raw()), t.nbytes());
     auto [it, fresh] = const_ids_.emplace(std::move(key), static_cast<int32_t>(res_.consts.size()));
-    if (fresh) res_.consts.push_back(t);
+    if (fresh)
+      res_.consts.push_back(t);
     return Ref{Ref::Kind::Const, it->second, 0};
   }
 
@@ -421,17 +463,21 @@ private:
 
   // The terms of a value as a sum part: a constant, a pending sum's terms, or the value.
   int32_t part_of(const Value& v) {
-    if (is_const(v)) return leaf_part(const_ref(v.as_tensor()));
+    if (is_const(v))
+      return leaf_part(const_ref(v.as_tensor()));
     const RVal& r = rv(v);
-    if (r.sum >= 0) return r.sum;
+    if (r.sum >= 0)
+      return r.sum;
     return leaf_part(r.ref);
   }
 
   // A single reference for a value: a pending sum becomes a SumN instance (once).
   Ref materialize(const Value& v) {
-    if (is_const(v)) return const_ref(v.as_tensor());
+    if (is_const(v))
+      return const_ref(v.as_tensor());
     size_t id = static_cast<size_t>(v.tape_id());
-    if (rvals_[id].sum < 0) return rvals_[id].ref;
+    if (rvals_[id].sum < 0)
+      return rvals_[id].ref;
     Instance inst;
     inst.tmpl = Instance::kSumN;
     stack_.clear();
@@ -455,17 +501,20 @@ private:
   }
 
   Value rebuild(const ir::Type& t, int32_t idx, const PeMemo::Entry& en, uint32_t& k) {
-    if (t->kind == ir::TypeKind::Tensor) return result(idx, en, k++);
+    if (t->kind == ir::TypeKind::Tensor)
+      return result(idx, en, k++);
     Values elems;
     elems.reserve(t->elems.size());
-    for (const auto& e : t->elems) elems.push_back(rebuild(e, idx, en, k));
+    for (const auto& e : t->elems)
+      elems.push_back(rebuild(e, idx, en, k));
     return Value::tuple(std::move(elems));
   }
 
   Value fold(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
              Values* multi) {
     std::vector<Tensor> ins, outs;
-    for (size_t i = 0; i < n; ++i) ins.push_back(args[i].as_tensor());
+    for (size_t i = 0; i < n; ++i)
+      ins.push_back(args[i].as_tensor());
     try {
       ops::op_def(id).eval(ins, attr, outs);
     } catch (const Error& e) {
@@ -473,7 +522,8 @@ private:
     }
     if (multi) {
       multi->clear();
-      for (auto& o : outs) multi->push_back(Value::tensor(std::move(o)));
+      for (auto& o : outs)
+        multi->push_back(Value::tensor(std::move(o)));
       return Value();
     }
     return Value::tensor(std::move(outs[0]));
@@ -482,23 +532,28 @@ private:
 
 Value residualize_batch(PeBackend& be, const Value& v) {
   switch (v.kind()) {
-  case Value::Kind::Tensor: return be.input(v.as_tensor());
+  case Value::Kind::Tensor:
+    return be.input(v.as_tensor());
   case Value::Kind::Tuple: {
     Values xs;
-    for (const auto& x : v.items()) xs.push_back(residualize_batch(be, x));
+    for (const auto& x : v.items())
+      xs.push_back(residualize_batch(be, x));
     return Value::tuple(std::move(xs));
   }
   case Value::Kind::Adt: {
     Values xs;
-    for (const auto& x : v.items()) xs.push_back(residualize_batch(be, x));
+    for (const auto& x : v.items())
+      xs.push_back(residualize_batch(be, x));
     return Value::adt(v.tag(), std::move(xs));
   }
   case Value::Kind::List: {
     Values xs;
-    for (size_t i = 0; i < v.list_size(); ++i) xs.push_back(residualize_batch(be, v.list_at(i)));
+    for (size_t i = 0; i < v.list_size(); ++i)
+      xs.push_back(residualize_batch(be, v.list_at(i)));
     return Value::list(std::move(xs));
   }
-  default: return v;
+  default:
+    return v;
   }
 }
 
@@ -521,38 +576,48 @@ public:
     h = mix(h, static_cast<uint64_t>(v.kind()));
     switch (t->kind) {
     case ir::TypeKind::Int:
-      if (v.kind() != Value::Kind::Int) return fail();
+      if (v.kind() != Value::Kind::Int)
+        return fail();
       h = mix(h, static_cast<uint64_t>(v.as_int()));
       return v;
     case ir::TypeKind::Bool:
-      if (v.kind() != Value::Kind::Bool) return fail();
+      if (v.kind() != Value::Kind::Bool)
+        return fail();
       h = mix(h, static_cast<uint64_t>(v.as_bool()));
       return v;
     case ir::TypeKind::Tensor: {
-      if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined()) return fail();
+      if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined())
+        return fail();
       const Tensor& x = v.as_tensor();
       TypeInfo& ti = info(t);
-      if (x.dtype() != ti.dtype || x.shape() != ti.shape) return fail();
+      if (x.dtype() != ti.dtype || x.shape() != ti.shape)
+        return fail();
       h = mix(h, static_cast<uint64_t>(x.dtype()));
-      for (auto d : x.shape().dims()) h = mix(h, static_cast<uint64_t>(d));
+      for (auto d : x.shape().dims())
+        h = mix(h, static_cast<uint64_t>(d));
       h = mix(h, x.rank());
-      if (ti.sig < 0) ti.sig = be_.sig_id(x);
+      if (ti.sig < 0)
+        ti.sig = be_.sig_id(x);
       return be_.input(x, ti.sig);
     }
     case ir::TypeKind::Tuple: {
-      if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size()) return fail();
+      if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size())
+        return fail();
       h = mix(h, v.items().size());
       Values xs;
       xs.reserve(t->elems.size());
-      for (size_t i = 0; i < t->elems.size() && ok; ++i) xs.push_back(scan(v.items()[i], t->elems[i]));
+      for (size_t i = 0; i < t->elems.size() && ok; ++i)
+        xs.push_back(scan(v.items()[i], t->elems[i]));
       return Value::tuple(std::move(xs));
     }
     case ir::TypeKind::List: {
-      if (v.kind() != Value::Kind::List) return fail();
+      if (v.kind() != Value::Kind::List)
+        return fail();
       h = mix(h, v.list_size());
       Values xs;
       xs.reserve(v.list_size());
-      for (size_t i = 0; i < v.list_size() && ok; ++i) xs.push_back(scan(v.list_at(i), t->elems[0]));
+      for (size_t i = 0; i < v.list_size() && ok; ++i)
+        xs.push_back(scan(v.list_at(i), t->elems[0]));
       return Value::list(std::move(xs));
     }
     case ir::TypeKind::Adt: {
@@ -561,18 +626,22 @@ public:
           static_cast<size_t>(v.tag()) >= adt->ctors.size())
         return fail();
       const auto& c = adt->ctors[static_cast<size_t>(v.tag())];
-      if (v.items().size() != c.fields.size()) return fail();
+      if (v.items().size() != c.fields.size())
+        return fail();
       h = mix(h, static_cast<uint64_t>(v.tag()));
       h = mix(h, v.items().size());
       Values xs;
       xs.reserve(c.fields.size());
-      for (size_t i = 0; i < c.fields.size() && ok; ++i) xs.push_back(scan(v.items()[i], c.fields[i].type));
+      for (size_t i = 0; i < c.fields.size() && ok; ++i)
+        xs.push_back(scan(v.items()[i], c.fields[i].type));
       return Value::adt(v.tag(), std::move(xs));
     }
     case ir::TypeKind::Func:
-      if (v.kind() != Value::Kind::Closure) return fail();
+      if (v.kind() != Value::Kind::Closure)
+        return fail();
       return v;
-    default: return fail();
+    default:
+      return fail();
     }
   }
 
@@ -596,10 +665,12 @@ private:
 
   TypeInfo& info(const ir::Type& t) {
     for (auto& i : infos_)
-      if (i.type == t.get()) return i;
+      if (i.type == t.get())
+        return i;
     TypeInfo i;
     i.type = t.get();
-    if (t->kind == ir::TypeKind::Adt) i.adt = m_.adt(t->name);
+    if (t->kind == ir::TypeKind::Adt)
+      i.adt = m_.adt(t->name);
     if (t->kind == ir::TypeKind::Tensor) {
       i.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
       i.shape = interp::concrete_shape(t, dims_);
@@ -619,12 +690,15 @@ uint64_t skeleton_hash(const Value& batch) {
 }
 
 bool is_template_eligible(const ir::FnDecl& f) {
-  if (f.is_entry || !tensors_only(f.ret)) return false;
+  if (f.is_entry || !tensors_only(f.ret))
+    return false;
   bool any_tensor = false;
   for (const auto& p : f.params) {
     auto k = p.type->kind;
-    if (k == ir::TypeKind::Tensor) any_tensor = true;
-    else if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool) return false;
+    if (k == ir::TypeKind::Tensor)
+      any_tensor = true;
+    else if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool)
+      return false;
   }
   return any_tensor;
 }
@@ -634,20 +708,25 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
                             const PeOptions& opt) {
   ops::register_kernels();
   const ir::FnDecl* f = m.fn(entry);
-  if (!f || !f->is_entry) throw Error("no entry named '" + entry + "' in the module");
+  if (!f || !f->is_entry)
+    throw Error("no entry named '" + entry + "' in the module");
   if (f->params.size() != 1)
     throw Error("entry '" + entry + "' must take one argument (the batch) to be specialized");
 
   // The memo is valid for one module state and dimension binding.
   uint64_t dims_h = 0;
-  for (const auto& [name, size] : dims) dims_h = mix(hash_str(dims_h, name), static_cast<uint64_t>(size));
-  uint64_t stamp = mix(mix(mix(0x5bd1e995ull, reinterpret_cast<uintptr_t>(&m)), m.generation()), dims_h);
+  for (const auto& [name, size] : dims)
+    dims_h = mix(hash_str(dims_h, name), static_cast<uint64_t>(size));
+  uint64_t stamp =
+      mix(mix(mix(0x5bd1e995ull, reinterpret_cast<uintptr_t>(&m)), m.generation()), dims_h);
   PeMemo& memo = templates.pe_memo();
-  if (!memo.valid || memo.stamp != stamp) memo.reset(stamp);
+  if (!memo.valid || memo.stamp != stamp)
+    memo.reset(stamp);
   uint64_t cone = 0;
   bool have_cone = false;
   for (const auto& [e, v] : memo.cones)
-    if (e == entry) cone = v, have_cone = true;
+    if (e == entry)
+      cone = v, have_cone = true;
   if (!have_cone) {
     cone = m.cone_version(entry); // builds the dependency graph: once per module state
     memo.cones.emplace_back(entry, cone);
@@ -674,7 +753,8 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
   }
   h = hash_str(h, entry);
   h = mix(h, cone);
-  for (const auto& [name, size] : dims) h = mix(hash_str(h, name), static_cast<uint64_t>(size));
+  for (const auto& [name, size] : dims)
+    h = mix(hash_str(h, name), static_cast<uint64_t>(size));
   out.residual.key = h;
 
   be->set_fuel(PeOptions::kFuelBase + opt.fuel_per_value * values);

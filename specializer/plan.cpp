@@ -28,32 +28,38 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // Instances no output depends on are dropped (e.g. the state after a sequence's last step).
   std::vector<char> live(n, 0);
   for (const auto& o : r.outputs)
-    if (o.kind == Ref::Kind::Inst) live[static_cast<size_t>(o.index)] = 1;
+    if (o.kind == Ref::Kind::Inst)
+      live[static_cast<size_t>(o.index)] = 1;
   for (size_t i = n; i-- > 0;)
     if (live[i])
       for (const auto& a : r.instances[i].args)
-        if (a.kind == Ref::Kind::Inst) live[static_cast<size_t>(a.index)] = 1;
+        if (a.kind == Ref::Kind::Inst)
+          live[static_cast<size_t>(a.index)] = 1;
   // Earliest levels (ASAP), and which instances feed a template call.
   std::vector<int32_t> level(n, 0), latest(n, 0);
   std::vector<char> feeds_template(n, 0);
   int32_t max_level = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (!live[i]) continue;
+    if (!live[i])
+      continue;
     const Instance& inst = r.instances[i];
     int32_t l = 0;
     for (const auto& a : inst.args)
       if (a.kind == Ref::Kind::Inst) {
         PEJIT_CHECK(static_cast<size_t>(a.index) < i) << "instances out of order";
         l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-        if (inst.tmpl != Instance::kSumN) feeds_template[static_cast<size_t>(a.index)] = 1;
+        if (inst.tmpl != Instance::kSumN)
+          feeds_template[static_cast<size_t>(a.index)] = 1;
       }
     level[i] = l;
     max_level = std::max(max_level, l);
   }
   // Latest levels (ALAP) under the same depth.
-  for (size_t i = 0; i < n; ++i) latest[i] = max_level;
+  for (size_t i = 0; i < n; ++i)
+    latest[i] = max_level;
   for (size_t i = n; i-- > 0;) {
-    if (!live[i]) continue;
+    if (!live[i])
+      continue;
     for (const auto& a : r.instances[i].args)
       if (a.kind == Ref::Kind::Inst)
         latest[static_cast<size_t>(a.index)] =
@@ -63,15 +69,18 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
   // window, the others to the start.
   for (size_t i = 0; i < n; ++i) {
-    if (!live[i]) continue;
+    if (!live[i])
+      continue;
     int32_t l = 0;
     for (const auto& a : r.instances[i].args)
-      if (a.kind == Ref::Kind::Inst) l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
+      if (a.kind == Ref::Kind::Inst)
+        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
     level[i] = feeds_template[i] ? l : std::max(l, latest[i]);
   }
   max_level = 0;
   for (size_t i = 0; i < n; ++i)
-    if (live[i] && r.instances[i].tmpl != Instance::kSumN) max_level = std::max(max_level, level[i]);
+    if (live[i] && r.instances[i].tmpl != Instance::kSumN)
+      max_level = std::max(max_level, level[i]);
 
   // Group instances, in (level, first appearance) order.
   KeyMap ids;
@@ -80,7 +89,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   p.row_of.assign(n, -1);
   std::vector<Group> groups;
   for (size_t i = 0; i < n; ++i) {
-    if (!live[i]) continue;
+    if (!live[i])
+      continue;
     const Instance& inst = r.instances[i];
     k.clear();
     k.push_back(level[i]);
@@ -88,7 +98,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     if (inst.tmpl == Instance::kSumN) {
       k.push_back(-2 - static_cast<int64_t>(i)); // each sum is its own group
     } else {
-      for (const auto& a : inst.args) k.push_back(shared_code(a));
+      for (const auto& a : inst.args)
+        k.push_back(shared_code(a));
     }
     auto [gid, fresh] = ids.emplace(k, static_cast<int32_t>(groups.size()));
     if (fresh) {
@@ -104,7 +115,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         for (size_t a = 0; a < inst.args.size(); ++a) {
           GroupArg ga;
           ga.shared = k[2 + a] >= 0;
-          if (ga.shared) ga.shared_ref = inst.args[a];
+          if (ga.shared)
+            ga.shared_ref = inst.args[a];
           ga.sig = t.args[a];
           g.args.push_back(std::move(ga));
         }
@@ -119,15 +131,19 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
 
   // Execution order: by level, then by creation.
   std::vector<int32_t> perm(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) perm[g] = static_cast<int32_t>(g);
+  for (size_t g = 0; g < groups.size(); ++g)
+    perm[g] = static_cast<int32_t>(g);
   std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) {
     return groups[static_cast<size_t>(a)].level < groups[static_cast<size_t>(b)].level;
   });
   std::vector<int32_t> new_id(groups.size());
-  for (size_t k = 0; k < perm.size(); ++k) new_id[static_cast<size_t>(perm[k])] = static_cast<int32_t>(k);
+  for (size_t k = 0; k < perm.size(); ++k)
+    new_id[static_cast<size_t>(perm[k])] = static_cast<int32_t>(k);
   for (auto& g : p.group_of)
-    if (g >= 0) g = new_id[static_cast<size_t>(g)];
-  for (int32_t g : perm) p.groups.push_back(std::move(groups[static_cast<size_t>(g)]));
+    if (g >= 0)
+      g = new_id[static_cast<size_t>(g)];
+  for (int32_t g : perm)
+    p.groups.push_back(std::move(groups[static_cast<size_t>(g)]));
 
   auto row_ref = [&](const Ref& a) {
     RowRef rr;
@@ -154,14 +170,16 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       continue;
     }
     for (size_t a = 0; a < g.args.size(); ++a) {
-      if (g.args[a].shared) continue;
+      if (g.args[a].shared)
+        continue;
       g.args[a].rows.reserve(g.instances.size());
       for (int32_t i : g.instances)
         g.args[a].rows.push_back(row_ref(r.instances[static_cast<size_t>(i)].args[a]));
     }
   }
   p.outputs.reserve(r.outputs.size());
-  for (const auto& o : r.outputs) p.outputs.push_back(row_ref(o));
+  for (const auto& o : r.outputs)
+    p.outputs.push_back(row_ref(o));
   p.levels = max_level + 1;
   return p;
 }
@@ -169,7 +187,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
 std::string Plan::describe(const TemplateTable& t) const {
   std::ostringstream os;
   size_t rows = 0;
-  for (const auto& g : groups) rows += g.instances.size();
+  for (const auto& g : groups)
+    rows += g.instances.size();
   os << "plan key=" << std::hex << key << std::dec << " groups=" << groups.size()
      << " levels=" << levels << " instances=" << rows << "\n";
   auto name = [&](const Group& g) {
@@ -177,18 +196,19 @@ std::string Plan::describe(const TemplateTable& t) const {
   };
   auto kernel = [&](const Group& g, const char* dir) {
     std::string k = name(g) + "." + dir;
-    if (g.tmpl == Instance::kSumN) k += std::to_string(g.args.size());
+    if (g.tmpl == Instance::kSumN)
+      k += std::to_string(g.args.size());
     return k;
   };
   for (const auto& g : groups)
-    os << "launch fwd " << name(g) << " " << kernel(g, "fwd") << " rows="
-       << (g.tmpl == Instance::kSumN ? g.args.size() : g.instances.size()) << " level=" << g.level
-       << "\n";
+    os << "launch fwd " << name(g) << " " << kernel(g, "fwd")
+       << " rows=" << (g.tmpl == Instance::kSumN ? g.args.size() : g.instances.size())
+       << " level=" << g.level << "\n";
   for (size_t k = groups.size(); k-- > 0;) {
     const auto& g = groups[k];
-    os << "launch bwd " << name(g) << " " << kernel(g, "bwd") << " rows="
-       << (g.tmpl == Instance::kSumN ? g.args.size() : g.instances.size()) << " level=" << g.level
-       << "\n";
+    os << "launch bwd " << name(g) << " " << kernel(g, "bwd")
+       << " rows=" << (g.tmpl == Instance::kSumN ? g.args.size() : g.instances.size())
+       << " level=" << g.level << "\n";
   }
   return os.str();
 }

@@ -31,9 +31,9 @@ struct RowRef {
 
 struct GroupArg {
   bool shared = false;
-  Ref shared_ref;            ///< shared: the same tensor for every row
-  std::vector<RowRef> rows;  ///< not shared: row i comes from rows[i]
-  TensorSig sig;             ///< per-row signature
+  Ref shared_ref;           ///< shared: the same tensor for every row
+  std::vector<RowRef> rows; ///< not shared: row i comes from rows[i]
+  TensorSig sig;            ///< per-row signature
 };
 
 struct Group {
@@ -45,8 +45,8 @@ struct Group {
 };
 
 struct Plan {
-  std::vector<Group> groups;           ///< in execution order
-  std::vector<RowRef> outputs;         ///< the entry's outputs
+  std::vector<Group> groups;             ///< in execution order
+  std::vector<RowRef> outputs;           ///< the entry's outputs
   std::vector<int32_t> group_of, row_of; ///< per instance
   int32_t levels = 0;
   uint64_t key = 0;

@@ -10,7 +10,8 @@ namespace pejit::spec {
 std::string TensorSig::str() const {
   std::ostringstream os;
   os << dtype_name(dtype) << "[";
-  for (size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
+  for (size_t i = 0; i < dims.size(); ++i)
+    os << (i ? ", " : "") << dims[i];
   os << "]";
   return os.str();
 }
@@ -19,13 +20,16 @@ std::string Template::key() const {
   std::ostringstream os;
   if (kind == Kind::Function) {
     os << "fn " << fn << " " << name;
-    for (auto s : statics) os << " #" << s;
+    for (auto s : statics)
+      os << " #" << s;
   } else {
     os << "op " << static_cast<int>(op);
-    for (auto a : attr.ints) os << " @" << a;
+    for (auto a : attr.ints)
+      os << " @" << a;
   }
   os << " (";
-  for (const auto& a : args) os << a.str() << ",";
+  for (const auto& a : args)
+    os << a.str() << ",";
   os << ")";
   return os.str();
 }
@@ -36,13 +40,16 @@ uint64_t Template::hash() const {
   mix(static_cast<uint64_t>(kind));
   mix(static_cast<uint64_t>(fn));
   mix(static_cast<uint64_t>(op));
-  for (auto a : attr.ints) mix(static_cast<uint64_t>(a));
+  for (auto a : attr.ints)
+    mix(static_cast<uint64_t>(a));
   mix(0xff);
-  for (auto s : statics) mix(static_cast<uint64_t>(s));
+  for (auto s : statics)
+    mix(static_cast<uint64_t>(s));
   mix(0xfe);
   for (const auto& a : args) {
     mix(static_cast<uint64_t>(a.dtype));
-    for (auto d : a.dims) mix(static_cast<uint64_t>(d));
+    for (auto d : a.dims)
+      mix(static_cast<uint64_t>(d));
     mix(0xfd);
   }
   return h;
@@ -57,7 +64,8 @@ int32_t TemplateTable::intern(Template t) {
   uint64_t h = t.hash();
   auto range = ids_.equal_range(h);
   for (auto it = range.first; it != range.second; ++it)
-    if (templates_[static_cast<size_t>(it->second)].same_as(t)) return it->second;
+    if (templates_[static_cast<size_t>(it->second)].same_as(t))
+      return it->second;
   int32_t id = static_cast<int32_t>(templates_.size());
   ids_.emplace(h, id);
   templates_.push_back(std::move(t));

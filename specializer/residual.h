@@ -30,9 +30,7 @@ struct Ref {
   int32_t index = -1; ///< Input: slot; Param: module param index; Const: constant; Inst: instance
   int32_t out = 0;    ///< Inst: which result of the instance
 
-  bool operator==(const Ref& o) const {
-    return kind == o.kind && index == o.index && out == o.out;
-  }
+  bool operator==(const Ref& o) const { return kind == o.kind && index == o.index && out == o.out; }
 };
 
 /// dtype and per-instance dimensions of a tensor.
@@ -100,10 +98,12 @@ struct PeMemo {
       k = big.data();
     }
     k[0] = static_cast<int64_t>(dt);
-    for (size_t i = 0; i < dims.size(); ++i) k[i + 1] = dims[i];
+    for (size_t i = 0; i < dims.size(); ++i)
+      k[i + 1] = dims[i];
     std::span<const int64_t> key(k, dims.size() + 1);
     int32_t id = sig_ids.find(key);
-    if (id >= 0) return id;
+    if (id >= 0)
+      return id;
     id = static_cast<int32_t>(sigs.size());
     sig_ids.emplace(key, id);
     sigs.push_back(TensorSig{dt, std::vector<int64_t>(dims.begin(), dims.end())});
@@ -141,7 +141,7 @@ struct Residual {
   std::vector<Tensor> consts; ///< constants the program folded
   /// The entry's result, flattened: one Ref per tensor leaf, in order.
   std::vector<Ref> outputs;
-  uint64_t key = 0;           ///< skeleton key
+  uint64_t key = 0; ///< skeleton key
   size_t fuel_used = 0;
 
   size_t num_results(const TemplateTable& t, size_t inst) const;

@@ -45,7 +45,8 @@ std::unique_ptr<MyTree> node(std::unique_ptr<MyTree> l, std::unique_ptr<MyTree> 
 pejit::Value convert(const pejit::Session& s, const MyTree& t) {
   if (!t.left)
     return s.make("Leaf", {pejit::Value::scalar_i32(t.word), pejit::Value::scalar_i32(t.label)});
-  return s.make("Node", {convert(s, *t.left), convert(s, *t.right), pejit::Value::scalar_i32(t.label)});
+  return s.make("Node",
+                {convert(s, *t.left), convert(s, *t.right), pejit::Value::scalar_i32(t.label)});
 }
 
 } // namespace
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
     trees.push_back(leaf(14, 3));
 
     std::vector<pejit::Value> items;
-    for (const auto& t : trees) items.push_back(convert(s, *t));
+    for (const auto& t : trees)
+      items.push_back(convert(s, *t));
     pejit::Value batch = pejit::Value::list(items);
 
     std::vector<float> losses;

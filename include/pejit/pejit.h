@@ -58,14 +58,14 @@ private:
 };
 
 struct SessionOptions {
-  uint64_t seed = 1;                     ///< parameter initialization
-  std::map<std::string, int64_t> dims;   ///< sizes of named dimensions (e.g. V)
-  std::string optimizer = "adagrad";     ///< sgd, adagrad or adam
+  uint64_t seed = 1;                   ///< parameter initialization
+  std::map<std::string, int64_t> dims; ///< sizes of named dimensions (e.g. V)
+  std::string optimizer = "adagrad";   ///< sgd, adagrad or adam
   float lr = 0.05f;
   float weight_decay = 0.0f;
-  float clip = 0.0f;                     ///< global gradient-norm clipping (0: off)
-  std::string mode = "auto";             ///< generic, specialized or auto
-  int lookahead = 8;                     ///< batches planned ahead (auto mode)
+  float clip = 0.0f;         ///< global gradient-norm clipping (0: off)
+  std::string mode = "auto"; ///< generic, specialized or auto
+  int lookahead = 8;         ///< batches planned ahead (auto mode)
 };
 
 /// Time and batches per execution path.

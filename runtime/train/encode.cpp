@@ -15,7 +15,8 @@ bool is_scalar_i32(const ir::Type& t) {
 
 TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt) {
   const ir::TypeDecl* d = m.adt(adt);
-  if (!d) throw Error("the model has no type '" + adt + "' to hold trees");
+  if (!d)
+    throw Error("the model has no type '" + adt + "' to hold trees");
   // A wrapper: one constructor with a tree field (another ADT) and a label.
   if (d->ctors.size() == 1) {
     const auto& c = d->ctors[0];
@@ -57,12 +58,16 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt
         map.fields.push_back(FieldKind::Label);
       } else {
         throw Error("cannot fill field '" + f.name + ": " + ir::type_str(f.type) +
-                    "' of constructor " + ctor.name + " from tree data (fields are `word: i32[]`, "
-                    "`label: i32[]` and children of type " + adt + ")");
+                    "' of constructor " + ctor.name +
+                    " from tree data (fields are `word: i32[]`, "
+                    "`label: i32[]` and children of type " +
+                    adt + ")");
       }
     }
-    if (children == 0 && leaf_.tag < 0) leaf_ = map;
-    else if (children == 2 && node_.tag < 0) node_ = map;
+    if (children == 0 && leaf_.tag < 0)
+      leaf_ = map;
+    else if (children == 2 && node_.tag < 0)
+      node_ = map;
   }
   if (leaf_.tag < 0 || node_.tag < 0)
     throw Error("type " + adt + " needs a leaf constructor (no " + adt +
@@ -70,15 +75,18 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt
 }
 
 Value TreeEncoder::encode(const data::ParseTree& t) const {
-  if (t.nodes.empty()) throw Error("empty tree");
-  if (wrapper_.tag < 0) return encode_node(t, t.root());
+  if (t.nodes.empty())
+    throw Error("empty tree");
+  if (wrapper_.tag < 0)
+    return encode_node(t, t.root());
   interp::Values fields;
   for (FieldKind k : wrapper_.fields) {
     if (k == FieldKind::Tree) {
       fields.push_back(encode_node(t, t.root()));
     } else {
       int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
-      if (y < 0) throw Error("the tree's root has no label");
+      if (y < 0)
+        throw Error("the tree's root has no label");
       fields.push_back(Value::tensor(Tensor::scalar_i32(y)));
     }
   }
@@ -98,7 +106,8 @@ Value TreeEncoder::encode_node(const data::ParseTree& t, int32_t n) const {
   for (FieldKind k : map.fields) {
     switch (k) {
     case FieldKind::Word:
-      if (node.word < 0) throw Error("leaf node " + std::to_string(n) + " has no word");
+      if (node.word < 0)
+        throw Error("leaf node " + std::to_string(n) + " has no word");
       fields.push_back(Value::tensor(Tensor::scalar_i32(node.word)));
       break;
     case FieldKind::Label:
@@ -107,9 +116,12 @@ Value TreeEncoder::encode_node(const data::ParseTree& t, int32_t n) const {
                     " needs one");
       fields.push_back(Value::tensor(Tensor::scalar_i32(node.label)));
       break;
-    case FieldKind::Child: fields.push_back(encode_node(t, node.children[child++])); break;
+    case FieldKind::Child:
+      fields.push_back(encode_node(t, node.children[child++]));
+      break;
     case FieldKind::Tree:
-    case FieldKind::RootLabel: PEJIT_CHECK(false) << "wrapper field inside a tree";
+    case FieldKind::RootLabel:
+      PEJIT_CHECK(false) << "wrapper field inside a tree";
     }
   }
   return Value::adt(map.tag, std::move(fields));
@@ -118,15 +130,18 @@ Value TreeEncoder::encode_node(const data::ParseTree& t, int32_t n) const {
 Value encode_sentence(const std::vector<int32_t>& words) {
   interp::Values xs;
   xs.reserve(words.size());
-  for (int32_t w : words) xs.push_back(Value::tensor(Tensor::scalar_i32(w)));
+  for (int32_t w : words)
+    xs.push_back(Value::tensor(Tensor::scalar_i32(w)));
   return Value::list(std::move(xs));
 }
 
 ir::Type batch_element_type(const ir::Module& m, const std::string& entry) {
   const ir::FnDecl* f = m.fn(entry);
-  if (!f || !f->is_entry) throw Error("the model has no entry '" + entry + "'");
+  if (!f || !f->is_entry)
+    throw Error("the model has no entry '" + entry + "'");
   if (f->params.size() != 1 || f->params[0].type->kind != ir::TypeKind::List)
-    throw Error("entry '" + entry + "' must take one argument of type List[T] (a batch), it takes " +
+    throw Error("entry '" + entry +
+                "' must take one argument of type List[T] (a batch), it takes " +
                 std::to_string(f->params.size()));
   return f->params[0].type->elems[0];
 }

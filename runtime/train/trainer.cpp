@@ -6,9 +6,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "data/tree_io.h"
+#include "engine.h"
 #include "interp/interpreter.h"
 #include "optim/optimizer.h"
-#include "engine.h"
 #include "specializer/dump.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -19,12 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <deque>
-#include <map>
-#include <optional>
 #include <chrono>
 #include <cstdio>
+#include <deque>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <unistd.h>
 
@@ -40,13 +40,16 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-nlohmann::json num(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+nlohmann::json num(double v) {
+  return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v);
+}
 
 std::shared_ptr<ir::Module> load_model(const std::string& path) {
   Diagnostics d;
   auto m = std::make_shared<ir::Module>();
   auto r = types::add_file(*m, path, d);
-  if (!r.ok) throw ProgramError("the model '" + path + "' has errors:\n" + d.render());
+  if (!r.ok)
+    throw ProgramError("the model '" + path + "' has errors:\n" + d.render());
   return m;
 }
 
@@ -59,15 +62,20 @@ struct Dataset {
   size_t size() const { return is_trees ? trees.size() : sents.size(); }
   // Nodes that carry a loss: labeled nodes of a tree, or the words of a sentence.
   int64_t nodes(size_t i) const {
-    if (!is_trees) return static_cast<int64_t>(sents[i].size());
+    if (!is_trees)
+      return static_cast<int64_t>(sents[i].size());
     int64_t n = 0;
-    for (const auto& nd : trees[i].nodes) n += nd.label >= 0;
+    for (const auto& nd : trees[i].nodes)
+      n += nd.label >= 0;
     return n;
   }
   void limit(int64_t n) {
-    if (n <= 0) return;
-    if (is_trees && trees.size() > static_cast<size_t>(n)) trees.resize(static_cast<size_t>(n));
-    if (!is_trees && sents.size() > static_cast<size_t>(n)) sents.resize(static_cast<size_t>(n));
+    if (n <= 0)
+      return;
+    if (is_trees && trees.size() > static_cast<size_t>(n))
+      trees.resize(static_cast<size_t>(n));
+    if (!is_trees && sents.size() > static_cast<size_t>(n))
+      sents.resize(static_cast<size_t>(n));
   }
 };
 
@@ -85,7 +93,8 @@ Dataset read_dataset(const std::string& path, data::Vocab& vocab, bool grow, con
     throw Error("the model's batch elements have type " + ir::type_str(elem) +
                 "; pejit reads trees into an ADT or sentences into List[i32[]]");
   }
-  if (ds.size() == 0) throw Error("'" + path + "' holds no examples");
+  if (ds.size() == 0)
+    throw Error("'" + path + "' holds no examples");
   return ds;
 }
 
@@ -96,7 +105,8 @@ struct Encoder {
     Values xs;
     xs.reserve(e - b);
     for (size_t i = b; i < e; ++i)
-      xs.push_back(ds.is_trees ? trees->encode(ds.trees[idx[i]]) : encode_sentence(ds.sents[idx[i]]));
+      xs.push_back(ds.is_trees ? trees->encode(ds.trees[idx[i]])
+                               : encode_sentence(ds.sents[idx[i]]));
     return Value::list(std::move(xs));
   }
 };
@@ -119,8 +129,10 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
     size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
     Value v = enc.batch(ds, idx, b, e);
     s.loss += in.run("loss", {v}, params).as_tensor().item_f32();
-    for (size_t i = b; i < e; ++i) s.nodes += ds.nodes(i);
-    if (!ds.is_trees) continue;
+    for (size_t i = b; i < e; ++i)
+      s.nodes += ds.nodes(i);
+    if (!ds.is_trees)
+      continue;
     if (has_nodes) {
       Value preds = in.run("infer_nodes", {v}, params);
       for (size_t i = b; i < e; ++i) {
@@ -130,7 +142,8 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
           throw Error("infer_nodes returned " + std::to_string(p.list_size()) +
                       " predictions for a tree of " + std::to_string(t.nodes.size()) + " nodes");
         for (size_t n = 0; n < t.nodes.size(); ++n) {
-          if (t.nodes[n].label < 0) continue;
+          if (t.nodes[n].label < 0)
+            continue;
           bool ok = p.list_at(n).as_tensor().item_i32() == t.nodes[n].label;
           s.node_ok += ok;
           s.labeled += 1;
@@ -145,7 +158,8 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
       for (size_t i = b; i < e; ++i) {
         const auto& t = ds.trees[i];
         int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
-        if (y < 0) continue;
+        if (y < 0)
+          continue;
         s.root_ok += preds.list_at(i - b).as_tensor().item_i32() == y;
         s.roots += 1;
       }
@@ -154,12 +168,17 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
   return s;
 }
 
-double ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN; }
+double ratio(int64_t a, int64_t b) {
+  return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN;
+}
 
-void check_mode(const std::string& mode) { (void)parse_mode(mode); }
+void check_mode(const std::string& mode) {
+  (void)parse_mode(mode);
+}
 
 std::string fmt_pct(double v) {
-  if (std::isnan(v)) return "n/a";
+  if (std::isnan(v))
+    return "n/a";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v);
   return buf;
@@ -188,7 +207,9 @@ std::string EpochStats::json() const {
   j["jit_seconds"] = 0.0; // no JIT kernels yet (issue 6): planned batches run reference kernels
   j["plan_ms"] = plan_ms;
   j["background_plan_ms"] = background_plan_ms;
-  j["plan_cache"] = {{"hits", plan_hits}, {"misses", plan_misses}, {"prefetched", plans_prefetched},
+  j["plan_cache"] = {{"hits", plan_hits},
+                     {"misses", plan_misses},
+                     {"prefetched", plans_prefetched},
                      {"evictions", plan_evictions}};
   j["fallbacks"] = fallbacks;
   return j.dump();
@@ -208,8 +229,10 @@ std::string EvalStats::json() const {
 
 std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::ostream& err) {
   check_mode(opt.mode);
-  if (opt.epochs < 1) throw Error("--epochs must be >= 1");
-  if (opt.batch < 1) throw Error("--batch must be >= 1");
+  if (opt.epochs < 1)
+    throw Error("--epochs must be >= 1");
+  if (opt.batch < 1)
+    throw Error("--batch must be >= 1");
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
 
@@ -222,26 +245,30 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   Dataset train_ds = read_dataset(opt.data, vocab, opt.init_params.empty(), elem);
   train_ds.limit(opt.limit);
   Dataset dev_ds;
-  if (!opt.dev.empty()) dev_ds = read_dataset(opt.dev, vocab, false, elem);
+  if (!opt.dev.empty())
+    dev_ds = read_dataset(opt.dev, vocab, false, elem);
 
   interp::DimBindings over;
-  if (m->dim_index("V") >= 0) over["V"] = static_cast<int64_t>(vocab.size());
+  if (m->dim_index("V") >= 0)
+    over["V"] = static_cast<int64_t>(vocab.size());
   interp::DimBindings dims = interp::bind_dims(*m, over);
   interp::Params params = interp::init_params(*m, dims, opt.seed);
   if (!opt.init_params.empty()) {
     for (size_t i = 0; i < params.names.size(); ++i) {
       int j = init.params.index(params.names[i]);
-      if (j < 0) throw Error("checkpoint '" + opt.init_params + "' has no parameter " + params.names[i]);
+      if (j < 0)
+        throw Error("checkpoint '" + opt.init_params + "' has no parameter " + params.names[i]);
       if (init.params.values[j].shape() != params.values[i].shape())
-        throw Error("checkpoint '" + opt.init_params + "': parameter " + params.names[i] + " has shape " +
-                    init.params.values[j].shape().str() + ", the model wants " +
+        throw Error("checkpoint '" + opt.init_params + "': parameter " + params.names[i] +
+                    " has shape " + init.params.values[j].shape().str() + ", the model wants " +
                     params.values[i].shape().str());
       params.values[i] = init.params.values[j];
     }
   }
 
   Encoder enc;
-  if (train_ds.is_trees) enc.trees.emplace(*m, elem->name);
+  if (train_ds.is_trees)
+    enc.trees.emplace(*m, elem->name);
   interp::Interpreter in(m, dims);
   EngineOptions eo;
   eo.mode = parse_mode(opt.mode);
@@ -268,10 +295,12 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   };
 
   std::vector<EpochStats> all;
-  const size_t nb = (train_ds.size() + static_cast<size_t>(opt.batch) - 1) / static_cast<size_t>(opt.batch);
+  const size_t nb =
+      (train_ds.size() + static_cast<size_t>(opt.batch) - 1) / static_cast<size_t>(opt.batch);
   for (int ep = 0; ep < opt.epochs; ++ep) {
     if (!opt.fixed_batches)
-      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next() % i]);
+      for (size_t i = order.size(); i > 1; --i)
+        std::swap(order[i - 1], order[next() % i]);
     EpochStats st;
     st.epoch = ep;
     double loss_sum = 0;
@@ -305,19 +334,23 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       st.seconds += dt;
       if (opt.explain) {
         std::string why = engine.explain("loss");
-        if (!why.empty()) err << "batch " << b << " ran generic: " << why << "\n";
+        if (!why.empty())
+          err << "batch " << b << " ran generic: " << why << "\n";
       }
       if (!std::isfinite(g.loss))
         throw Error("the loss became " + std::to_string(g.loss) + " at epoch " +
-                    std::to_string(ep) + ", batch " + std::to_string(b) + " (try a smaller --lr or --clip)");
+                    std::to_string(ep) + ", batch " + std::to_string(b) +
+                    " (try a smaller --lr or --clip)");
       loss_sum += g.loss;
-      for (size_t i = lo; i < hi; ++i) st.nodes += train_ds.nodes(order[i]);
+      for (size_t i = lo; i < hi; ++i)
+        st.nodes += train_ds.nodes(order[i]);
       st.trees += static_cast<int64_t>(hi - lo);
       st.batches += 1;
       if (progress && (secs(last_print, t1) > 0.25 || b + 1 == nb)) {
         last_print = t1;
         double tps = st.trees / std::max(st.seconds, 1e-9);
-        double eta = static_cast<double>(train_ds.size() - static_cast<size_t>(st.trees)) / std::max(tps, 1e-9);
+        double eta = static_cast<double>(train_ds.size() - static_cast<size_t>(st.trees)) /
+                     std::max(tps, 1e-9);
         char buf[200];
         std::snprintf(buf, sizeof buf,
                       "\repoch %d  batch %zu/%zu  loss %.4f  %.0f trees/s  ETA %.0fs   ", ep + 1,
@@ -325,7 +358,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         err << buf << std::flush;
       }
     }
-    if (progress) err << "\n";
+    if (progress)
+      err << "\n";
     engine.drain();
     EngineStats after = engine.stats();
     st.specialized_batches = after.specialized_batches - before.specialized_batches;
@@ -352,7 +386,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       st.dev_root_acc = ratio(s.root_ok, s.roots);
       st.dev_node_acc = ratio(s.node_ok, s.labeled);
     }
-    if (opt.json) out << st.json() << "\n" << std::flush;
+    if (opt.json)
+      out << st.json() << "\n" << std::flush;
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "epoch %d: loss/node %.4f  train root %s node %s  dev root %s node %s  "
@@ -381,9 +416,10 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
                   "loss/node %.4f, root accuracy train %s dev %s, all-node accuracy train %s dev "
                   "%s; %s of training time ran specialized\n",
                   opt.epochs, opt.epochs == 1 ? "" : "s", trees, seconds,
-                  trees / std::max(seconds, 1e-9), last.loss_per_node, fmt_pct(last.root_acc).c_str(),
-                  fmt_pct(last.dev_root_acc).c_str(), fmt_pct(last.node_acc).c_str(),
-                  fmt_pct(last.dev_node_acc).c_str(), fmt_pct(spec / std::max(seconds, 1e-9)).c_str());
+                  trees / std::max(seconds, 1e-9), last.loss_per_node,
+                  fmt_pct(last.root_acc).c_str(), fmt_pct(last.dev_root_acc).c_str(),
+                  fmt_pct(last.node_acc).c_str(), fmt_pct(last.dev_node_acc).c_str(),
+                  fmt_pct(spec / std::max(seconds, 1e-9)).c_str());
     (opt.json ? err : out) << buf << std::flush;
   }
   engine.write_trace();
@@ -401,7 +437,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
 
 EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err) {
   check_mode(opt.mode);
-  if (opt.batch < 1) throw Error("--batch must be >= 1");
+  if (opt.batch < 1)
+    throw Error("--batch must be >= 1");
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
   checkpoint::Checkpoint ck = checkpoint::load(opt.params);
@@ -409,12 +446,14 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   Dataset ds = read_dataset(opt.data, vocab, false, elem);
   ds.limit(opt.limit);
   interp::DimBindings over;
-  if (m->dim_index("V") >= 0) over["V"] = static_cast<int64_t>(vocab.size());
+  if (m->dim_index("V") >= 0)
+    over["V"] = static_cast<int64_t>(vocab.size());
   interp::DimBindings dims = interp::bind_dims(*m, over);
   interp::Params params = interp::init_params(*m, dims, 1);
   for (size_t i = 0; i < params.names.size(); ++i) {
     int j = ck.params.index(params.names[i]);
-    if (j < 0) throw Error("checkpoint '" + opt.params + "' has no parameter " + params.names[i]);
+    if (j < 0)
+      throw Error("checkpoint '" + opt.params + "' has no parameter " + params.names[i]);
     if (ck.params.values[j].shape() != params.values[i].shape())
       throw Error("checkpoint '" + opt.params + "': parameter " + params.names[i] + " has shape " +
                   ck.params.values[j].shape().str() + ", the model wants " +
@@ -422,7 +461,8 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
     params.values[i] = ck.params.values[j];
   }
   Encoder enc;
-  if (ds.is_trees) enc.trees.emplace(*m, elem->name);
+  if (ds.is_trees)
+    enc.trees.emplace(*m, elem->name);
   interp::Interpreter in(m, dims);
   auto t0 = Clock::now();
   Scores s = score(in, params, ds, enc, opt.batch);
@@ -448,13 +488,15 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
 }
 
 void dump(const DumpOptions& opt, std::ostream& out) {
-  if (opt.batch < 1) throw Error("--batch must be >= 1");
+  if (opt.batch < 1)
+    throw Error("--batch must be >= 1");
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, opt.entry);
   data::Vocab vocab;
   Dataset ds = read_dataset(opt.data, vocab, true, elem);
   interp::DimBindings over;
-  if (m->dim_index("V") >= 0) over["V"] = static_cast<int64_t>(vocab.size());
+  if (m->dim_index("V") >= 0)
+    over["V"] = static_cast<int64_t>(vocab.size());
   interp::DimBindings dims = interp::bind_dims(*m, over);
   size_t lo = static_cast<size_t>(opt.batch_index) * static_cast<size_t>(opt.batch);
   if (opt.batch_index < 0 || lo >= ds.size())
@@ -464,25 +506,34 @@ void dump(const DumpOptions& opt, std::ostream& out) {
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
   Encoder enc;
-  if (ds.is_trees) enc.trees.emplace(*m, elem->name);
+  if (ds.is_trees)
+    enc.trees.emplace(*m, elem->name);
   Value batch = enc.batch(ds, idx, lo, hi);
 
   spec::TemplateTable tt;
   auto t0 = Clock::now();
   auto pe = spec::partially_evaluate(*m, dims, opt.entry, batch, tt);
   auto t1 = Clock::now();
-  if (!pe.ok) throw Error("entry '" + opt.entry + "' cannot be specialized: " + pe.where.str() + ": " + pe.reason);
+  if (!pe.ok)
+    throw Error("entry '" + opt.entry + "' cannot be specialized: " + pe.where.str() + ": " +
+                pe.reason);
   spec::Plan plan = spec::make_plan(pe.residual, tt);
   auto t2 = Clock::now();
   char buf[200];
-  std::snprintf(buf, sizeof buf, "batch %lld: %zu examples, partial evaluation %.0f us, planning %.0f us\n",
-                static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6, secs(t1, t2) * 1e6);
+  std::snprintf(
+      buf, sizeof buf, "batch %lld: %zu examples, partial evaluation %.0f us, planning %.0f us\n",
+      static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6, secs(t1, t2) * 1e6);
   out << buf << spec::dump_counts(pe.residual, plan, tt);
-  if (opt.emit == "templates") out << spec::dump_templates(pe.residual, tt, *m);
-  else if (opt.emit == "instances") out << spec::dump_instances(pe.residual, tt, *m);
-  else if (opt.emit == "plan") out << plan.describe(tt);
-  else if (opt.emit == "dot") out << spec::dump_dot(pe.residual, tt, *m);
-  else throw Error("--emit must be templates, instances, plan or dot");
+  if (opt.emit == "templates")
+    out << spec::dump_templates(pe.residual, tt, *m);
+  else if (opt.emit == "instances")
+    out << spec::dump_instances(pe.residual, tt, *m);
+  else if (opt.emit == "plan")
+    out << plan.describe(tt);
+  else if (opt.emit == "dot")
+    out << spec::dump_dot(pe.residual, tt, *m);
+  else
+    throw Error("--emit must be templates, instances, plan or dot");
 }
 
 } // namespace pejit::runtime

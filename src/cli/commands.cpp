@@ -35,13 +35,16 @@ int run_check(const CheckArgs& a) {
 int run_gen(const GenArgs& a) {
   data::Vocab vocab;
   std::vector<data::ParseTree> trees;
-  if (a.kind == "sst") trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab);
-  else trees = data::gen_listops(a.trees, a.seed, vocab);
+  if (a.kind == "sst")
+    trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab);
+  else
+    trees = data::gen_listops(a.trees, a.seed, vocab);
   if (a.sentences) {
     std::string text;
     for (const auto& t : trees) {
       auto words = t.sentence();
-      for (size_t i = 0; i < words.size(); ++i) text += (i ? " " : "") + words[i];
+      for (size_t i = 0; i < words.size(); ++i)
+        text += (i ? " " : "") + words[i];
       text += "\n";
     }
     if (a.out.empty()) {
@@ -51,10 +54,12 @@ int run_gen(const GenArgs& a) {
       FILE* f = std::fopen(tmp.c_str(), "wb");
       if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
         throw Error("cannot write '" + a.out + "'");
-      if (std::rename(tmp.c_str(), a.out.c_str()) != 0) throw Error("cannot write '" + a.out + "'");
+      if (std::rename(tmp.c_str(), a.out.c_str()) != 0)
+        throw Error("cannot write '" + a.out + "'");
     }
   } else if (a.out.empty()) {
-    for (const auto& t : trees) std::printf("%s\n", data::write_tree(t).c_str());
+    for (const auto& t : trees)
+      std::printf("%s\n", data::write_tree(t).c_str());
   } else {
     data::write_trees(a.out, trees);
   }
@@ -63,11 +68,13 @@ int run_gen(const GenArgs& a) {
 
 void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("model", a.model, "model program (.pe)")->required();
-  app.add_option("--data", a.data, "training data: bracketed trees or sentences, one a line")->required();
+  app.add_option("--data", a.data, "training data: bracketed trees or sentences, one a line")
+      ->required();
   app.add_option("--dev", a.dev, "development data, evaluated after each epoch");
   app.add_option("--epochs", a.epochs)->capture_default_str();
   app.add_option("--batch", a.batch, "trees per batch")->capture_default_str();
-  app.add_option("--limit", a.limit, "use the first N training examples (0: all)")->capture_default_str();
+  app.add_option("--limit", a.limit, "use the first N training examples (0: all)")
+      ->capture_default_str();
   app.add_option("--optimizer", a.optimizer)
       ->check(CLI::IsMember({"adagrad", "sgd", "adam"}))
       ->capture_default_str();

@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
 
   pejit::cli::GenArgs gen;
   auto* g = app.add_subcommand("gen", "Write a built-in data set (bracketed trees, one a line)");
-  g->add_option("kind", gen.kind, "sst or listops")->required()->check(CLI::IsMember({"sst", "listops"}));
+  g->add_option("kind", gen.kind, "sst or listops")
+      ->required()
+      ->check(CLI::IsMember({"sst", "listops"}));
   g->add_option("--trees", gen.trees, "number of trees")->capture_default_str();
   g->add_option("--seed", gen.seed, "random seed")->capture_default_str();
   g->add_option("--shape", gen.shape, "sst, deep or balanced (sst data only)")
@@ -48,11 +50,16 @@ int main(int argc, char** argv) {
     return app.exit(err) == 0 ? 0 : 2;
   }
   try {
-    if (*c) return pejit::cli::run_check(check);
-    if (*g) return pejit::cli::run_gen(gen);
-    if (*t) return pejit::cli::run_train(train);
-    if (*e) return pejit::cli::run_eval(eval);
-    if (*d) return pejit::cli::run_dump(dump);
+    if (*c)
+      return pejit::cli::run_check(check);
+    if (*g)
+      return pejit::cli::run_gen(gen);
+    if (*t)
+      return pejit::cli::run_train(train);
+    if (*e)
+      return pejit::cli::run_eval(eval);
+    if (*d)
+      return pejit::cli::run_dump(dump);
   } catch (const pejit::ProgramError& ex) {
     std::fprintf(stderr, "pejit: %s\n", ex.what());
     return 2;

@@ -19,7 +19,6 @@ namespace {
 namespace k = kernels;
 using ops::GradOp;
 
-
 // Copies rows of `src` (first axis) to `out`: out[map[i]] (+)= src[i] or out[i] = src[map[i]].
 Tensor eval_rows(const Node& n, const Tensor& src) {
   int64_t rows_in = src.dim(0);

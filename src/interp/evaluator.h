@@ -70,7 +70,8 @@ public:
       size_t sz = 0;
       if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0) {
         uintptr_t lo = reinterpret_cast<uintptr_t>(addr);
-        if (stack_top_ > lo) size = stack_top_ - lo;
+        if (stack_top_ > lo)
+          size = stack_top_ - lo;
       }
       pthread_attr_destroy(&attr);
     }
@@ -80,7 +81,9 @@ public:
   Value call_entry(const FnDecl& f, const Values& args) { return call_fn(f, args, Span{}); }
 
   /// Evaluates a function body on `args` (what a backend calls to inline a call).
-  Value call_fn(const FnDecl& f, const Values& args, const Span& at) { return call_fn_impl(f, args, at); }
+  Value call_fn(const FnDecl& f, const Values& args, const Span& at) {
+    return call_fn_impl(f, args, at);
+  }
 
 private:
   const Module& m_;
@@ -108,8 +111,9 @@ public:
       bool out_of_stack = e.stack_top_ > here && e.stack_top_ - here > e.stack_budget_;
       if (++e.depth_ > e.max_depth_ || out_of_stack) {
         --e.depth_;
-        e.fail(s, "recursion deeper than " + std::to_string(out_of_stack ? e.depth_ : e.max_depth_) +
-                      " calls" + (out_of_stack ? " (out of native stack)" : ""));
+        e.fail(s, "recursion deeper than " +
+                      std::to_string(out_of_stack ? e.depth_ : e.max_depth_) + " calls" +
+                      (out_of_stack ? " (out of native stack)" : ""));
       }
     }
     ~DepthGuard() { --e.depth_; }
@@ -119,7 +123,8 @@ public:
     DepthGuard g(*this, at.known() ? at : f.span);
     size_t base = stack_.size();
     stack_.resize(base + static_cast<size_t>(f.frame_size));
-    for (size_t i = 0; i < args.size(); ++i) stack_[base + f.param_slots[i]] = args[i];
+    for (size_t i = 0; i < args.size(); ++i)
+      stack_[base + f.param_slots[i]] = args[i];
     Frame fr{base, nullptr};
     Value r = eval(f.body, fr);
     stack_.resize(base);
@@ -131,7 +136,8 @@ public:
     DepthGuard g(*this, at.known() ? at : f.span);
     size_t base = stack_.size();
     stack_.resize(base + static_cast<size_t>(f.frame_size));
-    for (size_t i = 0; i < args.size(); ++i) stack_[base + f.param_slots[i]] = std::move(args[i]);
+    for (size_t i = 0; i < args.size(); ++i)
+      stack_[base + f.param_slots[i]] = std::move(args[i]);
     Frame fr{base, nullptr};
     Value r = eval(f.body, fr);
     stack_.resize(base);
@@ -159,14 +165,16 @@ public:
   Value call_closure(const Closure& c, const Values& args, const Span& at) {
     if (!c.lambda) {
       const FnDecl& f = *m_.fns()[static_cast<size_t>(c.fn_index)];
-      if (auto v = backend_.call(f, c.fn_index, args, at)) return *v;
+      if (auto v = backend_.call(f, c.fn_index, args, at))
+        return *v;
       return call_fn(f, args, at);
     }
     const Lambda& l = *c.lambda;
     DepthGuard g(*this, at);
     size_t base = stack_.size();
     stack_.resize(base + static_cast<size_t>(l.frame_size));
-    for (size_t i = 0; i < args.size(); ++i) stack_[base + l.param_slots[i]] = args[i];
+    for (size_t i = 0; i < args.size(); ++i)
+      stack_[base + l.param_slots[i]] = args[i];
     Frame fr{base, &c.captures};
     Value r = eval(l.body, fr);
     stack_.resize(base);
@@ -175,40 +183,53 @@ public:
 
   Value lookup(const VarRef& r, const Frame& fr, const Span& s) {
     switch (r.kind) {
-    case VarRef::Kind::Local: return stack_[fr.base + static_cast<size_t>(r.index)];
-    case VarRef::Kind::Capture: return (*fr.captures)[static_cast<size_t>(r.index)];
-    case VarRef::Kind::Param: return backend_.param(r.index);
+    case VarRef::Kind::Local:
+      return stack_[fr.base + static_cast<size_t>(r.index)];
+    case VarRef::Kind::Capture:
+      return (*fr.captures)[static_cast<size_t>(r.index)];
+    case VarRef::Kind::Param:
+      return backend_.param(r.index);
     case VarRef::Kind::Global: {
       auto c = std::make_shared<Closure>();
       c->fn_index = r.index;
       return Value::closure(std::move(c));
     }
-    case VarRef::Kind::Ctor: return Value::adt(r.index, {});
-    default: fail(s, "unresolved name (the module was not checked)");
+    case VarRef::Kind::Ctor:
+      return Value::adt(r.index, {});
+    default:
+      fail(s, "unresolved name (the module was not checked)");
     }
   }
 
   void bind(const Pattern& p, const Value& v, const Frame& fr) {
     switch (p.kind) {
-    case Pattern::Kind::Wild: return;
-    case Pattern::Kind::Name: stack_[fr.base + static_cast<size_t>(p.slot)] = v; return;
+    case Pattern::Kind::Wild:
+      return;
+    case Pattern::Kind::Name:
+      stack_[fr.base + static_cast<size_t>(p.slot)] = v;
+      return;
     case Pattern::Kind::Tuple:
-      for (size_t i = 0; i < p.elems.size(); ++i) bind(p.elems[i], v.items()[i], fr);
+      for (size_t i = 0; i < p.elems.size(); ++i)
+        bind(p.elems[i], v.items()[i], fr);
       return;
     }
   }
 
   Value eval(const Expr& e, const Frame& fr) {
     switch (e->kind) {
-    case ExprKind::IntLit: return Value::integer(e->cast<IntLit>().value);
-    case ExprKind::BoolLit: return Value::boolean(e->cast<BoolLit>().value);
+    case ExprKind::IntLit:
+      return Value::integer(e->cast<IntLit>().value);
+    case ExprKind::BoolLit:
+      return Value::boolean(e->cast<BoolLit>().value);
     case ExprKind::FloatLit:
       return Value::tensor(Tensor::scalar_f32(static_cast<float>(e->cast<FloatLit>().value)));
-    case ExprKind::Var: return lookup(e->cast<Var>().ref, fr, e->span);
+    case ExprKind::Var:
+      return lookup(e->cast<Var>().ref, fr, e->span);
     case ExprKind::Tuple: {
       Values xs;
       xs.reserve(e->cast<ir::Tuple>().elems.size());
-      for (const auto& x : e->cast<ir::Tuple>().elems) xs.push_back(eval(x, fr));
+      for (const auto& x : e->cast<ir::Tuple>().elems)
+        xs.push_back(eval(x, fr));
       return Value::tuple(std::move(xs));
     }
     case ExprKind::Proj: {
@@ -230,29 +251,36 @@ public:
       const auto& i = e->cast<If>();
       return eval(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr);
     }
-    case ExprKind::Match: return eval_match(e->cast<Match>(), fr);
+    case ExprKind::Match:
+      return eval_match(e->cast<Match>(), fr);
     case ExprKind::Lambda: {
       const auto& l = e->cast<Lambda>();
       auto c = std::make_shared<Closure>();
       c->lambda = &l;
-      for (const auto& ref : l.captures) c->captures.push_back(lookup(ref, fr, e->span));
+      for (const auto& ref : l.captures)
+        c->captures.push_back(lookup(ref, fr, e->span));
       return Value::closure(std::move(c));
     }
     case ExprKind::ListLit: {
       Values xs;
       xs.reserve(e->cast<ListLit>().elems.size());
-      for (const auto& x : e->cast<ListLit>().elems) xs.push_back(eval(x, fr));
+      for (const auto& x : e->cast<ListLit>().elems)
+        xs.push_back(eval(x, fr));
       return Value::list(std::move(xs));
     }
-    case ExprKind::Binary: return eval_binary(e->cast<Binary>(), fr);
+    case ExprKind::Binary:
+      return eval_binary(e->cast<Binary>(), fr);
     case ExprKind::Unary: {
       const auto& u = e->cast<Unary>();
       Value v = eval(u.operand, fr);
-      if (u.tensor_op >= 0) return backend_.op(static_cast<ops::OpId>(u.tensor_op), {}, &v, 1, e->span);
-      if (u.op == UnOp::Not) return Value::boolean(!v.as_bool());
+      if (u.tensor_op >= 0)
+        return backend_.op(static_cast<ops::OpId>(u.tensor_op), {}, &v, 1, e->span);
+      if (u.op == UnOp::Not)
+        return Value::boolean(!v.as_bool());
       return Value::integer(static_cast<int64_t>(0ull - static_cast<uint64_t>(v.as_int())));
     }
-    case ExprKind::Call: return eval_call(e->cast<Call>(), fr);
+    case ExprKind::Call:
+      return eval_call(e->cast<Call>(), fr);
     }
     PEJIT_CHECK(false) << "unknown expression kind";
   }
@@ -262,10 +290,12 @@ public:
   // Returns false, having evaluated nothing, when the shapes do not fit.
   bool let_call_flat(const Let& l, const Frame& fr) {
     const Call& c = l.value->cast<Call>();
-    if (c.ref.kind != VarRef::Kind::Global) return false;
+    if (c.ref.kind != VarRef::Kind::Global)
+      return false;
     const FnDecl& f = *m_.fns()[static_cast<size_t>(c.ref.index)];
     const auto& ps = l.pattern.elems;
-    if (f.ret->kind != ir::TypeKind::Tuple || f.ret->elems.size() != ps.size()) return false;
+    if (f.ret->kind != ir::TypeKind::Tuple || f.ret->elems.size() != ps.size())
+      return false;
     for (size_t i = 0; i < ps.size(); ++i)
       if (f.ret->elems[i]->kind != ir::TypeKind::Tensor || ps[i].kind == Pattern::Kind::Tuple)
         return false;
@@ -288,16 +318,22 @@ public:
     Value s = eval(mt.scrutinee, fr);
     int tag;
     bool is_list = s.kind() == Value::Kind::List;
-    if (is_list) tag = s.list_size() == 0 ? 0 : 1;
-    else tag = s.tag();
+    if (is_list)
+      tag = s.list_size() == 0 ? 0 : 1;
+    else
+      tag = s.tag();
     for (const auto& arm : mt.arms) {
-      if (!arm.ctor.empty() && arm.ctor_index != tag) continue;
+      if (!arm.ctor.empty() && arm.ctor_index != tag)
+        continue;
       if (!arm.ctor.empty()) {
         for (size_t i = 0; i < arm.slots.size(); ++i) {
-          if (arm.slots[i] < 0) continue;
+          if (arm.slots[i] < 0)
+            continue;
           Value& slot = stack_[fr.base + static_cast<size_t>(arm.slots[i])];
-          if (!is_list) slot = s.items()[i];
-          else slot = i == 0 ? s.list_at(0) : s.list_tail();
+          if (!is_list)
+            slot = s.items()[i];
+          else
+            slot = i == 0 ? s.list_at(0) : s.list_tail();
         }
       }
       return eval(arm.body, fr);
@@ -308,15 +344,18 @@ public:
   Value eval_binary(const Binary& b, const Frame& fr) {
     // && and || short-circuit.
     if (b.op == BinOp::And) {
-      if (!eval(b.lhs, fr).as_bool()) return Value::boolean(false);
+      if (!eval(b.lhs, fr).as_bool())
+        return Value::boolean(false);
       return Value::boolean(eval(b.rhs, fr).as_bool());
     }
     if (b.op == BinOp::Or) {
-      if (eval(b.lhs, fr).as_bool()) return Value::boolean(true);
+      if (eval(b.lhs, fr).as_bool())
+        return Value::boolean(true);
       return Value::boolean(eval(b.rhs, fr).as_bool());
     }
     Value args[2] = {eval(b.lhs, fr), eval(b.rhs, fr)};
-    if (b.tensor_op >= 0) return backend_.op(static_cast<ops::OpId>(b.tensor_op), {}, args, 2, b.span);
+    if (b.tensor_op >= 0)
+      return backend_.op(static_cast<ops::OpId>(b.tensor_op), {}, args, 2, b.span);
     if (args[0].kind() == Value::Kind::Bool) {
       bool x = args[0].as_bool(), y = args[1].as_bool();
       return Value::boolean(b.op == BinOp::Eq ? x == y : x != y);
@@ -324,21 +363,33 @@ public:
     int64_t x = args[0].as_int(), y = args[1].as_int();
     auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
     switch (b.op) {
-    case BinOp::Add: return Value::integer(static_cast<int64_t>(ux + uy));
-    case BinOp::Sub: return Value::integer(static_cast<int64_t>(ux - uy));
-    case BinOp::Mul: return Value::integer(static_cast<int64_t>(ux * uy));
+    case BinOp::Add:
+      return Value::integer(static_cast<int64_t>(ux + uy));
+    case BinOp::Sub:
+      return Value::integer(static_cast<int64_t>(ux - uy));
+    case BinOp::Mul:
+      return Value::integer(static_cast<int64_t>(ux * uy));
     case BinOp::Div:
     case BinOp::Mod:
-      if (y == 0) fail(b.span, "Int division by zero");
-      if (x == INT64_MIN && y == -1) fail(b.span, "Int division overflows");
+      if (y == 0)
+        fail(b.span, "Int division by zero");
+      if (x == INT64_MIN && y == -1)
+        fail(b.span, "Int division overflows");
       return Value::integer(b.op == BinOp::Div ? x / y : x % y);
-    case BinOp::Lt: return Value::boolean(x < y);
-    case BinOp::Le: return Value::boolean(x <= y);
-    case BinOp::Gt: return Value::boolean(x > y);
-    case BinOp::Ge: return Value::boolean(x >= y);
-    case BinOp::Eq: return Value::boolean(x == y);
-    case BinOp::Ne: return Value::boolean(x != y);
-    default: break;
+    case BinOp::Lt:
+      return Value::boolean(x < y);
+    case BinOp::Le:
+      return Value::boolean(x <= y);
+    case BinOp::Gt:
+      return Value::boolean(x > y);
+    case BinOp::Ge:
+      return Value::boolean(x >= y);
+    case BinOp::Eq:
+      return Value::boolean(x == y);
+    case BinOp::Ne:
+      return Value::boolean(x != y);
+    default:
+      break;
     }
     PEJIT_CHECK(false) << "bad scalar operator";
   }
@@ -346,14 +397,16 @@ public:
   Values eval_args(const Call& c, const Frame& fr) {
     Values xs;
     xs.reserve(c.args.size());
-    for (const auto& a : c.args) xs.push_back(eval(a, fr));
+    for (const auto& a : c.args)
+      xs.push_back(eval(a, fr));
     return xs;
   }
 
   /// The arguments in a pooled vector (give it back with give_args).
   Values eval_args_pooled(const Call& c, const Frame& fr) {
     Values xs = take_args(c.args.size());
-    for (const auto& a : c.args) xs.push_back(eval(a, fr));
+    for (const auto& a : c.args)
+      xs.push_back(eval(a, fr));
     return xs;
   }
 
@@ -376,19 +429,23 @@ public:
     }
     case VarRef::Kind::Ctor: {
       if (c.ref.adt == types::kListAdt) {
-        if (c.ref.index == 0) return Value::list({});
+        if (c.ref.index == 0)
+          return Value::list({});
         Value h = eval(c.args[0], fr);
         Value t = eval(c.args[1], fr);
         Values xs;
         xs.reserve(t.list_size() + 1);
         xs.push_back(std::move(h));
-        for (size_t i = 0; i < t.list_size(); ++i) xs.push_back(t.list_at(i));
+        for (size_t i = 0; i < t.list_size(); ++i)
+          xs.push_back(t.list_at(i));
         return Value::list(std::move(xs));
       }
       return Value::adt(c.ref.index, eval_args(c, fr));
     }
-    case VarRef::Kind::Op: return eval_op(c, fr);
-    case VarRef::Kind::Builtin: return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
+    case VarRef::Kind::Op:
+      return eval_op(c, fr);
+    case VarRef::Kind::Builtin:
+      return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
     default: {
       Value f = eval(c.callee, fr);
       Values args = eval_args_pooled(c, fr);
@@ -403,7 +460,8 @@ public:
   __attribute__((noinline)) Value eval_op(const Call& c, const Frame& fr) {
     size_t n = static_cast<size_t>(c.tensor_args);
     Values args = take_args(n);
-    for (size_t i = 0; i < n; ++i) args.push_back(eval(c.args[i], fr));
+    for (size_t i = 0; i < n; ++i)
+      args.push_back(eval(c.args[i], fr));
     ops::Attr attr{c.attr_ints};
     auto id = static_cast<ops::OpId>(c.ref.index);
     if (id == ops::OpId::Split) {
@@ -443,24 +501,28 @@ public:
       }
       return acc;
     }
-    case Builtin::SumList: return backend_.sum_list(eval(c.args[0], fr), c.type, c.span);
+    case Builtin::SumList:
+      return backend_.sum_list(eval(c.args[0], fr), c.type, c.span);
     case Builtin::Append: {
       Value a = eval(c.args[0], fr);
       Value b = eval(c.args[1], fr);
       Values xs;
       xs.reserve(a.list_size() + b.list_size());
-      for (size_t i = 0; i < a.list_size(); ++i) xs.push_back(a.list_at(i));
-      for (size_t i = 0; i < b.list_size(); ++i) xs.push_back(b.list_at(i));
+      for (size_t i = 0; i < a.list_size(); ++i)
+        xs.push_back(a.list_at(i));
+      for (size_t i = 0; i < b.list_size(); ++i)
+        xs.push_back(b.list_at(i));
       return Value::list(std::move(xs));
     }
     case Builtin::Length:
       return Value::integer(static_cast<int64_t>(eval(c.args[0], fr).list_size()));
-    case Builtin::ToInt: return backend_.to_int(eval(c.args[0], fr), c.span);
-    case Builtin::ToBool: return backend_.to_bool(eval(c.args[0], fr), c.span);
+    case Builtin::ToInt:
+      return backend_.to_int(eval(c.args[0], fr), c.span);
+    case Builtin::ToBool:
+      return backend_.to_bool(eval(c.args[0], fr), c.span);
     }
     PEJIT_CHECK(false) << "unknown builtin";
   }
 };
-
 
 } // namespace pejit::interp

@@ -47,7 +47,8 @@ public:
       throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
     }
     out_ids_.assign(outs_.size(), -1);
-    if (record && tape_) tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
+    if (record && tape_)
+      tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
     if (multi) {
       multi->clear();
       for (size_t i = 0; i < outs_.size(); ++i)
@@ -60,7 +61,8 @@ public:
   std::optional<Value> call(const FnDecl&, int, const Values&, const Span&) { return std::nullopt; }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
-    if (xs.list_size() == 0) return Value::tensor(Tensor::zeros(DType::F32, concrete_shape(type, dims_)));
+    if (xs.list_size() == 0)
+      return Value::tensor(Tensor::zeros(DType::F32, concrete_shape(type, dims_)));
     Value acc = xs.list_at(0);
     for (size_t i = 1; i < xs.list_size(); ++i) {
       Value two[2] = {acc, xs.list_at(i)};
@@ -71,7 +73,8 @@ public:
 
   Value to_int(const Value& v, const Span& s) {
     const Tensor& t = v.as_tensor();
-    if (t.dtype() == DType::I32) return Value::integer(t.item_i32());
+    if (t.dtype() == DType::I32)
+      return Value::integer(t.item_i32());
     float x = t.item_f32();
     if (!std::isfinite(x) || std::fabs(x) > 9.2e18f)
       throw Error(s.str() + ": error: to_int of a non-finite or huge value");
@@ -102,8 +105,10 @@ Interpreter::Interpreter(std::shared_ptr<const Module> m, DimBindings dims, Eval
 namespace {
 const FnDecl& entry_of(const Module& m, const std::string& name, size_t nargs) {
   const FnDecl* f = m.fn(name);
-  if (!f || !f->is_entry) throw Error("no entry named '" + name + "' in the module");
-  if (!f->checked) throw Error("entry '" + name + "' has not been checked");
+  if (!f || !f->is_entry)
+    throw Error("no entry named '" + name + "' in the module");
+  if (!f->checked)
+    throw Error("entry '" + name + "' has not been checked");
   if (f->params.size() != nargs)
     throw Error("entry '" + name + "' takes " + std::to_string(f->params.size()) +
                 " arguments, got " + std::to_string(nargs));
@@ -172,7 +177,8 @@ GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Valu
     // A random direction: each parameter tensor's part has norm 1/sqrt(P), so that small
     // tensors (biases) and large ones (embeddings) all contribute a measurable derivative.
     std::vector<std::vector<double>> dir(params.values.size());
-    const double per = 1.0 / std::sqrt(static_cast<double>(std::max<size_t>(1, params.values.size())));
+    const double per =
+        1.0 / std::sqrt(static_cast<double>(std::max<size_t>(1, params.values.size())));
     for (size_t p = 0; p < params.values.size(); ++p) {
       dir[p].resize(static_cast<size_t>(params.values[p].numel()));
       double norm = 0;
@@ -181,24 +187,28 @@ GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Valu
         norm += x * x;
       }
       norm = std::sqrt(std::max(norm, 1e-300));
-      for (auto& x : dir[p]) x *= per / norm;
+      for (auto& x : dir[p])
+        x *= per / norm;
     }
     double analytic = 0;
     for (size_t p = 0; p < params.values.size(); ++p) {
       const float* gp = dense[p].f32();
-      for (size_t i = 0; i < dir[p].size(); ++i) analytic += dir[p][i] * gp[i];
+      for (size_t i = 0; i < dir[p].size(); ++i)
+        analytic += dir[p][i] * gp[i];
     }
     auto shifted = [&](double h) {
       Params q = params.clone();
       for (size_t p = 0; p < q.values.size(); ++p) {
         float* x = q.values[p].f32();
-        for (size_t i = 0; i < dir[p].size(); ++i) x[i] += static_cast<float>(h * dir[p][i]);
+        for (size_t i = 0; i < dir[p].size(); ++i)
+          x[i] += static_cast<float>(h * dir[p][i]);
       }
       Value v = in.run(entry, args, q);
       return static_cast<double>(v.as_tensor().item_f32());
     };
     double numeric = (shifted(eps) - shifted(-eps)) / (2 * eps);
-    double rel = std::fabs(numeric - analytic) / std::max(1e-3, std::fabs(numeric) + std::fabs(analytic));
+    double rel =
+        std::fabs(numeric - analytic) / std::max(1e-3, std::fabs(numeric) + std::fabs(analytic));
     rep.numeric.push_back(numeric);
     rep.analytic.push_back(analytic);
     rep.max_rel_error = std::max(rep.max_rel_error, rel);

@@ -55,7 +55,7 @@ struct GradCheckReport {
   bool ok = true;
   double max_rel_error = 0;
   std::vector<double> numeric, analytic; ///< per direction
-  std::string message;                    ///< a readable report (always filled)
+  std::string message;                   ///< a readable report (always filled)
 };
 GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Values& args,
                            const Params& params, int directions = 3, uint64_t seed = 1,

@@ -11,14 +11,19 @@ namespace pejit::interp {
 DimBindings bind_dims(const ir::Module& m, const DimBindings& overrides) {
   DimBindings out;
   for (const auto& [name, v] : overrides) {
-    if (m.dim_index(name) < 0) throw Error("no dimension named '" + name + "' in the module");
-    if (v < 1) throw Error("dimension " + name + " must be >= 1, got " + std::to_string(v));
+    if (m.dim_index(name) < 0)
+      throw Error("no dimension named '" + name + "' in the module");
+    if (v < 1)
+      throw Error("dimension " + name + " must be >= 1, got " + std::to_string(v));
   }
   for (const auto& d : m.dims()) {
     auto it = overrides.find(d->name);
-    if (it != overrides.end()) out[d->name] = it->second;
-    else if (d->default_value) out[d->name] = *d->default_value;
-    else throw Error("dimension " + d->name + " (" + d->span.str() + ") needs a size");
+    if (it != overrides.end())
+      out[d->name] = it->second;
+    else if (d->default_value)
+      out[d->name] = *d->default_value;
+    else
+      throw Error("dimension " + d->name + " (" + d->span.str() + ") needs a size");
   }
   return out;
 }
@@ -32,7 +37,8 @@ Shape concrete_shape(const ir::Type& t, const DimBindings& dims) {
       continue;
     }
     auto it = dims.find(d.name);
-    if (it == dims.end()) throw Error("dimension " + d.name + " is not bound");
+    if (it == dims.end())
+      throw Error("dimension " + d.name + " is not bound");
     s.push_back(it->second);
   }
   return s;
@@ -40,14 +46,16 @@ Shape concrete_shape(const ir::Type& t, const DimBindings& dims) {
 
 int Params::index(const std::string& name) const {
   for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return static_cast<int>(i);
+    if (names[i] == name)
+      return static_cast<int>(i);
   return -1;
 }
 
 Params Params::clone() const {
   Params p;
   p.names = names;
-  for (const auto& v : values) p.values.push_back(v.clone());
+  for (const auto& v : values)
+    p.values.push_back(v.clone());
   return p;
 }
 
@@ -65,14 +73,16 @@ struct Rng {
   double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
   double normal() {
     double u1 = uniform(), u2 = uniform();
-    if (u1 < 1e-300) u1 = 1e-300;
+    if (u1 < 1e-300)
+      u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 };
 
 uint64_t name_hash(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
-  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  for (char c : s)
+    h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
   return h;
 }
 
@@ -87,12 +97,15 @@ Params init_params(const ir::Module& m, const DimBindings& dims, uint64_t seed) 
     Rng rng{seed * 0x9e3779b97f4a7c15ull ^ name_hash(d->name)};
     int64_t n = t.numel();
     switch (d->init.kind) {
-    case ir::Init::Kind::Zeros: break;
+    case ir::Init::Kind::Zeros:
+      break;
     case ir::Init::Kind::Ones:
-      for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = 1.0f;
       break;
     case ir::Init::Kind::Normal:
-      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(d->init.a + d->init.b * rng.normal());
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = static_cast<float>(d->init.a + d->init.b * rng.normal());
       break;
     case ir::Init::Kind::Uniform:
       for (int64_t i = 0; i < n; ++i)
@@ -103,7 +116,8 @@ Params init_params(const ir::Module& m, const DimBindings& dims, uint64_t seed) 
       double fan_in = s.rank() >= 1 ? static_cast<double>(s[0]) : 1.0;
       double fan_out = s.rank() >= 2 ? static_cast<double>(s[s.rank() - 1]) : fan_in;
       double bound = std::sqrt(6.0 / (fan_in + fan_out));
-      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
       break;
     }
     }
@@ -120,25 +134,31 @@ void check_value(const Value& v, const ir::Type& t, const ir::Module& m, const D
   };
   switch (t->kind) {
   case ir::TypeKind::Int:
-    if (v.kind() != Value::Kind::Int) fail(v.describe());
+    if (v.kind() != Value::Kind::Int)
+      fail(v.describe());
     return;
   case ir::TypeKind::Bool:
-    if (v.kind() != Value::Kind::Bool) fail(v.describe());
+    if (v.kind() != Value::Kind::Bool)
+      fail(v.describe());
     return;
   case ir::TypeKind::Tensor: {
-    if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined()) fail(v.describe());
+    if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined())
+      fail(v.describe());
     const Tensor& x = v.as_tensor();
     DType want = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
-    if (x.dtype() != want || x.shape() != concrete_shape(t, dims)) fail(v.describe());
+    if (x.dtype() != want || x.shape() != concrete_shape(t, dims))
+      fail(v.describe());
     return;
   }
   case ir::TypeKind::Tuple:
-    if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size()) fail(v.describe());
+    if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size())
+      fail(v.describe());
     for (size_t i = 0; i < t->elems.size(); ++i)
       check_value(v.items()[i], t->elems[i], m, dims, path + "." + std::to_string(i));
     return;
   case ir::TypeKind::List:
-    if (v.kind() != Value::Kind::List) fail(v.describe());
+    if (v.kind() != Value::Kind::List)
+      fail(v.describe());
     for (size_t i = 0; i < v.list_size(); ++i)
       check_value(v.list_at(i), t->elems[0], m, dims, path + "[" + std::to_string(i) + "]");
     return;
@@ -156,9 +176,11 @@ void check_value(const Value& v, const ir::Type& t, const ir::Module& m, const D
     return;
   }
   case ir::TypeKind::Func:
-    if (v.kind() != Value::Kind::Closure) fail(v.describe());
+    if (v.kind() != Value::Kind::Closure)
+      fail(v.describe());
     return;
-  case ir::TypeKind::Error: fail("a value of an ill-typed program");
+  case ir::TypeKind::Error:
+    fail("a value of an ill-typed program");
   }
 }
 

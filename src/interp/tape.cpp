@@ -19,7 +19,8 @@ using ops::OpId;
 
 Tensor ParamGrad::to_dense(const Shape& shape) const {
   Tensor out = dense.defined() ? dense.clone() : Tensor::zeros(DType::F32, shape);
-  for (const auto& s : sparse) k::add_rows_inplace(out, s);
+  for (const auto& s : sparse)
+    k::add_rows_inplace(out, s);
   return out;
 }
 
@@ -32,8 +33,7 @@ void Tape::reset(std::span<const Tensor> params) {
 }
 
 void Tape::record(OpId op, const ops::Attr& attr, std::span<const int32_t> in_ids,
-                  std::span<const Tensor> in_vals, std::span<const Tensor> outs,
-                  int32_t* out_ids) {
+                  std::span<const Tensor> in_vals, std::span<const Tensor> outs, int32_t* out_ids) {
   Rec r{op, attr, static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(in_ids.size()), 0, 0};
   for (size_t i = 0; i < in_ids.size(); ++i) {
     int32_t id = in_ids[i];
@@ -57,7 +57,6 @@ void Tape::record(OpId op, const ops::Attr& attr, std::span<const int32_t> in_id
 }
 
 namespace {
-
 
 // The eager emitter: computes each requested op at once.
 class EagerEmitter final : public ops::Emitter {
@@ -89,7 +88,8 @@ public:
 
   Handle op(OpId id, std::span<const Handle> in, const ops::Attr& attr) override {
     ins_.clear();
-    for (Handle h : in) ins_.push_back(dense(h));
+    for (Handle h : in)
+      ins_.push_back(dense(h));
     outs_.clear();
     ops::op_def(id).eval(ins_, attr, outs_);
     return add(std::move(outs_[0]));
@@ -102,7 +102,8 @@ public:
     if (x.sparse >= 0) {
       const auto& s = sparse_[static_cast<size_t>(x.sparse)];
       std::vector<int64_t> d{s.num_rows};
-      for (size_t i = 1; i < s.rows.rank(); ++i) d.push_back(s.rows.shape()[i]);
+      for (size_t i = 1; i < s.rows.rank(); ++i)
+        d.push_back(s.rows.shape()[i]);
       return d;
     }
     auto d = x.t.shape().dims();
@@ -129,15 +130,18 @@ public:
       return static_cast<Handle>(hs_.size() - 1);
     }
     ins_.clear();
-    for (Handle h : in) ins_.push_back(dense(h));
+    for (Handle h : in)
+      ins_.push_back(dense(h));
     return add(ops::eval_grad_op(g, ins_, attr));
   }
 
   // A dense view of a handle (materializes sparse or deferred ones when an op needs them).
   const Tensor& dense(Handle h) {
     H& x = hs_[static_cast<size_t>(h)];
-    if (x.t.defined()) return x.t;
-    if (x.sparse >= 0) x.t = sparse_[static_cast<size_t>(x.sparse)].to_dense();
+    if (x.t.defined())
+      return x.t;
+    if (x.sparse >= 0)
+      x.t = sparse_[static_cast<size_t>(x.sparse)].to_dense();
     else if (x.deferred >= 0) {
       const auto& d = deferred_[static_cast<size_t>(x.deferred)];
       Tensor like = Tensor::empty(DType::F32, {d.a.dim(0), d.gy.dim(-1)});
@@ -156,14 +160,17 @@ private:
 };
 
 void accumulate(Tensor& acc, const Tensor& g) {
-  if (!acc.defined()) acc = g;
-  else k::add_inplace(acc, g);
+  if (!acc.defined())
+    acc = g;
+  else
+    k::add_inplace(acc, g);
 }
 
 } // namespace
 
 std::vector<ParamGrad> Tape::backward(int32_t loss_id) {
-  if (loss_id < 0) return std::vector<ParamGrad>(nparams_); // no parameter reaches the loss
+  if (loss_id < 0)
+    return std::vector<ParamGrad>(nparams_); // no parameter reaches the loss
   PEJIT_CHECK(static_cast<size_t>(loss_id) < vals_.size()) << "bad loss id";
   std::pair<int32_t, Tensor> seed{loss_id,
                                   Tensor::full(vals_[static_cast<size_t>(loss_id)].shape(), 1.0f)};
@@ -176,7 +183,8 @@ std::vector<ParamGrad> Tape::backward(std::span<const std::pair<int32_t, Tensor>
   std::vector<ParamGrad> out(nparams_);
   std::vector<Tensor> grads(vals_.size());
   for (const auto& [id, g] : seeds) {
-    if (id < 0) continue;
+    if (id < 0)
+      continue;
     PEJIT_CHECK(static_cast<size_t>(id) < vals_.size()) << "bad seed id";
     PEJIT_CHECK(g.shape() == vals_[static_cast<size_t>(id)].shape()) << "seed shape mismatch";
     accumulate(grads[static_cast<size_t>(id)], g);
@@ -192,10 +200,13 @@ std::vector<ParamGrad> Tape::backward(std::span<const std::pair<int32_t, Tensor>
     bool any = false;
     for (uint32_t j = 0; j < r.out_count; ++j)
       any = any || grads[static_cast<size_t>(ids_[r.out_begin + j])].defined();
-    if (!any) continue;
+    if (!any)
+      continue;
     bool wanted = false;
-    for (uint32_t j = 0; j < r.in_count; ++j) wanted = wanted || needs_[ids_[r.in_begin + j]];
-    if (!wanted) continue;
+    for (uint32_t j = 0; j < r.in_count; ++j)
+      wanted = wanted || needs_[ids_[r.in_begin + j]];
+    if (!wanted)
+      continue;
 
     em.clear();
     in_h.clear();
@@ -214,11 +225,12 @@ std::vector<ParamGrad> Tape::backward(std::span<const std::pair<int32_t, Tensor>
     // A multi-output op whose other outputs have no gradient: rules see -1 there.
     gin.clear();
     ops::op_def(r.op).grad(em, in_h, out_h, gout_h, r.attr, gin);
-    PEJIT_CHECK(gin.size() == r.in_count) << "gradient rule of " << ops::op_name(r.op)
-                                          << " returned " << gin.size() << " gradients";
+    PEJIT_CHECK(gin.size() == r.in_count)
+        << "gradient rule of " << ops::op_name(r.op) << " returned " << gin.size() << " gradients";
     for (uint32_t j = 0; j < r.in_count; ++j) {
       int32_t id = ids_[r.in_begin + j];
-      if (gin[j] < 0 || !needs_[static_cast<size_t>(id)]) continue;
+      if (gin[j] < 0 || !needs_[static_cast<size_t>(id)])
+        continue;
       const auto& h = em.get(gin[j]);
       bool is_param = static_cast<size_t>(id) < nparams_;
       if (h.sparse >= 0 && is_param) {
@@ -231,14 +243,17 @@ std::vector<ParamGrad> Tape::backward(std::span<const std::pair<int32_t, Tensor>
       }
     }
     // Free what no earlier record can need: this record's outputs' gradients.
-    for (uint32_t j = 0; j < r.out_count; ++j) grads[static_cast<size_t>(ids_[r.out_begin + j])] = Tensor();
+    for (uint32_t j = 0; j < r.out_count; ++j)
+      grads[static_cast<size_t>(ids_[r.out_begin + j])] = Tensor();
   }
 
   for (size_t p = 0; p < nparams_; ++p) {
     ParamGrad& pg = out[p];
-    if (grads[p].defined()) pg.dense = grads[p];
+    if (grads[p].defined())
+      pg.dense = grads[p];
     auto& rows = deferred[p];
-    if (rows.empty()) continue;
+    if (rows.empty())
+      continue;
     // One GEMM: dW[k, n] += A^T @ GY with A [r, k], GY [r, n].
     int64_t kk = rows[0].first.numel(), n = rows[0].second.numel();
     int64_t m = static_cast<int64_t>(rows.size());
@@ -252,7 +267,8 @@ std::vector<ParamGrad> Tape::backward(std::span<const std::pair<int32_t, Tensor>
       pg.dense = Tensor::empty(DType::F32, {kk, n});
       k::sgemm(true, false, kk, n, m, 1.0f, A.f32(), kk, GY.f32(), n, 0.0f, pg.dense.f32(), n);
     } else {
-      if (!pg.dense.unique()) pg.dense = pg.dense.clone();
+      if (!pg.dense.unique())
+        pg.dense = pg.dense.clone();
       k::sgemm(true, false, kk, n, m, 1.0f, A.f32(), kk, GY.f32(), n, 1.0f, pg.dense.f32(), n);
     }
   }

@@ -17,8 +17,8 @@ namespace pejit::interp {
 
 /// The gradient of one parameter: dense, row-sparse parts, or both (then summed).
 struct ParamGrad {
-  Tensor dense;                            ///< undefined when there is no dense part
-  std::vector<kernels::RowSparse> sparse;  ///< row-sparse parts (take), not coalesced
+  Tensor dense;                           ///< undefined when there is no dense part
+  std::vector<kernels::RowSparse> sparse; ///< row-sparse parts (take), not coalesced
   bool empty() const { return !dense.defined() && sparse.empty(); }
   /// dense + all sparse parts as one dense tensor of `shape` (zeros if empty).
   Tensor to_dense(const Shape& shape) const;
@@ -48,10 +48,10 @@ private:
     ops::Attr attr;
     uint32_t in_begin, in_count, out_begin, out_count; ///< ranges in ids_
   };
-  std::vector<Tensor> vals_;     ///< by id
-  std::vector<uint8_t> needs_;   ///< by id: gradient wanted
+  std::vector<Tensor> vals_;   ///< by id
+  std::vector<uint8_t> needs_; ///< by id: gradient wanted
   std::vector<Rec> recs_;
-  std::vector<int32_t> ids_;     ///< inputs and outputs of the records
+  std::vector<int32_t> ids_; ///< inputs and outputs of the records
   size_t nparams_ = 0;
 };
 

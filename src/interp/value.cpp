@@ -87,15 +87,22 @@ Value Value::list_tail() const {
 
 std::string Value::describe() const {
   switch (kind_) {
-  case Kind::None: return "<none>";
-  case Kind::Int: return "Int " + std::to_string(i_);
-  case Kind::Bool: return i_ ? "true" : "false";
+  case Kind::None:
+    return "<none>";
+  case Kind::Int:
+    return "Int " + std::to_string(i_);
+  case Kind::Bool:
+    return i_ ? "true" : "false";
   case Kind::Tensor:
     return has_t_ ? std::string(dtype_name(t_.dtype())) + t_.shape().str() : "<undefined tensor>";
-  case Kind::Tuple: return "tuple of " + std::to_string(items_->size());
-  case Kind::List: return "list of " + std::to_string(list_size());
-  case Kind::Adt: return "constructor #" + std::to_string(tag_);
-  case Kind::Closure: return "function";
+  case Kind::Tuple:
+    return "tuple of " + std::to_string(items_->size());
+  case Kind::List:
+    return "list of " + std::to_string(list_size());
+  case Kind::Adt:
+    return "constructor #" + std::to_string(tag_);
+  case Kind::Closure:
+    return "function";
   }
   return "?";
 }

@@ -87,31 +87,37 @@ public:
 
   Kind kind() const { return kind_; }
   int64_t as_int() const {
-    if (kind_ != Kind::Int) [[unlikely]] bad("not an Int: ");
+    if (kind_ != Kind::Int) [[unlikely]]
+      bad("not an Int: ");
     return i_;
   }
   bool as_bool() const {
-    if (kind_ != Kind::Bool) [[unlikely]] bad("not a Bool: ");
+    if (kind_ != Kind::Bool) [[unlikely]]
+      bad("not a Bool: ");
     return i_ != 0;
   }
   const Tensor& as_tensor() const {
-    if (kind_ != Kind::Tensor) [[unlikely]] bad("not a tensor: ");
+    if (kind_ != Kind::Tensor) [[unlikely]]
+      bad("not a tensor: ");
     return has_t_ ? t_ : kNoTensor;
   }
   int32_t tape_id() const { return kind_ == Kind::Tensor ? static_cast<int32_t>(i_) : -1; }
   /// ADT constructor index
   int32_t tag() const {
-    if (kind_ != Kind::Adt) [[unlikely]] bad("not an ADT value: ");
+    if (kind_ != Kind::Adt) [[unlikely]]
+      bad("not an ADT value: ");
     return tag_;
   }
   /// Tuple elements, ADT fields.
   const Values& items() const {
-    if (kind_ != Kind::Tuple && kind_ != Kind::Adt) [[unlikely]] bad("no items: ");
+    if (kind_ != Kind::Tuple && kind_ != Kind::Adt) [[unlikely]]
+      bad("no items: ");
     return *items_;
   }
   /// List elements from the list's offset on.
   size_t list_size() const {
-    if (kind_ != Kind::List) [[unlikely]] bad("not a list: ");
+    if (kind_ != Kind::List) [[unlikely]]
+      bad("not a list: ");
     return items_->size() - static_cast<size_t>(tag_);
   }
   const Value& list_at(size_t i) const {
@@ -122,7 +128,8 @@ public:
   /// The list without its first element (a view).
   Value list_tail() const;
   const Closure& as_closure() const {
-    if (kind_ != Kind::Closure) [[unlikely]] bad("not a function: ");
+    if (kind_ != Kind::Closure) [[unlikely]]
+      bad("not a function: ");
     return *clo_;
   }
 
@@ -136,31 +143,42 @@ private:
 
   Kind kind_ = Kind::None;
   bool has_t_ = false; ///< Tensor: t_ is alive (a defined tensor)
-  int32_t tag_ = 0;   ///< ADT tag; List: offset of the first element; tensor: batched
-  int64_t i_ = 0;     ///< Int, Bool, tensor tape id
+  int32_t tag_ = 0;    ///< ADT tag; List: offset of the first element; tensor: batched
+  int64_t i_ = 0;      ///< Int, Bool, tensor tape id
   union {
     Tensor t_;                            ///< Tensor
     std::shared_ptr<const Values> items_; ///< Tuple, List, Adt
     std::shared_ptr<const Closure> clo_;  ///< Closure
   };
 
-  bool has_items() const { return kind_ == Kind::Tuple || kind_ == Kind::List || kind_ == Kind::Adt; }
+  bool has_items() const {
+    return kind_ == Kind::Tuple || kind_ == Kind::List || kind_ == Kind::Adt;
+  }
   void copy_payload(const Value& o) {
-    if (has_t_) new (&t_) Tensor(o.t_);
-    else if (has_items()) new (&items_) std::shared_ptr<const Values>(o.items_);
-    else if (kind_ == Kind::Closure) new (&clo_) std::shared_ptr<const Closure>(o.clo_);
+    if (has_t_)
+      new (&t_) Tensor(o.t_);
+    else if (has_items())
+      new (&items_) std::shared_ptr<const Values>(o.items_);
+    else if (kind_ == Kind::Closure)
+      new (&clo_) std::shared_ptr<const Closure>(o.clo_);
   }
   // Takes o's payload (kind_ and has_t_ already equal o's); o becomes None.
   void move_payload(Value&& o) noexcept {
-    if (has_t_) new (&t_) Tensor(std::move(o.t_));
-    else if (has_items()) new (&items_) std::shared_ptr<const Values>(std::move(o.items_));
-    else if (kind_ == Kind::Closure) new (&clo_) std::shared_ptr<const Closure>(std::move(o.clo_));
+    if (has_t_)
+      new (&t_) Tensor(std::move(o.t_));
+    else if (has_items())
+      new (&items_) std::shared_ptr<const Values>(std::move(o.items_));
+    else if (kind_ == Kind::Closure)
+      new (&clo_) std::shared_ptr<const Closure>(std::move(o.clo_));
     o.destroy();
   }
   void destroy() noexcept {
-    if (has_t_) t_.~Tensor();
-    else if (has_items()) items_.~shared_ptr();
-    else if (kind_ == Kind::Closure) clo_.~shared_ptr();
+    if (has_t_)
+      t_.~Tensor();
+    else if (has_items())
+      items_.~shared_ptr();
+    else if (kind_ == Kind::Closure)
+      clo_.~shared_ptr();
     kind_ = Kind::None;
     has_t_ = false;
   }

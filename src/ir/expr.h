@@ -37,7 +37,9 @@ const char* expr_kind_name(ExprKind k);
 /// Static: derived only from the entry's input structure, literals and shapes; Dynamic:
 /// parameters, tensor payloads and anything computed from them.
 enum class BT : uint8_t { Const, Static, Dynamic };
-inline BT bt_join(BT a, BT b) { return a > b ? a : b; }
+inline BT bt_join(BT a, BT b) {
+  return a > b ? a : b;
+}
 const char* bt_name(BT b);
 
 /// What a name refers to, decided by the checker.
@@ -158,12 +160,12 @@ struct If : ExprNode {
 /// One arm `Ctor(a, _, c) => body`, or `_ => body` (ctor empty). Lists use the built-in
 /// constructors `Nil` and `Cons(head, tail)` (written `[]` and `h :: t` too).
 struct MatchArm {
-  std::string ctor; ///< empty: wildcard
+  std::string ctor;                 ///< empty: wildcard
   std::vector<std::string> binders; ///< "_" ignores a field
   std::vector<Span> binder_spans;
   Expr body;
   Span span;
-  mutable int ctor_index = -1;     ///< index within the scrutinee's ADT (List: Nil 0, Cons 1)
+  mutable int ctor_index = -1;    ///< index within the scrutinee's ADT (List: Nil 0, Cons 1)
   mutable std::vector<int> slots; ///< frame slot per binder (-1 for "_")
 };
 
@@ -211,7 +213,9 @@ public:
     }
     __builtin_unreachable();
   }
-  R visit(const Expr& e) { return visit(*e); }
+  R visit(const Expr& e) {
+    return visit(*e);
+  }
 };
 
 } // namespace pejit::ir

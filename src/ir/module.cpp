@@ -14,31 +14,44 @@ namespace pejit::ir {
 
 const char* init_name(Init::Kind k) {
   switch (k) {
-  case Init::Kind::Zeros: return "zeros";
-  case Init::Kind::Ones: return "ones";
-  case Init::Kind::Normal: return "normal";
-  case Init::Kind::Uniform: return "uniform";
-  case Init::Kind::Xavier: return "xavier";
+  case Init::Kind::Zeros:
+    return "zeros";
+  case Init::Kind::Ones:
+    return "ones";
+  case Init::Kind::Normal:
+    return "normal";
+  case Init::Kind::Uniform:
+    return "uniform";
+  case Init::Kind::Xavier:
+    return "xavier";
   }
   return "?";
 }
 
 const std::string& Decl::name() const {
   switch (kind) {
-  case DeclKind::Type: return type->name;
-  case DeclKind::Dim: return dim->name;
-  case DeclKind::Param: return param->name;
-  case DeclKind::Fn: return fn->name;
+  case DeclKind::Type:
+    return type->name;
+  case DeclKind::Dim:
+    return dim->name;
+  case DeclKind::Param:
+    return param->name;
+  case DeclKind::Fn:
+    return fn->name;
   }
   PEJIT_CHECK(false) << "bad decl kind";
 }
 
 const Span& Decl::span() const {
   switch (kind) {
-  case DeclKind::Type: return type->span;
-  case DeclKind::Dim: return dim->span;
-  case DeclKind::Param: return param->span;
-  case DeclKind::Fn: return fn->span;
+  case DeclKind::Type:
+    return type->span;
+  case DeclKind::Dim:
+    return dim->span;
+  case DeclKind::Param:
+    return param->span;
+  case DeclKind::Fn:
+    return fn->span;
   }
   PEJIT_CHECK(false) << "bad decl kind";
 }
@@ -73,16 +86,23 @@ bool Module::put(const Decl& d) {
       old = d;
       replaced = true;
     }
-  if (!replaced) decls_.push_back(d);
+  if (!replaced)
+    decls_.push_back(d);
   switch (d.kind) {
   case DeclKind::Type:
     put_indexed(adts_, adt_ix_, name, d.type);
     for (size_t c = 0; c < d.type->ctors.size(); ++c)
       ctor_ix_[d.type->ctors[c].name] = {adt_ix_[name], static_cast<int>(c)};
     break;
-  case DeclKind::Dim: put_indexed(dims_, dim_ix_, name, d.dim); break;
-  case DeclKind::Param: put_indexed(params_, param_ix_, name, d.param); break;
-  case DeclKind::Fn: put_indexed(fns_, fn_ix_, name, d.fn); break;
+  case DeclKind::Dim:
+    put_indexed(dims_, dim_ix_, name, d.dim);
+    break;
+  case DeclKind::Param:
+    put_indexed(params_, param_ix_, name, d.param);
+    break;
+  case DeclKind::Fn:
+    put_indexed(fns_, fn_ix_, name, d.fn);
+    break;
   }
   return changed;
 }
@@ -94,10 +114,18 @@ int find_ix(const std::map<std::string, int>& m, const std::string& n) {
 }
 } // namespace
 
-int Module::fn_index(const std::string& n) const { return find_ix(fn_ix_, n); }
-int Module::adt_index(const std::string& n) const { return find_ix(adt_ix_, n); }
-int Module::param_index(const std::string& n) const { return find_ix(param_ix_, n); }
-int Module::dim_index(const std::string& n) const { return find_ix(dim_ix_, n); }
+int Module::fn_index(const std::string& n) const {
+  return find_ix(fn_ix_, n);
+}
+int Module::adt_index(const std::string& n) const {
+  return find_ix(adt_ix_, n);
+}
+int Module::param_index(const std::string& n) const {
+  return find_ix(param_ix_, n);
+}
+int Module::dim_index(const std::string& n) const {
+  return find_ix(dim_ix_, n);
+}
 
 std::pair<int, int> Module::ctor(const std::string& n) const {
   auto it = ctor_ix_.find(n);
@@ -117,7 +145,8 @@ const TypeDecl* Module::adt(const std::string& n) const {
 std::vector<std::string> Module::entries() const {
   std::vector<std::string> out;
   for (const auto& f : fns_)
-    if (f->is_entry) out.push_back(f->name);
+    if (f->is_entry)
+      out.push_back(f->name);
   return out;
 }
 
@@ -170,28 +199,39 @@ private:
 Indexed build_graph(const Module& m) {
   Indexed ix;
   std::function<void(size_t, const Type&)> type_edges = [&](size_t from, const Type& t) {
-    if (!t) return;
-    if (t->kind == TypeKind::Adt) boost::add_edge(from, ix.id(t->name), ix.g);
+    if (!t)
+      return;
+    if (t->kind == TypeKind::Adt)
+      boost::add_edge(from, ix.id(t->name), ix.g);
     if (t->kind == TypeKind::Tensor)
       for (const auto& d : t->dims)
-        if (d.is_named()) boost::add_edge(from, ix.id(d.name), ix.g);
-    for (const auto& e : t->elems) type_edges(from, e);
+        if (d.is_named())
+          boost::add_edge(from, ix.id(d.name), ix.g);
+    for (const auto& e : t->elems)
+      type_edges(from, e);
     type_edges(from, t->result);
   };
-  for (const auto& d : m.decls()) ix.id(d.name());
+  for (const auto& d : m.decls())
+    ix.id(d.name());
   for (const auto& d : m.decls()) {
     size_t v = ix.id(d.name());
     switch (d.kind) {
     case DeclKind::Type:
       for (const auto& c : d.type->ctors)
-        for (const auto& f : c.fields) type_edges(v, f.type);
+        for (const auto& f : c.fields)
+          type_edges(v, f.type);
       break;
-    case DeclKind::Dim: break;
-    case DeclKind::Param: type_edges(v, d.param->type); break;
+    case DeclKind::Dim:
+      break;
+    case DeclKind::Param:
+      type_edges(v, d.param->type);
+      break;
     case DeclKind::Fn:
-      for (const auto& p : d.fn->params) type_edges(v, p.type);
+      for (const auto& p : d.fn->params)
+        type_edges(v, p.type);
       type_edges(v, d.fn->ret);
-      for (const auto& u : m.uses(d.name())) boost::add_edge(v, ix.id(u), ix.g);
+      for (const auto& u : m.uses(d.name()))
+        boost::add_edge(v, ix.id(u), ix.g);
       break;
     }
   }
@@ -203,10 +243,12 @@ std::set<std::string> Module::dependency_cone(const std::string& name) const {
   Indexed ix = build_graph(*this);
   std::set<std::string> out;
   auto it = ix.ix.find(name);
-  if (it == ix.ix.end()) return out;
+  if (it == ix.ix.end())
+    return out;
   std::vector<size_t> seen;
   boost::breadth_first_search(ix.g, it->second, boost::visitor(Collect(seen)));
-  for (size_t v : seen) out.insert(ix.names[v]);
+  for (size_t v : seen)
+    out.insert(ix.names[v]);
   return out;
 }
 
@@ -216,21 +258,24 @@ std::vector<std::string> Module::affected_entries(const std::vector<std::string>
   std::set<size_t> hit;
   for (const auto& c : changed) {
     auto it = ix.ix.find(c);
-    if (it == ix.ix.end()) continue;
+    if (it == ix.ix.end())
+      continue;
     std::vector<size_t> seen;
     boost::breadth_first_search(rev, it->second, boost::visitor(Collect(seen)));
     hit.insert(seen.begin(), seen.end());
   }
   std::vector<std::string> out;
   for (const auto& e : entries())
-    if (hit.count(ix.id(e))) out.push_back(e);
+    if (hit.count(ix.id(e)))
+      out.push_back(e);
   return out;
 }
 
 uint64_t Module::cone_version(const std::string& entry) const {
   uint64_t h = 1469598103934665603ull;
   for (const auto& n : dependency_cone(entry)) {
-    for (char c : n) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    for (char c : n)
+      h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
     h = (h ^ version(n)) * 1099511628211ull;
   }
   return h;

@@ -5,9 +5,13 @@
 
 namespace pejit::ir {
 
-const char* elem_name(Elem e) { return e == Elem::F32 ? "f32" : "i32"; }
+const char* elem_name(Elem e) {
+  return e == Elem::F32 ? "f32" : "i32";
+}
 
-std::string Dim::str() const { return is_named() ? name : std::to_string(value); }
+std::string Dim::str() const {
+  return is_named() ? name : std::to_string(value);
+}
 
 namespace {
 Type make(TypeKind k) {
@@ -27,13 +31,15 @@ Type t_tensor(Elem e, std::vector<Dim> dims) {
 
 Type t_f32(std::vector<int64_t> dims) {
   std::vector<Dim> d;
-  for (auto v : dims) d.push_back(Dim::of(v));
+  for (auto v : dims)
+    d.push_back(Dim::of(v));
   return t_tensor(Elem::F32, std::move(d));
 }
 
 Type t_i32(std::vector<int64_t> dims) {
   std::vector<Dim> d;
-  for (auto v : dims) d.push_back(Dim::of(v));
+  for (auto v : dims)
+    d.push_back(Dim::of(v));
   return t_tensor(Elem::I32, std::move(d));
 }
 
@@ -79,12 +85,17 @@ Type t_func(std::vector<Type> params, Type result) {
   return t;
 }
 
-bool is_error(const Type& t) { return !t || t->kind == TypeKind::Error; }
+bool is_error(const Type& t) {
+  return !t || t->kind == TypeKind::Error;
+}
 
 bool type_equal(const Type& a, const Type& b) {
-  if (is_error(a) || is_error(b)) return true;
-  if (a == b) return true;
-  if (a->kind != b->kind) return false;
+  if (is_error(a) || is_error(b))
+    return true;
+  if (a == b)
+    return true;
+  if (a->kind != b->kind)
+    return false;
   switch (a->kind) {
   case TypeKind::Tensor:
     return a->elem == b->elem && a->dims == b->dims;
@@ -95,33 +106,41 @@ bool type_equal(const Type& a, const Type& b) {
   case TypeKind::Adt:
     return a->name == b->name;
   case TypeKind::Func:
-    if (!type_equal(a->result, b->result)) return false;
+    if (!type_equal(a->result, b->result))
+      return false;
     [[fallthrough]];
   case TypeKind::Tuple:
   case TypeKind::List:
-    if (a->elems.size() != b->elems.size()) return false;
+    if (a->elems.size() != b->elems.size())
+      return false;
     for (size_t i = 0; i < a->elems.size(); ++i)
-      if (!type_equal(a->elems[i], b->elems[i])) return false;
+      if (!type_equal(a->elems[i], b->elems[i]))
+        return false;
     return true;
   }
   return false;
 }
 
 bool is_first_order(const Type& t) {
-  if (!t) return true;
-  if (t->kind == TypeKind::Func) return false;
+  if (!t)
+    return true;
+  if (t->kind == TypeKind::Func)
+    return false;
   for (const auto& e : t->elems)
-    if (!is_first_order(e)) return false;
+    if (!is_first_order(e))
+      return false;
   return true;
 }
 
 std::string type_str(const Type& t) {
-  if (!t) return "<none>";
+  if (!t)
+    return "<none>";
   std::ostringstream os;
   switch (t->kind) {
   case TypeKind::Tensor: {
     os << elem_name(t->elem) << "[";
-    for (size_t i = 0; i < t->dims.size(); ++i) os << (i ? ", " : "") << t->dims[i].str();
+    for (size_t i = 0; i < t->dims.size(); ++i)
+      os << (i ? ", " : "") << t->dims[i].str();
     os << "]";
     break;
   }
@@ -137,13 +156,16 @@ std::string type_str(const Type& t) {
     return "List[" + type_str(t->elems[0]) + "]";
   case TypeKind::Tuple:
     os << "(";
-    for (size_t i = 0; i < t->elems.size(); ++i) os << (i ? ", " : "") << type_str(t->elems[i]);
-    if (t->elems.size() == 1) os << ",";
+    for (size_t i = 0; i < t->elems.size(); ++i)
+      os << (i ? ", " : "") << type_str(t->elems[i]);
+    if (t->elems.size() == 1)
+      os << ",";
     os << ")";
     break;
   case TypeKind::Func:
     os << "(";
-    for (size_t i = 0; i < t->elems.size(); ++i) os << (i ? ", " : "") << type_str(t->elems[i]);
+    for (size_t i = 0; i < t->elems.size(); ++i)
+      os << (i ? ", " : "") << type_str(t->elems[i]);
     os << ") -> " << type_str(t->result);
     break;
   }

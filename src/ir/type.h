@@ -33,11 +33,11 @@ using Type = std::shared_ptr<const TypeNode>;
 
 struct TypeNode {
   TypeKind kind = TypeKind::Error;
-  Elem elem = Elem::F32;     ///< Tensor
-  std::vector<Dim> dims;     ///< Tensor
-  std::vector<Type> elems;   ///< Tuple elements; List: elems[0]; Func: parameters
-  Type result;               ///< Func
-  std::string name;          ///< Adt
+  Elem elem = Elem::F32;   ///< Tensor
+  std::vector<Dim> dims;   ///< Tensor
+  std::vector<Type> elems; ///< Tuple elements; List: elems[0]; Func: parameters
+  Type result;             ///< Func
+  std::string name;        ///< Adt
 
   bool is_tensor() const { return kind == TypeKind::Tensor; }
   bool is_scalar_tensor() const { return kind == TypeKind::Tensor && dims.empty(); }

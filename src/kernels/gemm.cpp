@@ -9,9 +9,9 @@
 // operand into per-thread scratch first; a plain loop is the last resort.
 #include "kernels/kernels.h"
 
-#include <algorithm>
 #include "kernels/row_ops.h"
 #include "util/check.h"
+#include <algorithm>
 
 #include <libxsmm.h>
 
@@ -182,8 +182,8 @@ void gemm_core(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
     // Weight gradients: A^T·B summed over k rows; chunks of kPanel rows, accumulated.
     for (int64_t p = 0; p < k; p += kPanel) {
       int64_t kp = std::min(kPanel, k - p);
-      const float* ap = a + p * lda;                  // op(A) = A^T: rows of A are k
-      const float* bp = tb ? b + p : b + p * ldb;     // op(B) rows are k
+      const float* ap = a + p * lda;              // op(A) = A^T: rows of A are k
+      const float* bp = tb ? b + p : b + p * ldb; // op(B) rows are k
       gemm_kernel(ta, tb, m, n, kp, ap, lda, bp, ldb, beta0 && p == 0, c, ldc);
     }
     return;

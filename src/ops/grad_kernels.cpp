@@ -51,7 +51,7 @@ Tensor matmul_grad_b(const Tensor& gy, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-}  // namespace
+} // namespace
 
 Tensor eval_grad_op(GradOp g, std::span<const Tensor> in, const Attr& attr) {
   switch (g) {
@@ -105,6 +105,5 @@ Tensor eval_grad_op(GradOp g, std::span<const Tensor> in, const Attr& attr) {
   }
   PEJIT_CHECK(false) << "unknown gradient op";
 }
-
 
 } // namespace pejit::ops

@@ -60,21 +60,28 @@ void g_sigmoid(Emitter& e, In, In out, In gout, const Attr&, G& gin) {
 void g_relu(Emitter& e, In in, In, In gout, const Attr&, G& gin) {
   gin = {e.grad_op(GradOp::ReluBwd, {in[0], gout[0]})};
 }
-void g_none(Emitter&, In in, In, In, const Attr&, G& gin) { gin.assign(in.size(), kNone); }
+void g_none(Emitter&, In in, In, In, const Attr&, G& gin) {
+  gin.assign(in.size(), kNone);
+}
 // to_f32 is the identity on f32 input; from i32 input nothing flows back (no gradient is
 // wanted for integer tensors, so the emitters drop it).
-void g_to_f32(Emitter&, In, In, In gout, const Attr&, G& gin) { gin = {gout[0]}; }
+void g_to_f32(Emitter&, In, In, In gout, const Attr&, G& gin) {
+  gin = {gout[0]};
+}
 
 void g_sum(Emitter& e, In in, In, In gout, const Attr& a, G& gin) {
-  if (a.ints.empty()) gin = {e.grad_op(GradOp::BroadcastTo, {gout[0], in[0]})};
-  else gin = {e.grad_op(GradOp::UnsumAxis, {gout[0], in[0]}, a)};
+  if (a.ints.empty())
+    gin = {e.grad_op(GradOp::BroadcastTo, {gout[0], in[0]})};
+  else
+    gin = {e.grad_op(GradOp::UnsumAxis, {gout[0], in[0]}, a)};
 }
 
 void g_mean(Emitter& e, In in, In, In gout, const Attr& a, G& gin) {
   auto s = e.shape(in[0]);
   int64_t n = 1;
   if (a.ints.empty()) {
-    for (auto d : s) n *= d;
+    for (auto d : s)
+      n *= d;
   } else {
     int64_t ax = a.ints[0] < 0 ? a.ints[0] + static_cast<int64_t>(s.size()) : a.ints[0];
     n = s[static_cast<size_t>(ax)];
@@ -135,11 +142,10 @@ void g_full(Emitter& e, In, In, In gout, const Attr&, G& gin) {
 } // namespace
 
 const char* grad_op_name(GradOp g) {
-  static const char* names[] = {"sigmoid_bwd",      "tanh_bwd",      "relu_bwd",
-                                "softmax_bwd",      "log_softmax_bwd", "cross_entropy_bwd",
-                                "sum_to_shape",     "broadcast_to",  "unsum_axis",
-                                "matmul_grad_a",    "matmul_grad_b", "take_grad",
-                                "pad_slice",        "reshape_like"};
+  static const char* names[] = {
+      "sigmoid_bwd",       "tanh_bwd",     "relu_bwd",     "softmax_bwd", "log_softmax_bwd",
+      "cross_entropy_bwd", "sum_to_shape", "broadcast_to", "unsum_axis",  "matmul_grad_a",
+      "matmul_grad_b",     "take_grad",    "pad_slice",    "reshape_like"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(GradOp::Count));
   return names[static_cast<size_t>(g)];
 }
@@ -176,7 +182,8 @@ void register_gradients() {
     set(OpId::CrossEntropy, g_cross_entropy);
     set(OpId::Full, g_full);
     for (size_t i = 0; i < static_cast<size_t>(OpId::Count); ++i)
-      PEJIT_CHECK(op_def(static_cast<OpId>(i)).grad) << "no gradient rule for " << op_def(static_cast<OpId>(i)).name;
+      PEJIT_CHECK(op_def(static_cast<OpId>(i)).grad)
+          << "no gradient rule for " << op_def(static_cast<OpId>(i)).name;
   });
 }
 

@@ -15,14 +15,20 @@ using In = std::span<const Tensor>;
 using Out = std::vector<Tensor>;
 namespace k = kernels;
 
-template <k::Unary U> void unary(In in, const Attr&, Out& out) { out = {k::unary(U, in[0])}; }
+template <k::Unary U> void unary(In in, const Attr&, Out& out) {
+  out = {k::unary(U, in[0])};
+}
 template <k::Binary B> void binary(In in, const Attr&, Out& out) {
   out = {k::binary(B, in[0], in[1])};
 }
 
-Shape shape_of(const std::vector<int64_t>& v) { return Shape(std::span<const int64_t>(v)); }
+Shape shape_of(const std::vector<int64_t>& v) {
+  return Shape(std::span<const int64_t>(v));
+}
 
-void e_matmul(In in, const Attr&, Out& out) { out = {k::matmul(in[0], in[1])}; }
+void e_matmul(In in, const Attr&, Out& out) {
+  out = {k::matmul(in[0], in[1])};
+}
 
 void e_to_f32(In in, const Attr&, Out& out) {
   const Tensor& x = in[0];
@@ -33,7 +39,8 @@ void e_to_f32(In in, const Attr&, Out& out) {
   Tensor y = Tensor::empty(DType::F32, x.shape());
   const int32_t* s = x.i32();
   float* d = y.f32();
-  for (int64_t i = 0; i < x.numel(); ++i) d[i] = static_cast<float>(s[i]);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    d[i] = static_cast<float>(s[i]);
   out = {y};
 }
 
@@ -46,7 +53,8 @@ void e_to_i32(In in, const Attr&, Out& out) {
   Tensor y = Tensor::empty(DType::I32, x.shape());
   const float* s = x.f32();
   int32_t* d = y.i32();
-  for (int64_t i = 0; i < x.numel(); ++i) d[i] = static_cast<int32_t>(s[i]);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    d[i] = static_cast<int32_t>(s[i]);
   out = {y};
 }
 
@@ -56,26 +64,49 @@ void e_sum(In in, const Attr& a, Out& out) {
 void e_mean(In in, const Attr& a, Out& out) {
   out = {a.ints.empty() ? k::mean(in[0]) : k::mean_axis(in[0], static_cast<int>(a.ints[0]))};
 }
-void e_concat(In in, const Attr&, Out& out) { out = {k::concat(in, -1)}; }
+void e_concat(In in, const Attr&, Out& out) {
+  out = {k::concat(in, -1)};
+}
 void e_split(In in, const Attr& a, Out& out) {
   int64_t n = a.ints[0];
   int64_t w = in[0].dim(-1) / n;
   out.clear();
-  for (int64_t i = 0; i < n; ++i) out.push_back(k::slice(in[0], -1, i * w, (i + 1) * w));
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(k::slice(in[0], -1, i * w, (i + 1) * w));
 }
 void e_slice(In in, const Attr& a, Out& out) {
   out = {k::slice(in[0], -1, a.ints[0], a.ints[1])};
 }
-void e_reshape(In in, const Attr& a, Out& out) { out = {in[0].reshaped(shape_of(a.ints))}; }
-void e_transpose(In in, const Attr&, Out& out) { out = {k::transpose(in[0])}; }
-void e_take(In in, const Attr&, Out& out) { out = {k::take(in[0], in[1])}; }
-void e_softmax(In in, const Attr&, Out& out) { out = {k::softmax(in[0])}; }
-void e_log_softmax(In in, const Attr&, Out& out) { out = {k::log_softmax(in[0])}; }
-void e_cross_entropy(In in, const Attr&, Out& out) { out = {k::cross_entropy(in[0], in[1])}; }
-void e_argmax(In in, const Attr&, Out& out) { out = {k::argmax(in[0])}; }
-void e_zeros(In, const Attr& a, Out& out) { out = {Tensor::zeros(DType::F32, shape_of(a.ints))}; }
-void e_ones(In, const Attr& a, Out& out) { out = {Tensor::full(shape_of(a.ints), 1.0f)}; }
-void e_full(In in, const Attr& a, Out& out) { out = {k::broadcast_to(in[0], shape_of(a.ints))}; }
+void e_reshape(In in, const Attr& a, Out& out) {
+  out = {in[0].reshaped(shape_of(a.ints))};
+}
+void e_transpose(In in, const Attr&, Out& out) {
+  out = {k::transpose(in[0])};
+}
+void e_take(In in, const Attr&, Out& out) {
+  out = {k::take(in[0], in[1])};
+}
+void e_softmax(In in, const Attr&, Out& out) {
+  out = {k::softmax(in[0])};
+}
+void e_log_softmax(In in, const Attr&, Out& out) {
+  out = {k::log_softmax(in[0])};
+}
+void e_cross_entropy(In in, const Attr&, Out& out) {
+  out = {k::cross_entropy(in[0], in[1])};
+}
+void e_argmax(In in, const Attr&, Out& out) {
+  out = {k::argmax(in[0])};
+}
+void e_zeros(In, const Attr& a, Out& out) {
+  out = {Tensor::zeros(DType::F32, shape_of(a.ints))};
+}
+void e_ones(In, const Attr& a, Out& out) {
+  out = {Tensor::full(shape_of(a.ints), 1.0f)};
+}
+void e_full(In in, const Attr& a, Out& out) {
+  out = {k::broadcast_to(in[0], shape_of(a.ints))};
+}
 
 } // namespace
 

@@ -46,8 +46,7 @@ using EvalFn = void (*)(std::span<const Tensor> in, const Attr& attr, std::vecto
 /// Gradient rule, written once against an Emitter: given input handles, output handles and
 /// the output gradients (-1: zero), returns one gradient handle per input (-1: none).
 using GradFn = void (*)(Emitter& e, std::span<const Handle> in, std::span<const Handle> out,
-                        std::span<const Handle> gout, const Attr& attr,
-                        std::vector<Handle>& gin);
+                        std::span<const Handle> gout, const Attr& attr, std::vector<Handle>& gin);
 
 struct OpDef {
   OpId id;
@@ -63,7 +62,9 @@ const OpDef& op_def(OpId id);
 /// The op of a source name (`tanh`, `split5` = split(_, 5)), with any attribute the name
 /// implies; nullopt if no op has that name.
 std::optional<std::pair<OpId, Attr>> op_by_name(const std::string& name);
-inline const char* op_name(OpId id) { return op_def(id).name; }
+inline const char* op_name(OpId id) {
+  return op_def(id).name;
+}
 /// Number of results: split(x, n) has n, every other op 1.
 int op_num_results(OpId id, const Attr& attr);
 

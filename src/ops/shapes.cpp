@@ -11,7 +11,7 @@ namespace pejit::ops {
 namespace {
 
 OpDef g_ops[] = {
-#define PEJIT_OP(Id, nm, tmin, tmax, imin, imax, ew)                                              \
+#define PEJIT_OP(Id, nm, tmin, tmax, imin, imax, ew)                                               \
   OpDef{OpId::Id, nm, tmin, tmax, imin, imax, ew},
 #include "ops/ops.def"
 #undef PEJIT_OP
@@ -22,42 +22,56 @@ using ir::Type;
 
 std::string dims_str(const std::vector<Dim>& d) {
   std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i].str();
+  for (size_t i = 0; i < d.size(); ++i)
+    s += (i ? ", " : "") + d[i].str();
   return s + "]";
 }
 
-ShapeResult fail(std::string msg) { return {ir::t_error(), std::move(msg)}; }
+ShapeResult fail(std::string msg) {
+  return {ir::t_error(), std::move(msg)};
+}
 
-bool want_tensor(const Type& t) { return ir::is_error(t) || t->kind == ir::TypeKind::Tensor; }
+bool want_tensor(const Type& t) {
+  return ir::is_error(t) || t->kind == ir::TypeKind::Tensor;
+}
 
 // Normalizes a possibly negative axis against a rank; -1 if out of range.
 int norm_axis(int64_t axis, size_t rank) {
   int64_t r = static_cast<int64_t>(rank);
-  if (axis < 0) axis += r;
+  if (axis < 0)
+    axis += r;
   return axis < 0 || axis >= r ? -1 : static_cast<int>(axis);
 }
 
 } // namespace
 
-const OpDef& op_def(OpId id) { return g_ops[static_cast<size_t>(id)]; }
-OpDef& op_def_mut(OpId id) { return g_ops[static_cast<size_t>(id)]; }
+const OpDef& op_def(OpId id) {
+  return g_ops[static_cast<size_t>(id)];
+}
+OpDef& op_def_mut(OpId id) {
+  return g_ops[static_cast<size_t>(id)];
+}
 
 std::optional<std::pair<OpId, Attr>> op_by_name(const std::string& name) {
   static const std::map<std::string, OpId> by_name = [] {
     std::map<std::string, OpId> m;
-    for (const auto& d : g_ops) m[d.name] = d.id;
+    for (const auto& d : g_ops)
+      m[d.name] = d.id;
     return m;
   }();
   auto it = by_name.find(name);
-  if (it != by_name.end()) return std::pair{it->second, Attr{}};
+  if (it != by_name.end())
+    return std::pair{it->second, Attr{}};
   // splitN(x) is split(x, N).
   if (name.size() > 5 && name.compare(0, 5, "split") == 0) {
     int64_t n = 0;
     for (size_t i = 5; i < name.size(); ++i) {
-      if (name[i] < '0' || name[i] > '9' || n > 1000) return std::nullopt;
+      if (name[i] < '0' || name[i] > '9' || n > 1000)
+        return std::nullopt;
       n = n * 10 + (name[i] - '0');
     }
-    if (n >= 1) return std::pair{OpId::Split, Attr{{n}}};
+    if (n >= 1)
+      return std::pair{OpId::Split, Attr{{n}}};
   }
   return std::nullopt;
 }
@@ -73,9 +87,12 @@ bool broadcast_dims(const std::vector<Dim>& a, const std::vector<Dim>& b, std::v
     const Dim* da = i < n - a.size() ? nullptr : &a[i - (n - a.size())];
     const Dim* db = i < n - b.size() ? nullptr : &b[i - (n - b.size())];
     auto is_one = [](const Dim* d) { return !d || (!d->is_named() && d->value == 1); };
-    if (is_one(da)) out[i] = db ? *db : Dim::of(1);
-    else if (is_one(db) || *da == *db) out[i] = *da;
-    else return false;
+    if (is_one(da))
+      out[i] = db ? *db : Dim::of(1);
+    else if (is_one(db) || *da == *db)
+      out[i] = *da;
+    else
+      return false;
   }
   return true;
 }
@@ -105,7 +122,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
       return fail(nm + ": argument " + std::to_string(i + 1) + " must be a tensor, got " +
                   ir::type_str(args[i]));
   for (const auto& a : args)
-    if (ir::is_error(a)) return {ir::t_error(), ""};
+    if (ir::is_error(a))
+      return {ir::t_error(), ""};
 
   auto T = [&](int i) -> const ir::TypeNode& { return *args[i]; };
   auto need_f32 = [&](int i) -> std::string {
@@ -116,8 +134,10 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
 
   switch (id) {
   case OpId::MatMul: {
-    if (auto e = need_f32(0); !e.empty()) return fail(e);
-    if (auto e = need_f32(1); !e.empty()) return fail(e);
+    if (auto e = need_f32(0); !e.empty())
+      return fail(e);
+    if (auto e = need_f32(1); !e.empty())
+      return fail(e);
     const auto& a = T(0).dims;
     const auto& b = T(1).dims;
     if (a.empty() || b.empty() || a.size() > 2 || b.size() > 2)
@@ -127,9 +147,12 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
     if (!(ka == kb))
       return fail("matmul: inner dimensions differ: " + dims_str(a) + " @ " + dims_str(b));
     std::vector<Dim> out;
-    if (a.size() == 2) out.push_back(a[0]);
-    if (b.size() == 2) out.push_back(b[1]);
-    if (a.size() == 1 && b.size() == 1) out.clear();
+    if (a.size() == 2)
+      out.push_back(a[0]);
+    if (b.size() == 2)
+      out.push_back(b[1]);
+    if (a.size() == 1 && b.size() == 1)
+      out.clear();
     return {ir::t_tensor(ir::Elem::F32, out), ""};
   }
   case OpId::Add:
@@ -160,7 +183,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   case OpId::Relu:
   case OpId::Softmax:
   case OpId::LogSoftmax:
-    if (auto e = need_f32(0); !e.empty()) return fail(e);
+    if (auto e = need_f32(0); !e.empty())
+      return fail(e);
     if ((id == OpId::Softmax || id == OpId::LogSoftmax) && T(0).dims.empty())
       return fail(nm + " needs at least one dimension");
     return {args[0], ""};
@@ -171,8 +195,10 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   case OpId::Sum:
   case OpId::Mean: {
     if (id == OpId::Mean)
-      if (auto e = need_f32(0); !e.empty()) return fail(e);
-    if (attr.ints.empty()) return {ir::t_tensor(T(0).elem, {}), ""};
+      if (auto e = need_f32(0); !e.empty())
+        return fail(e);
+    if (attr.ints.empty())
+      return {ir::t_tensor(T(0).elem, {}), ""};
     int ax = norm_axis(attr.ints[0], T(0).dims.size());
     if (ax < 0)
       return fail(nm + ": axis " + std::to_string(attr.ints[0]) + " out of range for " +
@@ -183,7 +209,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   }
   case OpId::Concat: {
     const auto& d0 = T(0).dims;
-    if (d0.empty()) return fail("concat needs tensors of rank >= 1, got " + ir::type_str(args[0]));
+    if (d0.empty())
+      return fail("concat needs tensors of rank >= 1, got " + ir::type_str(args[0]));
     int64_t last = 0;
     for (int i = 0; i < nt; ++i) {
       const auto& di = T(i).dims;
@@ -194,7 +221,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
         if (!(di[k] == d0[k]))
           return fail("concat: leading dimensions differ: " + dims_str(d0) + " and " +
                       dims_str(di));
-      if (di.back().is_named()) return fail("concat: the last dimension must be a constant");
+      if (di.back().is_named())
+        return fail("concat: the last dimension must be a constant");
       last += di.back().value;
     }
     auto d = d0;
@@ -229,12 +257,14 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   case OpId::Reshape: {
     int64_t n = 1, m = 1;
     for (const auto& d : T(0).dims) {
-      if (d.is_named()) return fail("reshape needs constant dimensions, got " + ir::type_str(args[0]));
+      if (d.is_named())
+        return fail("reshape needs constant dimensions, got " + ir::type_str(args[0]));
       n *= d.value;
     }
     std::vector<Dim> out;
     for (auto v : attr.ints) {
-      if (v < 0) return fail("reshape: negative dimension " + std::to_string(v));
+      if (v < 0)
+        return fail("reshape: negative dimension " + std::to_string(v));
       m *= v;
       out.push_back(Dim::of(v));
     }
@@ -245,12 +275,14 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   }
   case OpId::Transpose: {
     const auto& d = T(0).dims;
-    if (d.size() != 2) return fail("transpose needs a 2-D tensor, got " + ir::type_str(args[0]));
+    if (d.size() != 2)
+      return fail("transpose needs a 2-D tensor, got " + ir::type_str(args[0]));
     return {ir::t_tensor(T(0).elem, {d[1], d[0]}), ""};
   }
   case OpId::Take: {
     const auto& t = T(0).dims;
-    if (t.empty()) return fail("take: the table must have rank >= 1, got " + ir::type_str(args[0]));
+    if (t.empty())
+      return fail("take: the table must have rank >= 1, got " + ir::type_str(args[0]));
     if (T(1).elem != ir::Elem::I32)
       return fail("take: indices must be i32, got " + ir::type_str(args[1]));
     auto out = T(1).dims;
@@ -258,7 +290,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
     return {ir::t_tensor(T(0).elem, out), ""};
   }
   case OpId::CrossEntropy: {
-    if (auto e = need_f32(0); !e.empty()) return fail(e);
+    if (auto e = need_f32(0); !e.empty())
+      return fail(e);
     if (T(1).elem != ir::Elem::I32)
       return fail("cross_entropy: labels must be i32, got " + ir::type_str(args[1]));
     const auto& l = T(0).dims;
@@ -274,7 +307,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   }
   case OpId::Argmax: {
     const auto& d = T(0).dims;
-    if (d.empty()) return fail("argmax needs at least one dimension");
+    if (d.empty())
+      return fail("argmax needs at least one dimension");
     return {ir::t_tensor(ir::Elem::I32, std::vector<Dim>(d.begin(), d.end() - 1)), ""};
   }
   case OpId::Zeros:
@@ -282,7 +316,8 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
   case OpId::Full: {
     std::vector<Dim> out;
     for (auto v : attr.ints) {
-      if (v < 0) return fail(nm + ": negative dimension " + std::to_string(v));
+      if (v < 0)
+        return fail(nm + ": negative dimension " + std::to_string(v));
       out.push_back(Dim::of(v));
     }
     if (id == OpId::Full) {

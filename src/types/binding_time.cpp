@@ -27,26 +27,32 @@ struct BTV {
   bool operator==(const BTV& o) const { return bt == o.bt && elems == o.elems; }
 };
 
-BTV scalar(BT b) { return BTV{b, {}}; }
+BTV scalar(BT b) {
+  return BTV{b, {}};
+}
 
 BTV join(const BTV& a, const BTV& b) {
   BTV r{bt_join(a.bt, b.bt), {}};
   if (a.elems.size() == b.elems.size())
-    for (size_t i = 0; i < a.elems.size(); ++i) r.elems.push_back(join(a.elems[i], b.elems[i]));
+    for (size_t i = 0; i < a.elems.size(); ++i)
+      r.elems.push_back(join(a.elems[i], b.elems[i]));
   return r;
 }
 
 // Raises every component to at least `b`.
 BTV raise(const BTV& v, BT b) {
   BTV r{bt_join(v.bt, b), {}};
-  for (const auto& e : v.elems) r.elems.push_back(raise(e, b));
+  for (const auto& e : v.elems)
+    r.elems.push_back(raise(e, b));
   return r;
 }
 
 BTV by_type(const Type& t) {
-  if (is_error(t)) return scalar(BT::Dynamic);
+  if (is_error(t))
+    return scalar(BT::Dynamic);
   switch (t->kind) {
-  case TypeKind::Tensor: return scalar(BT::Dynamic);
+  case TypeKind::Tensor:
+    return scalar(BT::Dynamic);
   case TypeKind::Tuple: {
     BTV r{BT::Static, {}};
     for (const auto& e : t->elems) {
@@ -55,7 +61,8 @@ BTV by_type(const Type& t) {
     }
     return r;
   }
-  default: return scalar(BT::Static);
+  default:
+    return scalar(BT::Static);
   }
 }
 
@@ -69,7 +76,8 @@ public:
   explicit Analysis(const Module& m) : m_(m) {
     for (const auto& f : m.fns()) {
       Summary s;
-      for (const auto& p : f->params) s.params.push_back(by_type(p.type));
+      for (const auto& p : f->params)
+        s.params.push_back(by_type(p.type));
       s.result = scalar(BT::Const);
       sums_.push_back(std::move(s));
     }
@@ -81,7 +89,8 @@ public:
       dynamic_control_.clear();
       for (size_t i = 0; i < m_.fns().size(); ++i) {
         const FnDecl& f = *m_.fns()[i];
-        if (!f.checked || !f.body) continue;
+        if (!f.checked || !f.body)
+          continue;
         cur_fn_ = f.name;
         std::vector<BTV> frame(static_cast<size_t>(f.frame_size), scalar(BT::Static));
         for (size_t p = 0; p < f.params.size() && p < f.param_slots.size(); ++p)
@@ -94,7 +103,8 @@ public:
           changed_ = true;
         }
       }
-      if (!changed_) return;
+      if (!changed_)
+        return;
     }
   }
 
@@ -122,9 +132,11 @@ private:
 
   void bind(const Pattern& p, const BTV& v, Env& env) {
     switch (p.kind) {
-    case Pattern::Kind::Wild: break;
+    case Pattern::Kind::Wild:
+      break;
     case Pattern::Kind::Name:
-      if (p.slot >= 0 && static_cast<size_t>(p.slot) < env.slots->size()) (*env.slots)[p.slot] = v;
+      if (p.slot >= 0 && static_cast<size_t>(p.slot) < env.slots->size())
+        (*env.slots)[p.slot] = v;
       break;
     case Pattern::Kind::Tuple:
       for (size_t i = 0; i < p.elems.size(); ++i)
@@ -143,18 +155,22 @@ private:
       if (env.captures && r.index >= 0 && static_cast<size_t>(r.index) < env.captures->size())
         return (*env.captures)[r.index];
       return by_type(t);
-    case VarRef::Kind::Param: return scalar(BT::Dynamic);
-    default: return scalar(BT::Static);
+    case VarRef::Kind::Param:
+      return scalar(BT::Dynamic);
+    default:
+      return scalar(BT::Static);
     }
   }
 
   // Analyzes a lambda's body with the given parameter binding times; returns its result's.
   BTV eval_lambda(const Lambda& l, const std::vector<BTV>& params, Env& env) {
     std::vector<BTV> caps;
-    for (const auto& c : l.captures) caps.push_back(lookup(c, env, nullptr));
+    for (const auto& c : l.captures)
+      caps.push_back(lookup(c, env, nullptr));
     std::vector<BTV> frame(static_cast<size_t>(l.frame_size), scalar(BT::Static));
     for (size_t i = 0; i < l.param_slots.size(); ++i)
-      frame[l.param_slots[i]] = i < params.size() ? params[i] : by_type(l.params[i].annot.value_or(nullptr));
+      frame[l.param_slots[i]] =
+          i < params.size() ? params[i] : by_type(l.params[i].annot.value_or(nullptr));
     Env inner{&frame, &caps};
     return eval(l.body, inner);
   }
@@ -185,15 +201,18 @@ private:
   }
 
   BTV elem_of_list(const Type& list_t, BT spine) {
-    if (is_error(list_t) || list_t->kind != TypeKind::List) return scalar(BT::Dynamic);
+    if (is_error(list_t) || list_t->kind != TypeKind::List)
+      return scalar(BT::Dynamic);
     return raise(by_type(list_t->elems[0]), spine);
   }
 
   BTV eval(const Expr& e, Env& env) {
     switch (e->kind) {
     case ExprKind::IntLit:
-    case ExprKind::BoolLit: return mark(*e, scalar(BT::Static));
-    case ExprKind::FloatLit: return mark(*e, scalar(BT::Const));
+    case ExprKind::BoolLit:
+      return mark(*e, scalar(BT::Static));
+    case ExprKind::FloatLit:
+      return mark(*e, scalar(BT::Const));
     case ExprKind::Var: {
       const auto& v = e->cast<Var>();
       return mark(*e, lookup(v.ref, env, e->type));
@@ -209,7 +228,8 @@ private:
     case ExprKind::Proj: {
       const auto& p = e->cast<Proj>();
       BTV t = eval(p.tuple, env);
-      if (static_cast<size_t>(p.index) < t.elems.size()) return mark(*e, t.elems[p.index]);
+      if (static_cast<size_t>(p.index) < t.elems.size())
+        return mark(*e, t.elems[p.index]);
       return mark(*e, scalar(t.bt));
     }
     case ExprKind::Let: {
@@ -221,14 +241,16 @@ private:
     case ExprKind::If: {
       const auto& i = e->cast<If>();
       BTV c = eval(i.cond, env);
-      if (c.bt == BT::Dynamic) dynamic_control_.emplace_back(i.cond->span, cur_fn_);
+      if (c.bt == BT::Dynamic)
+        dynamic_control_.emplace_back(i.cond->span, cur_fn_);
       BTV r = join(eval(i.then_e, env), eval(i.else_e, env));
       return mark(*e, c.bt == BT::Dynamic ? raise(r, BT::Dynamic) : r);
     }
     case ExprKind::Match: {
       const auto& mt = e->cast<Match>();
       BTV s = eval(mt.scrutinee, env);
-      if (s.bt == BT::Dynamic) dynamic_control_.emplace_back(mt.scrutinee->span, cur_fn_);
+      if (s.bt == BT::Dynamic)
+        dynamic_control_.emplace_back(mt.scrutinee->span, cur_fn_);
       const Type& st = mt.scrutinee->type;
       BTV r;
       bool first = true;
@@ -238,9 +260,11 @@ private:
           fts = {st->elems[0], st};
         else if (!is_error(st) && st->kind == TypeKind::Adt && arm.ctor_index >= 0)
           if (const TypeDecl* adt = m_.adt(st->name))
-            for (const auto& f : adt->ctors[arm.ctor_index].fields) fts.push_back(f.type);
+            for (const auto& f : adt->ctors[arm.ctor_index].fields)
+              fts.push_back(f.type);
         for (size_t k = 0; k < arm.slots.size(); ++k) {
-          if (arm.slots[k] < 0 || static_cast<size_t>(arm.slots[k]) >= env.slots->size()) continue;
+          if (arm.slots[k] < 0 || static_cast<size_t>(arm.slots[k]) >= env.slots->size())
+            continue;
           Type ft = k < fts.size() ? fts[k] : nullptr;
           (*env.slots)[arm.slots[k]] = raise(by_type(ft), s.bt);
         }
@@ -259,7 +283,8 @@ private:
       BT b = BT::Static;
       for (const auto& x : e->cast<ListLit>().elems) {
         BTV v = eval(x, env);
-        if (!is_error(x->type) && x->type->kind != TypeKind::Tensor) b = bt_join(b, v.bt);
+        if (!is_error(x->type) && x->type->kind != TypeKind::Tensor)
+          b = bt_join(b, v.bt);
       }
       return mark(*e, scalar(b));
     }
@@ -268,8 +293,10 @@ private:
       BTV l = eval(b.lhs, env), r = eval(b.rhs, env);
       return mark(*e, scalar(bt_join(l.bt, r.bt)));
     }
-    case ExprKind::Unary: return mark(*e, scalar(eval(e->cast<Unary>().operand, env).bt));
-    case ExprKind::Call: return mark(*e, eval_call(e->cast<Call>(), env));
+    case ExprKind::Unary:
+      return mark(*e, scalar(eval(e->cast<Unary>().operand, env).bt));
+    case ExprKind::Call:
+      return mark(*e, eval_call(e->cast<Call>(), env));
     }
     return scalar(BT::Dynamic);
   }
@@ -278,7 +305,8 @@ private:
     switch (c.ref.kind) {
     case VarRef::Kind::Global: {
       std::vector<BTV> args;
-      for (const auto& a : c.args) args.push_back(eval(a, env));
+      for (const auto& a : c.args)
+        args.push_back(eval(a, env));
       mark(*c.callee, scalar(BT::Static));
       join_params(c.ref.index, args);
       return sums_[c.ref.index].result;
@@ -287,7 +315,8 @@ private:
       BT b = BT::Static;
       for (const auto& a : c.args) {
         BTV v = eval(a, env);
-        if (!is_error(a->type) && a->type->kind != TypeKind::Tensor) b = bt_join(b, v.bt);
+        if (!is_error(a->type) && a->type->kind != TypeKind::Tensor)
+          b = bt_join(b, v.bt);
       }
       mark(*c.callee, scalar(BT::Static));
       return scalar(b);
@@ -308,56 +337,66 @@ private:
       mark(*c.callee, scalar(BT::Static));
       switch (static_cast<Builtin>(c.ref.index)) {
       case Builtin::Map: {
-        if (c.args.size() != 2) break;
+        if (c.args.size() != 2)
+          break;
         BTV xs = eval(c.args[1], env);
         BTV elem = elem_of_list(c.args[1]->type, xs.bt);
         apply(c.args[0], {elem}, env, nullptr);
         return scalar(xs.bt);
       }
       case Builtin::Fold: {
-        if (c.args.size() != 3) break;
+        if (c.args.size() != 3)
+          break;
         BTV init = eval(c.args[1], env);
         BTV xs = eval(c.args[2], env);
         BTV elem = elem_of_list(c.args[2]->type, xs.bt);
         BTV acc = init;
         for (int k = 0; k < 8; ++k) {
           BTV next = join(acc, apply(c.args[0], {acc, elem}, env, c.type));
-          if (next == acc) break;
+          if (next == acc)
+            break;
           acc = next;
         }
         return raise(acc, xs.bt);
       }
       case Builtin::SumList: {
-        if (c.args.size() != 1) break;
+        if (c.args.size() != 1)
+          break;
         BTV xs = eval(c.args[0], env);
         // An empty list sums to known zeros; elements are dynamic tensors otherwise.
         if (auto l = c.args[0]->as<ListLit>()) {
           BT b = BT::Const;
-          for (const auto& x : l->elems) b = bt_join(b, x->bt);
+          for (const auto& x : l->elems)
+            b = bt_join(b, x->bt);
           return scalar(b);
         }
         return scalar(bt_join(BT::Dynamic, xs.bt));
       }
       case Builtin::Append:
-        if (c.args.size() != 2) break;
+        if (c.args.size() != 2)
+          break;
         return scalar(bt_join(eval(c.args[0], env).bt, eval(c.args[1], env).bt));
       case Builtin::Length:
-        if (c.args.size() != 1) break;
+        if (c.args.size() != 1)
+          break;
         return scalar(eval(c.args[0], env).bt);
       case Builtin::ToInt:
       case Builtin::ToBool: {
-        if (c.args.size() != 1) break;
+        if (c.args.size() != 1)
+          break;
         BT b = eval(c.args[0], env).bt;
         return scalar(b == BT::Const ? BT::Static : b);
       }
       }
-      for (const auto& a : c.args) eval(a, env);
+      for (const auto& a : c.args)
+        eval(a, env);
       return scalar(BT::Dynamic);
     }
     default: {
       // Closure call: the callee is an expression of function type.
       std::vector<BTV> args;
-      for (const auto& a : c.args) args.push_back(eval(a, env));
+      for (const auto& a : c.args)
+        args.push_back(eval(a, env));
       BTV f = eval(c.callee, env);
       return raise(by_type(c.type), f.bt);
     }
@@ -372,16 +411,21 @@ void analyze_binding_times(const Module& m, Diagnostics& diags) {
   a.run();
   // Warn once per location, naming the entries that reach it.
   std::map<std::string, std::set<std::string>> cones;
-  for (const auto& e : m.entries()) cones[e] = m.dependency_cone(e);
+  for (const auto& e : m.entries())
+    cones[e] = m.dependency_cone(e);
   std::set<std::pair<uint32_t, uint32_t>> done;
   for (const auto& [span, fn] : a.dynamic_control()) {
-    if (!done.insert({span.line, span.col}).second) continue;
+    if (!done.insert({span.line, span.col}).second)
+      continue;
     std::vector<std::string> hit;
     for (const auto& [entry, cone] : cones)
-      if (cone.count(fn)) hit.push_back(entry);
-    if (hit.empty()) continue;
+      if (cone.count(fn))
+        hit.push_back(entry);
+    if (hit.empty())
+      continue;
     std::string names;
-    for (const auto& h : hit) names += (names.empty() ? "'" : ", '") + h + "'";
+    for (const auto& h : hit)
+      names += (names.empty() ? "'" : ", '") + h + "'";
     diags.warning(span, "control flow depends on a dynamic value: entry " + names +
                             " cannot be specialized here and will run on the generic path");
   }

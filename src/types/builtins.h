@@ -1,5 +1,6 @@
 // The list and conversion builtins that are not tensor ops: map, fold, sum_list, length,
-// to_int, to_bool, append. Nil and Cons are the built-in constructors of List[T] (ADT index kListAdt).
+// to_int, to_bool, append. Nil and Cons are the built-in constructors of List[T] (ADT index
+// kListAdt).
 #pragma once
 
 #include <optional>

@@ -22,23 +22,31 @@ using namespace ir;
 
 std::optional<Builtin> builtin_by_name(const std::string& name) {
   static const std::map<std::string, Builtin> m = {
-      {"map", Builtin::Map},       {"fold", Builtin::Fold},   {"sum_list", Builtin::SumList},
+      {"map", Builtin::Map},       {"fold", Builtin::Fold},    {"sum_list", Builtin::SumList},
       {"length", Builtin::Length}, {"to_int", Builtin::ToInt}, {"to_bool", Builtin::ToBool},
       {"append", Builtin::Append}};
   auto it = m.find(name);
-  if (it == m.end()) return std::nullopt;
+  if (it == m.end())
+    return std::nullopt;
   return it->second;
 }
 
 const char* builtin_name(Builtin b) {
   switch (b) {
-  case Builtin::Map: return "map";
-  case Builtin::Fold: return "fold";
-  case Builtin::SumList: return "sum_list";
-  case Builtin::Length: return "length";
-  case Builtin::ToInt: return "to_int";
-  case Builtin::ToBool: return "to_bool";
-  case Builtin::Append: return "append";
+  case Builtin::Map:
+    return "map";
+  case Builtin::Fold:
+    return "fold";
+  case Builtin::SumList:
+    return "sum_list";
+  case Builtin::Length:
+    return "length";
+  case Builtin::ToInt:
+    return "to_int";
+  case Builtin::ToBool:
+    return "to_bool";
+  case Builtin::Append:
+    return "append";
   }
   return "?";
 }
@@ -64,7 +72,9 @@ struct Resolved {
   Type type;
 };
 
-bool is_kind(const Type& t, TypeKind k) { return !is_error(t) && t->kind == k; }
+bool is_kind(const Type& t, TypeKind k) {
+  return !is_error(t) && t->kind == k;
+}
 
 class Checker {
 public:
@@ -85,8 +95,8 @@ public:
         }
         auto [a, ci] = m_.ctor(c.name);
         if (a >= 0 && m_.adts()[a]->name != decl.type->name)
-          d_.error(c.span, "constructor " + c.name + " is already defined by type " +
-                               m_.adts()[a]->name);
+          d_.error(c.span,
+                   "constructor " + c.name + " is already defined by type " + m_.adts()[a]->name);
         if (c.name == "Nil" || c.name == "Cons")
           d_.error(c.span, "'" + c.name + "' is the built-in list constructor");
       }
@@ -154,29 +164,37 @@ private:
   std::set<std::string> uses_;
 
   void note_type_uses(const Type& t) {
-    if (!t) return;
-    if (t->kind == TypeKind::Adt) uses_.insert(t->name);
-    for (const auto& e : t->elems) note_type_uses(e);
+    if (!t)
+      return;
+    if (t->kind == TypeKind::Adt)
+      uses_.insert(t->name);
+    for (const auto& e : t->elems)
+      note_type_uses(e);
     note_type_uses(t->result);
   }
 
   void check_type_wf(const Type& t, const Span& s) {
-    if (!t) return;
+    if (!t)
+      return;
     switch (t->kind) {
     case TypeKind::Adt:
-      if (!m_.adt(t->name)) d_.error(s, "unknown type '" + t->name + "'");
+      if (!m_.adt(t->name))
+        d_.error(s, "unknown type '" + t->name + "'");
       break;
     case TypeKind::Tensor:
       for (const auto& dim : t->dims) {
         if (dim.is_named() && m_.dim_index(dim.name) < 0)
-          d_.error(s, "unknown dimension '" + dim.name + "' (declare it with `dim " + dim.name +
-                          "`)");
-        if (!dim.is_named() && dim.value < 0) d_.error(s, "negative dimension");
+          d_.error(s,
+                   "unknown dimension '" + dim.name + "' (declare it with `dim " + dim.name + "`)");
+        if (!dim.is_named() && dim.value < 0)
+          d_.error(s, "negative dimension");
       }
       break;
     default:
-      for (const auto& e : t->elems) check_type_wf(e, s);
-      if (t->result) check_type_wf(t->result, s);
+      for (const auto& e : t->elems)
+        check_type_wf(e, s);
+      if (t->result)
+        check_type_wf(t->result, s);
     }
   }
 
@@ -198,7 +216,8 @@ private:
       if (!is_error(t) && (t->kind != TypeKind::Tuple || t->elems.size() != p.elems.size())) {
         d_.error(p.span, "pattern of " + std::to_string(p.elems.size()) +
                              " elements cannot destructure " + type_str(t));
-        for (const auto& e : p.elems) bind_pattern(e, t_error());
+        for (const auto& e : p.elems)
+          bind_pattern(e, t_error());
         return;
       }
       for (size_t i = 0; i < p.elems.size(); ++i)
@@ -210,13 +229,16 @@ private:
   std::optional<Resolved> lookup(const std::string& name, size_t k) {
     Frame& f = frames_[k];
     for (auto it = f.scope.rbegin(); it != f.scope.rend(); ++it)
-      if (it->name == name) return Resolved{{VarRef::Kind::Local, it->slot, -1}, it->type};
+      if (it->name == name)
+        return Resolved{{VarRef::Kind::Local, it->slot, -1}, it->type};
     for (size_t i = 0; i < f.capture_names.size(); ++i)
       if (f.capture_names[i] == name)
         return Resolved{{VarRef::Kind::Capture, static_cast<int>(i), -1}, f.capture_types[i]};
-    if (k == 0) return std::nullopt;
+    if (k == 0)
+      return std::nullopt;
     auto outer = lookup(name, k - 1);
-    if (!outer) return std::nullopt;
+    if (!outer)
+      return std::nullopt;
     f.capture_names.push_back(name);
     f.capture_types.push_back(outer->type);
     f.capture_refs.push_back(outer->ref);
@@ -226,7 +248,8 @@ private:
 
   Type fn_type(const FnDecl& f) {
     std::vector<Type> ps;
-    for (const auto& p : f.params) ps.push_back(p.type);
+    for (const auto& p : f.params)
+      ps.push_back(p.type);
     return t_func(ps, f.ret);
   }
 
@@ -243,13 +266,20 @@ private:
   // Checks `e`, with `expected` (may be null) as a hint; returns and records its type.
   Type check(const Expr& e, const Type& expected = nullptr) {
     switch (e->kind) {
-    case ExprKind::IntLit: return set(*e, t_int());
-    case ExprKind::BoolLit: return set(*e, t_bool());
-    case ExprKind::FloatLit: return set(*e, t_f32({}));
-    case ExprKind::Var: return set(*e, check_var(e->cast<Var>()));
-    case ExprKind::Call: return set(*e, check_call(e->cast<Call>(), expected));
-    case ExprKind::Binary: return set(*e, check_binary(e->cast<Binary>()));
-    case ExprKind::Unary: return set(*e, check_unary(e->cast<Unary>()));
+    case ExprKind::IntLit:
+      return set(*e, t_int());
+    case ExprKind::BoolLit:
+      return set(*e, t_bool());
+    case ExprKind::FloatLit:
+      return set(*e, t_f32({}));
+    case ExprKind::Var:
+      return set(*e, check_var(e->cast<Var>()));
+    case ExprKind::Call:
+      return set(*e, check_call(e->cast<Call>(), expected));
+    case ExprKind::Binary:
+      return set(*e, check_binary(e->cast<Binary>()));
+    case ExprKind::Unary:
+      return set(*e, check_unary(e->cast<Unary>()));
     case ExprKind::Tuple: {
       const auto& t = e->cast<ir::Tuple>();
       std::vector<Type> ts;
@@ -264,14 +294,15 @@ private:
     case ExprKind::Proj: {
       const auto& p = e->cast<Proj>();
       Type t = check(p.tuple);
-      if (is_error(t)) return set(*e, t_error());
+      if (is_error(t))
+        return set(*e, t_error());
       if (t->kind != TypeKind::Tuple) {
         d_.error(e->span, "." + std::to_string(p.index) + " needs a tuple, got " + type_str(t));
         return set(*e, t_error());
       }
       if (p.index < 0 || static_cast<size_t>(p.index) >= t->elems.size()) {
-        d_.error(e->span, "tuple index " + std::to_string(p.index) + " out of range for " +
-                              type_str(t));
+        d_.error(e->span,
+                 "tuple index " + std::to_string(p.index) + " out of range for " + type_str(t));
         return set(*e, t_error());
       }
       return set(*e, t->elems[p.index]);
@@ -279,7 +310,8 @@ private:
     case ExprKind::Let: {
       const auto& l = e->cast<Let>();
       Type want = l.annot ? *l.annot : nullptr;
-      if (want) check_type_wf(want, l.pattern.span);
+      if (want)
+        check_type_wf(want, l.pattern.span);
       Type vt = check(l.value, want);
       if (want && !type_equal(want, vt)) {
         mismatch(*l.value, "let", want, vt);
@@ -309,18 +341,23 @@ private:
       }
       return set(*e, is_error(a) ? b : a);
     }
-    case ExprKind::Match: return set(*e, check_match(e->cast<Match>(), expected));
-    case ExprKind::Lambda: return set(*e, check_lambda(e->cast<Lambda>(), expected));
+    case ExprKind::Match:
+      return set(*e, check_match(e->cast<Match>(), expected));
+    case ExprKind::Lambda:
+      return set(*e, check_lambda(e->cast<Lambda>(), expected));
     case ExprKind::ListLit: {
       const auto& l = e->cast<ListLit>();
       Type elem = is_kind(expected, TypeKind::List) ? expected->elems[0] : nullptr;
       for (const auto& x : l.elems) {
         Type t = check(x, elem);
-        if (!elem || is_error(elem)) elem = t;
-        else if (!type_equal(elem, t)) mismatch(*x, "list element", elem, t);
+        if (!elem || is_error(elem))
+          elem = t;
+        else if (!type_equal(elem, t))
+          mismatch(*x, "list element", elem, t);
       }
       if (!elem) {
-        d_.error(e->span, "cannot infer the element type of []; annotate it (let xs: List[T] = [])");
+        d_.error(e->span,
+                 "cannot infer the element type of []; annotate it (let xs: List[T] = [])");
         return set(*e, t_error());
       }
       return set(*e, t_list(elem));
@@ -354,8 +391,8 @@ private:
       const auto& ctor = m_.adts()[a]->ctors[c];
       uses_.insert(m_.adts()[a]->name);
       if (!ctor.fields.empty()) {
-        d_.error(v.span, "constructor " + v.name + " takes " +
-                             std::to_string(ctor.fields.size()) + " arguments");
+        d_.error(v.span, "constructor " + v.name + " takes " + std::to_string(ctor.fields.size()) +
+                             " arguments");
         return t_error();
       }
       v.ref = {VarRef::Kind::Ctor, c, a};
@@ -366,8 +403,10 @@ private:
       return t_error();
     }
     if (builtin_by_name(v.name) || ops::op_by_name(v.name) || v.name == "Cons") {
-      d_.error(v.span, "'" + v.name + "' is built in and cannot be used as a value; wrap it in a "
-                                      "lambda: fn x => " + v.name + "(x)");
+      d_.error(v.span, "'" + v.name +
+                           "' is built in and cannot be used as a value; wrap it in a "
+                           "lambda: fn x => " +
+                           v.name + "(x)");
       return t_error();
     }
     d_.error(v.span, "unknown name '" + v.name + "'");
@@ -380,7 +419,8 @@ private:
       d_.error(c.span, what + " takes " + std::to_string(params.size()) + " argument" +
                            (params.size() == 1 ? "" : "s") + ", got " +
                            std::to_string(c.args.size()));
-      for (const auto& a : c.args) check(a);
+      for (const auto& a : c.args)
+        check(a);
       return;
     }
     for (size_t i = 0; i < params.size(); ++i) {
@@ -391,9 +431,11 @@ private:
   }
 
   static std::optional<int64_t> int_literal(const Expr& e) {
-    if (auto i = e->as<IntLit>()) return i->value;
+    if (auto i = e->as<IntLit>())
+      return i->value;
     if (auto u = e->as<Unary>(); u && u->op == UnOp::Neg)
-      if (auto i = u->operand->as<IntLit>()) return -i->value;
+      if (auto i = u->operand->as<IntLit>())
+        return -i->value;
     return std::nullopt;
   }
 
@@ -411,7 +453,8 @@ private:
           return t_error();
         }
         std::vector<Type> ps;
-        for (const auto& p : f.params) ps.push_back(p.type);
+        for (const auto& p : f.params)
+          ps.push_back(p.type);
         check_args(c, ps, "function " + n);
         return f.ret;
       }
@@ -421,32 +464,41 @@ private:
         c.ref = name->ref = {VarRef::Kind::Ctor, ci, a};
         uses_.insert(m_.adts()[a]->name);
         std::vector<Type> ps;
-        for (const auto& f : ctor.fields) ps.push_back(f.type);
+        for (const auto& f : ctor.fields)
+          ps.push_back(f.type);
         check_args(c, ps, "constructor " + n);
         return t_adt(m_.adts()[a]->name);
       }
-      if (n == "Nil" || n == "Cons") return check_list_ctor(c, n, expected);
-      if (auto b = builtin_by_name(n)) return check_builtin(c, *b);
-      if (auto op = ops::op_by_name(n)) return check_op(c, op->first, op->second);
+      if (n == "Nil" || n == "Cons")
+        return check_list_ctor(c, n, expected);
+      if (auto b = builtin_by_name(n))
+        return check_builtin(c, *b);
+      if (auto op = ops::op_by_name(n))
+        return check_op(c, op->first, op->second);
       if (m_.param_index(n) >= 0) {
         d_.error(c.callee->span, "param '" + n + "' is a tensor, not a function");
-        for (const auto& a : c.args) check(a);
+        for (const auto& a : c.args)
+          check(a);
         return t_error();
       }
       d_.error(c.callee->span, "unknown function '" + n + "'");
-      for (const auto& a : c.args) check(a);
+      for (const auto& a : c.args)
+        check(a);
       return t_error();
     }
     // A closure call: the callee is a local variable or any expression of function type.
     Type ft = check(c.callee);
-    if (name) c.ref = name->ref;
+    if (name)
+      c.ref = name->ref;
     if (is_error(ft)) {
-      for (const auto& a : c.args) check(a);
+      for (const auto& a : c.args)
+        check(a);
       return t_error();
     }
     if (ft->kind != TypeKind::Func) {
       d_.error(c.callee->span, "called value has type " + type_str(ft) + ", not a function");
-      for (const auto& a : c.args) check(a);
+      for (const auto& a : c.args)
+        check(a);
       return t_error();
     }
     check_args(c, ft->elems, "function value");
@@ -456,18 +508,22 @@ private:
   bool lookup_local_only(const std::string& n) {
     for (size_t k = frames_.size(); k-- > 0;) {
       for (const auto& b : frames_[k].scope)
-        if (b.name == n) return true;
+        if (b.name == n)
+          return true;
       for (const auto& cn : frames_[k].capture_names)
-        if (cn == n) return true;
+        if (cn == n)
+          return true;
     }
     return false;
   }
 
   Type check_list_ctor(const Call& c, const std::string& n, const Type& expected) {
     c.ref = {VarRef::Kind::Ctor, n == "Nil" ? 0 : 1, kListAdt};
-    if (auto v = c.callee->as<Var>()) v->ref = c.ref;
+    if (auto v = c.callee->as<Var>())
+      v->ref = c.ref;
     if (n == "Nil") {
-      if (!c.args.empty()) d_.error(c.span, "Nil takes no arguments");
+      if (!c.args.empty())
+        d_.error(c.span, "Nil takes no arguments");
       if (!is_kind(expected, TypeKind::List)) {
         d_.error(c.span, "cannot infer the element type of Nil here; annotate it");
         return t_error();
@@ -476,32 +532,38 @@ private:
     }
     if (c.args.size() != 2) {
       d_.error(c.span, "Cons takes 2 arguments (head, tail), got " + std::to_string(c.args.size()));
-      for (const auto& a : c.args) check(a);
+      for (const auto& a : c.args)
+        check(a);
       return t_error();
     }
     Type elem_hint = is_kind(expected, TypeKind::List) ? expected->elems[0] : nullptr;
     Type h = check(c.args[0], elem_hint);
     Type lt = is_error(h) ? expected : t_list(h);
     Type t = check(c.args[1], lt);
-    if (is_error(h) || is_error(t)) return is_error(t) ? (is_error(h) ? t_error() : t_list(h)) : t;
-    if (!type_equal(t, t_list(h))) return mismatch(*c.args[1], "Cons tail", t_list(h), t);
+    if (is_error(h) || is_error(t))
+      return is_error(t) ? (is_error(h) ? t_error() : t_list(h)) : t;
+    if (!type_equal(t, t_list(h)))
+      return mismatch(*c.args[1], "Cons tail", t_list(h), t);
     return t_list(h);
   }
 
   Type check_builtin(const Call& c, Builtin b) {
     c.ref = {VarRef::Kind::Builtin, static_cast<int>(b), -1};
-    if (auto v = c.callee->as<Var>()) v->ref = c.ref;
+    if (auto v = c.callee->as<Var>())
+      v->ref = c.ref;
     auto arity = [&](size_t n) {
-      if (c.args.size() == n) return true;
-      d_.error(c.span, std::string(builtin_name(b)) + " takes " + std::to_string(n) +
-                           " argument" + (n == 1 ? "" : "s") + ", got " +
-                           std::to_string(c.args.size()));
-      for (const auto& a : c.args) check(a);
+      if (c.args.size() == n)
+        return true;
+      d_.error(c.span, std::string(builtin_name(b)) + " takes " + std::to_string(n) + " argument" +
+                           (n == 1 ? "" : "s") + ", got " + std::to_string(c.args.size()));
+      for (const auto& a : c.args)
+        check(a);
       return false;
     };
     switch (b) {
     case Builtin::Map: {
-      if (!arity(2)) return t_error();
+      if (!arity(2))
+        return t_error();
       Type xs = check(c.args[1]);
       if (is_error(xs)) {
         check(c.args[0]);
@@ -513,17 +575,19 @@ private:
         return t_error();
       }
       Type f = check(c.args[0], t_func({xs->elems[0]}, nullptr));
-      if (is_error(f)) return t_error();
+      if (is_error(f))
+        return t_error();
       if (f->kind != TypeKind::Func || f->elems.size() != 1 ||
           !type_equal(f->elems[0], xs->elems[0])) {
-        d_.error(c.args[0]->span, "map needs a function of one " + type_str(xs->elems[0]) +
-                                      ", got " + type_str(f));
+        d_.error(c.args[0]->span,
+                 "map needs a function of one " + type_str(xs->elems[0]) + ", got " + type_str(f));
         return t_error();
       }
       return t_list(f->result);
     }
     case Builtin::Fold: {
-      if (!arity(3)) return t_error();
+      if (!arity(3))
+        return t_error();
       Type init = check(c.args[1]);
       Type xs = check(c.args[2]);
       if (is_error(xs) || is_error(init)) {
@@ -537,14 +601,18 @@ private:
       }
       Type want = t_func({init, xs->elems[0]}, init);
       Type f = check(c.args[0], want);
-      if (is_error(f)) return init;
-      if (!type_equal(f, want)) return mismatch(*c.args[0], "fold function", want, f);
+      if (is_error(f))
+        return init;
+      if (!type_equal(f, want))
+        return mismatch(*c.args[0], "fold function", want, f);
       return init;
     }
     case Builtin::SumList: {
-      if (!arity(1)) return t_error();
+      if (!arity(1))
+        return t_error();
       Type xs = check(c.args[0]);
-      if (is_error(xs)) return t_error();
+      if (is_error(xs))
+        return t_error();
       if (xs->kind != TypeKind::List || !is_kind(xs->elems[0], TypeKind::Tensor) ||
           xs->elems[0]->elem != Elem::F32) {
         d_.error(c.args[0]->span, "sum_list needs a List of f32 tensors, got " + type_str(xs));
@@ -553,7 +621,8 @@ private:
       return xs->elems[0];
     }
     case Builtin::Length: {
-      if (!arity(1)) return t_error();
+      if (!arity(1))
+        return t_error();
       Type xs = check(c.args[0]);
       if (!is_error(xs) && xs->kind != TypeKind::List) {
         d_.error(c.args[0]->span, "length needs a list, got " + type_str(xs));
@@ -562,20 +631,24 @@ private:
       return t_int();
     }
     case Builtin::Append: {
-      if (!arity(2)) return t_error();
+      if (!arity(2))
+        return t_error();
       Type a = check(c.args[0]);
       Type b = check(c.args[1], a);
-      if (is_error(a) || is_error(b)) return t_error();
+      if (is_error(a) || is_error(b))
+        return t_error();
       if (a->kind != TypeKind::List) {
         d_.error(c.args[0]->span, "append needs lists, got " + type_str(a));
         return t_error();
       }
-      if (!type_equal(a, b)) return mismatch(*c.args[1], "append", a, b);
+      if (!type_equal(a, b))
+        return mismatch(*c.args[1], "append", a, b);
       return a;
     }
     case Builtin::ToInt:
     case Builtin::ToBool: {
-      if (!arity(1)) return t_error();
+      if (!arity(1))
+        return t_error();
       Type t = check(c.args[0]);
       if (!is_error(t) && !(t->kind == TypeKind::Tensor && t->dims.empty())) {
         d_.error(c.args[0]->span, std::string(builtin_name(b)) +
@@ -590,13 +663,15 @@ private:
 
   Type check_op(const Call& c, ops::OpId id, ops::Attr attr) {
     c.ref = {VarRef::Kind::Op, static_cast<int>(id), -1};
-    if (auto v = c.callee->as<Var>()) v->ref = c.ref;
+    if (auto v = c.callee->as<Var>())
+      v->ref = c.ref;
     // Leading tensor arguments, then Int literals (static attributes).
     std::vector<Type> targs;
     size_t i = 0;
     bool bad = false;
     for (; i < c.args.size(); ++i) {
-      if (int_literal(c.args[i])) break;
+      if (int_literal(c.args[i]))
+        break;
       Type t = check(c.args[i]);
       if (is_kind(t, TypeKind::Int)) {
         d_.error(c.args[i]->span, std::string(ops::op_name(id)) +
@@ -618,7 +693,8 @@ private:
     }
     c.attr_ints = attr.ints;
     c.tensor_args = static_cast<int>(targs.size());
-    if (bad) return t_error();
+    if (bad)
+      return t_error();
     auto r = ops::op_result_type(id, targs, attr);
     if (!r.ok()) {
       d_.error(c.span, r.error);
@@ -629,25 +705,38 @@ private:
 
   static std::optional<ops::OpId> tensor_binop(BinOp op) {
     switch (op) {
-    case BinOp::Add: return ops::OpId::Add;
-    case BinOp::Sub: return ops::OpId::Sub;
-    case BinOp::Mul: return ops::OpId::Mul;
-    case BinOp::Div: return ops::OpId::Div;
-    case BinOp::MatMul: return ops::OpId::MatMul;
-    case BinOp::Lt: return ops::OpId::Lt;
-    case BinOp::Le: return ops::OpId::Le;
-    case BinOp::Gt: return ops::OpId::Gt;
-    case BinOp::Ge: return ops::OpId::Ge;
-    case BinOp::Eq: return ops::OpId::Eq;
-    case BinOp::Ne: return ops::OpId::Ne;
-    default: return std::nullopt;
+    case BinOp::Add:
+      return ops::OpId::Add;
+    case BinOp::Sub:
+      return ops::OpId::Sub;
+    case BinOp::Mul:
+      return ops::OpId::Mul;
+    case BinOp::Div:
+      return ops::OpId::Div;
+    case BinOp::MatMul:
+      return ops::OpId::MatMul;
+    case BinOp::Lt:
+      return ops::OpId::Lt;
+    case BinOp::Le:
+      return ops::OpId::Le;
+    case BinOp::Gt:
+      return ops::OpId::Gt;
+    case BinOp::Ge:
+      return ops::OpId::Ge;
+    case BinOp::Eq:
+      return ops::OpId::Eq;
+    case BinOp::Ne:
+      return ops::OpId::Ne;
+    default:
+      return std::nullopt;
     }
   }
 
   Type check_binary(const Binary& b) {
     Type l = check(b.lhs);
     Type r = check(b.rhs);
-    if (is_error(l) || is_error(r)) return t_error();
+    if (is_error(l) || is_error(r))
+      return t_error();
     std::string op = binop_str(b.op);
     if (l->kind == TypeKind::Tensor && r->kind == TypeKind::Tensor) {
       auto id = tensor_binop(b.op);
@@ -670,14 +759,17 @@ private:
       case BinOp::Sub:
       case BinOp::Mul:
       case BinOp::Div:
-      case BinOp::Mod: return t_int();
+      case BinOp::Mod:
+        return t_int();
       case BinOp::Lt:
       case BinOp::Le:
       case BinOp::Gt:
       case BinOp::Ge:
       case BinOp::Eq:
-      case BinOp::Ne: return t_bool();
-      default: break;
+      case BinOp::Ne:
+        return t_bool();
+      default:
+        break;
       }
     }
     if (l->kind == TypeKind::Bool && r->kind == TypeKind::Bool) {
@@ -685,24 +777,28 @@ private:
       case BinOp::And:
       case BinOp::Or:
       case BinOp::Eq:
-      case BinOp::Ne: return t_bool();
-      default: break;
+      case BinOp::Ne:
+        return t_bool();
+      default:
+        break;
       }
     }
     std::string hint;
     if ((l->kind == TypeKind::Int && r->kind == TypeKind::Tensor) ||
         (l->kind == TypeKind::Tensor && r->kind == TypeKind::Int))
       hint = " (Int and tensors do not mix: write a float literal such as 2.0)";
-    d_.error(b.span, "operator " + op + " cannot apply to " + type_str(l) + " and " +
-                         type_str(r) + hint);
+    d_.error(b.span,
+             "operator " + op + " cannot apply to " + type_str(l) + " and " + type_str(r) + hint);
     return t_error();
   }
 
   Type check_unary(const Unary& u) {
     Type t = check(u.operand);
-    if (is_error(t)) return t_error();
+    if (is_error(t))
+      return t_error();
     if (u.op == UnOp::Neg) {
-      if (t->kind == TypeKind::Int) return t_int();
+      if (t->kind == TypeKind::Int)
+        return t_int();
       if (t->kind == TypeKind::Tensor) {
         u.tensor_op = static_cast<int>(ops::OpId::Neg);
         return t;
@@ -710,7 +806,8 @@ private:
       d_.error(u.span, "unary - cannot apply to " + type_str(t));
       return t_error();
     }
-    if (t->kind == TypeKind::Bool) return t_bool();
+    if (t->kind == TypeKind::Bool)
+      return t_bool();
     d_.error(u.span, "! needs a Bool, got " + type_str(t));
     return t_error();
   }
@@ -723,13 +820,13 @@ private:
       if (st->kind == TypeKind::Adt) {
         adt = m_.adt(st->name);
         uses_.insert(st->name);
-      }
-      else if (st->kind == TypeKind::List) is_list = true;
+      } else if (st->kind == TypeKind::List)
+        is_list = true;
       else {
-        d_.error(mt.scrutinee->span, "match needs an ADT or a list, got " + type_str(st) +
-                                         (st->kind == TypeKind::Tensor
-                                              ? " (turn a tensor into a Bool with to_bool)"
-                                              : ""));
+        d_.error(
+            mt.scrutinee->span,
+            "match needs an ADT or a list, got " + type_str(st) +
+                (st->kind == TypeKind::Tensor ? " (turn a tensor into a Bool with to_bool)" : ""));
       }
     }
     size_t nctors = adt ? adt->ctors.size() : (is_list ? 2 : 0);
@@ -741,7 +838,8 @@ private:
       arm.ctor_index = -1;
       if (!arm.ctor.empty() && (adt || is_list)) {
         if (is_list) {
-          if (arm.ctor == "Nil") arm.ctor_index = 0;
+          if (arm.ctor == "Nil")
+            arm.ctor_index = 0;
           else if (arm.ctor == "Cons") {
             arm.ctor_index = 1;
             field_types = {st->elems[0], st};
@@ -750,7 +848,8 @@ private:
           for (size_t c = 0; c < adt->ctors.size(); ++c)
             if (adt->ctors[c].name == arm.ctor) {
               arm.ctor_index = static_cast<int>(c);
-              for (const auto& f : adt->ctors[c].fields) field_types.push_back(f.type);
+              for (const auto& f : adt->ctors[c].fields)
+                field_types.push_back(f.type);
             }
         }
         if (arm.ctor_index < 0) {
@@ -766,7 +865,8 @@ private:
                                    std::to_string(arm.binders.size()));
         }
       } else if (arm.ctor.empty()) {
-        if (wildcard) d_.warning(arm.span, "unreachable match arm");
+        if (wildcard)
+          d_.warning(arm.span, "unreachable match arm");
         wildcard = true;
       }
       size_t mark = frames_.back().scope.size();
@@ -781,8 +881,10 @@ private:
       }
       Type bt = check(arm.body, result ? result : expected);
       frames_.back().scope.resize(mark);
-      if (!result || is_error(result)) result = bt;
-      else if (!type_equal(result, bt)) mismatch(*arm.body, "match arm", result, bt);
+      if (!result || is_error(result))
+        result = bt;
+      else if (!type_equal(result, bt))
+        mismatch(*arm.body, "match arm", result, bt);
     }
     if (mt.arms.empty()) {
       d_.error(mt.span, "match has no arms");
@@ -794,14 +896,16 @@ private:
         if (!covered[c])
           missing += (missing.empty() ? "" : ", ") +
                      (is_list ? std::string(c == 0 ? "Nil" : "Cons") : adt->ctors[c].name);
-      if (!missing.empty()) d_.error(mt.span, "non-exhaustive match: missing " + missing);
+      if (!missing.empty())
+        d_.error(mt.span, "non-exhaustive match: missing " + missing);
     }
     return result ? result : t_error();
   }
 
   Type check_lambda(const Lambda& l, const Type& expected) {
     std::vector<Type> ps;
-    const bool hint = is_kind(expected, TypeKind::Func) && expected->elems.size() == l.params.size();
+    const bool hint =
+        is_kind(expected, TypeKind::Func) && expected->elems.size() == l.params.size();
     for (size_t i = 0; i < l.params.size(); ++i) {
       const auto& p = l.params[i];
       if (p.annot) {
@@ -817,7 +921,8 @@ private:
     }
     frames_.emplace_back();
     l.param_slots.clear();
-    for (size_t i = 0; i < l.params.size(); ++i) l.param_slots.push_back(bind(l.params[i].name, ps[i]));
+    for (size_t i = 0; i < l.params.size(); ++i)
+      l.param_slots.push_back(bind(l.params[i].name, ps[i]));
     Type r = check(l.body, hint ? expected->result : nullptr);
     l.frame_size = frames_.back().next_slot;
     l.captures = frames_.back().capture_refs;
@@ -852,7 +957,8 @@ AddResult add_definitions(Module& m, const std::vector<Decl>& decls, Diagnostics
   for (const auto& d : decls) {
     for (const auto& old : m.decls())
       if (old.name() == d.name() && old.kind != d.kind) {
-        local.error(d.span(), "'" + d.name() + "' is already defined as another kind of definition");
+        local.error(d.span(),
+                    "'" + d.name() + "' is already defined as another kind of definition");
         local.note(old.span(), "previous definition");
       }
   }
@@ -863,32 +969,39 @@ AddResult add_definitions(Module& m, const std::vector<Decl>& decls, Diagnostics
 
   Module next = m;
   for (const auto& d : decls)
-    if (next.put(d)) res.changed.push_back(d.name());
+    if (next.put(d))
+      res.changed.push_back(d.name());
 
   Checker checker(next, local);
-  for (const auto& d : decls) checker.check_decl(d);
+  for (const auto& d : decls)
+    checker.check_decl(d);
 
   // Re-check functions that changed, and those that mention a changed name.
   std::set<std::string> changed(res.changed.begin(), res.changed.end());
   std::vector<const FnDecl*> to_check;
   for (const auto& f : next.fns()) {
     bool dep = changed.count(f->name) > 0 || !f->checked;
-    for (const auto& u : next.uses(f->name)) dep = dep || changed.count(u) > 0;
-    if (dep) to_check.push_back(f.get());
+    for (const auto& u : next.uses(f->name))
+      dep = dep || changed.count(u) > 0;
+    if (dep)
+      to_check.push_back(f.get());
   }
   for (const FnDecl* f : to_check) {
     next.set_uses(f->name, checker.check_fn(*f));
     res.checked.push_back(f->name);
   }
-  if (!local.has_errors()) analyze_binding_times(next, local);
+  if (!local.has_errors())
+    analyze_binding_times(next, local);
   diags.merge(local);
   if (local.has_errors()) {
     // Restore annotations of shared, previously good functions that were re-checked.
     Diagnostics ignore;
     Checker restore(m, ignore);
     for (const FnDecl* f : to_check)
-      if (m.fn(f->name) == f) restore.check_fn(*f);
-    if (!m.fns().empty()) analyze_binding_times(m, ignore);
+      if (m.fn(f->name) == f)
+        restore.check_fn(*f);
+    if (!m.fns().empty())
+      analyze_binding_times(m, ignore);
     res.checked.clear();
     return res;
   }
@@ -903,7 +1016,8 @@ AddResult add_source(Module& m, std::string_view text, const std::string& name,
   Diagnostics pd;
   auto decls = parse::parse_program(text, name, pd);
   diags.merge(pd);
-  if (pd.has_errors()) return {};
+  if (pd.has_errors())
+    return {};
   return add_definitions(m, decls, diags);
 }
 

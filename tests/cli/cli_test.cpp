@@ -34,7 +34,8 @@ Run run_pejit(const std::string& args) {
   REQUIRE(p);
   std::array<char, 4096> buf;
   size_t k;
-  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), k);
+  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0)
+    r.out.append(buf.data(), k);
   int st = pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   std::ifstream e(err);
@@ -55,7 +56,8 @@ std::vector<nlohmann::json> json_lines(const std::string& out) {
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{') js.push_back(nlohmann::json::parse(line));
+    if (!line.empty() && line[0] == '{')
+      js.push_back(nlohmann::json::parse(line));
   return js;
 }
 
@@ -82,9 +84,9 @@ TEST_SUITE("cli") {
     CHECK(missing.code == 2);
     CHECK(missing.err.find("cannot read") != std::string::npos);
 
-    CHECK(run_pejit("").code == 2);             // no subcommand
-    CHECK(run_pejit("train").code == 2);        // missing model and data
-    CHECK(run_pejit("frobnicate").code == 2);   // unknown subcommand
+    CHECK(run_pejit("").code == 2);           // no subcommand
+    CHECK(run_pejit("train").code == 2);      // missing model and data
+    CHECK(run_pejit("frobnicate").code == 2); // unknown subcommand
   }
 
   TEST_CASE("gen: deterministic for a seed; shapes; sentences") {
@@ -107,7 +109,7 @@ TEST_SUITE("cli") {
     REQUIRE(run_pejit("gen sst --trees 800 --seed 11 -o " + train).code == 0);
     REQUIRE(run_pejit("gen sst --trees 300 --seed 12 -o " + dev).code == 0);
     Run r = run_pejit("train " + kModel + " --data " + train + " --dev " + dev +
-                  " --epochs 2 --json --save " + ck);
+                      " --epochs 2 --json --save " + ck);
     INFO(r.err);
     REQUIRE(r.code == 0);
     auto js = json_lines(r.out);
@@ -126,9 +128,11 @@ TEST_SUITE("cli") {
     pejit::data::Vocab v;
     auto trees = pejit::data::read_trees(dev, v);
     std::map<int, int> counts;
-    for (const auto& t : trees) counts[t.nodes[static_cast<size_t>(t.root())].label]++;
+    for (const auto& t : trees)
+      counts[t.nodes[static_cast<size_t>(t.root())].label]++;
     int most = 0;
-    for (auto [k, c] : counts) most = std::max(most, c);
+    for (auto [k, c] : counts)
+      most = std::max(most, c);
     double majority = static_cast<double>(most) / static_cast<double>(trees.size());
     CHECK(js[1]["dev_root_acc"].get<double>() > majority + 0.1);
 
@@ -166,7 +170,8 @@ TEST_SUITE("cli") {
   TEST_CASE("train --mode specialized runs every batch on plans and matches generic") {
     std::string train = tmp("spec_train.txt");
     REQUIRE(run_pejit("gen sst --trees 200 --seed 31 -o " + train).code == 0);
-    std::string common = "train " + kModel + " --data " + train + " --epochs 2 --json --no-train-eval";
+    std::string common =
+        "train " + kModel + " --data " + train + " --epochs 2 --json --no-train-eval";
     Run g = run_pejit(common + " --mode generic");
     Run s = run_pejit(common + " --mode specialized");
     INFO(g.err << s.err);
@@ -221,7 +226,8 @@ TEST_SUITE("cli") {
   TEST_CASE("dump: plan lines, templates, instances, refusal") {
     std::string data = tmp("dump_trees.txt");
     REQUIRE(run_pejit("gen sst --trees 30 --seed 4 -o " + data).code == 0);
-    Run p = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --batch-index 1 --emit plan");
+    Run p =
+        run_pejit("dump " + kModel + " --data " + data + " --batch 10 --batch-index 1 --emit plan");
     INFO(p.err);
     REQUIRE(p.code == 0);
     CHECK(p.out.find("launch fwd op.take op.take.fwd rows=") != std::string::npos);
@@ -233,11 +239,12 @@ TEST_SUITE("cli") {
     CHECK(i.out.find("= sum(") != std::string::npos);
     CHECK(run_pejit("dump " + kModel + " --data " + data + " --batch-index 99").code == 1);
     std::string prog = tmp("dynamic.pe");
-    std::ofstream(prog) << "type T = L(word: i32[], label: i32[]) | N(left: T, right: T, label: i32[])\n"
-                           "param E : f32[100, 2] = normal(0.0, 1.0)\n"
-                           "fn f(t: T) -> f32[] { match t { L(w, y) => if to_bool(sum(take(E, w)) > 0.0) "
-                           "{ 1.0 } else { 0.0 }, N(l, r, y) => f(l) + f(r) } }\n"
-                           "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n";
+    std::ofstream(prog)
+        << "type T = L(word: i32[], label: i32[]) | N(left: T, right: T, label: i32[])\n"
+           "param E : f32[100, 2] = normal(0.0, 1.0)\n"
+           "fn f(t: T) -> f32[] { match t { L(w, y) => if to_bool(sum(take(E, w)) > 0.0) "
+           "{ 1.0 } else { 0.0 }, N(l, r, y) => f(l) + f(r) } }\n"
+           "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n";
     Run r = run_pejit("dump " + prog + " --data " + data);
     CHECK(r.code == 1);
     CHECK(r.err.find(prog + ":3:") != std::string::npos);

@@ -3,8 +3,8 @@
 #include "data/synthetic.h"
 #include "interp/interpreter.h"
 #include "kernels/kernels.h"
-#include "types/check.h"
 #include "train/encode.h"
+#include "types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -29,7 +29,8 @@ struct Fixture {
 interp::Value batch_of(const ir::Module& m, const std::vector<data::ParseTree>& ts) {
   runtime::TreeEncoder enc(m, "Tree");
   interp::Values xs;
-  for (const auto& t : ts) xs.push_back(enc.encode(t));
+  for (const auto& t : ts)
+    xs.push_back(enc.encode(t));
   return interp::Value::list(std::move(xs));
 }
 
@@ -73,13 +74,16 @@ TEST_SUITE("interp") {
     const auto& ge = g.grads[static_cast<size_t>(e)];
     CHECK_FALSE(ge.dense.defined());
     size_t leaves = 0;
-    for (const auto& t : trees) leaves += t.leaves();
+    for (const auto& t : trees)
+      leaves += t.leaves();
     size_t rows = 0;
-    for (const auto& s : ge.sparse) rows += static_cast<size_t>(s.indices.numel());
+    for (const auto& s : ge.sparse)
+      rows += static_cast<size_t>(s.indices.numel());
     CHECK(rows == leaves);
     // Every other parameter has a dense gradient.
     for (size_t p = 0; p < g.grads.size(); ++p)
-      if (static_cast<int>(p) != e) CHECK(g.grads[p].dense.defined());
+      if (static_cast<int>(p) != e)
+        CHECK(g.grads[p].dense.defined());
   }
 
   TEST_CASE("TreeLSTM trains through the API: SGD lowers the loss over a few batches") {
@@ -89,11 +93,12 @@ TEST_SUITE("interp") {
     interp::Interpreter in(f.m, f.dims);
     std::vector<interp::Value> batches;
     for (size_t b = 0; b < trees.size(); b += 10)
-      batches.push_back(batch_of(*f.m, {trees.begin() + static_cast<long>(b),
-                                        trees.begin() + static_cast<long>(b + 10)}));
+      batches.push_back(batch_of(
+          *f.m, {trees.begin() + static_cast<long>(b), trees.begin() + static_cast<long>(b + 10)}));
     auto total = [&] {
       double s = 0;
-      for (const auto& b : batches) s += in.run("loss", {b}, f.params).as_tensor().item_f32();
+      for (const auto& b : batches)
+        s += in.run("loss", {b}, f.params).as_tensor().item_f32();
       return s;
     };
     double before = total();
@@ -101,7 +106,8 @@ TEST_SUITE("interp") {
       for (const auto& b : batches) {
         auto g = in.value_and_grad("loss", {b}, f.params);
         for (size_t p = 0; p < f.params.values.size(); ++p) {
-          if (g.grads[p].empty()) continue;
+          if (g.grads[p].empty())
+            continue;
           Tensor d = g.grads[p].to_dense(f.params.values[p].shape());
           kernels::scale_inplace(d, -0.01f);
           kernels::add_inplace(f.params.values[p], d);

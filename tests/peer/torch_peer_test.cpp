@@ -28,10 +28,12 @@ bool have_torch() {
 std::string capture(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
+  if (!p)
+    return out;
   std::array<char, 4096> buf;
   size_t k;
-  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), k);
+  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0)
+    out.append(buf.data(), k);
   pclose(p);
   return out;
 }
@@ -64,16 +66,17 @@ TEST_SUITE("peer") {
     c.vocab = vocab.words();
     checkpoint::save(ck, c);
 
-    std::string out = capture("/usr/bin/python3 " PEJIT_SOURCE_DIR
-                              "/bench/torch/treelstm_torch.py --loss-only --checkpoint " +
-                              ck + " --data " + data + " --batch 25 --batch-index 0 --grads-out " +
-                              grads);
+    std::string out =
+        capture("/usr/bin/python3 " PEJIT_SOURCE_DIR
+                "/bench/torch/treelstm_torch.py --loss-only --checkpoint " +
+                ck + " --data " + data + " --batch 25 --batch-index 0 --grads-out " + grads);
     INFO(out);
     auto j = nlohmann::json::parse(out.substr(out.find('{')));
 
     runtime::TreeEncoder enc(*m, "Tree");
     interp::Values xs;
-    for (const auto& t : trees) xs.push_back(enc.encode(t));
+    for (const auto& t : trees)
+      xs.push_back(enc.encode(t));
     interp::Interpreter in(m, dims);
     auto g = in.value_and_grad("loss", {interp::Value::list(xs)}, params);
     for (const char* style : {"loss_naive", "loss_batched"}) {

@@ -24,14 +24,16 @@ struct Setup {
   explicit Setup(size_t nbatches, int seed = 3, const std::string& extra = "") {
     Diagnostics d;
     REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
-    if (!extra.empty()) REQUIRE_MESSAGE(types::add_source(*m, extra, "extra.pe", d).ok, d.render());
+    if (!extra.empty())
+      REQUIRE_MESSAGE(types::add_source(*m, extra, "extra.pe", d).ok, d.render());
     data::Vocab vocab;
     auto trees = data::gen_sst(nbatches * 5, static_cast<uint64_t>(seed), data::Shape::Sst, vocab);
     dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
     runtime::TreeEncoder enc(*m, "Tree");
     for (size_t b = 0; b < nbatches; ++b) {
       interp::Values xs;
-      for (size_t i = b * 5; i < b * 5 + 5; ++i) xs.push_back(enc.encode(trees[i]));
+      for (size_t i = b * 5; i < b * 5 + 5; ++i)
+        xs.push_back(enc.encode(trees[i]));
       batches.push_back(interp::Value::list(xs));
     }
   }
@@ -54,11 +56,13 @@ interp::Params train(Setup& s, runtime::Mode mode, optim::Kind kind, int steps,
   optim::Optimizer opt(oo);
   engine.prefetch("loss", s.batches);
   for (int i = 0; i < steps; ++i) {
-    auto g = engine.value_and_grad("loss", s.batches[static_cast<size_t>(i) % s.batches.size()], params);
+    auto g =
+        engine.value_and_grad("loss", s.batches[static_cast<size_t>(i) % s.batches.size()], params);
     opt.step(params, g.grads);
   }
   engine.drain();
-  if (stats) *stats = engine.stats();
+  if (stats)
+    *stats = engine.stats();
   return params;
 }
 
@@ -68,8 +72,8 @@ void check_close(const interp::Params& a, const interp::Params& b) {
     double max_ref = 0, max_diff = 0;
     for (int64_t i = 0; i < a.values[p].numel(); ++i) {
       max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.values[p].f32()[i])));
-      max_diff = std::max(max_diff,
-                          static_cast<double>(std::fabs(a.values[p].f32()[i] - b.values[p].f32()[i])));
+      max_diff = std::max(
+          max_diff, static_cast<double>(std::fabs(a.values[p].f32()[i] - b.values[p].f32()[i])));
     }
     CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
   }
@@ -80,7 +84,8 @@ void check_close(const interp::Params& a, const interp::Params& b) {
 TEST_SUITE("engine") {
   TEST_CASE("auto and specialized train to the generic path's parameters (SGD x10, Adagrad x3)") {
     Setup s(4);
-    for (auto [kind, steps] : {std::pair{optim::Kind::Sgd, 10}, std::pair{optim::Kind::Adagrad, 3}}) {
+    for (auto [kind, steps] :
+         {std::pair{optim::Kind::Sgd, 10}, std::pair{optim::Kind::Adagrad, 3}}) {
       runtime::EngineStats sa, ss;
       auto g = train(s, runtime::Mode::Generic, kind, steps);
       auto a = train(s, runtime::Mode::Auto, kind, steps, &sa);
@@ -105,7 +110,8 @@ TEST_SUITE("engine") {
     CHECK(engine.stats().plans_prefetched == 3);
     CHECK(engine.cached_plans("loss") == 3);
     interp::Params params = interp::init_params(*s.m, s.dims, 1);
-    for (const auto& b : s.batches) engine.value_and_grad("loss", b, params);
+    for (const auto& b : s.batches)
+      engine.value_and_grad("loss", b, params);
     CHECK(engine.stats().plan_hits == 3);
     CHECK(engine.stats().plan_misses == 0);
   }
@@ -167,7 +173,8 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     Setup s(2);
     runtime::Engine engine(s.m, s.dims, {});
     interp::Params params = interp::init_params(*s.m, s.dims, 1);
-    auto infer_nodes_loss = R"(entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, batch)) * 0.5 })";
+    auto infer_nodes_loss =
+        R"(entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, batch)) * 0.5 })";
     Diagnostics d;
     REQUIRE(types::add_source(*s.m, infer_nodes_loss, "more.pe", d).ok);
     for (const auto& b : s.batches) {
@@ -177,7 +184,10 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(engine.cached_plans("loss") == 2);
     CHECK(engine.cached_plans("nodes_loss") == 2);
     // A change to `nodes_loss` alone touches that entry only.
-    auto r = types::add_source(*s.m, "entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, batch)) * 0.25 }", "more.pe", d);
+    auto r = types::add_source(*s.m,
+                               "entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t "
+                               "=> encode(t).2, batch)) * 0.25 }",
+                               "more.pe", d);
     REQUIRE(r.ok);
     CHECK(r.affected_entries == std::vector<std::string>{"nodes_loss"});
     engine.invalidate(r.affected_entries);
@@ -186,7 +196,8 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     auto g = engine.value_and_grad("nodes_loss", s.batches[0], params);
     interp::Interpreter in(s.m, s.dims);
     auto ref = in.value_and_grad("nodes_loss", {s.batches[0]}, params);
-    INFO("engine " << g.loss << " generic " << ref.loss << " explain " << engine.explain("nodes_loss"));
+    INFO("engine " << g.loss << " generic " << ref.loss << " explain "
+                   << engine.explain("nodes_loss"));
     CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
   }
 }

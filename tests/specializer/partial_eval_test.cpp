@@ -36,13 +36,16 @@ interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>
                          const std::string& adt = "Tree") {
   runtime::TreeEncoder enc(m, adt);
   interp::Values xs;
-  for (const auto& t : ts) xs.push_back(enc.encode(t));
+  for (const auto& t : ts)
+    xs.push_back(enc.encode(t));
   return interp::Value::list(std::move(xs));
 }
 
-std::map<std::string, int> count_by_template(const spec::Residual& r, const spec::TemplateTable& t) {
+std::map<std::string, int> count_by_template(const spec::Residual& r,
+                                             const spec::TemplateTable& t) {
   std::map<std::string, int> c;
-  for (const auto& i : r.instances) c[i.tmpl == spec::Instance::kSumN ? "sum" : t.at(i.tmpl).name]++;
+  for (const auto& i : r.instances)
+    c[i.tmpl == spec::Instance::kSumN ? "sum" : t.at(i.tmpl).name]++;
   return c;
 }
 
@@ -98,24 +101,30 @@ TEST_SUITE("specializer") {
       interp::Value g = in.run(entry, {batch}, md.params);
       std::vector<int32_t> flat;
       std::function<void(const interp::Value&)> walk = [&](const interp::Value& v) {
-        if (v.kind() == interp::Value::Kind::Tensor) flat.push_back(v.as_tensor().item_i32());
+        if (v.kind() == interp::Value::Kind::Tensor)
+          flat.push_back(v.as_tensor().item_i32());
         else
-          for (size_t i = 0; i < v.list_size(); ++i) walk(v.list_at(i));
+          for (size_t i = 0; i < v.list_size(); ++i)
+            walk(v.list_at(i));
       };
       walk(g);
       REQUIRE(out.size() == flat.size());
-      for (size_t i = 0; i < flat.size(); ++i) CHECK(out[i].item_i32() == flat[i]);
+      for (size_t i = 0; i < flat.size(); ++i)
+        CHECK(out[i].item_i32() == flat[i]);
     }
   }
 
-  TEST_CASE("skeleton keys: same shapes and other words share a key and a DAG; other shapes do not") {
+  TEST_CASE(
+      "skeleton keys: same shapes and other words share a key and a DAG; other shapes do not") {
     data::Vocab vocab;
     auto a = data::gen_sst(10, 1, data::Shape::Sst, vocab);
     auto b = a;
     for (auto& t : b)
       for (auto& n : t.nodes) {
-        if (n.word >= 0) n.word = (n.word * 7 + 3) % static_cast<int32_t>(vocab.size());
-        if (n.label >= 0) n.label = (n.label + 1) % 5;
+        if (n.word >= 0)
+          n.word = (n.word * 7 + 3) % static_cast<int32_t>(vocab.size());
+        if (n.label >= 0)
+          n.label = (n.label + 1) % 5;
       }
     auto c = data::gen_sst(10, 2, data::Shape::Sst, vocab);
     auto d = a;
@@ -191,7 +200,8 @@ entry loss(xs: List[f32[2]]) -> f32[] { let k = grow(60); sum_list(map(fn x => s
       interp::Values sents;
       for (int s = 0; s < 5; ++s) {
         interp::Values words;
-        for (int w = 0; w < 3 + 2 * s; ++w) words.push_back(interp::Value::tensor(Tensor::scalar_i32((s * 7 + w * 3) % 50)));
+        for (int w = 0; w < 3 + 2 * s; ++w)
+          words.push_back(interp::Value::tensor(Tensor::scalar_i32((s * 7 + w * 3) % 50)));
         sents.push_back(interp::Value::list(words));
       }
       interp::Value batch = interp::Value::list(sents);

@@ -35,7 +35,8 @@ interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>
                          const std::string& adt = "Tree") {
   runtime::TreeEncoder enc(m, adt);
   interp::Values xs;
-  for (const auto& t : ts) xs.push_back(enc.encode(t));
+  for (const auto& t : ts)
+    xs.push_back(enc.encode(t));
   return interp::Value::list(std::move(xs));
 }
 
@@ -72,8 +73,10 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
   if (e >= 0 && !got.grads[static_cast<size_t>(e)].empty())
     CHECK_FALSE(got.grads[static_cast<size_t>(e)].dense.defined());
   CHECK(ex.stats().groups_row_by_row == 0);
-  for (const auto& why : ex.stats().row_by_row_reasons) MESSAGE("row by row: " << why);
-  if (out_plan) *out_plan = plan;
+  for (const auto& why : ex.stats().row_by_row_reasons)
+    MESSAGE("row by row: " << why);
+  if (out_plan)
+    *out_plan = plan;
 }
 
 const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
@@ -112,7 +115,8 @@ TEST_SUITE("specializer") {
     std::map<std::string, int> groups;
     std::map<std::string, std::set<int>> levels;
     size_t depth = 0;
-    for (const auto& t : trees) depth = std::max(depth, t.depth());
+    for (const auto& t : trees)
+      depth = std::max(depth, t.depth());
     for (const auto& g : plan.groups) {
       std::string n = g.tmpl == spec::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
       groups[n]++;

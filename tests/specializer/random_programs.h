@@ -57,7 +57,9 @@ public:
     return z ^ (z >> 31);
   }
   /// Uniform in [lo, hi].
-  int uni(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int uni(int lo, int hi) {
+    return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
   bool chance(double p) { return static_cast<double>(next() % 1000000) / 1e6 < p; }
   float real(float lo, float hi) {
     return lo + (hi - lo) * static_cast<float>(next() % 1000000) / 1e6f;
@@ -65,10 +67,12 @@ public:
   /// An index drawn by weight.
   size_t pick(const std::vector<int>& w) {
     int total = 0;
-    for (int x : w) total += x;
+    for (int x : w)
+      total += x;
     int r = uni(0, total - 1);
     for (size_t i = 0; i < w.size(); ++i) {
-      if (r < w[i]) return i;
+      if (r < w[i])
+        return i;
       r -= w[i];
     }
     return w.size() - 1;
@@ -78,7 +82,9 @@ private:
   uint64_t s_;
 };
 
-inline std::string S(int v) { return std::to_string(v); }
+inline std::string S(int v) {
+  return std::to_string(v);
+}
 
 struct Var {
   std::string name;
@@ -98,8 +104,8 @@ struct Helper {
   std::string name;
   std::vector<int> args; ///< vector sizes
   bool word = false, has_int = false, has_bool = false;
-  int ret;               ///< vector size of the result
-  bool pair = false;     ///< returns (f32[ret], f32[])
+  int ret;           ///< vector size of the result
+  bool pair = false; ///< returns (f32[ret], f32[])
 };
 
 enum class Kind { Leaf, Unary, Binary, Rose, Seq };
@@ -124,8 +130,10 @@ public:
 
     std::string fns;
     int nutil = r_.uni(0, 4);
-    for (int i = 0; i < nutil; ++i) fns += utility(i);
-    if (r_.chance(0.4)) fns += repeat_fn();
+    for (int i = 0; i < nutil; ++i)
+      fns += utility(i);
+    if (r_.chance(0.4))
+      fns += repeat_fn();
     fns += heads();
     std::string enc = encoder(); // also emits the per-constructor templates into pre_
     std::string entry = entry_fn();
@@ -133,7 +141,8 @@ public:
     std::string src = "// random program\n";
     src += adt_decl();
     src += "dim V = " + S(V_) + "\n";
-    for (const auto& [name, decl] : params_) src += decl;
+    for (const auto& [name, decl] : params_)
+      src += decl;
     src += fns + pre_ + enc + entry;
     RandomProgram p;
     p.source = std::move(src);
@@ -160,15 +169,18 @@ private:
   // ---------------------------------------------------------------- parameters
   std::string param(std::vector<int> dims) {
     auto& pool = by_shape_[dims];
-    if (!pool.empty() && r_.chance(0.6)) return pool[static_cast<size_t>(r_.uni(0, static_cast<int>(pool.size()) - 1))];
+    if (!pool.empty() && r_.chance(0.6))
+      return pool[static_cast<size_t>(r_.uni(0, static_cast<int>(pool.size()) - 1))];
     std::string name = "p" + S(static_cast<int>(params_.size()));
     std::string ty = "f32[";
-    for (size_t i = 0; i < dims.size(); ++i) ty += (i ? ", " : "") + S(dims[i]);
+    for (size_t i = 0; i < dims.size(); ++i)
+      ty += (i ? ", " : "") + S(dims[i]);
     ty += "]";
     static const char* inits[] = {"normal(0.0, 0.5)", "xavier", "uniform(-0.6, 0.6)",
                                   "normal(0.1, 0.3)", "zeros"};
     int k = r_.uni(0, dims.size() == 1 ? 4 : 3);
-    if (dims.empty() && k == 1) k = 0;
+    if (dims.empty() && k == 1)
+      k = 0;
     params_[name] = "param " + name + " : " + ty + " = " + inits[k] + "\n";
     pool.push_back(name);
     return name;
@@ -185,7 +197,8 @@ private:
   static std::vector<const Var*> vars_of(const Env& env, int n) {
     std::vector<const Var*> out;
     for (const auto& v : env.vars)
-      if (v.n == n) out.push_back(&v);
+      if (v.n == n)
+        out.push_back(&v);
     return out;
   }
   template <class T> const T& one(const std::vector<T>& xs) {
@@ -201,36 +214,56 @@ private:
     auto same = vars_of(env, n);
     std::vector<const Var*> vecs;
     for (const auto& v : env.vars)
-      if (v.n > 0) vecs.push_back(&v);
+      if (v.n > 0)
+        vecs.push_back(&v);
     std::vector<int> w = {same.empty() ? 0 : 6, vecs.empty() ? 0 : 3, 1,
                           (!env.words.empty() && n == E_) ? 2 : 0, 1};
     switch (r_.pick(w)) {
-    case 0: return one(same)->name;
+    case 0:
+      return one(same)->name;
     case 1: {
       const Var* v = one(vecs);
       return "(" + v->name + " @ " + param({v->n, n}) + ")";
     }
-    case 2: return param({n});
-    case 3: return "take(" + emb() + ", " + one(env.words) + ")";
-    default: return r_.chance(0.5) ? "full(" + lit() + ", " + S(n) + ")" : "(ones(" + S(n) + ") * " + param({}) + ")";
+    case 2:
+      return param({n});
+    case 3:
+      return "take(" + emb() + ", " + one(env.words) + ")";
+    default:
+      return r_.chance(0.5) ? "full(" + lit() + ", " + S(n) + ")"
+                            : "(ones(" + S(n) + ") * " + param({}) + ")";
     }
   }
 
   std::string vec(int n, int depth, const Env& env) {
-    if (depth <= 0 || r_.chance(0.2)) return leaf_vec(n, env);
+    if (depth <= 0 || r_.chance(0.2))
+      return leaf_vec(n, env);
     int d = depth - 1;
     std::vector<const Helper*> hs;
     for (const auto& h : helpers_)
-      if (h.ret == n && (!h.word || !env.words.empty())) hs.push_back(&h);
-    std::vector<int> w = {/*unary*/ 5, /*binary*/ 5, /*scale*/ 2, /*matmul*/ 5,
-                          /*concat*/ n >= 2 ? 2 : 0, /*slice*/ 2, /*split*/ 2, /*div*/ 1,
-                          /*helper*/ hs.empty() ? 0 : 4, /*consts*/ 1, /*matrix*/ 1,
-                          /*closure*/ 1, /*if*/ env.ints.empty() && env.bools.empty() ? 0 : 2,
-                          /*destructure*/ 1, /*list*/ 1, /*repeat*/ has_rep_ && n == rep_n_ ? 1 : 0,
+      if (h.ret == n && (!h.word || !env.words.empty()))
+        hs.push_back(&h);
+    std::vector<int> w = {/*unary*/ 5,
+                          /*binary*/ 5,
+                          /*scale*/ 2,
+                          /*matmul*/ 5,
+                          /*concat*/ n >= 2 ? 2 : 0,
+                          /*slice*/ 2,
+                          /*split*/ 2,
+                          /*div*/ 1,
+                          /*helper*/ hs.empty() ? 0 : 4,
+                          /*consts*/ 1,
+                          /*matrix*/ 1,
+                          /*closure*/ 1,
+                          /*if*/ env.ints.empty() && env.bools.empty() ? 0 : 2,
+                          /*destructure*/ 1,
+                          /*list*/ 1,
+                          /*repeat*/ has_rep_ && n == rep_n_ ? 1 : 0,
                           /*constant if*/ 1};
     switch (r_.pick(w)) {
     case 0: {
-      static const char* fs[] = {"tanh(", "sigmoid(", "-(", "exp(tanh(", "softmax(", "log_softmax("};
+      static const char* fs[] = {"tanh(",     "sigmoid(", "-(",
+                                 "exp(tanh(", "softmax(", "log_softmax("};
       int k = r_.uni(0, 5);
       std::string in = vec(n, d, env);
       return std::string(fs[k]) + in + (k == 3 ? "))" : ")");
@@ -240,12 +273,14 @@ private:
       return "(" + vec(n, d, env) + ops[r_.uni(0, 2)] + vec(n, d, env) + ")";
     }
     case 2:
-      if (r_.chance(0.5)) return "(" + scal(d, env) + " * " + vec(n, d, env) + ")";
+      if (r_.chance(0.5))
+        return "(" + scal(d, env) + " * " + vec(n, d, env) + ")";
       return "(" + vec(n, d, env) + " * " + lit() + ")";
     case 3: {
       int m = r_.uni(1, 8);
       std::string e = "(" + vec(m, d, env) + " @ " + param({m, n}) + ")";
-      if (r_.chance(0.5)) e = "(" + e + " + " + param({n}) + ")";
+      if (r_.chance(0.5))
+        e = "(" + e + " + " + param({n}) + ")";
       return r_.chance(0.5) ? "tanh(" + e + ")" : e;
     }
     case 4: {
@@ -253,7 +288,8 @@ private:
       if (n >= 3 && r_.chance(0.3)) {
         int q = r_.uni(1, n - p - 1 >= 1 ? n - p - 1 : 1);
         if (p + q < n)
-          return "concat(" + vec(p, d, env) + ", " + vec(q, d, env) + ", " + vec(n - p - q, d, env) + ")";
+          return "concat(" + vec(p, d, env) + ", " + vec(q, d, env) + ", " +
+                 vec(n - p - q, d, env) + ")";
       }
       return "concat(" + vec(p, d, env) + ", " + vec(n - p, d, env) + ")";
     }
@@ -266,13 +302,18 @@ private:
       int k = r_.uni(2, 3);
       return "split" + S(k) + "(" + vec(k * n, d, env) + ")." + S(r_.uni(0, k - 1));
     }
-    case 7: return "(" + vec(n, d, env) + " / (sigmoid(" + vec(n, d, env) + ") + 0.5))";
-    case 8: return call(*one(hs), d, env);
+    case 7:
+      return "(" + vec(n, d, env) + " / (sigmoid(" + vec(n, d, env) + ") + 0.5))";
+    case 8:
+      return call(*one(hs), d, env);
     case 9:
       switch (r_.uni(0, 2)) {
-      case 0: return "(" + vec(n, d, env) + " + zeros(" + S(n) + "))";
-      case 1: return "(full(" + lit() + ", " + S(n) + ") * " + vec(n, d, env) + ")";
-      default: return "(" + vec(n, d, env) + " * (ones(" + S(n) + ") + ones(" + S(n) + ")))";
+      case 0:
+        return "(" + vec(n, d, env) + " + zeros(" + S(n) + "))";
+      case 1:
+        return "(full(" + lit() + ", " + S(n) + ") * " + vec(n, d, env) + ")";
+      default:
+        return "(" + vec(n, d, env) + " * (ones(" + S(n) + ") + ones(" + S(n) + ")))";
       }
     case 10: {
       int a = r_.uni(1, 3), b = r_.uni(1, 3);
@@ -292,7 +333,8 @@ private:
       std::string c;
       if (!env.ints.empty() && (env.bools.empty() || r_.chance(0.6)))
         c = one(env.ints) + (r_.chance(0.5) ? " > " + S(r_.uni(0, 2)) : " % 2 == 0");
-      else c = (r_.chance(0.3) ? "!" : "") + one(env.bools);
+      else
+        c = (r_.chance(0.3) ? "!" : "") + one(env.bools);
       return "(if " + c + " { " + vec(n, d, env) + " } else { " + vec(n, d, env) + " })";
     }
     case 13: {
@@ -310,7 +352,8 @@ private:
       return "sum_list(map(fn " + x + " => " + vec(n, d, inner) + ", [" + vec(n, d, env) + ", " +
              vec(n, d, env) + "]))";
     }
-    case 15: return "rep(" + vec(n, d, env) + ", " + S(r_.uni(0, 3)) + ")";
+    case 15:
+      return "rep(" + vec(n, d, env) + ", " + S(r_.uni(0, 3)) + ")";
     default:
       // Control flow on a known constant tensor: folds on both paths.
       return "(if to_bool(sum(ones(2)) > " + lit() + ") { " + vec(n, d, env) + " } else { " +
@@ -323,25 +366,38 @@ private:
     if (depth <= 0 || r_.chance(0.2)) {
       std::vector<int> w = {ss.empty() ? 0 : 3, 2, 1, 1};
       switch (r_.pick(w)) {
-      case 0: return one(ss)->name;
-      case 1: return "sum(" + leaf_vec(r_.uni(1, 8), env) + ")";
-      case 2: return param({});
-      default: return lit();
+      case 0:
+        return one(ss)->name;
+      case 1:
+        return "sum(" + leaf_vec(r_.uni(1, 8), env) + ")";
+      case 2:
+        return param({});
+      default:
+        return lit();
       }
     }
     int d = depth - 1;
     int m = r_.uni(1, 8);
     std::vector<int> w = {3, 2, 2, 2, 2, 2, env.labels.empty() ? 0 : 2, 1, 1};
     switch (r_.pick(w)) {
-    case 0: return "sum(" + vec(m, d, env) + ")";
-    case 1: return "mean(" + vec(m, d, env) + ")";
-    case 2: return "(" + vec(m, d, env) + " @ " + vec(m, d, env) + ")";
-    case 3: return "tanh(" + scal(d, env) + ")";
-    case 4: return "(" + scal(d, env) + " * " + scal(d, env) + ")";
-    case 5: return "(" + scal(d, env) + (r_.chance(0.5) ? " + " : " - ") + scal(d, env) + ")";
-    case 6: return "cross_entropy(" + vec(C_, d, env) + ", " + one(env.labels) + ")";
-    case 7: return "sum(softmax(" + vec(m, d, env) + ") * " + vec(m, d, env) + ")";
-    default: return "log(exp(tanh(" + scal(d, env) + ")) + 1.0)";
+    case 0:
+      return "sum(" + vec(m, d, env) + ")";
+    case 1:
+      return "mean(" + vec(m, d, env) + ")";
+    case 2:
+      return "(" + vec(m, d, env) + " @ " + vec(m, d, env) + ")";
+    case 3:
+      return "tanh(" + scal(d, env) + ")";
+    case 4:
+      return "(" + scal(d, env) + " * " + scal(d, env) + ")";
+    case 5:
+      return "(" + scal(d, env) + (r_.chance(0.5) ? " + " : " - ") + scal(d, env) + ")";
+    case 6:
+      return "cross_entropy(" + vec(C_, d, env) + ", " + one(env.labels) + ")";
+    case 7:
+      return "sum(softmax(" + vec(m, d, env) + ") * " + vec(m, d, env) + ")";
+    default:
+      return "log(exp(tanh(" + scal(d, env) + ")) + 1.0)";
     }
   }
 
@@ -350,7 +406,8 @@ private:
     std::string s = h.name + "(";
     bool first = true;
     auto sep = [&] {
-      if (!first) s += ", ";
+      if (!first)
+        s += ", ";
       first = false;
     };
     for (int n : h.args) {
@@ -363,15 +420,18 @@ private:
     }
     if (h.has_int) {
       sep();
-      s += !env.ints.empty() && r_.chance(0.6) ? "(" + one(env.ints) + " + " + S(r_.uni(0, 1)) + ") % 4"
-                                              : S(r_.uni(0, 3));
+      s += !env.ints.empty() && r_.chance(0.6)
+               ? "(" + one(env.ints) + " + " + S(r_.uni(0, 1)) + ") % 4"
+               : S(r_.uni(0, 3));
     }
     if (h.has_bool) {
       sep();
-      s += !env.bools.empty() && r_.chance(0.5) ? one(env.bools) : (r_.chance(0.5) ? "true" : "false");
+      s += !env.bools.empty() && r_.chance(0.5) ? one(env.bools)
+                                                : (r_.chance(0.5) ? "true" : "false");
     }
     s += ")";
-    if (h.pair) s += ".0";
+    if (h.pair)
+      s += ".0";
     return s;
   }
 
@@ -384,7 +444,8 @@ private:
     std::string sig = "fn " + name + "(";
     bool first = true;
     auto sep = [&] {
-      if (!first) sig += ", ";
+      if (!first)
+        sig += ", ";
       first = false;
     };
     Helper h{name, {}, !word.empty(), has_int, has_bool, ret, pair};
@@ -429,9 +490,11 @@ private:
       }
     }
     std::string res = vec(ret, depth, env);
-    if (pair) res = "(" + res + ", " + positive(depth - 1, env) + ")";
+    if (pair)
+      res = "(" + res + ", " + positive(depth - 1, env) + ")";
     std::string out = sig + " {\n" + body + "  " + res + "\n}\n";
-    if (register_it) helpers_.push_back(h);
+    if (register_it)
+      helpers_.push_back(h);
     return out;
   }
 
@@ -441,16 +504,20 @@ private:
       return "cross_entropy(" + vec(C_, depth, env) + ", " + one(env.labels) + ")";
     std::string s = scal(depth, env);
     switch (r_.uni(0, 2)) {
-    case 0: return "log(exp(tanh(" + s + ")) + 1.0)";
-    case 1: return "(sigmoid(" + s + ") * 2.0)";
-    default: return "(tanh(" + s + ") + 1.5)";
+    case 0:
+      return "log(exp(tanh(" + s + ")) + 1.0)";
+    case 1:
+      return "(sigmoid(" + s + ") * 2.0)";
+    default:
+      return "(tanh(" + s + ") + 1.5)";
     }
   }
 
   std::string utility(int i) {
     int na = r_.uni(1, 3);
     std::vector<std::pair<std::string, int>> vargs;
-    for (int k = 0; k < na; ++k) vargs.push_back({"x" + S(k), r_.uni(1, 8)});
+    for (int k = 0; k < na; ++k)
+      vargs.push_back({"x" + S(k), r_.uni(1, 8)});
     bool word = r_.chance(0.2), has_int = r_.chance(0.35), has_bool = r_.chance(0.15);
     return define("u" + S(i), vargs, word ? "w" : "", "", has_int, has_bool, r_.uni(1, 8),
                   r_.chance(0.2), 3, true);
@@ -462,8 +529,8 @@ private:
     rep_n_ = r_.uni(1, 8);
     std::string P = param({rep_n_, rep_n_});
     std::string n = S(rep_n_);
-    return "fn rep(x: f32[" + n + "], k: Int) -> f32[" + n + "] {\n  if k > 0 { tanh(rep(x, k - 1) @ " +
-           P + ") + x * 0.5 } else { x }\n}\n";
+    return "fn rep(x: f32[" + n + "], k: Int) -> f32[" + n +
+           "] {\n  if k > 0 { tanh(rep(x, k - 1) @ " + P + ") + x * 0.5 } else { x }\n}\n";
   }
 
   std::string heads() {
@@ -473,11 +540,15 @@ private:
     e.labels.push_back("y");
     s += "fn head(h: f32[" + S(H_) + "], y: i32[]) -> f32[] {\n  ";
     switch (r_.uni(0, 2)) {
-    case 0: s += "cross_entropy(h @ " + param({H_, C_}) + " + " + param({C_}) + ", y)"; break;
-    case 1: s += "cross_entropy(" + vec(C_, 2, e) + " + " + param({C_}) + ", y)"; break;
+    case 0:
+      s += "cross_entropy(h @ " + param({H_, C_}) + " + " + param({C_}) + ", y)";
+      break;
+    case 1:
+      s += "cross_entropy(" + vec(C_, 2, e) + " + " + param({C_}) + ", y)";
+      break;
     default:
-      s += "let z = tanh(h @ " + param({H_, C_}) + ");\n  cross_entropy(" + vec(C_, 1, with(e, "z", C_)) +
-           ", y) + 0.1 * " + positive(1, e);
+      s += "let z = tanh(h @ " + param({H_, C_}) + ");\n  cross_entropy(" +
+           vec(C_, 1, with(e, "z", C_)) + ", y) + 0.1 * " + positive(1, e);
     }
     s += "\n}\n";
     Env f;
@@ -485,9 +556,14 @@ private:
     s += "fn shead(h: f32[" + S(H_) + "]) -> f32[] {\n  let s = sum(h * " + param({H_}) + ") + " +
          scal(1, f) + ";\n  ";
     switch (r_.uni(0, 2)) {
-    case 0: s += "log(exp(tanh(s)) + 1.0)"; break;
-    case 1: s += "sigmoid(s) * 2.0"; break;
-    default: s += "(tanh(s) + 1.5) * (tanh(s) + 1.5)";
+    case 0:
+      s += "log(exp(tanh(s)) + 1.0)";
+      break;
+    case 1:
+      s += "sigmoid(s) * 2.0";
+      break;
+    default:
+      s += "(tanh(s) + 1.5) * (tanh(s) + 1.5)";
     }
     s += "\n}\n";
     return s;
@@ -507,8 +583,10 @@ private:
       c.name = "C" + S(i);
       int k = r_.pick({4, 3, 4, 1, 1});
       c.kind = static_cast<Kind>(k);
-      if (i == n - 1 && !has_leaf) c.kind = r_.chance(0.8) ? Kind::Leaf : Kind::Seq;
-      if (c.kind == Kind::Leaf || c.kind == Kind::Seq) has_leaf = true;
+      if (i == n - 1 && !has_leaf)
+        c.kind = r_.chance(0.8) ? Kind::Leaf : Kind::Seq;
+      if (c.kind == Kind::Leaf || c.kind == Kind::Seq)
+        has_leaf = true;
       c.word = r_.chance(c.kind == Kind::Leaf ? 0.6 : 0.2);
       c.payload = r_.chance(0.4) || (c.kind == Kind::Leaf && !c.word);
       c.num = r_.chance(0.4);
@@ -523,20 +601,35 @@ private:
       const Ctor& c = ctors_[i];
       std::vector<std::string> fs;
       switch (c.kind) {
-      case Kind::Unary: fs.push_back("c: T"); break;
-      case Kind::Binary: fs.push_back("l: T"); fs.push_back("r: T"); break;
-      case Kind::Rose: fs.push_back("kids: List[T]"); break;
-      case Kind::Seq: fs.push_back("xs: List[f32[" + S(K_) + "]]"); break;
-      default: break;
+      case Kind::Unary:
+        fs.push_back("c: T");
+        break;
+      case Kind::Binary:
+        fs.push_back("l: T");
+        fs.push_back("r: T");
+        break;
+      case Kind::Rose:
+        fs.push_back("kids: List[T]");
+        break;
+      case Kind::Seq:
+        fs.push_back("xs: List[f32[" + S(K_) + "]]");
+        break;
+      default:
+        break;
       }
-      if (c.word) fs.push_back("w: i32[]");
-      if (c.payload) fs.push_back("x: f32[" + S(K_) + "]");
-      if (c.num) fs.push_back("n: Int");
-      if (c.label) fs.push_back("y: i32[]");
+      if (c.word)
+        fs.push_back("w: i32[]");
+      if (c.payload)
+        fs.push_back("x: f32[" + S(K_) + "]");
+      if (c.num)
+        fs.push_back("n: Int");
+      if (c.label)
+        fs.push_back("y: i32[]");
       s += (i ? "\n       | " : "") + c.name;
       if (!fs.empty()) {
         s += "(";
-        for (size_t k = 0; k < fs.size(); ++k) s += (k ? ", " : "") + fs[k];
+        for (size_t k = 0; k < fs.size(); ++k)
+          s += (k ? ", " : "") + fs[k];
         s += ")";
       }
     }
@@ -545,7 +638,8 @@ private:
 
   /// The per-node loss term for hidden `h`.
   std::string node_term(const Ctor& c, const std::string& h) {
-    if (c.label) return "head(" + h + ", y)";
+    if (c.label)
+      return "head(" + h + ", y)";
     return "shead(" + h + ")";
   }
 
@@ -556,20 +650,35 @@ private:
       const Ctor& c = ctors_[i];
       std::vector<std::string> binders;
       switch (c.kind) {
-      case Kind::Unary: binders.push_back("c"); break;
-      case Kind::Binary: binders.push_back("l"); binders.push_back("r"); break;
-      case Kind::Rose: binders.push_back("kids"); break;
-      case Kind::Seq: binders.push_back("xs"); break;
-      default: break;
+      case Kind::Unary:
+        binders.push_back("c");
+        break;
+      case Kind::Binary:
+        binders.push_back("l");
+        binders.push_back("r");
+        break;
+      case Kind::Rose:
+        binders.push_back("kids");
+        break;
+      case Kind::Seq:
+        binders.push_back("xs");
+        break;
+      default:
+        break;
       }
-      if (c.word) binders.push_back("w");
-      if (c.payload) binders.push_back("x");
-      if (c.num) binders.push_back("n");
-      if (c.label) binders.push_back("y");
+      if (c.word)
+        binders.push_back("w");
+      if (c.payload)
+        binders.push_back("x");
+      if (c.num)
+        binders.push_back("n");
+      if (c.label)
+        binders.push_back("y");
       s += "    " + c.name;
       if (!binders.empty()) {
         s += "(";
-        for (size_t k = 0; k < binders.size(); ++k) s += (k ? ", " : "") + binders[k];
+        for (size_t k = 0; k < binders.size(); ++k)
+          s += (k ? ", " : "") + binders[k];
         s += ")";
       }
       s += " => {\n";
@@ -586,7 +695,8 @@ private:
           s += "      let (hl, ll) = enc(l, d + 1);\n      let (hr, lr) = enc(r, d + 1);\n";
         } else {
           s += "      let el = enc(l, d + 1);\n      let er = enc(r, d + 1);\n"
-               "      let hl = el.0;\n      let ll = el.1;\n      let hr = er.0;\n      let lr = er.1;\n";
+               "      let hl = el.0;\n      let ll = el.1;\n      let hr = er.0;\n      let lr = "
+               "er.1;\n";
         }
         if (opt_.sums_into_templates && r_.chance(0.3)) {
           inputs.push_back({"(hl + hr)", H_});
@@ -624,7 +734,8 @@ private:
           break;
         }
         case 1:
-          s += "      let hs = fold(fn (acc, e) => " + step + "(e, acc), " + init + ", " + xs + ");\n";
+          s += "      let hs = fold(fn (acc, e) => " + step + "(e, acc), " + init + ", " + xs +
+               ");\n";
           break;
         default:
           s += "      let hs = sum_list(map(fn e => " + step + "(e, " + init + "), " + xs + "));\n";
@@ -633,7 +744,8 @@ private:
         inputs.push_back({"hs", H_});
         break;
       }
-      default: break;
+      default:
+        break;
       }
       // The constructor's own template.
       bool word_in = false;
@@ -645,12 +757,14 @@ private:
           word_in = true;
         }
       }
-      if (c.payload) inputs.push_back({"x", K_});
+      if (c.payload)
+        inputs.push_back({"x", K_});
       bool int_in = c.num || c.kind != Kind::Leaf || r_.chance(0.3);
       bool bool_in = r_.chance(0.2);
       std::string tname = "node" + S(static_cast<int>(i));
       std::vector<std::pair<std::string, int>> targs;
-      for (size_t k = 0; k < inputs.size(); ++k) targs.push_back({"a" + S(static_cast<int>(k)), inputs[k].second});
+      for (size_t k = 0; k < inputs.size(); ++k)
+        targs.push_back({"a" + S(static_cast<int>(k)), inputs[k].second});
       if (targs.empty()) {
         // A leaf with only a word passed in: give it a parameter vector as well.
         inputs.push_back({param({H_}), H_});
@@ -659,15 +773,20 @@ private:
       bool pair = r_.chance(0.3);
       pre_ += define(tname, targs, word_in ? "wd" : "", "", int_in, bool_in, H_, pair, 3, false);
       std::string callx = tname + "(";
-      for (size_t k = 0; k < inputs.size(); ++k) callx += (k ? ", " : "") + inputs[k].first;
-      if (word_in) callx += ", w";
+      for (size_t k = 0; k < inputs.size(); ++k)
+        callx += (k ? ", " : "") + inputs[k].first;
+      if (word_in)
+        callx += ", w";
       if (int_in) {
         std::vector<std::string> opts = {"d % 3", "d", "2"};
-        if (c.num) opts.push_back("n"), opts.push_back("n % 2");
-        if (c.kind == Kind::Rose || c.kind == Kind::Seq) opts.push_back("nk");
+        if (c.num)
+          opts.push_back("n"), opts.push_back("n % 2");
+        if (c.kind == Kind::Rose || c.kind == Kind::Seq)
+          opts.push_back("nk");
         callx += ", " + one(opts);
       }
-      if (bool_in) callx += std::string(", ") + (c.num ? "n > 1" : (r_.chance(0.5) ? "d % 2 == 0" : "true"));
+      if (bool_in)
+        callx += std::string(", ") + (c.num ? "n > 1" : (r_.chance(0.5) ? "d % 2 == 0" : "true"));
       callx += ")";
       if (pair) {
         s += "      let (h, lh) = " + callx + ";\n";
@@ -677,7 +796,8 @@ private:
       }
       losses.push_back(node_term(c, "h"));
       std::string l = losses[0];
-      for (size_t k = 1; k < losses.size(); ++k) l += " + " + losses[k];
+      for (size_t k = 1; k < losses.size(); ++k)
+        l += " + " + losses[k];
       s += "      (h, " + l + ")\n    }\n";
     }
     s += "  }\n}\n";
@@ -688,8 +808,12 @@ private:
     std::string s = "entry loss(batch: List[T]) -> f32[] {\n";
     std::string d0 = r_.chance(0.5) ? "0" : "length(batch) % 2";
     switch (r_.uni(0, 3)) {
-    case 0: s += "  sum_list(map(fn t => enc(t, " + d0 + ").1, batch))\n"; break;
-    case 1: s += "  fold(fn (acc, t) => acc + enc(t, " + d0 + ").1, 0.0, batch)\n"; break;
+    case 0:
+      s += "  sum_list(map(fn t => enc(t, " + d0 + ").1, batch))\n";
+      break;
+    case 1:
+      s += "  fold(fn (acc, t) => acc + enc(t, " + d0 + ").1, 0.0, batch)\n";
+      break;
     case 2: {
       // A closure capturing a tensor and an Int.
       std::string g = param({H_});
@@ -712,7 +836,8 @@ private:
     std::vector<size_t> choices;
     for (size_t i = 0; i < ctors_.size(); ++i) {
       bool leafy = ctors_[i].kind == Kind::Leaf || ctors_[i].kind == Kind::Seq;
-      if (leafy || (depth < 4 && budget > 0)) choices.push_back(i);
+      if (leafy || (depth < 4 && budget > 0))
+        choices.push_back(i);
     }
     size_t ci = one(choices);
     const Ctor& c = ctors_[ci];
@@ -726,13 +851,19 @@ private:
       return v;
     };
     switch (c.kind) {
-    case Kind::Unary: fs.push_back(sub()); break;
-    case Kind::Binary: fs.push_back(sub()); fs.push_back(sub()); break;
+    case Kind::Unary:
+      fs.push_back(sub());
+      break;
+    case Kind::Binary:
+      fs.push_back(sub());
+      fs.push_back(sub());
+      break;
     case Kind::Rose: {
       int n = budget > 0 ? r_.uni(0, 3) : 0;
       interp::Values kids;
       desc += "[";
-      for (int k = 0; k < n; ++k) kids.push_back(sub());
+      for (int k = 0; k < n; ++k)
+        kids.push_back(sub());
       desc += "]";
       fs.push_back(interp::Value::list(std::move(kids)));
       break;
@@ -740,27 +871,33 @@ private:
     case Kind::Seq: {
       int n = r_.uni(0, 4);
       interp::Values xs;
-      for (int k = 0; k < n; ++k) xs.push_back(interp::Value::tensor(payload()));
+      for (int k = 0; k < n; ++k)
+        xs.push_back(interp::Value::tensor(payload()));
       desc += "<" + S(n) + ">";
       fs.push_back(interp::Value::list(std::move(xs)));
       break;
     }
-    default: break;
+    default:
+      break;
     }
-    if (c.word) fs.push_back(interp::Value::tensor(Tensor::scalar_i32(r_.uni(0, V_ - 1))));
-    if (c.payload) fs.push_back(interp::Value::tensor(payload()));
+    if (c.word)
+      fs.push_back(interp::Value::tensor(Tensor::scalar_i32(r_.uni(0, V_ - 1))));
+    if (c.payload)
+      fs.push_back(interp::Value::tensor(payload()));
     if (c.num) {
       int n = r_.uni(0, 4);
       desc += "#" + S(n);
       fs.push_back(interp::Value::integer(n));
     }
-    if (c.label) fs.push_back(interp::Value::tensor(Tensor::scalar_i32(r_.uni(0, C_ - 1))));
+    if (c.label)
+      fs.push_back(interp::Value::tensor(Tensor::scalar_i32(r_.uni(0, C_ - 1))));
     return interp::Value::adt(static_cast<int32_t>(ci), std::move(fs));
   }
 
   Tensor payload() {
     std::vector<float> v(static_cast<size_t>(K_));
-    for (auto& x : v) x = r_.real(-1.0f, 1.0f);
+    for (auto& x : v)
+      x = r_.real(-1.0f, 1.0f);
     return Tensor::from_f32(Shape{static_cast<int64_t>(K_)}, v);
   }
 

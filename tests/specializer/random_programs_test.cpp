@@ -26,7 +26,9 @@ struct Totals {
   int64_t groups_batched = 0, groups_row_by_row = 0;
 };
 
-bool loss_close(double got, double ref) { return std::fabs(got - ref) <= 1e-5 * std::fabs(ref); }
+bool loss_close(double got, double ref) {
+  return std::fabs(got - ref) <= 1e-5 * std::fabs(ref);
+}
 
 // Checks one generated program on its batch; every mismatch is a failed CHECK with the seed,
 // the program and the batch in its context.
@@ -78,14 +80,15 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
       max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[k] - b.f32()[k])));
     }
     any_grad = any_grad || max_ref > 0;
-    CHECK_MESSAGE(max_diff <= 1e-4 * max_ref + 1e-6,
-                  "gradient of " << params.names[i] << ": max diff " << max_diff << ", max |ref| "
-                                 << max_ref);
+    CHECK_MESSAGE(max_diff <= 1e-4 * max_ref + 1e-6, "gradient of " << params.names[i]
+                                                                    << ": max diff " << max_diff
+                                                                    << ", max |ref| " << max_ref);
   }
   totals.programs++;
   // Every node's loss goes through a head with parameters, but a zero hidden state (an empty
   // sequence, `a - a`) can make every gradient vanish: counted, asserted over all seeds.
-  if (any_grad) totals.with_grads++;
+  if (any_grad)
+    totals.with_grads++;
   totals.templates += tt.size();
   totals.instances += pe.residual.instances.size();
   totals.params += params.values.size();
@@ -153,5 +156,7 @@ entry loss(xs: List[f32[4]]) -> f32[] { sum_list(map(fn x => sum(f(x) + f(x * 2.
   }
 
   // A wider sweep for hunting bugs by hand: --no-skip -tc="*wide sweep*".
-  TEST_CASE("random programs: wide sweep" * doctest::skip()) { run_seeds(1000, 3000); }
+  TEST_CASE("random programs: wide sweep" * doctest::skip()) {
+    run_seeds(1000, 3000);
+  }
 }

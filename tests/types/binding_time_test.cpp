@@ -19,15 +19,16 @@ fn f(t: T) -> f32[2] {
 }
 entry e(ts: List[T]) -> f32[2] { sum_list(map(fn t => f(t), ts)) }
 entry g(ts: List[T]) -> Int { length(ts) + depth(N(L(to_i32(zeros()), 1), L(to_i32(zeros()), 2))) }
-)", "bt.pe", d);
+)",
+                               "bt.pe", d);
     INFO(d.render());
     REQUIRE(r.ok);
     CHECK(d.all().empty()); // no warnings: all control flow is static
     const auto& f = *m.fn("f");
     const auto* let = f.body->as<ir::Let>();
     REQUIRE(let);
-    CHECK(let->value->bt == ir::BT::Const);     // 2.0 * 3.0 folds
-    CHECK(let->body->bt == ir::BT::Dynamic);    // tensors from params and payloads
+    CHECK(let->value->bt == ir::BT::Const);  // 2.0 * 3.0 folds
+    CHECK(let->body->bt == ir::BT::Dynamic); // tensors from params and payloads
     const auto* mt = let->body->as<ir::Match>();
     REQUIRE(mt);
     CHECK(mt->scrutinee->bt == ir::BT::Static); // the tree's structure
@@ -46,7 +47,8 @@ fn count(n: Int) -> Int { if n <= 0 { 0 } else { 1 + count(n - 1) } }
 entry e(x: f32[2]) -> f32[] { sum(pick(x)) }
 entry k(x: f32[2]) -> Int { count(to_int(to_i32(sum(x)))) }
 entry s(n: Int) -> Int { count(n) }
-)", "dyn.pe", d);
+)",
+                               "dyn.pe", d);
     INFO(d.render());
     REQUIRE(r.ok);
     REQUIRE(d.all().size() == 2);

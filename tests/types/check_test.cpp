@@ -47,7 +47,8 @@ fn f(x: f32[4], i: i32[3]) -> (f32[6], f32[3, 4], f32[2], i32[], f32[]) {
   let (a, b, c) = split3(h);
   (h, take(E, i), a + b * c, argmax(h), sum(h))
 }
-)", d);
+)",
+                 d);
     INFO(d.render());
     CHECK(r.ok);
   }
@@ -66,7 +67,10 @@ fn f(x: f32[4], i: i32[3]) -> (f32[6], f32[3, 4], f32[2], i32[], f32[]) {
   TEST_CASE("several errors are reported in one run") {
     ir::Module m;
     Diagnostics d;
-    add(m, "fn f(x: f32[3]) -> f32[3] { y }\nfn g(x: Int) -> Bool { x + true }\nfn h() -> Int { q(1) }\n", d);
+    add(m,
+        "fn f(x: f32[3]) -> f32[3] { y }\nfn g(x: Int) -> Bool { x + true }\nfn h() -> Int { q(1) "
+        "}\n",
+        d);
     CHECK(d.error_count() == 3);
   }
 
@@ -80,7 +84,8 @@ fn b(x: f32[3]) -> f32[3] { tanh(x) }
 fn c(x: f32[3]) -> f32[3] { a(x) }
 entry ea(x: f32[3]) -> f32[] { sum(c(x)) }
 entry eb(x: f32[3]) -> f32[] { sum(b(x)) }
-)", d);
+)",
+                  d);
     REQUIRE(r1.ok);
     CHECK(m.version("a") == 1);
     // Replacing `a` re-checks a and its caller c, touches entry ea only.
@@ -122,7 +127,8 @@ entry eb(x: f32[3]) -> f32[] { sum(b(x)) }
     CHECK(m.affected_entries({"node_loss"}) == std::vector<std::string>{"loss", "infer"});
     CHECK(m.affected_entries({"predict"}) == std::vector<std::string>{"infer_nodes"});
     uint64_t v1 = m.cone_version("loss"), v2 = m.cone_version("infer_nodes");
-    r = add(m, "fn node_loss(h: f32[150], y: i32[]) -> f32[] { cross_entropy(logits(h), y) * 1.0 }", d);
+    r = add(m, "fn node_loss(h: f32[150], y: i32[]) -> f32[] { cross_entropy(logits(h), y) * 1.0 }",
+            d);
     REQUIRE(r.ok);
     CHECK(m.cone_version("loss") != v1);
     CHECK(m.cone_version("infer_nodes") == v2);
@@ -135,7 +141,8 @@ entry eb(x: f32[3]) -> f32[] { sum(b(x)) }
 fn scale(xs: List[f32[2]], k: f32[]) -> List[f32[2]] { map(fn x => x * k, xs) }
 fn total(xs: List[f32[2]]) -> f32[2] { fold(fn (acc, x) => acc + x, zeros(2), xs) }
 fn count(xs: List[Int]) -> Int { match xs { [] => 0, h :: t => 1 + count(t) } }
-)", d);
+)",
+                 d);
     INFO(d.render());
     REQUIRE(r.ok);
     const auto* call = m.fn("scale")->body->as<ir::Call>();

@@ -16,7 +16,8 @@ TEST_SUITE("types") {
     namespace fs = std::filesystem;
     int files = 0;
     for (const auto& ent : fs::directory_iterator(PEJIT_SOURCE_DIR "/tests/errors/types")) {
-      if (ent.path().extension() != ".pe") continue;
+      if (ent.path().extension() != ".pe")
+        continue;
       ++files;
       std::ifstream in(ent.path());
       std::stringstream ss;
@@ -32,7 +33,8 @@ TEST_SUITE("types") {
       int expectations = 0;
       while (std::getline(lines, line)) {
         const std::string tag = "// expect: ";
-        if (line.rfind(tag, 0) != 0) continue;
+        if (line.rfind(tag, 0) != 0)
+          continue;
         ++expectations;
         std::string rest = line.substr(tag.size());
         unsigned l = 0, c = 0;
@@ -42,7 +44,8 @@ TEST_SUITE("types") {
         for (const auto& diag : d.all())
           found = found || (diag.span.line == l && diag.span.col == c &&
                             diag.message.find(text) != std::string::npos);
-        CHECK_MESSAGE(found, "expected " << l << ":" << c << ": " << text << "\ngot:\n" << d.render());
+        CHECK_MESSAGE(found, "expected " << l << ":" << c << ": " << text << "\ngot:\n"
+                                         << d.render());
       }
       CHECK(expectations > 0);
     }
