@@ -398,17 +398,20 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
                   fmt_pct(st.dev_node_acc).c_str(), st.trees_per_s, st.seconds,
                   static_cast<long long>(st.generic_batches), st.generic_seconds,
                   static_cast<long long>(st.specialized_batches), st.specialized_seconds,
-                  fmt_pct(st.specialized_seconds / std::max(st.seconds, 1e-9)).c_str());
+                  fmt_pct(st.specialized_seconds /
+                          std::max(st.specialized_seconds + st.generic_seconds, 1e-9))
+                      .c_str());
     (opt.json ? err : out) << buf << std::flush;
     all.push_back(st);
   }
   {
     const EpochStats& last = all.back();
-    double trees = 0, seconds = 0, spec = 0;
+    double trees = 0, seconds = 0, spec = 0, gen = 0;
     for (const auto& e : all) {
       trees += static_cast<double>(e.trees);
       seconds += e.seconds;
       spec += e.specialized_seconds;
+      gen += e.generic_seconds;
     }
     char buf[400];
     std::snprintf(buf, sizeof buf,
@@ -419,7 +422,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
                   trees / std::max(seconds, 1e-9), last.loss_per_node,
                   fmt_pct(last.root_acc).c_str(), fmt_pct(last.dev_root_acc).c_str(),
                   fmt_pct(last.node_acc).c_str(), fmt_pct(last.dev_node_acc).c_str(),
-                  fmt_pct(spec / std::max(seconds, 1e-9)).c_str());
+                  fmt_pct(spec / std::max(spec + gen, 1e-9)).c_str());
     (opt.json ? err : out) << buf << std::flush;
   }
   engine.write_trace();
