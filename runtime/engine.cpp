@@ -448,6 +448,9 @@ void Engine::drain() {
   Impl& I = *impl_;
   if (!I.arena)
     return;
+  // Joining the arena lets this thread run what is left itself: with one core (taskset -c 0)
+  // TBB has no worker threads, and the pipeline runs only where a thread joins its arena.
+  I.arena->execute([&I] { I.group.wait(); });
   std::unique_lock<std::mutex> lock(I.queue_mutex);
   I.queue_cv.wait(lock, [&I] { return I.outstanding == 0; });
 }

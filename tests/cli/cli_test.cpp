@@ -223,6 +223,26 @@ TEST_SUITE("cli") {
     CHECK(saw_step);
   }
 
+  TEST_CASE("auto mode on one core (no TBB worker threads) finishes") {
+    std::string train = tmp("one_core.txt");
+    REQUIRE(run_pejit("gen sst --trees 60 --seed 2 -o " + train).code == 0);
+    std::string cmd = std::string("taskset -c 0 ") + PEJIT_BINARY_DIR "/pejit train " + kModel +
+                      " --data " + train + " --epochs 2 --json --no-train-eval 2>/dev/null";
+    std::string out;
+    FILE* p = popen(("timeout 120 " + cmd).c_str(), "r");
+    REQUIRE(p);
+    std::array<char, 4096> buf;
+    size_t k;
+    while ((k = fread(buf.data(), 1, buf.size(), p)) > 0)
+      out.append(buf.data(), k);
+    int st = pclose(p);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+    auto js = json_lines(out);
+    REQUIRE(js.size() == 2);
+    CHECK(js[1]["specialized_batches"] == 3);
+  }
+
   TEST_CASE("dump: plan lines, templates, instances, refusal") {
     std::string data = tmp("dump_trees.txt");
     REQUIRE(run_pejit("gen sst --trees 30 --seed 4 -o " + data).code == 0);

@@ -200,4 +200,42 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
                    << engine.explain("nodes_loss"));
     CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
   }
+
+  TEST_CASE("a cached plan runs a new batch of the same skeleton with that batch's payloads") {
+    Diagnostics d;
+    auto m = std::make_shared<ir::Module>();
+    REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
+    data::Vocab vocab;
+    auto a = data::gen_sst(6, 9, data::Shape::Sst, vocab);
+    auto b = a; // same shapes, other words and labels
+    for (auto& t : b)
+      for (auto& n : t.nodes) {
+        if (n.word >= 0)
+          n.word = (n.word * 13 + 5) % static_cast<int32_t>(vocab.size());
+        if (n.label >= 0)
+          n.label = (n.label + 2) % 5;
+      }
+    auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
+    runtime::TreeEncoder enc(*m, "Tree");
+    auto batch = [&](const std::vector<data::ParseTree>& ts) {
+      interp::Values xs;
+      for (const auto& t : ts)
+        xs.push_back(enc.encode(t));
+      return interp::Value::list(xs);
+    };
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Specialized;
+    runtime::Engine engine(m, dims, eo);
+    interp::Params params = interp::init_params(*m, dims, 4);
+    interp::Interpreter in(m, dims);
+    auto ga = engine.value_and_grad("loss", batch(a), params);
+    auto gb = engine.value_and_grad("loss", batch(b), params);
+    CHECK(engine.stats().plan_hits == 1);
+    CHECK(engine.stats().plan_misses == 1);
+    auto ra = in.value_and_grad("loss", {batch(a)}, params);
+    auto rb = in.value_and_grad("loss", {batch(b)}, params);
+    CHECK(std::fabs(ga.loss - ra.loss) <= 1e-5 * std::fabs(ra.loss));
+    CHECK(std::fabs(gb.loss - rb.loss) <= 1e-5 * std::fabs(rb.loss));
+    CHECK(std::fabs(ga.loss - gb.loss) > 1e-3); // the payloads did change the result
+  }
 }
