@@ -347,9 +347,10 @@ void verify_template_graph(const TemplateGraph& tg) {
     PEJIT_CHECK(n.slot < tg.slots.size()) << "input #" << n.slot << " has no slot";
     PEJIT_CHECK(n.type == tg.slots[n.slot].type) << "input #" << n.slot << " is " << n.type.str()
                                                  << ", its slot " << tg.slots[n.slot].type.str();
-    if (tg.slots[n.slot].role == InputSlot::Role::Const)
+    if (tg.slots[n.slot].role == InputSlot::Role::Const) {
       PEJIT_CHECK(tg.consts[n.slot].defined() && graph::type_of(tg.consts[n.slot]) == n.type)
           << "constant slot #" << n.slot << " has no value of its type";
+    }
   }
   PEJIT_CHECK(tg.fwd_outputs.size() + tg.grad_slots.size() == g.outputs().size())
       << "output layout";
@@ -373,8 +374,9 @@ void verify_template_graph(const TemplateGraph& tg) {
   for (size_t i = 0; i < g.size(); ++i) {
     const graph::Node& n = g.nodes()[i];
     bool leaf = n.kind == graph::Kind::Input || n.kind == graph::Kind::Const;
-    if (need[i] && !leaf)
+    if (need[i] && !leaf) {
       PEJIT_CHECK(where[i] >= 0) << "%" << i << " is in no kernel";
+    }
     if (where[i] < 0)
       continue;
     for (NodeId o : n.operands) {
