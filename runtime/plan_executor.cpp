@@ -8,6 +8,7 @@
 #include "plan_executor.h"
 
 #include "interp/evaluator.h"
+#include "interp/recorded_op.h"
 #include "kernels/kernels.h"
 #include "ops/emitter.h"
 #include "util/check.h"
@@ -170,8 +171,7 @@ private:
   int32_t param_base_;
   const interp::DimBindings& dims_;
   int64_t rows_;
-  std::vector<Tensor> ins_, outs_;
-  std::vector<int32_t> in_ids_, out_ids_;
+  interp::RecordedOp op_;
 
   static size_t per_row_rank(const Value& v) {
     size_t r = v.as_tensor().rank();
@@ -195,34 +195,7 @@ private:
 
   Value run(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
             bool batched, Values* multi) {
-    ins_.clear();
-    in_ids_.clear();
-    bool record = false;
-    for (size_t i = 0; i < n; ++i) {
-      ins_.push_back(args[i].as_tensor());
-      in_ids_.push_back(args[i].tape_id());
-      record = record || args[i].tape_id() >= 0;
-    }
-    outs_.clear();
-    try {
-      ops::op_def(id).eval(ins_, attr, outs_);
-    } catch (const Error& e) {
-      throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
-    }
-    out_ids_.assign(outs_.size(), -1);
-    if (record && tape_)
-      tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
-    auto wrap = [&](size_t k) {
-      return batched ? Value::batched_tensor(outs_[k], out_ids_[k])
-                     : Value::tensor(outs_[k], out_ids_[k]);
-    };
-    if (multi) {
-      multi->clear();
-      for (size_t k = 0; k < outs_.size(); ++k)
-        multi->push_back(wrap(k));
-      return Value();
-    }
-    return wrap(0);
+    return op_.run(tape_, id, attr, args, n, s, batched, multi);
   }
 };
 

@@ -4,6 +4,7 @@
 #include "interp/interpreter.h"
 
 #include "interp/evaluator.h"
+#include "interp/recorded_op.h"
 
 #include "ops/emitter.h"
 #include "types/builtins.h"
@@ -31,31 +32,7 @@ public:
 
   Value op(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
            Values* multi = nullptr) {
-    ins_.clear();
-    in_ids_.clear();
-    bool record = false;
-    for (size_t i = 0; i < n; ++i) {
-      ins_.push_back(args[i].as_tensor());
-      int32_t tid = args[i].tape_id();
-      in_ids_.push_back(tid);
-      record = record || tid >= 0;
-    }
-    outs_.clear();
-    try {
-      ops::op_def(id).eval(ins_, attr, outs_);
-    } catch (const Error& e) {
-      throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
-    }
-    out_ids_.assign(outs_.size(), -1);
-    if (record && tape_)
-      tape_->record(id, attr, in_ids_, ins_, outs_, out_ids_.data());
-    if (multi) {
-      multi->clear();
-      for (size_t i = 0; i < outs_.size(); ++i)
-        multi->push_back(Value::tensor(outs_[i], out_ids_[i]));
-      return Value();
-    }
-    return Value::tensor(outs_[0], out_ids_[0]);
+    return op_.run(tape_, id, attr, args, n, s, false, multi);
   }
 
   std::optional<Value> call(const FnDecl&, int, const Values&, const Span&) { return std::nullopt; }
@@ -90,8 +67,7 @@ private:
   const Params& params_;
   Tape* tape_;
   const DimBindings& dims_;
-  std::vector<Tensor> ins_, outs_;
-  std::vector<int32_t> in_ids_, out_ids_;
+  RecordedOp op_;
 };
 
 } // namespace
