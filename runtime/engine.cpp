@@ -1,9 +1,10 @@
 // The dispatcher, the plan cache and the background specialization pipeline (engine.h).
 //
-// Sharing: a published plan (PlanEntry) is immutable and carries its own snapshot of the
-// templates it uses, so the training thread can run it while the pipeline interns new
-// templates. The template table and the partial evaluator are used under one lock
-// (pe_mutex_); the plan cache, the queue and the statistics each have their own.
+// Sharing: a published plan (PlanEntry) is immutable and holds a snapshot of the template
+// table (copied only when the table has grown since the last plan; it is append-only), so
+// the training thread can run it while the pipeline interns new templates. The template table and
+// the partial evaluator are used under one lock (pe_mutex_); the plan cache, the queue and the
+// statistics each have their own.
 #include "engine.h"
 
 #include "plan_executor.h"
@@ -91,7 +92,9 @@ struct PlanEntry {
   std::string entry;
   spec::Residual residual; ///< instances, constants, outputs; inputs cleared
   spec::Plan plan;
-  spec::TemplateTable templates; ///< snapshot
+  ExecLayout layout; ///< the executor's index maps and arena offsets
+  /// A snapshot of the template table (shared by the plans made while it did not grow).
+  std::shared_ptr<const spec::TemplateTable> templates;
   size_t bytes = 0;
 };
 
@@ -162,6 +165,7 @@ struct Engine::Impl {
   // Partial evaluation and the template table: one at a time.
   std::mutex pe_mutex;
   spec::TemplateTable templates;
+  std::shared_ptr<const spec::TemplateTable> snapshot; // of `templates`, under pe_mutex
 
   // The plan cache: LRU over skeleton keys.
   mutable std::mutex cache_mutex;
@@ -287,9 +291,12 @@ struct Engine::Impl {
       e->plan = spec::make_plan(pe.residual, templates);
       e->residual = std::move(pe.residual);
       e->residual.inputs.clear();
-      e->templates = templates;
-      e->bytes =
-          sizeof(PlanEntry) + e->residual.instances.size() * 64 + e->plan.groups.size() * 256;
+      e->layout = make_layout(e->plan);
+      if (!snapshot || snapshot->size() != templates.size())
+        snapshot = std::make_shared<const spec::TemplateTable>(templates);
+      e->templates = snapshot;
+      e->bytes = sizeof(PlanEntry) + e->residual.instances.size() * 64 +
+                 e->plan.groups.size() * 256 + e->layout.bytes();
       seconds = secs(t0, Clock::now());
       trace.add("plan " + entry, "specialize", t0, Clock::now());
       (void)key;
@@ -405,7 +412,7 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
     with_inputs.inputs = std::move(payloads);
-    g = I.exec.value_and_grad(e->plan, with_inputs, e->templates, params);
+    g = I.exec.value_and_grad(e->plan, with_inputs, *e->templates, params, &e->layout);
     auto t1 = Clock::now();
     I.trace.add("step " + entry + " (plan)", "execute", t0, t1);
     std::lock_guard<std::mutex> s(I.stats_mutex);

@@ -1,7 +1,7 @@
-// Batched execution of plans on reference kernels (see plan_executor.h). The batching backend
-// keeps a per-row tensor as Value::batched_tensor with the rows first; its rules: elementwise
-// ops align a batched operand's per-row dimensions with the other operand's trailing ones;
-// `x @ W` with a per-row vector x is one GEMM; reductions, reshape and the last-axis ops
+// Batched execution of plans in an arena, on reference kernels (see plan_executor.h). The batching
+// backend keeps a per-row tensor as Value::batched_tensor with the rows first; its rules:
+// elementwise ops align a batched operand's per-row dimensions with the other operand's trailing
+// ones; `x @ W` with a per-row vector x is one GEMM; reductions, reshape and the last-axis ops
 // (concat, split, slice, softmax, argmax, cross_entropy) shift by the row dimension; take from
 // a shared table gathers all rows' ids at once. Anything else throws NotBatchable and the
 // group runs row by row.
@@ -207,69 +207,220 @@ void flatten(const Value& v, std::vector<Value>& out) {
       flatten(e, out);
 }
 
-// One row of a [rows, ...] tensor, copied.
-Tensor row_of(const Tensor& t, int64_t row) {
-  Shape s;
-  for (size_t k = 1; k < t.rank(); ++k)
-    s.push_back(t.shape()[k]);
-  Tensor out = Tensor::empty(t.dtype(), s);
-  size_t bytes = out.nbytes();
-  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + static_cast<size_t>(row) * bytes,
-              bytes);
-  return out;
+int64_t numel_of(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (auto d : dims)
+    n *= d;
+  return n;
+}
+
+Shape rows_shape(int64_t rows, const std::vector<int64_t>& dims) {
+  Shape s{rows};
+  for (auto d : dims)
+    s.push_back(d);
+  return s;
+}
+
+// Blocks start on 64-byte boundaries.
+int64_t aligned(int64_t elems) {
+  return (elems + 15) & ~int64_t{15};
 }
 
 } // namespace
 
+size_t ExecLayout::bytes() const {
+  size_t b = sizeof(*this) + outputs.size() * sizeof(RowSource);
+  for (const auto& g : groups) {
+    b += sizeof(g);
+    for (const auto& a : g.args)
+      b += sizeof(a) + a.rows.size() * sizeof(RowSource);
+    for (const auto& r : g.results)
+      b += sizeof(r) + r.seed_start.size() * sizeof(int32_t) + r.seed_src.size() * sizeof(int64_t);
+  }
+  return b;
+}
+
+ExecLayout make_layout(const spec::Plan& plan) {
+  ExecLayout L;
+  L.groups.resize(plan.groups.size());
+  int64_t top = 0;
+  auto take = [&top](int64_t elems) {
+    int64_t at = top;
+    top += aligned(elems);
+    return at;
+  };
+  // Forward: every result block, then the gathered arguments.
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const Group& g = plan.groups[gi];
+    auto& G = L.groups[gi];
+    G.rows = g.tmpl == Instance::kSumN ? 1 : static_cast<int64_t>(g.instances.size());
+    G.results.resize(g.results.size());
+    for (size_t k = 0; k < g.results.size(); ++k) {
+      G.results[k].row_elems = numel_of(g.results[k].dims);
+      G.results[k].off = take(G.rows * G.results[k].row_elems);
+    }
+  }
+  auto source = [&L](const RowRef& rr, int64_t row_elems) {
+    RowSource s{rr.kind, rr.index, 0};
+    if (rr.kind == Ref::Kind::Inst) {
+      const auto& res =
+          L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)];
+      s.off = res.off + rr.row * row_elems;
+    }
+    return s;
+  };
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const Group& g = plan.groups[gi];
+    auto& G = L.groups[gi];
+    G.args.resize(g.args.size());
+    for (size_t a = 0; a < g.args.size(); ++a) {
+      const auto& ga = g.args[a];
+      auto& A = G.args[a];
+      A.shared = ga.shared;
+      A.row_elems = numel_of(ga.sig.dims);
+      if (ga.shared)
+        continue;
+      A.rows.reserve(ga.rows.size());
+      for (const auto& rr : ga.rows)
+        A.rows.push_back(source(rr, A.row_elems));
+      if (g.tmpl != Instance::kSumN) // a sum reads its terms where they are
+        A.off = take(static_cast<int64_t>(ga.rows.size()) * A.row_elems);
+    }
+  }
+  for (const auto& o : plan.outputs) {
+    int64_t row_elems =
+        o.kind == Ref::Kind::Inst
+            ? L.groups[static_cast<size_t>(o.index)].results[static_cast<size_t>(o.out)].row_elems
+            : 0;
+    L.outputs.push_back(source(o, row_elems));
+  }
+  L.forward_elems = top;
+
+  // Training: seed blocks of the f32 results, gradient blocks of the per-row f32 arguments.
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const Group& g = plan.groups[gi];
+    auto& G = L.groups[gi];
+    for (size_t k = 0; k < g.results.size(); ++k)
+      if (g.results[k].dtype == DType::F32)
+        G.results[k].seed_off = take(G.rows * G.results[k].row_elems);
+    if (g.tmpl == Instance::kSumN)
+      continue;
+    for (size_t a = 0; a < g.args.size(); ++a)
+      if (!g.args[a].shared && g.args[a].sig.dtype == DType::F32)
+        G.args[a].grad_off = take(G.rows * G.args[a].row_elems);
+  }
+  L.total_elems = top;
+
+  // Who reads each result row: its consumers' gradient rows, in plan order (two passes: count,
+  // then fill, so the index arrays are flat).
+  auto each_consumer = [&](auto&& f) {
+    for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+      const Group& g = plan.groups[gi];
+      const auto& G = L.groups[gi];
+      for (size_t a = 0; a < g.args.size(); ++a) {
+        const auto& ga = g.args[a];
+        if (ga.shared || ga.sig.dtype != DType::F32)
+          continue;
+        for (size_t i = 0; i < ga.rows.size(); ++i) {
+          const RowRef& rr = ga.rows[i];
+          if (rr.kind != Ref::Kind::Inst)
+            continue;
+          int64_t src = g.tmpl == Instance::kSumN
+                            ? G.results[0].seed_off
+                            : G.args[a].grad_off + static_cast<int64_t>(i) * G.args[a].row_elems;
+          f(L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)], rr.row,
+            src);
+        }
+      }
+    }
+  };
+  for (auto& G : L.groups)
+    for (auto& R : G.results)
+      if (R.seed_off >= 0)
+        R.seed_start.assign(static_cast<size_t>(G.rows) + 1, 0);
+  each_consumer([](ExecLayout::Result& R, int32_t row, int64_t) {
+    if (R.seed_off >= 0)
+      R.seed_start[static_cast<size_t>(row) + 1]++;
+  });
+  for (auto& G : L.groups)
+    for (auto& R : G.results) {
+      if (R.seed_off < 0)
+        continue;
+      for (size_t i = 1; i < R.seed_start.size(); ++i)
+        R.seed_start[i] += R.seed_start[i - 1];
+      R.seed_src.resize(static_cast<size_t>(R.seed_start.back()));
+    }
+  each_consumer([](ExecLayout::Result& R, int32_t row, int64_t src) {
+    if (R.seed_off < 0)
+      return;
+    // seed_start[row] is advanced while filling and restored below.
+    R.seed_src[static_cast<size_t>(R.seed_start[static_cast<size_t>(row)]++)] = src;
+  });
+  for (auto& G : L.groups)
+    for (auto& R : G.results) {
+      if (R.seed_off < 0)
+        continue;
+      for (size_t i = R.seed_start.size() - 1; i > 0; --i)
+        R.seed_start[i] = R.seed_start[i - 1];
+      R.seed_start[0] = 0;
+    }
+  return L;
+}
+
 struct PlanExecutor::Impl {
   std::shared_ptr<const ir::Module> m;
   interp::DimBindings dims;
+  Tensor arena; ///< f32 [elements]; i32 blocks are viewed as i32
 
-  // Results of one group: batched tensors (rows first), or one tensor per row.
+  // Per group, kept across runs (their tapes keep their buffers).
   struct GroupState {
     bool per_row = false;
-    std::vector<Tensor> batched;           ///< per result
-    std::vector<std::vector<Tensor>> rows; ///< per row, per result (per_row)
-    // Training.
     std::unique_ptr<interp::Tape> tape;
     std::vector<int32_t> result_ids;           ///< batched: per result
     std::vector<std::vector<int32_t>> row_ids; ///< per row, per result
-    std::vector<int32_t> arg_leaf;             ///< per arg: leaf id or -1 (shared)
-    std::vector<Tensor> grads;                 ///< per result: gradient [rows, ...]
+    std::vector<int32_t> arg_leaf;             ///< per arg: leaf id or -1
   };
+  std::vector<GroupState> st;
 
-  Tensor fetch(const RowRef& rr, const spec::Residual& r, const interp::Params& params,
-               const std::vector<GroupState>& st) const {
-    switch (rr.kind) {
-    case Ref::Kind::Input:
-      return r.inputs[static_cast<size_t>(rr.index)];
-    case Ref::Kind::Param:
-      return params.values[static_cast<size_t>(rr.index)];
-    case Ref::Kind::Const:
-      return r.consts[static_cast<size_t>(rr.index)];
-    case Ref::Kind::Inst: {
-      const GroupState& g = st[static_cast<size_t>(rr.index)];
-      if (g.per_row)
-        return g.rows[static_cast<size_t>(rr.row)][static_cast<size_t>(rr.out)];
-      return row_of(g.batched[static_cast<size_t>(rr.out)], rr.row);
-    }
-    }
-    PEJIT_CHECK(false) << "bad row ref";
+  void reserve(int64_t elems) {
+    if (!arena.defined() || arena.numel() < elems)
+      arena = Tensor::empty(DType::F32, Shape{std::max<int64_t>(elems, 16)});
   }
 
-  // Stacks per-row tensors into [rows, ...].
-  static Tensor stack(const std::vector<Tensor>& rows, const spec::TensorSig& sig) {
-    Shape s;
-    s.push_back(static_cast<int64_t>(rows.size()));
-    for (auto d : sig.dims)
-      s.push_back(d);
-    Tensor out = Tensor::empty(sig.dtype, s);
-    size_t bytes = rows.empty() ? 0 : rows[0].nbytes();
-    for (size_t i = 0; i < rows.size(); ++i) {
-      PEJIT_CHECK(rows[i].nbytes() == bytes) << "row size mismatch";
-      std::memcpy(static_cast<char*>(out.raw()) + i * bytes, rows[i].raw(), bytes);
+  char* at(int64_t off) { return static_cast<char*>(arena.raw()) + off * 4; }
+
+  const char* ptr(const RowSource& s, const spec::Residual& r, const interp::Params& params) {
+    switch (s.kind) {
+    case Ref::Kind::Inst:
+      return at(s.off);
+    case Ref::Kind::Input:
+      return static_cast<const char*>(r.inputs[static_cast<size_t>(s.index)].raw()) + s.off * 4;
+    case Ref::Kind::Param:
+      return static_cast<const char*>(params.values[static_cast<size_t>(s.index)].raw()) +
+             s.off * 4;
+    case Ref::Kind::Const:
+      return static_cast<const char*>(r.consts[static_cast<size_t>(s.index)].raw()) + s.off * 4;
     }
-    return out;
+    PEJIT_CHECK(false) << "bad row source";
+  }
+
+  // Gathers the rows of `a` into its block: one copy per run of consecutive source rows.
+  void gather(const ExecLayout::Arg& a, const spec::Residual& r, const interp::Params& params) {
+    const size_t row_bytes = static_cast<size_t>(a.row_elems) * 4;
+    char* dst = at(a.off);
+    size_t n = a.rows.size();
+    for (size_t i = 0; i < n;) {
+      const char* src = ptr(a.rows[i], r, params);
+      size_t j = i + 1;
+      while (j < n && ptr(a.rows[j], r, params) == src + (j - i) * row_bytes)
+        ++j;
+      std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
+      i = j;
+    }
+  }
+
+  Tensor block(int64_t off, const spec::TensorSig& sig, int64_t rows) {
+    return arena.view(off, sig.dtype, rows_shape(rows, sig.dims));
   }
 
   // One template call on `args` (its tensor arguments): the op, or the function's body with
@@ -297,65 +448,70 @@ struct PlanExecutor::Impl {
     return outs;
   }
 
-  void run_group(size_t gi, const Group& g, const spec::Residual& r, const spec::TemplateTable& tt,
-                 const interp::Params& params, std::vector<GroupState>& st, bool train,
+  void run_sum(const ExecLayout::Group& G, const spec::Residual& r, const interp::Params& params) {
+    const auto& R = G.results[0];
+    float* acc = reinterpret_cast<float*>(at(R.off));
+    const size_t n = static_cast<size_t>(R.row_elems);
+    for (size_t a = 0; a < G.args.size(); ++a) {
+      const float* t = reinterpret_cast<const float*>(ptr(G.args[a].rows[0], r, params));
+      if (a == 0)
+        std::memcpy(acc, t, n * 4);
+      else
+        for (size_t i = 0; i < n; ++i)
+          acc[i] += t[i];
+    }
+  }
+
+  void run_group(size_t gi, const Group& g, const ExecLayout::Group& G, const spec::Residual& r,
+                 const spec::TemplateTable& tt, const interp::Params& params, bool train,
                  PlanStats& stats) {
-    GroupState& gs = st[gi];
-    const int64_t rows = static_cast<int64_t>(g.instances.size());
     if (g.tmpl == Instance::kSumN) {
-      Tensor acc;
-      for (const auto& a : g.args) {
-        Tensor t = fetch(a.rows[0], r, params, st);
-        if (!acc.defined())
-          acc = t.clone();
-        else
-          kernels::add_inplace(acc, t);
-      }
-      gs.batched = {acc.reshaped([&] {
-        Shape s{1};
-        for (auto d : acc.shape().dims())
-          s.push_back(d);
-        return s;
-      }())};
+      run_sum(G, r, params);
       stats.groups_batched++;
       return;
     }
+    GroupState& gs = st[gi];
+    const int64_t rows = G.rows;
     const spec::Template& t = tt.at(g.tmpl);
-    // Gather the per-row arguments.
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
     for (size_t a = 0; a < g.args.size(); ++a) {
-      const auto& ga = g.args[a];
-      if (ga.shared)
+      if (g.args[a].shared)
         continue;
-      std::vector<Tensor> rs;
-      rs.reserve(ga.rows.size());
-      for (const auto& rr : ga.rows)
-        rs.push_back(fetch(rr, r, params, st));
-      xs[a] = stack(rs, ga.sig);
-      if (train && ga.sig.dtype == DType::F32)
+      gather(G.args[a], r, params);
+      xs[a] = block(G.args[a].off, g.args[a].sig, rows);
+      if (train && g.args[a].sig.dtype == DType::F32)
         gs.arg_leaf[a] = nleaves++;
     }
     auto shared_value = [&](const Ref& ref, interp::Tape* tape) -> Value {
-      if (ref.kind == Ref::Kind::Param)
+      switch (ref.kind) {
+      case Ref::Kind::Param:
         return Value::tensor(params.values[static_cast<size_t>(ref.index)],
                              tape ? nleaves + ref.index : -1);
-      return Value::tensor(r.consts[static_cast<size_t>(ref.index)]);
+      case Ref::Kind::Const:
+        return Value::tensor(r.consts[static_cast<size_t>(ref.index)]);
+      case Ref::Kind::Input:
+        return Value::tensor(r.inputs[static_cast<size_t>(ref.index)]);
+      case Ref::Kind::Inst:
+        break;
+      }
+      PEJIT_CHECK(false) << "a shared argument that is an instance";
     };
-    auto leaves = [&]() {
+    auto reset_tape = [&] {
+      if (!train)
+        return;
       std::vector<Tensor> ls(static_cast<size_t>(nleaves));
       for (size_t a = 0; a < g.args.size(); ++a)
         if (gs.arg_leaf[a] >= 0)
           ls[static_cast<size_t>(gs.arg_leaf[a])] = xs[a];
       ls.insert(ls.end(), params.values.begin(), params.values.end());
-      return ls;
+      if (!gs.tape)
+        gs.tape = std::make_unique<interp::Tape>();
+      gs.tape->reset(ls);
     };
-    if (train) {
-      gs.tape = std::make_unique<interp::Tape>();
-      gs.tape->reset(leaves());
-    }
-    interp::Tape* tape = gs.tape.get();
+    reset_tape();
+    interp::Tape* tape = train ? gs.tape.get() : nullptr;
 
     // The template on all rows at once.
     try {
@@ -365,20 +521,20 @@ struct PlanExecutor::Impl {
         args.push_back(g.args[a].shared ? shared_value(g.args[a].shared_ref, tape)
                                         : Value::batched_tensor(xs[a], gs.arg_leaf[a]));
       std::vector<Value> outs = call_template(t, be, args);
-      gs.batched.clear();
+      PEJIT_CHECK(outs.size() == g.results.size()) << t.name << ": result count";
       gs.result_ids.clear();
       for (size_t k = 0; k < outs.size(); ++k) {
         if (!outs[k].batched()) {
           // A result that does not depend on the rows (every argument shared): the same for
           // every row, broadcast by an add of per-row zeros so that gradients flow back.
-          const Tensor& o = outs[k].as_tensor();
-          Shape s{rows};
-          for (auto d : o.shape().dims())
-            s.push_back(d);
-          Value two[2] = {Value::batched_tensor(Tensor::zeros(o.dtype(), s)), outs[k]};
+          Value two[2] = {Value::batched_tensor(Tensor::zeros(g.results[k].dtype,
+                                                              rows_shape(rows, g.results[k].dims))),
+                          outs[k]};
           outs[k] = be.op(ops::OpId::Add, {}, two, 2, Span{});
         }
-        gs.batched.push_back(outs[k].as_tensor());
+        const Tensor& o = outs[k].as_tensor();
+        PEJIT_CHECK(o.numel() == rows * G.results[k].row_elems) << t.name << ": result size";
+        std::memmove(at(G.results[k].off), o.raw(), o.nbytes());
         gs.result_ids.push_back(outs[k].tape_id());
       }
       gs.per_row = false;
@@ -389,9 +545,7 @@ struct PlanExecutor::Impl {
     }
     gs.per_row = true;
     stats.groups_row_by_row++;
-    if (train)
-      gs.tape->reset(leaves());
-    gs.rows.assign(static_cast<size_t>(rows), {});
+    reset_tape();
     gs.row_ids.assign(static_cast<size_t>(rows), {});
     for (int64_t i = 0; i < rows; ++i) {
       BatchBackend be(params, tape, nleaves, dims, 1);
@@ -408,11 +562,40 @@ struct PlanExecutor::Impl {
         args.push_back(be.op(ops::OpId::Take, {}, two, 2, Span{}));
       }
       std::vector<Value> outs = call_template(t, be, args);
-      for (const auto& o : outs) {
-        gs.rows[static_cast<size_t>(i)].push_back(o.as_tensor());
-        gs.row_ids[static_cast<size_t>(i)].push_back(o.tape_id());
+      PEJIT_CHECK(outs.size() == g.results.size()) << t.name << ": result count";
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const Tensor& o = outs[k].as_tensor();
+        PEJIT_CHECK(o.numel() == G.results[k].row_elems) << t.name << ": result size";
+        std::memcpy(at(G.results[k].off + i * G.results[k].row_elems), o.raw(), o.nbytes());
+        gs.row_ids[static_cast<size_t>(i)].push_back(outs[k].tape_id());
       }
     }
+  }
+
+  // Row i of result R's seed: the sum of its consumers' gradient rows, in plan order.
+  // Returns false when no row of R has a consumer (its seed is zero).
+  bool gather_seed(const ExecLayout::Result& R, int64_t rows) {
+    if (R.seed_start.empty() || R.seed_start.back() == 0) {
+      std::memset(at(R.seed_off), 0, static_cast<size_t>(rows * R.row_elems) * 4);
+      return false;
+    }
+    const size_t n = static_cast<size_t>(R.row_elems);
+    for (int64_t i = 0; i < rows; ++i) {
+      float* d = reinterpret_cast<float*>(at(R.seed_off + i * R.row_elems));
+      int32_t b = R.seed_start[static_cast<size_t>(i)],
+              e = R.seed_start[static_cast<size_t>(i) + 1];
+      if (b == e) {
+        std::memset(d, 0, n * 4);
+        continue;
+      }
+      std::memcpy(d, at(R.seed_src[static_cast<size_t>(b)]), n * 4);
+      for (int32_t k = b + 1; k < e; ++k) {
+        const float* s = reinterpret_cast<const float*>(at(R.seed_src[static_cast<size_t>(k)]));
+        for (size_t j = 0; j < n; ++j)
+          d[j] += s[j];
+      }
+    }
+    return true;
   }
 };
 
@@ -426,102 +609,154 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
 
 PlanExecutor::~PlanExecutor() = default;
 
+int64_t PlanExecutor::arena_elems() const {
+  return impl_->arena.defined() ? impl_->arena.numel() : 0;
+}
+
 std::vector<Tensor> PlanExecutor::run(const spec::Plan& plan, const spec::Residual& r,
-                                      const spec::TemplateTable& tt, const interp::Params& params) {
-  std::vector<Impl::GroupState> st(plan.groups.size());
+                                      const spec::TemplateTable& tt, const interp::Params& params,
+                                      const ExecLayout* layout) {
+  ExecLayout own;
+  if (layout == nullptr) {
+    own = make_layout(plan);
+    layout = &own;
+  }
+  Impl& I = *impl_;
+  I.reserve(layout->forward_elems);
+  if (I.st.size() < plan.groups.size())
+    I.st.resize(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi)
-    impl_->run_group(gi, plan.groups[gi], r, tt, params, st, false, stats_);
+    I.run_group(gi, plan.groups[gi], layout->groups[gi], r, tt, params, false, stats_);
   std::vector<Tensor> out;
-  for (const auto& o : plan.outputs)
-    out.push_back(impl_->fetch(o, r, params, st));
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    const RowRef& o = plan.outputs[k];
+    const RowSource& s = layout->outputs[k];
+    switch (o.kind) {
+    case Ref::Kind::Inst: {
+      const auto& sig =
+          plan.groups[static_cast<size_t>(o.index)].results[static_cast<size_t>(o.out)];
+      out.push_back(I.arena.view(s.off, sig.dtype, Shape(std::span<const int64_t>(sig.dims)))
+                        .clone()); // the arena is reused by the next run
+      break;
+    }
+    case Ref::Kind::Input:
+      out.push_back(r.inputs[static_cast<size_t>(o.index)]);
+      break;
+    case Ref::Kind::Param:
+      out.push_back(params.values[static_cast<size_t>(o.index)].clone());
+      break;
+    case Ref::Kind::Const:
+      out.push_back(r.consts[static_cast<size_t>(o.index)]);
+      break;
+    }
+  }
   return out;
 }
 
 interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& plan,
                                                             const spec::Residual& r,
                                                             const spec::TemplateTable& tt,
-                                                            const interp::Params& params) {
-  std::vector<Impl::GroupState> st(plan.groups.size());
+                                                            const interp::Params& params,
+                                                            const ExecLayout* layout) {
+  ExecLayout own;
+  if (layout == nullptr) {
+    own = make_layout(plan);
+    layout = &own;
+  }
+  Impl& I = *impl_;
+  I.reserve(layout->total_elems);
+  if (I.st.size() < plan.groups.size())
+    I.st.resize(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi)
-    impl_->run_group(gi, plan.groups[gi], r, tt, params, st, true, stats_);
+    I.run_group(gi, plan.groups[gi], layout->groups[gi], r, tt, params, true, stats_);
+  auto scalar_entry = [] { return Error("value_and_grad needs an entry with one f32[] result"); };
   if (plan.outputs.size() != 1)
-    throw Error("value_and_grad needs an entry with one f32[] result");
+    throw scalar_entry();
   const RowRef& lo = plan.outputs[0];
-  Tensor loss = impl_->fetch(lo, r, params, st);
-  if (loss.dtype() != DType::F32 || loss.numel() != 1)
-    throw Error("value_and_grad needs an entry with one f32[] result");
-
+  const RowSource& ls = layout->outputs[0];
+  const Tensor* whole = nullptr;
+  if (lo.kind == Ref::Kind::Input)
+    whole = &r.inputs[static_cast<size_t>(lo.index)];
+  else if (lo.kind == Ref::Kind::Param)
+    whole = &params.values[static_cast<size_t>(lo.index)];
+  else if (lo.kind == Ref::Kind::Const)
+    whole = &r.consts[static_cast<size_t>(lo.index)];
   interp::Interpreter::Gradients out;
-  out.loss = loss.item_f32();
   out.grads.resize(params.values.size());
-  if (lo.kind != Ref::Kind::Inst)
-    return out;
-
-  // Gradient storage per group result: [rows, ...], zero until something flows in.
-  auto grad_of = [&](int32_t g, int32_t k) -> Tensor& {
-    auto& gs = st[static_cast<size_t>(g)];
-    if (gs.grads.size() <= static_cast<size_t>(k))
-      gs.grads.resize(static_cast<size_t>(k) + 1);
-    Tensor& t = gs.grads[static_cast<size_t>(k)];
-    if (!t.defined()) {
-      const Group& grp = plan.groups[static_cast<size_t>(g)];
-      Shape s{static_cast<int64_t>(grp.tmpl == Instance::kSumN ? 1 : grp.instances.size())};
-      for (auto d : grp.results[static_cast<size_t>(k)].dims)
-        s.push_back(d);
-      t = Tensor::zeros(DType::F32, s);
-    }
-    return t;
-  };
-  auto add_row = [&](const RowRef& rr, const Tensor& g) {
-    if (rr.kind != Ref::Kind::Inst)
-      return;
-    Tensor& dst = grad_of(rr.index, rr.out);
-    int64_t n = g.numel();
-    float* d = dst.f32() + static_cast<size_t>(rr.row) * static_cast<size_t>(n);
-    const float* s = g.f32();
-    for (int64_t i = 0; i < n; ++i)
-      d[i] += s[i];
-  };
-  grad_of(lo.index, lo.out).f32()[lo.row] += 1.0f;
+  if (whole != nullptr) {
+    if (whole->dtype() != DType::F32 || whole->numel() != 1)
+      throw scalar_entry();
+    out.loss = whole->item_f32();
+    return out; // a loss that does not depend on the parameters
+  }
+  const auto& lsig =
+      plan.groups[static_cast<size_t>(lo.index)].results[static_cast<size_t>(lo.out)];
+  if (lsig.dtype != DType::F32 || numel_of(lsig.dims) != 1)
+    throw scalar_entry();
+  out.loss = *reinterpret_cast<const float*>(I.at(ls.off));
 
   for (size_t gi = plan.groups.size(); gi-- > 0;) {
     const Group& g = plan.groups[gi];
-    auto& gs = st[gi];
-    if (gs.grads.empty())
-      continue;
-    if (g.tmpl == Instance::kSumN) {
-      Tensor G = grad_of(static_cast<int32_t>(gi), 0);
-      Tensor row = row_of(G, 0);
-      for (const auto& a : g.args)
-        add_row(a.rows[0], row);
+    const auto& G = layout->groups[gi];
+    bool any = false;
+    for (size_t k = 0; k < G.results.size(); ++k) {
+      const auto& R = G.results[k];
+      if (R.seed_off < 0)
+        continue;
+      any = I.gather_seed(R, G.rows) || any;
+      if (static_cast<int32_t>(gi) == lo.index && static_cast<int32_t>(k) == lo.out) {
+        reinterpret_cast<float*>(I.at(R.seed_off))[lo.row] += 1.0f;
+        any = true;
+      }
+    }
+    if (g.tmpl == Instance::kSumN)
+      continue; // its terms read its seed directly
+    auto zero_arg_grads = [&](size_t a) {
+      const auto& A = G.args[a];
+      if (A.grad_off >= 0)
+        std::memset(I.at(A.grad_off), 0, static_cast<size_t>(G.rows * A.row_elems) * 4);
+    };
+    auto& gs = I.st[gi];
+    if (!any) {
+      for (size_t a = 0; a < G.args.size(); ++a)
+        zero_arg_grads(a);
       continue;
     }
     std::vector<std::pair<int32_t, Tensor>> seeds;
-    if (!gs.per_row) {
-      for (size_t k = 0; k < gs.result_ids.size(); ++k)
-        if (k < gs.grads.size() && gs.grads[k].defined() && gs.result_ids[k] >= 0)
-          seeds.emplace_back(gs.result_ids[k], gs.grads[k]);
-    } else {
-      for (size_t i = 0; i < gs.rows.size(); ++i)
-        for (size_t k = 0; k < gs.row_ids[i].size(); ++k)
-          if (k < gs.grads.size() && gs.grads[k].defined() && gs.row_ids[i][k] >= 0)
-            seeds.emplace_back(gs.row_ids[i][k], row_of(gs.grads[k], static_cast<int64_t>(i)));
+    for (size_t k = 0; k < G.results.size(); ++k) {
+      const auto& R = G.results[k];
+      if (R.seed_off < 0)
+        continue;
+      if (!gs.per_row) {
+        if (gs.result_ids[k] >= 0)
+          seeds.emplace_back(gs.result_ids[k], I.block(R.seed_off, g.results[k], G.rows));
+      } else {
+        Shape one(std::span<const int64_t>(g.results[k].dims));
+        for (int64_t i = 0; i < G.rows; ++i)
+          if (gs.row_ids[static_cast<size_t>(i)][k] >= 0)
+            seeds.emplace_back(gs.row_ids[static_cast<size_t>(i)][k],
+                               I.arena.view(R.seed_off + i * R.row_elems, DType::F32, one));
+      }
     }
-    if (seeds.empty())
+    if (seeds.empty()) {
+      for (size_t a = 0; a < G.args.size(); ++a)
+        zero_arg_grads(a);
       continue;
+    }
     auto grads = gs.tape->backward(seeds);
     int32_t nleaves = static_cast<int32_t>(grads.size() - params.values.size());
-    // Per-row argument gradients flow to the rows they were gathered from.
-    for (size_t a = 0; a < g.args.size(); ++a) {
-      int32_t leaf = gs.arg_leaf[a];
-      if (leaf < 0 || grads[static_cast<size_t>(leaf)].empty())
+    // Argument gradients go to their blocks, where the producers' seeds read them.
+    for (size_t a = 0; a < G.args.size(); ++a) {
+      const auto& A = G.args[a];
+      if (A.grad_off < 0)
         continue;
-      Shape xs{static_cast<int64_t>(g.instances.size())};
-      for (auto d : g.args[a].sig.dims)
-        xs.push_back(d);
-      Tensor dx = grads[static_cast<size_t>(leaf)].to_dense(xs);
-      for (size_t i = 0; i < g.args[a].rows.size(); ++i)
-        add_row(g.args[a].rows[i], row_of(dx, static_cast<int64_t>(i)));
+      int32_t leaf = gs.arg_leaf[a];
+      if (leaf < 0 || grads[static_cast<size_t>(leaf)].empty()) {
+        zero_arg_grads(a);
+        continue;
+      }
+      Tensor dx = grads[static_cast<size_t>(leaf)].to_dense(rows_shape(G.rows, g.args[a].sig.dims));
+      std::memcpy(I.at(A.grad_off), dx.raw(), dx.nbytes());
     }
     for (size_t p = 0; p < params.values.size(); ++p) {
       auto& src = grads[static_cast<size_t>(nleaves) + p];
@@ -535,7 +770,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
       for (auto& s : src.sparse)
         dst.sparse.push_back(std::move(s));
     }
-    gs.tape.reset();
+    gs.tape.reset(); // the gradients may share its buffers
   }
   return out;
 }

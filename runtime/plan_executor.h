@@ -1,11 +1,26 @@
 // The plan executor: runs a plan's groups as batched template calls and, for training, their
-// backward in reverse group order. Each function template's body runs once per group on
-// tensors with a leading row dimension, through the shared evaluator with a batching backend
-// (every op has a batching rule; an op without one makes that group run row by row), on the
-// registry's reference kernels; one-op templates run their kernel on all rows at once. The
-// backward of a group is the reverse sweep of the tape it recorded, seeded with its results'
-// gradients; parameter gradients are summed over all rows of a group in one step (one
-// weight-gradient GEMM per weight per group), and the embedding's stays row-sparse.
+// backward in reverse group order, inside an arena it owns and reuses.
+//
+// Design note.
+// - Layout (ExecLayout, made once per plan and cached with it; linear in the rows): every
+//   group result is a contiguous [rows, ...] block of the arena; every per-row argument of a
+//   template group is gathered into its own [rows, ...] block by an index map (one copy per
+//   run of consecutive source rows); for training, every result has a seed block (its rows'
+//   incoming gradients) and every per-row f32 argument a gradient block. The arena holds
+//   4-byte elements (f32 and i32); offsets are in elements.
+// - Backward: groups in reverse order. A result's seed rows are *read* from the gradient
+//   blocks of the rows that consumed it (the "child reads its gradient from its parent" of
+//   DESIGN.md §5: a gather-sum in a fixed order, no scatter-add, deterministic); a term of an
+//   n-ary sum reads the sum's seed directly. The entry's scalar output is seeded with 1.
+// - Kernels: a group's template runs on all its rows at once through the shared evaluator with
+//   a batching backend (every op has a batching rule; a group whose template has an op without
+//   one runs row by row), on the registry's reference kernels; its tape's reverse sweep gives
+//   the argument gradients (written to their blocks) and the parameter gradients, summed over
+//   all rows of the group in one step (one weight-gradient GEMM per weight per group; the
+//   embedding's stays row-sparse).
+// - Memory: the arena grows to the largest plan run and is then reused; results and gathered
+//   arguments are arena views. The reference kernels still allocate their intermediate tensors
+//   (from the tensor pool, not malloc).
 #pragma once
 
 #include "interp/interpreter.h"
@@ -23,21 +38,70 @@ struct PlanStats {
   std::vector<std::string> row_by_row_reasons; ///< "template: why", one per such group
 };
 
+/// Where one row lives when a run starts: in the arena (kind Inst: `off` is an arena offset),
+/// or inside a batch input, a parameter or a constant tensor (`index`, `off` into it).
+struct RowSource {
+  spec::Ref::Kind kind = spec::Ref::Kind::Inst;
+  int32_t index = -1;
+  int64_t off = 0;
+};
+
+/// The executor's index maps and arena offsets for one plan (element offsets, 4-byte elements).
+struct ExecLayout {
+  struct Arg {
+    bool shared = false;
+    int64_t off = -1;      ///< per-row: the gathered [rows, ...] block
+    int64_t grad_off = -1; ///< per-row f32: its gradient block (training)
+    int64_t row_elems = 0;
+    std::vector<RowSource> rows; ///< per-row: where row i is gathered from
+  };
+  struct Result {
+    int64_t off = -1;      ///< the [rows, ...] block
+    int64_t seed_off = -1; ///< f32: the block of incoming gradients (training)
+    int64_t row_elems = 0;
+    /// Row i's seed = sum of arena[seed_src[k]..] for k in [seed_start[i], seed_start[i+1]).
+    std::vector<int32_t> seed_start;
+    std::vector<int64_t> seed_src;
+  };
+  struct Group {
+    int64_t rows = 0;
+    std::vector<Arg> args;
+    std::vector<Result> results;
+  };
+  std::vector<Group> groups;
+  std::vector<RowSource> outputs;
+  int64_t forward_elems = 0; ///< arena elements a forward run needs
+  int64_t total_elems = 0;   ///< with the seed and gradient blocks
+
+  size_t bytes() const; ///< memory this layout holds (for cache accounting)
+};
+
+/// The layout of `plan` (deterministic; depends only on the plan).
+ExecLayout make_layout(const spec::Plan& plan);
+
 class PlanExecutor {
 public:
   PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindings dims);
   ~PlanExecutor();
 
-  /// The entry's outputs (Residual::outputs order).
+  /// The entry's outputs (Residual::outputs order). `layout` is the plan's (made here when
+  /// null). Reads only the plan, the layout and `r`'s inputs and constants.
   std::vector<Tensor> run(const spec::Plan& plan, const spec::Residual& r,
-                          const spec::TemplateTable& templates, const interp::Params& params);
+                          const spec::TemplateTable& templates, const interp::Params& params,
+                          const ExecLayout* layout = nullptr);
 
   /// Value of a scalar entry and the gradient of every parameter.
   interp::Interpreter::Gradients value_and_grad(const spec::Plan& plan, const spec::Residual& r,
                                                 const spec::TemplateTable& templates,
-                                                const interp::Params& params);
+                                                const interp::Params& params,
+                                                const ExecLayout* layout = nullptr);
 
   const PlanStats& stats() const { return stats_; }
+  /// Arena elements currently held (grows to the largest plan run, then stays).
+  int64_t arena_elems() const;
+
+  PlanExecutor(const PlanExecutor&) = delete;
+  PlanExecutor& operator=(const PlanExecutor&) = delete;
 
 private:
   struct Impl;

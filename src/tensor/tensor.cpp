@@ -65,16 +65,18 @@ std::string Shape::str() const {
 
 // ---- Tensor ------------------------------------------------------------------------------
 
-Tensor::Tensor(const Tensor& o) : st_(o.st_), shape_(o.shape_), numel_(o.numel_), dtype_(o.dtype_) {
+Tensor::Tensor(const Tensor& o)
+    : st_(o.st_), shape_(o.shape_), numel_(o.numel_), offset_(o.offset_), dtype_(o.dtype_) {
   if (st_ != nullptr)
     detail::storage_retain(st_);
 }
 
 Tensor::Tensor(Tensor&& o) noexcept
-    : st_(o.st_), shape_(o.shape_), numel_(o.numel_), dtype_(o.dtype_) {
+    : st_(o.st_), shape_(o.shape_), numel_(o.numel_), offset_(o.offset_), dtype_(o.dtype_) {
   o.st_ = nullptr;
   o.shape_ = Shape();
   o.numel_ = 0;
+  o.offset_ = 0;
 }
 
 Tensor& Tensor::operator=(const Tensor& o) {
@@ -85,6 +87,7 @@ Tensor& Tensor::operator=(const Tensor& o) {
   st_ = o.st_;
   shape_ = o.shape_;
   numel_ = o.numel_;
+  offset_ = o.offset_;
   dtype_ = o.dtype_;
   return *this;
 }
@@ -96,10 +99,12 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     st_ = o.st_;
     shape_ = o.shape_;
     numel_ = o.numel_;
+    offset_ = o.offset_;
     dtype_ = o.dtype_;
     o.st_ = nullptr;
     o.shape_ = Shape();
     o.numel_ = 0;
+    o.offset_ = 0;
   }
   return *this;
 }
@@ -178,25 +183,25 @@ static void check_typed(const detail::StorageHeader* st, DType have, DType want)
 
 float* Tensor::f32() {
   check_typed(st_, dtype_, DType::F32);
-  return static_cast<float*>(st_->data());
+  return static_cast<float*>(st_->data()) + offset_;
 }
 const float* Tensor::f32() const {
   check_typed(st_, dtype_, DType::F32);
-  return static_cast<const float*>(st_->data());
+  return static_cast<const float*>(st_->data()) + offset_;
 }
 int32_t* Tensor::i32() {
   check_typed(st_, dtype_, DType::I32);
-  return static_cast<int32_t*>(st_->data());
+  return static_cast<int32_t*>(st_->data()) + offset_;
 }
 const int32_t* Tensor::i32() const {
   check_typed(st_, dtype_, DType::I32);
-  return static_cast<const int32_t*>(st_->data());
+  return static_cast<const int32_t*>(st_->data()) + offset_;
 }
 void* Tensor::raw() {
-  return st_ == nullptr ? nullptr : st_->data();
+  return st_ == nullptr ? nullptr : static_cast<char*>(st_->data()) + offset_ * 4;
 }
 const void* Tensor::raw() const {
-  return st_ == nullptr ? nullptr : st_->data();
+  return st_ == nullptr ? nullptr : static_cast<const char*>(st_->data()) + offset_ * 4;
 }
 
 float Tensor::item_f32() const {
@@ -227,6 +232,20 @@ Tensor Tensor::reshaped(const Shape& shape) const {
                 " (element counts differ)");
   Tensor t = *this;
   t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::view(int64_t offset, DType dt, const Shape& shape) const {
+  if (!defined())
+    throw Error("tensor: view of an undefined tensor");
+  if (offset < 0 || offset + shape.numel() > numel_)
+    throw Error("tensor: view of " + std::to_string(shape.numel()) + " elements at " +
+                std::to_string(offset) + " out of range of " + shape_.str());
+  Tensor t = *this;
+  t.offset_ = offset_ + offset;
+  t.shape_ = shape;
+  t.numel_ = shape.numel();
+  t.dtype_ = dt;
   return t;
 }
 

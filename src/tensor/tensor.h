@@ -108,6 +108,10 @@ public:
   Tensor clone() const;
   /// Same storage viewed with another shape; throws pejit::Error when numel differs.
   Tensor reshaped(const Shape& shape) const;
+  /// `shape` elements of type `dt` starting `offset` elements into this tensor's data, sharing
+  /// its storage (an arena's slot). Both dtypes are 4 bytes wide. Throws pejit::Error when the
+  /// view does not fit inside this tensor.
+  Tensor view(int64_t offset, DType dt, const Shape& shape) const;
   /// True when no other Tensor shares this storage (so it is safe to write in place).
   bool unique() const;
   /// True when both tensors view the same storage.
@@ -119,6 +123,7 @@ private:
   detail::StorageHeader* st_ = nullptr;
   Shape shape_;
   int64_t numel_ = 0;
+  int64_t offset_ = 0; ///< elements from the storage's start (views)
   DType dtype_ = DType::F32;
 };
 
