@@ -22,6 +22,13 @@
 #include <unordered_map>
 
 namespace pejit::jit {
+
+// Defined in gemm_codegen.cpp. Declared here rather than in gemm_codegen.h, which shows no LLVM
+// type: the float lanes of the target's vectors, and the lowering of a validated GemmSpec.
+int gemm_lanes(const CodegenTarget& target);
+std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,
+                                         const std::string& fn_name, const CodegenTarget& target);
+
 namespace {
 
 namespace orc = llvm::orc;
@@ -88,27 +95,32 @@ public:
     std::string name = fmt::format("pejit_ew_{}", id);
     auto ctx = std::make_unique<llvm::LLVMContext>();
     std::unique_ptr<llvm::Module> m = lower_elementwise(spec, *ctx, name, target_);
-    if (llvm::Error err = verify(*m))
-      return err;
-    // Build the module before moving the context into the ThreadSafeModule (DEPS.md pitfall 2).
-    orc::ThreadSafeModule tsm(std::move(m), std::move(ctx));
-    orc::ResourceTrackerSP rt = lljit_->getMainJITDylib().createResourceTracker();
-    if (llvm::Error err = lljit_->addIRModule(rt, std::move(tsm)))
-      return err;
-    auto sym = lljit_->lookup(name);
-    if (!sym) {
-      llvm::consumeError(rt->remove());
-      return sym.takeError();
-    }
-    {
-      std::lock_guard lock(mu_);
-      trackers_.emplace(id, rt);
-    }
+    auto addr = link(id, name, std::move(ctx), std::move(m));
+    if (!addr)
+      return addr.takeError();
     CompiledKernel k;
-    k.fn = sym->toPtr<ElementwiseFn>();
+    k.fn = addr->toPtr<ElementwiseFn>();
     k.handle.id = id;
-    k.compile_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    k.compile_ms = ms_since(start);
+    return k;
+  }
+
+  llvm::Expected<CompiledGemm> compile_gemm(const GemmSpec& spec) {
+    auto start = std::chrono::steady_clock::now();
+    spec.validate();
+    uint64_t id = next_id_.fetch_add(1);
+    std::string name = fmt::format("pejit_gemm_{}", id);
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    std::unique_ptr<llvm::Module> m = lower_gemm(spec, *ctx, name, target_);
+    auto addr = link(id, name, std::move(ctx), std::move(m));
+    if (!addr)
+      return addr.takeError();
+    CompiledGemm k;
+    k.fn = addr->toPtr<GemmFn>();
+    k.handle.id = id;
+    k.compile_ms = ms_since(start);
+    GemmSpec r = spec.resolved(gemm_lanes(target_));
+    k.schedule = fmt::format("{}x{} ({})", r.mr, r.nr, spec.mr ? "given" : "default");
     return k;
   }
 
@@ -128,15 +140,13 @@ public:
   llvm::Expected<std::string> optimized_ir(const KernelSpec& spec) const {
     spec.validate();
     llvm::LLVMContext ctx;
-    std::unique_ptr<llvm::Module> m = lower_elementwise(spec, ctx, "pejit_ew", target_);
-    if (llvm::Error err = verify(*m))
-      return err;
-    if (llvm::Error err = optimize(*m))
-      return err;
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    m->print(os, nullptr);
-    return os.str();
+    return optimized_text(*lower_elementwise(spec, ctx, "pejit_ew", target_));
+  }
+
+  llvm::Expected<std::string> optimized_ir(const GemmSpec& spec) const {
+    spec.validate();
+    llvm::LLVMContext ctx;
+    return optimized_text(*lower_gemm(spec, ctx, "pejit_gemm", target_));
   }
 
   size_t live_kernels() const {
@@ -147,6 +157,46 @@ public:
   const CodegenTarget& target() const { return target_; }
 
 private:
+  static double ms_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  }
+
+  // Verifies `m`, adds it under a ResourceTracker of its own (kept under `id`) and returns the
+  // address of `name`.
+  llvm::Expected<orc::ExecutorAddr> link(uint64_t id, const std::string& name,
+                                         std::unique_ptr<llvm::LLVMContext> ctx,
+                                         std::unique_ptr<llvm::Module> m) {
+    if (llvm::Error err = verify(*m)) {
+      m.reset(); // before its context, whatever order the parameters are destroyed in
+      return err;
+    }
+    // Build the module before moving the context into the ThreadSafeModule (DEPS.md pitfall 2).
+    orc::ThreadSafeModule tsm(std::move(m), std::move(ctx));
+    orc::ResourceTrackerSP rt = lljit_->getMainJITDylib().createResourceTracker();
+    if (llvm::Error err = lljit_->addIRModule(rt, std::move(tsm)))
+      return err;
+    auto sym = lljit_->lookup(name);
+    if (!sym) {
+      llvm::consumeError(rt->remove());
+      return sym.takeError();
+    }
+    std::lock_guard lock(mu_);
+    trackers_.emplace(id, rt);
+    return *sym;
+  }
+
+  llvm::Expected<std::string> optimized_text(llvm::Module& m) const {
+    if (llvm::Error err = verify(m))
+      return err;
+    if (llvm::Error err = optimize(m))
+      return err;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    m.print(os, nullptr);
+    return os.str();
+  }
+
   static llvm::Error verify(const llvm::Module& m) {
     std::string msg;
     llvm::raw_string_ostream os(msg);
@@ -203,6 +253,14 @@ void Jit::remove(KernelHandle handle) {
 
 std::string Jit::optimized_ir(const KernelSpec& spec) const {
   return unwrap("lowering elementwise kernel", impl_->optimized_ir(spec));
+}
+
+CompiledGemm Jit::compile_gemm(const GemmSpec& spec) {
+  return unwrap("compiling gemm kernel", impl_->compile_gemm(spec));
+}
+
+std::string Jit::optimized_ir(const GemmSpec& spec) const {
+  return unwrap("lowering gemm kernel", impl_->optimized_ir(spec));
 }
 
 const std::string& Jit::target_cpu() const {

@@ -4,6 +4,7 @@
 // header shows no LLVM type, and every llvm::Error is rethrown here as pejit::Error.
 #pragma once
 
+#include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 
 #include <cstdint>
@@ -28,6 +29,17 @@ struct CompiledKernel {
   double compile_ms = 0; ///< lowering + O3 + codegen + link, measured around compile()
 };
 
+/// The compiled form of a GemmSpec; `rows` is the spec's run-time dimension (M, or K for TN).
+using GemmFn = void (*)(const float* a, const float* b, float* c, int64_t rows);
+
+/// A GEMM kernel ready to call, valid until `Jit::remove(handle)` or the Jit's destruction.
+struct CompiledGemm {
+  GemmFn fn = nullptr;
+  KernelHandle handle;
+  double compile_ms = 0;
+  std::string schedule; ///< the register block it got, e.g. "6x4 (default)"
+};
+
 struct JitOptions {
   unsigned compile_threads = 1; ///< ORC's compile pool; beside training, keep 1 (DESIGN.md §7)
 };
@@ -45,12 +57,16 @@ public:
   /// that fails verification, an LLVM failure); the Jit stays usable afterwards.
   CompiledKernel compile(const KernelSpec& spec);
 
+  /// Lowers, verifies, optimizes and links a GEMM kernel (gemm_codegen.h); errors as compile().
+  CompiledGemm compile_gemm(const GemmSpec& spec);
+
   /// Frees the kernel's code through its ResourceTracker. Unknown or already removed handles
   /// are ignored. The caller guarantees that no thread is running the kernel.
   void remove(KernelHandle handle);
 
   /// The optimized LLVM IR that compile() would link for `spec` (for tests and `pejit dump`).
   std::string optimized_ir(const KernelSpec& spec) const;
+  std::string optimized_ir(const GemmSpec& spec) const; ///< the same for a GEMM kernel
 
   const std::string& target_cpu() const;      ///< e.g. "sapphirerapids"
   const std::string& target_features() const; ///< e.g. "+avx512f,+avx2,..."

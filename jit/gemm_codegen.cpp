@@ -1,0 +1,425 @@
+// Lowering of GemmSpec (kernel family 2) to a register-blocked SGEMM with IRBuilder.
+//
+// Design note. The code is written with explicit vectors of the host's width (`lanes` floats:
+// 16 with AVX-512) and llvm.fma, so its speed does not depend on the vectorizer; O3 only
+// unrolls, hoists and schedules it. No operand is packed: the plan's row panels are
+// contiguous and B is a weight matrix that fits in L2, so a block streams B's rows from L2
+// while its A rows stay in L1.
+// - NN and TN: a block is `mr` rows x `nr` vectors of C held in registers. Per k it loads `nr`
+//   vectors of B's row k and broadcasts one element of A per row (A(i,k) is A[i*lda+k] for NN,
+//   A[k*lda+i] for TN: only the address differs), then mr*nr fmas. Rows run in blocks of `mr`
+//   (outer loop, so the A rows are reused across the columns) and columns in blocks of `nr`
+//   vectors; the last column block has the leftover vectors, its last one masked (n % lanes).
+//   Leftover rows (M % mr) run the same code with fewer rows, chosen by a switch on the count.
+// - NT (C = A·B^T, B stored [N,K]): both operands are read along k, so a block is `mr` rows x
+//   `nr` columns of C, each accumulated as a vector of partial sums over k and reduced at the
+//   end; the k tail (k % lanes) is a masked load of both operands (zeros, never garbage).
+// - NN with n <= lanes/2 (the classifier's n = 5) would waste most of each vector: B^T
+//   (n*k <= kMaxPackedB floats) is copied to the stack once per call and the NT code runs.
+// - Sums over k run in a fixed order for a given spec and target, so results are bitwise
+//   reproducible. They differ from other GEMMs by rounding only (fma, a different k order).
+// Not handled: run-time strides (a plan gathers rows into contiguous panels); TN with a
+// run-time M (the weight gradient's M is the weight's row count, static).
+#include "jit/gemm_codegen.h"
+
+#include "jit/elementwise_codegen.h" // CodegenTarget
+#include "pejit/error.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+namespace pejit::jit {
+
+const char* layout_name(GemmLayout layout) {
+  switch (layout) {
+  case GemmLayout::NN:
+    return "nn";
+  case GemmLayout::NT:
+    return "nt";
+  case GemmLayout::TN:
+    return "tn";
+  }
+  return "?";
+}
+
+GemmSpec GemmSpec::resolved(int lanes) const {
+  GemmSpec s = *this;
+  if (s.lda == 0)
+    s.lda = layout == GemmLayout::TN ? m : k;
+  if (s.ldb == 0)
+    s.ldb = layout == GemmLayout::NT ? k : n;
+  if (s.ldc == 0)
+    s.ldc = n;
+  bool wide = lanes >= 16; // 32 vector registers (AVX-512) rather than 16
+  if (s.mr == 0 || s.nr == 0) {
+    if (s.packs_b_transposed(lanes)) {
+      s.nr = static_cast<int>(n);
+      s.mr = static_cast<int>(std::clamp<int64_t>(24 / n, 1, 8));
+    } else if (layout == GemmLayout::NT) {
+      s.mr = wide ? 4 : 3;
+      s.nr = wide ? 6 : 4;
+    } else {
+      int64_t vecs = (n + lanes - 1) / lanes;
+      int nr = static_cast<int>(std::min<int64_t>(vecs, wide ? 4 : 3));
+      s.nr = nr;
+      s.mr = (wide ? 24 : 12) / nr;
+    }
+  }
+  return s;
+}
+
+bool GemmSpec::packs_b_transposed(int lanes) const {
+  return layout == GemmLayout::NN && 2 * n <= lanes && n * k <= kMaxPackedB;
+}
+
+std::string GemmSpec::canonical_text() const {
+  auto dim = [](int64_t v) { return v == 0 ? std::string("?") : std::to_string(v); };
+  std::string block = mr && nr ? fmt::format("{}x{}", mr, nr) : "default";
+  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={} block={}",
+                     layout_name(layout), dim(m), dim(n), dim(k), lda, ldb, ldc, accumulate ? 1 : 0,
+                     block);
+}
+
+void GemmSpec::validate() const {
+  auto fail = [&](const std::string& why) {
+    throw Error(fmt::format("jit: gemm kernel ({}): {}", canonical_text(), why));
+  };
+  if (n < 1)
+    fail("n must be static and >= 1");
+  if (layout == GemmLayout::TN) {
+    if (m < 1 || k != 0)
+      fail("tn needs a static m >= 1 and k = 0 (k is the run-time row count)");
+  } else if (k < 1 || m != 0) {
+    fail("nn/nt need a static k >= 1 and m = 0 (m is the run-time row count)");
+  }
+  if (lda < 0 || ldb < 0 || ldc < 0)
+    fail("negative leading dimension");
+  GemmSpec r = resolved(16);
+  int64_t a_row = layout == GemmLayout::TN ? m : k, b_row = layout == GemmLayout::NT ? k : n;
+  if (r.lda < a_row || r.ldb < b_row || r.ldc < n)
+    fail("a leading dimension is smaller than its row");
+  if ((mr == 0) != (nr == 0))
+    fail("give both mr and nr, or neither");
+  if (mr < 0 || nr < 0 || mr > 32 || nr > 32 || mr * nr > 28)
+    fail("block must be at most 32 x 32 with at most 28 accumulators");
+}
+
+namespace {
+
+using llvm::Value;
+
+class GemmLowering {
+public:
+  GemmLowering(const GemmSpec& spec, int lanes, llvm::LLVMContext& ctx, llvm::Module& m)
+      : s_(spec.resolved(lanes)), lanes_(lanes), ctx_(ctx), m_(m), b_(ctx), f32_(b_.getFloatTy()),
+        i64_(b_.getInt64Ty()), vec_(llvm::FixedVectorType::get(f32_, lanes)) {}
+
+  void emit(const std::string& fn_name, const CodegenTarget& target) {
+    auto* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_->addFnAttr("target-cpu", target.cpu);
+    fn_->addFnAttr("target-features", target.features);
+    // Without these, X86 splits 512-bit vectors on CPUs tuned to prefer 256 bits.
+    std::string bits = std::to_string(32 * lanes_);
+    fn_->addFnAttr("min-legal-vector-width", bits);
+    fn_->addFnAttr("prefer-vector-width", bits);
+    for (unsigned i = 0; i < 3; ++i) {
+      fn_->addParamAttr(i, llvm::Attribute::NoAlias);
+      fn_->addParamAttr(i, llvm::Attribute::NoCapture);
+      if (i < 2)
+        fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
+    }
+    a_ = fn_->getArg(0);
+    bm_ = fn_->getArg(1);
+    c_ = fn_->getArg(2);
+    Value* rows = fn_->getArg(3);
+    a_->setName("a");
+    bm_->setName("b");
+    c_->setName("c");
+    rows->setName("rows");
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+
+    bool tn = s_.layout == GemmLayout::TN;
+    Value* m = tn ? b_.getInt64(s_.m) : rows;
+    ldb_ = s_.ldb;
+    dot_ = s_.layout == GemmLayout::NT;
+    if (s_.packs_b_transposed(lanes_)) {
+      pack_b_transposed();
+      dot_ = true;
+    }
+    k_ = tn ? rows : b_.getInt64(s_.k);
+    k_positive_ = !tn;
+    // Rows: full blocks of mr, then one switch case per leftover count.
+    Value* blocks = b_.CreateUDiv(m, b_.getInt64(s_.mr), "row.blocks");
+    emit_loop(blocks, "rb", {}, false, [&](Value* ib, const std::vector<Value*>&) {
+      emit_row_block(b_.CreateMul(ib, b_.getInt64(s_.mr), "i0", true, true), s_.mr);
+      return std::vector<Value*>{};
+    });
+    Value* done = b_.CreateMul(blocks, b_.getInt64(s_.mr), "rows.done", true, true);
+    Value* left = b_.CreateSub(m, done, "rows.left", true, true);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+    llvm::SwitchInst* sw = b_.CreateSwitch(left, exit, s_.mr - 1);
+    for (int r = 1; r < s_.mr; ++r) {
+      auto* bb = llvm::BasicBlock::Create(ctx_, fmt::format("rows{}", r), fn_);
+      sw->addCase(b_.getInt64(r), bb);
+      b_.SetInsertPoint(bb);
+      emit_row_block(done, r);
+      b_.CreateBr(exit);
+    }
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+  }
+
+private:
+  using Carried = std::vector<Value*>;
+
+  // A narrow NN (n <= lanes/2) would fill a fraction of each vector: copy B^T [n,k] to the
+  // stack once per call and run it as NT, which fills whole vectors along k.
+  void pack_b_transposed() {
+    llvm::AllocaInst* buf = b_.CreateAlloca(f32_, b_.getInt64(s_.n * s_.k), "bt");
+    buf->setAlignment(llvm::Align(64));
+    emit_loop(b_.getInt64(s_.k), "pack.k", {}, true, [&](Value* p, const Carried&) {
+      for (int64_t j = 0; j < s_.n; ++j) {
+        Value* x = b_.CreateAlignedLoad(f32_, gep(bm_, add(idx(p, s_.ldb, b_.getInt64(0)), j)),
+                                        llvm::Align(4));
+        b_.CreateAlignedStore(x, gep(buf, add(p, j * s_.k)), llvm::Align(4));
+      }
+      return Carried{};
+    });
+    bm_ = buf;
+    ldb_ = s_.k;
+  }
+
+  // for (i = 0; i < n; ++i) carried = body(i, carried); returns the carried values after the
+  // loop. `positive` promises n > 0 (no guard).
+  Carried emit_loop(Value* n, const std::string& name, const Carried& init, bool positive,
+                    const std::function<Carried(Value*, const Carried&)>& body) {
+    if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(n)) {
+      if (c->isZero())
+        return init;
+      positive = true;
+    }
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, name, fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
+    if (positive)
+      b_.CreateBr(loop);
+    else
+      b_.CreateCondBr(b_.CreateICmpSGT(n, b_.getInt64(0)), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2, name + ".i");
+    i->addIncoming(b_.getInt64(0), pre);
+    Carried phis;
+    for (Value* v : init) {
+      llvm::PHINode* p = b_.CreatePHI(v->getType(), 2);
+      p->addIncoming(v, pre);
+      phis.push_back(p);
+    }
+    Carried next = body(i, phis);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    Value* inext = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
+    i->addIncoming(inext, latch);
+    for (size_t j = 0; j < phis.size(); ++j)
+      llvm::cast<llvm::PHINode>(phis[j])->addIncoming(next[j], latch);
+    b_.CreateCondBr(b_.CreateICmpEQ(inext, n), exit, loop);
+    b_.SetInsertPoint(exit);
+    if (positive)
+      return next;
+    Carried out;
+    for (size_t j = 0; j < next.size(); ++j) {
+      llvm::PHINode* p = b_.CreatePHI(next[j]->getType(), 2);
+      p->addIncoming(init[j], pre);
+      p->addIncoming(next[j], latch);
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  Value* gep(Value* base, Value* index) { return b_.CreateInBoundsGEP(f32_, base, index); }
+  Value* idx(Value* row, int64_t ld, Value* col) {
+    return b_.CreateAdd(b_.CreateMul(row, b_.getInt64(ld), "", true, true), col, "", true, true);
+  }
+  Value* add(Value* x, int64_t c) {
+    return c ? b_.CreateAdd(x, b_.getInt64(c), "", true, true) : x;
+  }
+
+  // The first `valid` lanes on (valid in 1..lanes).
+  Value* lane_mask(int valid) {
+    std::vector<llvm::Constant*> bits;
+    for (int l = 0; l < lanes_; ++l)
+      bits.push_back(b_.getInt1(l < valid));
+    return llvm::ConstantVector::get(bits);
+  }
+  Value* load_vec(Value* p, int valid) {
+    if (valid == lanes_)
+      return b_.CreateAlignedLoad(vec_, p, llvm::Align(4));
+    return b_.CreateMaskedLoad(vec_, p, llvm::Align(4), lane_mask(valid),
+                               llvm::Constant::getNullValue(vec_));
+  }
+  void store_vec(Value* v, Value* p, int valid) {
+    if (valid == lanes_)
+      b_.CreateAlignedStore(v, p, llvm::Align(4));
+    else
+      b_.CreateMaskedStore(v, p, llvm::Align(4), lane_mask(valid));
+  }
+  Value* fma(Value* x, Value* y, Value* acc) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec_}, {x, y, acc});
+  }
+
+  // Rows i0 .. i0+rows-1 of C, all columns.
+  void emit_row_block(Value* i0, int rows) {
+    if (dot_)
+      emit_row_block_nt(i0, rows);
+    else
+      emit_row_block_nn(i0, rows);
+  }
+
+  // NN / TN: full column blocks of nr vectors in a loop, then the leftover vectors.
+  void emit_row_block_nn(Value* i0, int rows) {
+    // Leftover rows take wider blocks (as many accumulators as a full block), so that a
+    // few rows still issue enough independent fmas per load of A.
+    int64_t vecs = (s_.n + lanes_ - 1) / lanes_;
+    int64_t nr = std::min<int64_t>(vecs, std::max(s_.nr, s_.mr * s_.nr / rows));
+    int64_t width = nr * lanes_;
+    int64_t full = s_.n / width;
+    emit_loop(b_.getInt64(full), "cb", {}, true, [&](Value* jb, const Carried&) {
+      Value* j0 = b_.CreateMul(jb, b_.getInt64(width), "j0", true, true);
+      emit_tile_nn(i0, j0, rows, static_cast<int>(nr), lanes_);
+      return Carried{};
+    });
+    int64_t rest = s_.n - full * width;
+    if (rest > 0) {
+      int vecs = static_cast<int>((rest + lanes_ - 1) / lanes_);
+      int last = static_cast<int>(rest - int64_t{vecs - 1} * lanes_);
+      emit_tile_nn(i0, b_.getInt64(full * width), rows, vecs, last);
+    }
+  }
+
+  // C[i0.., j0..] (+)= sum over k of A(i,k) * B[k, j0..] for `rows` x `vecs` vectors; the
+  // last vector has `last` valid lanes.
+  void emit_tile_nn(Value* i0, Value* j0, int rows, int vecs, int last) {
+    auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    Carried init;
+    for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < vecs; ++v)
+        init.push_back(s_.accumulate ? load_vec(c_ptr(i0, r, j0, v), valid(v))
+                                     : llvm::Constant::getNullValue(vec_));
+    bool tn = s_.layout == GemmLayout::TN;
+    Carried acc = emit_loop(k_, "k", init, k_positive_, [&](Value* k, const Carried& in) {
+      Value* brow = idx(k, s_.ldb, j0);
+      std::vector<Value*> bv;
+      for (int v = 0; v < vecs; ++v)
+        bv.push_back(load_vec(gep(bm_, add(brow, int64_t{v} * lanes_)), valid(v)));
+      Carried out(in.size());
+      for (int r = 0; r < rows; ++r) {
+        Value* i = add(i0, r);
+        Value* ai = tn ? idx(k, s_.lda, i) : idx(i, s_.lda, k);
+        Value* a =
+            b_.CreateVectorSplat(lanes_, b_.CreateAlignedLoad(f32_, gep(a_, ai), llvm::Align(4)));
+        for (int v = 0; v < vecs; ++v)
+          out[r * vecs + v] = fma(a, bv[v], in[r * vecs + v]);
+      }
+      return out;
+    });
+    for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < vecs; ++v)
+        store_vec(acc[r * vecs + v], c_ptr(i0, r, j0, v), valid(v));
+  }
+
+  Value* c_ptr(Value* i0, int r, Value* j0, int v) {
+    return gep(c_, add(idx(add(i0, r), s_.ldc, j0), int64_t{v} * lanes_));
+  }
+
+  // NT: full column blocks of nr columns in a loop, then the leftover columns.
+  void emit_row_block_nt(Value* i0, int rows) {
+    int64_t full = s_.n / s_.nr;
+    emit_loop(b_.getInt64(full), "cb", {}, true, [&](Value* jb, const Carried&) {
+      emit_tile_nt(i0, b_.CreateMul(jb, b_.getInt64(s_.nr), "j0", true, true), rows, s_.nr);
+      return Carried{};
+    });
+    int rest = static_cast<int>(s_.n - full * s_.nr);
+    if (rest > 0)
+      emit_tile_nt(i0, b_.getInt64(full * s_.nr), rows, rest);
+  }
+
+  // C[i, j] (+)= dot(A[i, :], B[j, :]) for `rows` x `cols`: vectors of partial sums over k,
+  // one masked step for the k tail, then a tree reduction of each.
+  void emit_tile_nt(Value* i0, Value* j0, int rows, int cols) {
+    auto step = [&](Value* kk, int valid, const Carried& in) {
+      std::vector<Value*> av, bv;
+      for (int r = 0; r < rows; ++r)
+        av.push_back(load_vec(gep(a_, idx(add(i0, r), s_.lda, kk)), valid));
+      for (int c = 0; c < cols; ++c)
+        bv.push_back(load_vec(gep(bm_, idx(add(j0, c), ldb_, kk)), valid));
+      Carried out(in.size());
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+          out[r * cols + c] = fma(av[r], bv[c], in[r * cols + c]);
+      return out;
+    };
+    Carried acc(size_t(rows) * cols, llvm::Constant::getNullValue(vec_));
+    int64_t kvecs = s_.k / lanes_;
+    acc = emit_loop(b_.getInt64(kvecs), "kv", acc, true, [&](Value* kv, const Carried& in) {
+      return step(b_.CreateMul(kv, b_.getInt64(lanes_), "k0", true, true), lanes_, in);
+    });
+    if (int tail = static_cast<int>(s_.k - kvecs * lanes_))
+      acc = step(b_.getInt64(kvecs * lanes_), tail, acc);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc(); // a fixed tree order: still deterministic
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        Value* p = gep(c_, idx(add(i0, r), s_.ldc, add(j0, c)));
+        Value* sum = b_.CreateFAddReduce(llvm::ConstantFP::get(f32_, -0.0), acc[r * cols + c]);
+        llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
+        if (s_.accumulate)
+          sum = b_.CreateFAdd(b_.CreateAlignedLoad(f32_, p, llvm::Align(4)), sum);
+        b_.CreateAlignedStore(sum, p, llvm::Align(4));
+      }
+  }
+
+  GemmSpec s_;
+  int lanes_;
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  llvm::Type* f32_;
+  llvm::Type* i64_;
+  llvm::FixedVectorType* vec_;
+  llvm::Function* fn_ = nullptr;
+  Value* a_ = nullptr;
+  Value* bm_ = nullptr;
+  Value* c_ = nullptr;
+  Value* k_ = nullptr;
+  bool k_positive_ = true;
+  int64_t ldb_ = 0;  // of bm_, which is B^T on the stack when packed
+  bool dot_ = false; // blocks of dot products along k (NT, or a packed narrow NN)
+};
+
+} // namespace
+
+int gemm_lanes(const CodegenTarget& target) {
+  const std::string& f = target.features;
+  if (f.find("+avx512f") != std::string::npos)
+    return 16;
+  if (f.find("+avx") != std::string::npos)
+    return 8;
+  return 4;
+}
+
+std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,
+                                         const std::string& fn_name, const CodegenTarget& target) {
+  auto m = std::make_unique<llvm::Module>(fn_name, ctx);
+  m->setTargetTriple(target.triple);
+  m->setDataLayout(target.data_layout);
+  GemmLowering(spec, gemm_lanes(target), ctx, *m).emit(fn_name, target);
+  return m;
+}
+
+} // namespace pejit::jit
