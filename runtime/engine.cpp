@@ -7,6 +7,7 @@
 // statistics each have their own.
 #include "engine.h"
 
+#include "jit/kernel_cache.h"
 #include "plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -154,11 +155,25 @@ private:
 
 } // namespace
 
+std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::string& why) {
+  if (!o.jit || !o.graphs)
+    return nullptr;
+  try {
+    return std::make_unique<jit::Jit>();
+  } catch (const std::exception& e) {
+    why = e.what(); // no host target: plans run on reference kernels
+    return nullptr;
+  }
+}
+
 struct Engine::Impl {
   std::shared_ptr<const ir::Module> m;
   interp::DimBindings dims;
   EngineOptions opt;
   interp::Interpreter generic;
+  std::unique_ptr<jit::Jit> jit;
+  std::unique_ptr<jit::KernelCache> kernels;
+  std::string jit_disabled;
   PlanExecutor exec;
   Trace trace;
 
@@ -201,8 +216,10 @@ struct Engine::Impl {
   bool running = false;
 
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o)
-      : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), generic(m, dims), exec(m, dims),
-        trace(!opt.trace_file.empty()) {
+      : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), generic(m, dims),
+        jit(make_jit(opt, jit_disabled)),
+        kernels(jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries) : nullptr),
+        exec(m, dims, ExecOptions{opt.graphs, kernels.get()}), trace(!opt.trace_file.empty()) {
     if (opt.mode == Mode::Auto)
       arena = std::make_unique<tbb::task_arena>(1, 0, tbb::task_arena::priority::low);
   }
@@ -412,12 +429,18 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
     with_inputs.inputs = std::move(payloads);
+    int64_t launches = I.exec.stats().jit_launches;
     g = I.exec.value_and_grad(e->plan, with_inputs, *e->templates, params, &e->layout);
     auto t1 = Clock::now();
-    I.trace.add("step " + entry + " (plan)", "execute", t0, t1);
+    bool on_jit = I.exec.stats().jit_launches > launches;
+    I.trace.add("step " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute", t0, t1);
     std::lock_guard<std::mutex> s(I.stats_mutex);
     I.stats.specialized_batches++;
     I.stats.specialized_seconds += secs(t0, t1);
+    if (on_jit) {
+      I.stats.jit_batches++;
+      I.stats.jit_seconds += secs(t0, t1);
+    }
     I.last_explain[entry].clear();
   } else {
     if (I.opt.mode != Mode::Generic)
@@ -500,8 +523,18 @@ std::string Engine::explain(const std::string& entry) const {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> s(impl_->stats_mutex);
-  return impl_->stats;
+  EngineStats st;
+  {
+    std::lock_guard<std::mutex> s(impl_->stats_mutex);
+    st = impl_->stats;
+  }
+  if (impl_->kernels) {
+    auto ks = impl_->kernels->stats();
+    st.kernels_compiled = static_cast<int64_t>(ks.compiles);
+    st.compile_ms = ks.compile_ms;
+  }
+  st.jit_disabled = impl_->jit_disabled;
+  return st;
 }
 
 void Engine::write_trace() const {

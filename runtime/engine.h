@@ -31,6 +31,13 @@ struct EngineOptions {
   size_t plan_cache_bytes = 512u << 20;
   int lookahead = 8;      ///< batches the pipeline may plan ahead
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
+  /// Plans run their templates' graphs (fused kernels); false: the batching interpreter.
+  bool graphs = true;
+  /// Compile the graphs' elementwise runs with LLVM (one Jit and kernel cache per engine);
+  /// false: reference kernels only. Off by default: the JIT tier is right on the examples but
+  /// still gets some random programs' gradients wrong (tests/specializer).
+  bool jit = false;
+  size_t kernel_cache_entries = 256;
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
   /// internal error, to check that such batches run generic with the reason counted.
   std::string inject_failure;
@@ -43,6 +50,11 @@ struct EngineStats {
   double background_plan_seconds = 0; ///< PE + planning done by the pipeline
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks; ///< why batches ran generic, by reason
+  int64_t jit_batches = 0;                  ///< planned batches that ran JIT kernels
+  double jit_seconds = 0;                   ///< their time (part of specialized_seconds)
+  int64_t kernels_compiled = 0;
+  double compile_ms = 0;
+  std::string jit_disabled; ///< why the engine has no JIT (empty: it has one, or jit off)
 };
 
 class Engine {

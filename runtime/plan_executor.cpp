@@ -7,13 +7,17 @@
 // group runs row by row.
 #include "plan_executor.h"
 
+#include "graph_runner.h"
+
 #include "interp/evaluator.h"
 #include "interp/recorded_op.h"
 #include "kernels/kernels.h"
 #include "ops/emitter.h"
+#include "specializer/template_graph.h"
 #include "util/check.h"
 
 #include <cstring>
+#include <unordered_map>
 
 namespace pejit::runtime {
 
@@ -370,10 +374,42 @@ ExecLayout make_layout(const spec::Plan& plan) {
 struct PlanExecutor::Impl {
   std::shared_ptr<const ir::Module> m;
   interp::DimBindings dims;
+  ExecOptions opt;
   Tensor arena; ///< f32 [elements]; i32 blocks are viewed as i32
+
+  // Template graphs by Template::key(), for the module generation they were made at; null:
+  // the template runs through the batching interpreter (the reason is in PlanStats).
+  std::unordered_map<std::string, std::shared_ptr<const GraphRunner>> runners;
+  uint64_t runners_generation = ~0ull;
+
+  const GraphRunner* runner(const spec::Template& t, PlanStats& stats) {
+    if (!opt.graphs)
+      return nullptr;
+    if (runners_generation != m->generation()) {
+      runners.clear();
+      runners_generation = m->generation();
+    }
+    std::string key = t.key();
+    auto it = runners.find(key);
+    if (it != runners.end())
+      return it->second.get();
+    std::shared_ptr<const GraphRunner> r;
+    try {
+      auto gr = std::make_shared<GraphRunner>(spec::compile_template(*m, dims, t), opt.kernels);
+      if (gr->supported())
+        r = std::move(gr);
+      else
+        stats.graph_fallbacks.push_back(t.name + ": " + gr->why());
+    } catch (const std::exception& e) {
+      stats.graph_fallbacks.push_back(t.name + ": " + e.what());
+    }
+    return runners.emplace(std::move(key), std::move(r)).first->second.get();
+  }
 
   // Per group, kept across runs (their tapes keep their buffers).
   struct GroupState {
+    const GraphRunner* graph = nullptr; ///< ran on its template graph
+    GraphRunner::State gst;
     bool per_row = false;
     std::unique_ptr<interp::Tape> tape;
     std::vector<int32_t> result_ids;           ///< batched: per result
@@ -476,7 +512,9 @@ struct PlanExecutor::Impl {
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
+    bool shared_args = false;
     for (size_t a = 0; a < g.args.size(); ++a) {
+      shared_args = shared_args || g.args[a].shared;
       if (g.args[a].shared)
         continue;
       gather(G.args[a], r, params);
@@ -510,6 +548,21 @@ struct PlanExecutor::Impl {
         gs.tape = std::make_unique<interp::Tape>();
       gs.tape->reset(ls);
     };
+    gs.graph = shared_args ? nullptr : runner(t, stats);
+    if (gs.graph != nullptr) {
+      std::vector<Tensor> results;
+      for (size_t k = 0; k < g.results.size(); ++k)
+        results.push_back(block(G.results[k].off, g.results[k], rows));
+      GraphRunStats rs;
+      gs.graph->forward(rows, xs, params, results, gs.gst, rs);
+      stats.jit_launches += rs.jit_launches;
+      stats.ref_nodes += rs.ref_nodes;
+      stats.groups_on_graphs++;
+      stats.groups_batched++;
+      if (!train)
+        gs.gst.vals.clear();
+      return;
+    }
     reset_tape();
     interp::Tape* tape = train ? gs.tape.get() : nullptr;
 
@@ -599,10 +652,12 @@ struct PlanExecutor::Impl {
   }
 };
 
-PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindings dims)
+PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+                           ExecOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->m = std::move(m);
   impl_->dims = std::move(dims);
+  impl_->opt = options;
   ops::register_kernels();
   ops::register_gradients();
 }
@@ -720,6 +775,20 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
     if (!any) {
       for (size_t a = 0; a < G.args.size(); ++a)
         zero_arg_grads(a);
+      continue;
+    }
+    if (gs.graph != nullptr) {
+      std::vector<Tensor> seeds(G.results.size()), arg_grads(G.args.size());
+      for (size_t k = 0; k < G.results.size(); ++k)
+        if (G.results[k].seed_off >= 0)
+          seeds[k] = I.block(G.results[k].seed_off, g.results[k], G.rows);
+      for (size_t a = 0; a < G.args.size(); ++a)
+        if (G.args[a].grad_off >= 0)
+          arg_grads[a] = I.block(G.args[a].grad_off, g.args[a].sig, G.rows);
+      GraphRunStats rs;
+      gs.graph->backward(seeds, params, arg_grads, out.grads, gs.gst, rs);
+      stats_.jit_launches += rs.jit_launches;
+      stats_.ref_nodes += rs.ref_nodes;
       continue;
     }
     std::vector<std::pair<int32_t, Tensor>> seeds;

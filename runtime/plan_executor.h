@@ -12,11 +12,14 @@
 //   blocks of the rows that consumed it (the "child reads its gradient from its parent" of
 //   DESIGN.md §5: a gather-sum in a fixed order, no scatter-add, deterministic); a term of an
 //   n-ary sum reads the sum's seed directly. The entry's scalar output is seeded with 1.
-// - Kernels: a group's template runs on all its rows at once through the shared evaluator with
-//   a batching backend (every op has a batching rule; a group whose template has an op without
-//   one runs row by row), on the registry's reference kernels; its tape's reverse sweep gives
-//   the argument gradients (written to their blocks) and the parameter gradients, summed over
-//   all rows of the group in one step (one weight-gradient GEMM per weight per group; the
+// - Kernels: a group's template runs on all its rows at once, by default on its template graph
+//   (GraphRunner: the forward and backward fused kernels made once per template, their
+//   elementwise runs on JIT code when a kernel cache is given, the rest on reference
+//   kernels). A template whose graph has a node without a batched rule runs through the
+//   shared evaluator with a batching backend and a tape instead (and a group whose template
+//   has an op without a batching rule there runs row by row). Either way the argument
+//   gradients are written to their blocks and the parameter gradients are summed over all
+//   rows of the group in one step (one weight-gradient GEMM per weight per group; the
 //   embedding's stays row-sparse).
 // - Memory: the arena grows to the largest plan run and is then reused; results and gathered
 //   arguments are arena views. The reference kernels still allocate their intermediate tensors
@@ -30,12 +33,30 @@
 #include <string>
 #include <vector>
 
+namespace pejit::jit {
+class KernelCache;
+}
+
 namespace pejit::runtime {
 
 struct PlanStats {
   int64_t groups_batched = 0;    ///< groups run as one batched call
   int64_t groups_row_by_row = 0; ///< groups whose template has an op without a batching rule
   std::vector<std::string> row_by_row_reasons; ///< "template: why", one per such group
+  int64_t groups_on_graphs = 0;                ///< groups run on their template graph's kernels
+  int64_t jit_launches = 0;                    ///< compiled elementwise runs launched
+  int64_t ref_nodes = 0;                       ///< template-graph nodes run on reference kernels
+  /// Templates that run through the batching interpreter instead of their graph, and why.
+  std::vector<std::string> graph_fallbacks;
+};
+
+/// How a plan's template groups are run.
+struct ExecOptions {
+  /// Run each template's graph (traced, differentiated, optimized and fused once per
+  /// template); false: every group through the batching interpreter and its tape.
+  bool graphs = true;
+  /// With `graphs`: compile the kernels' elementwise runs here (null: reference kernels only).
+  jit::KernelCache* kernels = nullptr;
 };
 
 /// Where one row lives when a run starts: in the arena (kind Inst: `off` is an arena offset),
@@ -81,7 +102,8 @@ ExecLayout make_layout(const spec::Plan& plan);
 
 class PlanExecutor {
 public:
-  PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindings dims);
+  PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+               ExecOptions options = {});
   ~PlanExecutor();
 
   /// The entry's outputs (Residual::outputs order). `layout` is the plan's (made here when

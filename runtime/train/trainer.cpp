@@ -204,7 +204,10 @@ std::string EpochStats::json() const {
   j["generic_batches"] = generic_batches;
   j["specialized_seconds"] = specialized_seconds;
   j["generic_seconds"] = generic_seconds;
-  j["jit_seconds"] = 0.0; // no JIT kernels yet (issue 6): planned batches run reference kernels
+  j["jit_batches"] = jit_batches;
+  j["jit_seconds"] = jit_seconds;
+  j["kernels_compiled"] = kernels_compiled;
+  j["compile_ms"] = compile_ms;
   j["plan_ms"] = plan_ms;
   j["background_plan_ms"] = background_plan_ms;
   j["plan_cache"] = {{"hits", plan_hits},
@@ -274,6 +277,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   eo.mode = parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
   eo.trace_file = opt.trace;
+  eo.jit = opt.jit;
   Engine engine(m, dims, eo);
 
   optim::OptimizerOptions oo;
@@ -366,6 +370,10 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     st.generic_batches = after.generic_batches - before.generic_batches;
     st.specialized_seconds = after.specialized_seconds - before.specialized_seconds;
     st.generic_seconds = after.generic_seconds - before.generic_seconds;
+    st.jit_batches = after.jit_batches - before.jit_batches;
+    st.jit_seconds = after.jit_seconds - before.jit_seconds;
+    st.kernels_compiled = after.kernels_compiled - before.kernels_compiled;
+    st.compile_ms = after.compile_ms - before.compile_ms;
     st.plan_ms = 1e3 * (after.plan_seconds - before.plan_seconds);
     st.background_plan_ms = 1e3 * (after.background_plan_seconds - before.background_plan_seconds);
     st.plan_hits = after.plan_hits - before.plan_hits;
@@ -389,18 +397,18 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     if (opt.json)
       out << st.json() << "\n" << std::flush;
     char buf[400];
-    std::snprintf(buf, sizeof buf,
-                  "epoch %d: loss/node %.4f  train root %s node %s  dev root %s node %s  "
-                  "%.1f trees/s  %.2fs  (generic %lld batches %.2fs, specialized %lld %.2fs: %s "
-                  "of time specialized)\n",
-                  ep + 1, st.loss_per_node, fmt_pct(st.root_acc).c_str(),
-                  fmt_pct(st.node_acc).c_str(), fmt_pct(st.dev_root_acc).c_str(),
-                  fmt_pct(st.dev_node_acc).c_str(), st.trees_per_s, st.seconds,
-                  static_cast<long long>(st.generic_batches), st.generic_seconds,
-                  static_cast<long long>(st.specialized_batches), st.specialized_seconds,
-                  fmt_pct(st.specialized_seconds /
-                          std::max(st.specialized_seconds + st.generic_seconds, 1e-9))
-                      .c_str());
+    std::snprintf(
+        buf, sizeof buf,
+        "epoch %d: loss/node %.4f  train root %s node %s  dev root %s node %s  "
+        "%.1f trees/s  %.2fs  (generic %lld batches %.2fs, specialized %lld %.2fs, "
+        "of it on JIT kernels %.2fs: %s of time specialized)\n",
+        ep + 1, st.loss_per_node, fmt_pct(st.root_acc).c_str(), fmt_pct(st.node_acc).c_str(),
+        fmt_pct(st.dev_root_acc).c_str(), fmt_pct(st.dev_node_acc).c_str(), st.trees_per_s,
+        st.seconds, static_cast<long long>(st.generic_batches), st.generic_seconds,
+        static_cast<long long>(st.specialized_batches), st.specialized_seconds, st.jit_seconds,
+        fmt_pct(st.specialized_seconds /
+                std::max(st.specialized_seconds + st.generic_seconds, 1e-9))
+            .c_str());
     (opt.json ? err : out) << buf << std::flush;
     all.push_back(st);
   }

@@ -31,6 +31,7 @@ struct TrainOptions {
   bool json = false;
   std::string mode = "auto";
   int lookahead = 8;      ///< batches planned ahead by the background pipeline (auto mode)
+  bool jit = false;       ///< planned batches on JIT kernels (experimental; see EngineOptions)
   std::string trace;      ///< write a Chrome trace here
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
@@ -46,6 +47,10 @@ struct EpochStats {
   double trees_per_s = 0, seconds = 0;
   int64_t batches = 0, specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0;
+  int64_t jit_batches = 0;
+  double jit_seconds = 0; ///< the part of specialized_seconds that ran JIT kernels
+  int64_t kernels_compiled = 0;
+  double compile_ms = 0;
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks;

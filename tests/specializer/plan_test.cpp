@@ -3,6 +3,7 @@
 // shape; and the structure of the batching schedule.
 #include "data/synthetic.h"
 #include "interp/interpreter.h"
+#include "jit/kernel_cache.h"
 #include "plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -40,7 +41,26 @@ interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>
   return interp::Value::list(std::move(xs));
 }
 
-// Generic path vs plan: loss and every gradient.
+// The executor configurations every differential check runs: the batching interpreter, the
+// template graphs on reference kernels, and the template graphs with JIT-compiled elementwise
+// runs (one Jit and kernel cache for the whole test program).
+enum class Exec { Interpreter, Graphs, GraphsJit };
+const char* exec_name(Exec e) {
+  return e == Exec::Interpreter ? "interpreter" : e == Exec::Graphs ? "graphs" : "graphs+jit";
+}
+jit::KernelCache& shared_kernels() {
+  static jit::Jit jit;
+  static jit::KernelCache cache(jit, 512);
+  return cache;
+}
+runtime::ExecOptions exec_options(Exec e) {
+  runtime::ExecOptions o;
+  o.graphs = e != Exec::Interpreter;
+  o.kernels = e == Exec::GraphsJit ? &shared_kernels() : nullptr;
+  return o;
+}
+
+// Generic path vs plan: loss and every gradient, on every executor configuration.
 void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nullptr,
                 spec::TemplateTable* out_tt = nullptr) {
   spec::TemplateTable local;
@@ -48,33 +68,50 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
   auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
   REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
   spec::Plan plan = spec::make_plan(pe.residual, tt);
-  runtime::PlanExecutor ex(md.m, md.dims);
-  auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
   interp::Interpreter in(md.m, md.dims);
   auto ref = in.value_and_grad("loss", {batch}, md.params);
-  CHECK(std::fabs(got.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
-  auto fwd = ex.run(plan, pe.residual, tt, md.params);
-  REQUIRE(fwd.size() == 1);
-  CHECK(std::fabs(fwd[0].item_f32() - ref.loss) <= 1e-5 * std::fabs(ref.loss));
-  for (size_t p = 0; p < md.params.values.size(); ++p) {
-    CAPTURE(md.params.names[p]);
-    const Shape& s = md.params.values[p].shape();
-    CHECK(got.grads[p].empty() == ref.grads[p].empty());
-    Tensor a = got.grads[p].to_dense(s), b = ref.grads[p].to_dense(s);
-    double max_ref = 0, max_diff = 0;
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.f32()[i])));
-      max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[i] - b.f32()[i])));
+  for (Exec mode : {Exec::Interpreter, Exec::Graphs, Exec::GraphsJit}) {
+    CAPTURE(exec_name(mode));
+    runtime::PlanExecutor ex(md.m, md.dims, exec_options(mode));
+    auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
+    CHECK(std::fabs(got.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+    auto fwd = ex.run(plan, pe.residual, tt, md.params);
+    REQUIRE(fwd.size() == 1);
+    CHECK(std::fabs(fwd[0].item_f32() - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+    for (size_t p = 0; p < md.params.values.size(); ++p) {
+      CAPTURE(md.params.names[p]);
+      const Shape& s = md.params.values[p].shape();
+      CHECK(got.grads[p].empty() == ref.grads[p].empty());
+      Tensor a = got.grads[p].to_dense(s), b = ref.grads[p].to_dense(s);
+      double max_ref = 0, max_diff = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.f32()[i])));
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[i] - b.f32()[i])));
+      }
+      CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
     }
-    CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
+    // The embedding's gradient stays row-sparse on the specialized path too.
+    int e = md.params.index("emb");
+    if (e >= 0 && !got.grads[static_cast<size_t>(e)].empty())
+      CHECK_FALSE(got.grads[static_cast<size_t>(e)].dense.defined());
+    const auto& st = ex.stats();
+    CHECK(st.groups_row_by_row == 0);
+    for (const auto& why : st.row_by_row_reasons)
+      MESSAGE("row by row: " << why);
+    // The examples' templates all have batched graph rules: every template group ran on its
+    // graph, and with the JIT some of it on compiled code.
+    CHECK(st.graph_fallbacks.empty());
+    for (const auto& why : st.graph_fallbacks)
+      MESSAGE("graph fallback: " << why);
+    if (mode != Exec::Interpreter)
+      CHECK(st.groups_on_graphs > 0);
+    else
+      CHECK(st.groups_on_graphs == 0);
+    if (mode == Exec::GraphsJit && md.params.index("U") >= 0)
+      CHECK(st.jit_launches > 0);
+    if (mode != Exec::GraphsJit)
+      CHECK(st.jit_launches == 0);
   }
-  // The embedding's gradient stays row-sparse on the specialized path too.
-  int e = md.params.index("emb");
-  if (e >= 0 && !got.grads[static_cast<size_t>(e)].empty())
-    CHECK_FALSE(got.grads[static_cast<size_t>(e)].dense.defined());
-  CHECK(ex.stats().groups_row_by_row == 0);
-  for (const auto& why : ex.stats().row_by_row_reasons)
-    MESSAGE("row by row: " << why);
   if (out_plan)
     *out_plan = plan;
 }

@@ -1,0 +1,91 @@
+// GraphRunner: runs a template's graph (spec::TemplateGraph: traced, differentiated, optimized,
+// partitioned into fused kernels) on all rows of a plan group at once: the forward kernels,
+// and for training the backward kernels, in their order.
+//
+// Design note.
+// - Row classes, decided once per graph: a node is Shared (no row dimension: parameters,
+//   constants and what depends only on them), Rows ([rows, ...]: arguments, seeds and what
+//   depends on them) or Summed (a parameter-shaped gradient already summed over the rows: the
+//   weight gradient of `x @ W` is one GEMM over all rows, a bias gradient one reduction).
+//   Each op has a rule saying which classes it takes and how its operands line up (a per-row
+//   value of lower rank is expanded after the row axis; axis attributes shift by one). A graph
+//   with a node no rule covers is not supported: the executor runs that template through the
+//   batching interpreter instead (supported() and why()).
+// - Kernels: a fused kernel's maximal runs of f32 elementwise nodes over rows of one width
+//   (the gate epilogue of a TreeLSTM cell, its backward chain) are compiled by the JIT when a
+//   kernel cache is given, as one pass over the rows; every other node (GEMMs through the
+//   library, layout ops, reductions, losses) runs its reference kernel on all rows.
+// - The embedding gradient stays row-sparse: a parameter gradient that is a TakeGrad of
+//   per-row ids is returned as the rows and their ids, never densified.
+// Not handled (falls back): arguments shared by all rows of a group, matmuls whose per-row
+// operand is a matrix, take from a per-row table, gathers/scatters inside a template.
+#pragma once
+
+#include "interp/tape.h"
+#include "specializer/template_graph.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pejit::jit {
+class KernelCache;
+}
+
+namespace pejit::runtime {
+
+enum class RowClass : uint8_t { Shared, Rows, Summed };
+
+struct GraphRunStats {
+  int64_t jit_launches = 0; ///< compiled elementwise runs launched
+  int64_t ref_nodes = 0;    ///< nodes run on reference kernels
+};
+
+class GraphRunner {
+public:
+  /// Node values of one group's forward, kept for its backward.
+  struct State {
+    std::vector<Tensor> vals;
+    int64_t rows = 0;
+  };
+
+  /// Classifies the nodes; with a cache, compiles the elementwise runs (synchronously; a
+  /// compile failure throws pejit::Error and the caller falls back).
+  GraphRunner(spec::TemplateGraph tg, jit::KernelCache* cache);
+  ~GraphRunner();
+
+  bool supported() const { return why_.empty(); }
+  const std::string& why() const { return why_; }
+  const spec::TemplateGraph& graph() const { return tg_; }
+  size_t compiled_runs() const; ///< elementwise runs on JIT kernels
+
+  /// Forward on `rows` rows: args[i] is argument i as [rows, ...]; result k is copied into
+  /// results[k] ([rows, ...], e.g. an arena block).
+  void forward(int64_t rows, std::span<const Tensor> args, const interp::Params& params,
+               std::span<Tensor> results, State& st, GraphRunStats& stats) const;
+
+  /// Backward after forward: seeds[k] is result k's incoming gradient [rows, ...] (undefined:
+  /// zero). Writes argument a's gradient into arg_grads[a] where defined; adds every
+  /// parameter's gradient (summed over the rows) to param_grads[module parameter index].
+  void backward(std::span<const Tensor> seeds, const interp::Params& params,
+                std::span<Tensor> arg_grads, std::vector<interp::ParamGrad>& param_grads, State& st,
+                GraphRunStats& stats) const;
+
+private:
+  struct Run;
+  Tensor eval(graph::NodeId id, State& st) const;
+  void run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
+                  GraphRunStats& stats) const;
+  void classify();
+  void plan_runs(jit::KernelCache* cache);
+
+  spec::TemplateGraph tg_;
+  std::vector<RowClass> cls_;
+  std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings
+  std::string why_;
+  std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
+};
+
+} // namespace pejit::runtime
