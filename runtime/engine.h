@@ -34,9 +34,8 @@ struct EngineOptions {
   /// Plans run their templates' graphs (fused kernels); false: the batching interpreter.
   bool graphs = true;
   /// Compile the graphs' elementwise runs with LLVM (one Jit and kernel cache per engine);
-  /// false: reference kernels only. Off by default: the JIT tier is right on the examples but
-  /// still gets some random programs' gradients wrong (tests/specializer).
-  bool jit = false;
+  /// false: reference kernels only.
+  bool jit = true;
   size_t kernel_cache_entries = 256;
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
   /// internal error, to check that such batches run generic with the reason counted.

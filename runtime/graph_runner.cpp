@@ -346,11 +346,19 @@ void GraphRunner::plan_runs(jit::KernelCache* cache) {
         }
     for (size_t t = r.first; t < r.first + r.count; ++t) {
       const Node& n = g.node(k.nodes[t]);
-      jit::ElementwiseStep step{*jit_op(n), value[static_cast<size_t>(n.operands[0])], -1};
-      if (n.operands.size() > 1)
-        step.b = value[static_cast<size_t>(n.operands[1])];
-      value[static_cast<size_t>(k.nodes[t])] = static_cast<int>(in_nodes.size() + s.ops.size());
-      s.ops.push_back(step);
+      auto operand = [&](size_t i) { return value[static_cast<size_t>(n.operands[i])]; };
+      auto last = [&] { return static_cast<int>(in_nodes.size() + s.ops.size()) - 1; };
+      if (n.kind == Kind::SumN) { // x1 + ... + xn, left to right like the reference
+        int acc = operand(0);
+        for (size_t i = 1; i < n.operands.size(); ++i) {
+          s.ops.push_back({jit::ElementwiseOp::Add, acc, operand(i)});
+          acc = last();
+        }
+        value[static_cast<size_t>(k.nodes[t])] = acc;
+      } else {
+        s.ops.push_back({*jit_op(n), operand(0), n.operands.size() > 1 ? operand(1) : -1});
+        value[static_cast<size_t>(k.nodes[t])] = last();
+      }
       if (outside[static_cast<size_t>(k.nodes[t])]) {
         s.outputs.push_back(value[static_cast<size_t>(k.nodes[t])]);
         r.outputs.push_back(k.nodes[t]);

@@ -31,7 +31,7 @@ struct TrainOptions {
   bool json = false;
   std::string mode = "auto";
   int lookahead = 8;      ///< batches planned ahead by the background pipeline (auto mode)
-  bool jit = false;       ///< planned batches on JIT kernels (experimental; see EngineOptions)
+  bool jit = true;        ///< planned batches on JIT kernels (false: reference kernels only)
   std::string trace;      ///< write a Chrome trace here
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch

@@ -92,8 +92,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
   app.add_option("--lookahead", a.lookahead, "batches the background pipeline plans ahead")
       ->capture_default_str();
-  app.add_flag("--jit", a.jit,
-               "experimental: run planned batches' elementwise chains on LLVM-compiled kernels");
+  app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
   app.add_option("--trace", a.trace, "write a Chrome trace (chrome://tracing, Perfetto) here");
   app.add_flag("--explain", a.explain, "say why each batch that ran generic did");
   app.add_option("--progress", a.progress,

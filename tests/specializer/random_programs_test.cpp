@@ -4,6 +4,7 @@
 // gradient within 1e-4 * max|ref| + 1e-6), and the residual program's reference evaluator
 // agrees with the generic forward. A failing seed prints its program and its batch.
 #include "interp/interpreter.h"
+#include "jit/kernel_cache.h"
 #include "plan_executor.h"
 #include "random_programs.h"
 #include "specializer/partial_eval.h"
@@ -24,7 +25,7 @@ struct Totals {
   int programs = 0, with_grads = 0;
   size_t templates = 0, instances = 0, params = 0;
   int64_t groups_batched = 0, groups_row_by_row = 0;
-  int64_t groups_on_graphs = 0, graph_fallbacks = 0;
+  int64_t groups_on_graphs = 0, graph_fallbacks = 0, jit_launches = 0;
 };
 
 bool loss_close(double got, double ref) {
@@ -61,14 +62,16 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
                 "residual " << res[0].item_f32() << " vs generic " << ref.loss);
 
   spec::Plan plan = spec::make_plan(pe.residual, tt);
-  // Both executor configurations: the batching interpreter and the template graphs on
-  // reference kernels. (The graphs with JIT-compiled elementwise runs still get some of these
-  // programs' gradients wrong: that tier is opt-in and tested on the examples only.)
+  // Every executor configuration: the batching interpreter, the template graphs on reference
+  // kernels, and the graphs with JIT-compiled elementwise runs (one kernel cache for all).
+  static jit::Jit jit;
+  static jit::KernelCache kernels(jit, 1024);
   bool any_grad = false;
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = 0; mode < 3; ++mode) {
     CAPTURE(mode);
     runtime::ExecOptions eo;
     eo.graphs = mode > 0;
+    eo.kernels = mode == 2 ? &kernels : nullptr;
     runtime::PlanExecutor ex(m, dims, eo);
     auto got = ex.value_and_grad(plan, pe.residual, tt, params);
     CHECK_MESSAGE(loss_close(got.loss, ref.loss),
@@ -99,6 +102,8 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
     } else {
       totals.groups_on_graphs += ex.stats().groups_on_graphs;
       totals.graph_fallbacks += static_cast<int64_t>(ex.stats().graph_fallbacks.size());
+      if (mode == 2)
+        totals.jit_launches += ex.stats().jit_launches;
     }
   }
   totals.programs++;
@@ -125,15 +130,18 @@ void run_seeds(uint64_t first, uint64_t count, testgen::Options opt = {}) {
   }
   // The programs are not degenerate: nearly all have non-zero gradients.
   CHECK(totals.with_grads >= totals.programs * 9 / 10);
-  // Template groups run on their graphs (the rest through the interpreter, counted).
+  // Template groups run on their graphs (the rest through the interpreter, counted), and the
+  // JIT ran some of their code.
   CHECK(totals.groups_on_graphs > 0);
+  CHECK(totals.jit_launches > 0);
   MESSAGE(totals.programs << " random programs (" << totals.with_grads
                           << " with non-zero gradients): " << totals.params << " params, "
                           << totals.templates << " templates, " << totals.instances
                           << " instances, " << totals.groups_batched << " batched groups, "
                           << totals.groups_row_by_row << " row-by-row groups; on graphs "
                           << totals.groups_on_graphs << " groups (" << totals.graph_fallbacks
-                          << " template fallbacks to the interpreter)");
+                          << " template fallbacks to the interpreter), " << totals.jit_launches
+                          << " JIT launches");
 }
 
 } // namespace
