@@ -224,7 +224,7 @@ void add_backward(TemplateGraph& tg) {
   std::vector<NodeId> terms;
   for (size_t r = 0; r < tg.fwd_outputs.size(); ++r) {
     NodeId out = tg.fwd_outputs[r];
-    const graph::ShapeType& t = tg.g.type(out);
+    const graph::ShapeType t = tg.g.type(out); // a copy: adding nodes moves the node arena
     if (t.dtype != DType::F32)
       continue;
     uint32_t slot = add_slot(tg, InputSlot{InputSlot::Role::Seed, static_cast<int>(r), t});
