@@ -7,6 +7,7 @@
 // statistics each have their own.
 #include "engine.h"
 
+#include "graph_runner.h"
 #include "jit/kernel_cache.h"
 #include "plan_executor.h"
 #include "specializer/partial_eval.h"
@@ -94,6 +95,8 @@ struct PlanEntry {
   spec::Residual residual; ///< instances, constants, outputs; inputs cleared
   spec::Plan plan;
   ExecLayout layout; ///< the executor's index maps and arena offsets
+  /// Set once a background compile of this plan's templates has been asked for.
+  mutable std::atomic<bool> compile_requested{false};
   /// A snapshot of the template table (shared by the plans made while it did not grow).
   std::shared_ptr<const spec::TemplateTable> templates;
   size_t bytes = 0;
@@ -174,6 +177,7 @@ struct Engine::Impl {
   std::unique_ptr<jit::Jit> jit;
   std::unique_ptr<jit::KernelCache> kernels;
   std::string jit_disabled;
+  std::unique_ptr<RunnerCache> runners; // template graphs, shared with the pipeline
   PlanExecutor exec;
   Trace trace;
 
@@ -219,7 +223,12 @@ struct Engine::Impl {
       : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), generic(m, dims),
         jit(make_jit(opt, jit_disabled)),
         kernels(jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries) : nullptr),
-        exec(m, dims, ExecOptions{opt.graphs, kernels.get()}), trace(!opt.trace_file.empty()) {
+        runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get()) : nullptr),
+        exec(m, dims,
+             // In auto mode the training thread never waits for LLVM: templates run on
+             // reference kernels until the pipeline has compiled them.
+             ExecOptions{opt.graphs, kernels.get(), runners.get(), opt.mode != Mode::Auto}),
+        trace(!opt.trace_file.empty()) {
     if (opt.mode == Mode::Auto)
       arena = std::make_unique<tbb::task_arena>(1, 0, tbb::task_arena::priority::low);
   }
@@ -331,6 +340,21 @@ struct Engine::Impl {
     last_explain[entry] = why;
   }
 
+  // Builds and compiles the template graphs a plan uses (pipeline threads; the training
+  // thread in specialized mode, through the executor).
+  void compile_plan(const PlanEntry& e) {
+    if (!runners || !runners->jit())
+      return;
+    auto t0 = Clock::now();
+    std::vector<bool> seen(e.templates->size(), false);
+    for (const auto& g : e.plan.groups)
+      if (g.tmpl >= 0 && !seen[static_cast<size_t>(g.tmpl)]) {
+        seen[static_cast<size_t>(g.tmpl)] = true;
+        runners->get(e.templates->at(g.tmpl), true);
+      }
+    trace.add("compile " + e.entry, "compile", t0, Clock::now());
+  }
+
   // The background pipeline: serial input, parallel PE + planning, serial publication.
   void pump() {
     tbb::parallel_pipeline(
@@ -359,10 +383,14 @@ struct Engine::Impl {
                       double s = 0;
                       auto e = make(own->first, own->second, key, why, s);
                       if (e) {
-                        publish(key, std::move(e)); // takes the stats lock itself on eviction
-                        std::lock_guard<std::mutex> st(stats_mutex);
-                        stats.plans_prefetched++;
-                        stats.background_plan_seconds += s;
+                        publish(key, e); // takes the stats lock itself on eviction
+                        {
+                          std::lock_guard<std::mutex> st(stats_mutex);
+                          stats.plans_prefetched++;
+                          stats.background_plan_seconds += s;
+                        }
+                        if (!e->compile_requested.exchange(true))
+                          compile_plan(*e); // the plan runs on reference kernels meanwhile
                       }
                     }
                   } catch (...) {
@@ -376,7 +404,10 @@ struct Engine::Impl {
 };
 
 Engine::Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt)
-    : impl_(std::make_unique<Impl>(std::move(m), std::move(dims), std::move(opt))) {}
+    : impl_(std::make_unique<Impl>(std::move(m), std::move(dims), std::move(opt))) {
+  if (impl_->opt.inject_failure == "compile" && impl_->runners)
+    impl_->runners->inject_compile_failure(true);
+}
 
 Engine::~Engine() {
   if (impl_->arena) {
@@ -442,6 +473,8 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
       I.stats.jit_seconds += secs(t0, t1);
     }
     I.last_explain[entry].clear();
+    if (I.arena && I.runners && I.runners->jit() && !e->compile_requested.exchange(true))
+      I.arena->execute([&I, e] { I.group.run([&I, e] { I.compile_plan(*e); }); });
   } else {
     if (I.opt.mode != Mode::Generic)
       I.count_fallback(entry, why);
@@ -534,6 +567,8 @@ EngineStats Engine::stats() const {
     st.compile_ms = ks.compile_ms;
   }
   st.jit_disabled = impl_->jit_disabled;
+  if (impl_->runners)
+    st.compile_failures = impl_->runners->compile_failures();
   return st;
 }
 

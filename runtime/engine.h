@@ -38,7 +38,9 @@ struct EngineOptions {
   bool jit = true;
   size_t kernel_cache_entries = 256;
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
-  /// internal error, to check that such batches run generic with the reason counted.
+  /// internal error, to check that such batches run generic with the reason counted; or
+  /// every kernel compile ("compile") fail with invalid IR, to check that plans keep running
+  /// on reference kernels with the failure recorded.
   std::string inject_failure;
 };
 
@@ -54,6 +56,8 @@ struct EngineStats {
   int64_t kernels_compiled = 0;
   double compile_ms = 0;
   std::string jit_disabled; ///< why the engine has no JIT (empty: it has one, or jit off)
+  /// "template: reason" per failed compile; those templates run on reference kernels.
+  std::vector<std::string> compile_failures;
 };
 
 class Engine {

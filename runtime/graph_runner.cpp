@@ -101,10 +101,11 @@ struct GraphRunner::Run {
   std::vector<NodeId> inputs;  ///< values read from outside the run
   std::vector<NodeId> outputs; ///< run nodes read outside it
   int64_t width = 0;
-  std::shared_ptr<const jit::CachedKernel> kernel;
+  jit::KernelSpec spec;
+  std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };
 
-GraphRunner::GraphRunner(spec::TemplateGraph tg, jit::KernelCache* cache) : tg_(std::move(tg)) {
+GraphRunner::GraphRunner(spec::TemplateGraph tg, bool jit_runs) : tg_(std::move(tg)) {
   ops::register_kernels();
   // The parts of each split: nodes with the same operand and attribute.
   const graph::Graph& g = tg_.g;
@@ -121,8 +122,41 @@ GraphRunner::GraphRunner(spec::TemplateGraph tg, jit::KernelCache* cache) : tg_(
     }
   }
   classify();
-  if (supported() && cache != nullptr)
-    plan_runs(cache);
+  if (supported() && jit_runs)
+    plan_runs();
+}
+
+GraphRunner::GraphRunner(const GraphRunner&) = default;
+
+void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure) {
+  for (auto* runs : {&fwd_runs_, &bwd_runs_})
+    for (auto& k : *runs)
+      for (auto& r : k) {
+        jit::KernelSpec s = r.spec;
+        s.inject_invalid_ir = inject_failure;
+        r.kernel = cache.get(s);
+      }
+}
+
+bool GraphRunner::compiled() const {
+  for (const auto* runs : {&fwd_runs_, &bwd_runs_})
+    for (const auto& k : *runs)
+      for (const auto& r : k)
+        if (!r.kernel)
+          return false;
+  return true;
+}
+
+std::vector<GraphRunner::KernelRun> GraphRunner::jit_runs() const {
+  std::vector<KernelRun> out;
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto& runs = pass == 0 ? fwd_runs_ : bwd_runs_;
+    for (size_t ki = 0; ki < runs.size(); ++ki)
+      for (const auto& r : runs[ki])
+        out.push_back({pass == 0, ki, r.spec, r.kernel ? r.kernel->schedule : std::string(),
+                       r.kernel ? r.kernel->schedule_source : std::string()});
+  }
+  return out;
 }
 
 GraphRunner::~GraphRunner() = default;
@@ -264,7 +298,7 @@ void GraphRunner::classify() {
   }
 }
 
-void GraphRunner::plan_runs(jit::KernelCache* cache) {
+void GraphRunner::plan_runs() {
   const graph::Graph& g = tg_.g;
   auto runnable = [&](NodeId id) {
     const Node& n = g.node(id);
@@ -377,7 +411,7 @@ void GraphRunner::plan_runs(jit::KernelCache* cache) {
           r.outputs.push_back(ks[ki].nodes[r.first + r.count - 1]);
           s.outputs.push_back(static_cast<int>(r.inputs.size() + s.ops.size() - 1));
         }
-        r.kernel = cache->get(s);
+        r.spec = std::move(s);
       }
   }
 }
@@ -538,7 +572,8 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
   size_t next = 0;
   std::vector<float*> ins, outs;
   for (size_t i = 0; i < k.nodes.size();) {
-    if (runs != nullptr && next < runs->size() && (*runs)[next].first == i) {
+    if (runs != nullptr && next < runs->size() && (*runs)[next].first == i &&
+        (*runs)[next].kernel) {
       const Run& r = (*runs)[next++];
       ins.clear();
       outs.clear();
@@ -554,6 +589,8 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       i += r.count;
       continue;
     }
+    if (runs != nullptr && next < runs->size() && (*runs)[next].first == i)
+      ++next; // not compiled (yet): its nodes run on reference kernels
     NodeId id = k.nodes[i++];
     if (st.vals[static_cast<size_t>(id)].defined())
       continue; // a split part computed with its siblings
@@ -684,6 +721,74 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
       kernels::add_inplace(dst.dense, v);
   }
   st.vals.clear();
+}
+
+RunnerCache::RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+                         jit::KernelCache* kernels)
+    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels) {}
+
+std::shared_ptr<const GraphRunner> RunnerCache::get(const spec::Template& t, bool compile,
+                                                    std::string* why) {
+  std::string key = t.key();
+  Entry e;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation_ != m_->generation()) { // definitions changed: every graph may be stale
+      map_.clear();
+      generation_ = m_->generation();
+    }
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      e = it->second;
+      found = true;
+    }
+  }
+  bool want_compile = compile && kernels_ != nullptr;
+  if (found && (!e.runner || e.compiled || e.failed || !want_compile)) {
+    if (why != nullptr)
+      *why = e.why;
+    return e.runner;
+  }
+  if (!found) {
+    try {
+      auto r =
+          std::make_shared<GraphRunner>(spec::compile_template(*m_, dims_, t), kernels_ != nullptr);
+      if (r->supported())
+        e.runner = std::move(r);
+      else
+        e.why = r->why();
+    } catch (const std::exception& ex) {
+      e.why = ex.what();
+    }
+    e.compiled = e.runner && e.runner->compiled(); // nothing to compile
+  }
+  std::string failure;
+  if (e.runner && want_compile && !e.compiled) {
+    auto c = std::make_shared<GraphRunner>(*e.runner);
+    try {
+      c->compile(*kernels_, inject_);
+      e.runner = std::move(c);
+      e.compiled = true;
+    } catch (const std::exception& ex) {
+      e.failed = true;
+      failure = t.name + ": " + ex.what();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& slot = map_[key];
+  if (!slot.compiled && !slot.failed) // another thread may have compiled it meanwhile
+    slot = e;
+  if (!failure.empty())
+    failures_.push_back(failure);
+  if (why != nullptr)
+    *why = slot.why;
+  return slot.runner;
+}
+
+std::vector<std::string> RunnerCache::compile_failures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failures_;
 }
 
 } // namespace pejit::runtime

@@ -21,13 +21,17 @@
 // operand is a matrix, take from a per-row table, gathers/scatters inside a template.
 #pragma once
 
+#include "interp/params.h"
 #include "interp/tape.h"
+#include "jit/kernel_spec.h"
 #include "specializer/template_graph.h"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace pejit::jit {
@@ -51,10 +55,26 @@ public:
     int64_t rows = 0;
   };
 
-  /// Classifies the nodes; with a cache, compiles the elementwise runs (synchronously; a
-  /// compile failure throws pejit::Error and the caller falls back).
-  GraphRunner(spec::TemplateGraph tg, jit::KernelCache* cache);
+  /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs
+  /// (compiled by compile(); until then they run on reference kernels).
+  GraphRunner(spec::TemplateGraph tg, bool jit_runs);
+  GraphRunner(const GraphRunner&);
   ~GraphRunner();
+
+  /// Compiles every elementwise run through `cache` (a miss compiles; a hit reuses). Throws
+  /// pejit::Error on a compile failure (`inject_failure`: a test's invalid IR), leaving the
+  /// runs that did compile in place.
+  void compile(jit::KernelCache& cache, bool inject_failure = false);
+  bool compiled() const; ///< every run has its kernel
+
+  /// One elementwise run: which kernel it is part of, its spec, and the schedule it got.
+  struct KernelRun {
+    bool forward = true;
+    size_t kernel = 0;
+    jit::KernelSpec spec;
+    std::string schedule, schedule_source; ///< empty until compiled
+  };
+  std::vector<KernelRun> jit_runs() const;
 
   bool supported() const { return why_.empty(); }
   const std::string& why() const { return why_; }
@@ -79,13 +99,52 @@ private:
   void run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
                   GraphRunStats& stats) const;
   void classify();
-  void plan_runs(jit::KernelCache* cache);
+  void plan_runs();
 
   spec::TemplateGraph tg_;
   std::vector<RowClass> cls_;
   std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
+};
+
+/// The template graphs of one module, by Template::key(), shared by the plan executor (the
+/// training thread) and the specialization pipeline; thread-safe. A template's entry is its
+/// runner as it is now: on reference kernels until its elementwise runs are compiled (tier 2),
+/// then on JIT kernels (tier 3). A compile failure is remembered with its reason and never
+/// retried; that template keeps running on reference kernels. Null runner: the template runs
+/// through the batching interpreter (no batched rule for some node, or tracing failed).
+class RunnerCache {
+public:
+  RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+              jit::KernelCache* kernels);
+
+  /// The runner to use for `t` now; builds its graph on a miss, and compiles it first when
+  /// `compile` (else it runs on reference kernels until prepare() or a compiling get()).
+  /// `why` (optional) receives the reason of a null runner.
+  std::shared_ptr<const GraphRunner> get(const spec::Template& t, bool compile,
+                                         std::string* why = nullptr);
+
+  /// Tests: every compile fails (invalid IR), as an LLVM error would.
+  void inject_compile_failure(bool on) { inject_ = on; }
+  /// "template: reason" for every compile that failed.
+  std::vector<std::string> compile_failures() const;
+  bool jit() const { return kernels_ != nullptr; }
+
+private:
+  struct Entry {
+    std::shared_ptr<const GraphRunner> runner;
+    std::string why;
+    bool compiled = false, failed = false;
+  };
+  std::shared_ptr<const ir::Module> m_;
+  interp::DimBindings dims_;
+  jit::KernelCache* kernels_;
+  bool inject_ = false;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> map_;
+  uint64_t generation_ = ~0ull;
+  std::vector<std::string> failures_;
 };
 
 } // namespace pejit::runtime

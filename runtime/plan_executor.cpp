@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pejit::runtime {
 
@@ -377,38 +378,24 @@ struct PlanExecutor::Impl {
   ExecOptions opt;
   Tensor arena; ///< f32 [elements]; i32 blocks are viewed as i32
 
-  // Template graphs by Template::key(), for the module generation they were made at; null:
-  // the template runs through the batching interpreter (the reason is in PlanStats).
-  std::unordered_map<std::string, std::shared_ptr<const GraphRunner>> runners;
-  uint64_t runners_generation = ~0ull;
+  // Template graphs: the engine's shared cache, or this executor's own.
+  std::unique_ptr<RunnerCache> own_runners;
+  RunnerCache* runners = nullptr;
+  std::unordered_set<std::string> reported; // templates whose fallback is in PlanStats
 
-  const GraphRunner* runner(const spec::Template& t, PlanStats& stats) {
-    if (!opt.graphs)
+  std::shared_ptr<const GraphRunner> runner(const spec::Template& t, PlanStats& stats) {
+    if (runners == nullptr)
       return nullptr;
-    if (runners_generation != m->generation()) {
-      runners.clear();
-      runners_generation = m->generation();
-    }
-    std::string key = t.key();
-    auto it = runners.find(key);
-    if (it != runners.end())
-      return it->second.get();
-    std::shared_ptr<const GraphRunner> r;
-    try {
-      auto gr = std::make_shared<GraphRunner>(spec::compile_template(*m, dims, t), opt.kernels);
-      if (gr->supported())
-        r = std::move(gr);
-      else
-        stats.graph_fallbacks.push_back(t.name + ": " + gr->why());
-    } catch (const std::exception& e) {
-      stats.graph_fallbacks.push_back(t.name + ": " + e.what());
-    }
-    return runners.emplace(std::move(key), std::move(r)).first->second.get();
+    std::string why;
+    auto r = runners->get(t, opt.compile, &why);
+    if (!r && reported.insert(t.name + ": " + why).second)
+      stats.graph_fallbacks.push_back(t.name + ": " + why);
+    return r;
   }
 
   // Per group, kept across runs (their tapes keep their buffers).
   struct GroupState {
-    const GraphRunner* graph = nullptr; ///< ran on its template graph
+    std::shared_ptr<const GraphRunner> graph; ///< ran on its template graph
     GraphRunner::State gst;
     bool per_row = false;
     std::unique_ptr<interp::Tape> tape;
@@ -658,6 +645,13 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
   impl_->m = std::move(m);
   impl_->dims = std::move(dims);
   impl_->opt = options;
+  if (options.graphs) {
+    impl_->runners = options.runners;
+    if (impl_->runners == nullptr) {
+      impl_->own_runners = std::make_unique<RunnerCache>(impl_->m, impl_->dims, options.kernels);
+      impl_->runners = impl_->own_runners.get();
+    }
+  }
   ops::register_kernels();
   ops::register_gradients();
 }

@@ -39,6 +39,8 @@ class KernelCache;
 
 namespace pejit::runtime {
 
+class RunnerCache;
+
 struct PlanStats {
   int64_t groups_batched = 0;    ///< groups run as one batched call
   int64_t groups_row_by_row = 0; ///< groups whose template has an op without a batching rule
@@ -57,6 +59,12 @@ struct ExecOptions {
   bool graphs = true;
   /// With `graphs`: compile the kernels' elementwise runs here (null: reference kernels only).
   jit::KernelCache* kernels = nullptr;
+  /// With `graphs`: a template-graph cache shared with others (the engine's pipeline); null:
+  /// the executor keeps its own (over `kernels`).
+  RunnerCache* runners = nullptr;
+  /// Compile a template's runs before its first use (waiting for LLVM); false: run on
+  /// reference kernels until someone else (the pipeline) has compiled them.
+  bool compile = true;
 };
 
 /// Where one row lives when a run starts: in the arena (kind Inst: `off` is an arena offset),

@@ -68,7 +68,7 @@ libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, int64_t lda, in
 
 // Per-thread scratch, grown on demand and kept (no allocation in steady state).
 float* scratch(int slot, size_t n) {
-  thread_local std::vector<float> bufs[3];
+  thread_local std::vector<float> bufs[4];
   if (bufs[slot].size() < n)
     bufs[slot].resize(n);
   return bufs[slot].data();
@@ -170,6 +170,19 @@ constexpr int64_t kPanel = 64;
 
 void gemm_core(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, bool beta0, float* c, int64_t ldc) {
+  if (tb && m > 8) {
+    // A·B^T (the input gradient dX = dY·W^T) without a libxsmm kernel for it: transpose B once
+    // here, not once per panel.
+    int flags = LIBXSMM_GEMM_FLAG_TRANS_A | (ta ? LIBXSMM_GEMM_FLAG_TRANS_B : 0) |
+                (beta0 ? LIBXSMM_GEMM_FLAG_BETA_0 : 0);
+    if (xsmm_kernel(n, std::min(m, kPanel), k, ldb, lda, ldc, flags) == nullptr) {
+      float* bt = scratch(3, static_cast<size_t>(k * n));
+      transpose_into(b, n, k, ldb, bt, n);
+      b = bt;
+      ldb = n;
+      tb = false;
+    }
+  }
   if (m > kPanel) {
     for (int64_t i = 0; i < m; i += kPanel) {
       int64_t mi = std::min(kPanel, m - i);

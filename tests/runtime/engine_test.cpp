@@ -100,6 +100,49 @@ TEST_SUITE("engine") {
     }
   }
 
+  TEST_CASE("tiers: specialized runs every batch on JIT kernels; auto compiles in the background") {
+    Setup s(4);
+    runtime::EngineStats ss, sa, sn;
+    auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 8);
+    auto p = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 8, &ss);
+    check_close(p, g);
+    CHECK(ss.jit_batches == 8); // compiled before the first batch ran, waiting for it
+    CHECK(ss.kernels_compiled > 0);
+    CHECK(ss.jit_seconds <= ss.specialized_seconds);
+    // Auto: the training thread never compiles; the pipeline compiles the templates of the
+    // plans it makes, and batches after that run on JIT kernels.
+    auto a = train(s, runtime::Mode::Auto, optim::Kind::Sgd, 8, &sa);
+    check_close(a, g);
+    CHECK(sa.specialized_batches == 8);
+    CHECK(sa.kernels_compiled > 0);
+    CHECK(sa.compile_failures.empty());
+    // --no-jit: planned batches on reference kernels only.
+    runtime::EngineOptions off;
+    off.jit = false;
+    auto n = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 8, &sn, off);
+    check_close(n, g);
+    CHECK(sn.jit_batches == 0);
+    CHECK(sn.kernels_compiled == 0);
+  }
+
+  TEST_CASE("an LLVM failure leaves its templates on reference kernels, recorded, training on") {
+    Setup s(3);
+    runtime::EngineOptions eo;
+    eo.inject_failure = "compile";
+    runtime::EngineStats st;
+    auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 6);
+    auto p = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 6, &st, eo);
+    check_close(p, g);
+    CHECK(st.specialized_batches == 6);
+    CHECK(st.jit_batches == 0);
+    REQUIRE_FALSE(st.compile_failures.empty());
+    const std::string& f = st.compile_failures[0];
+    bool named = f.find("cell") != std::string::npos || f.find("leaf") != std::string::npos;
+    CHECK_MESSAGE(named, f);
+    // Remembered: each template failed once, not once per batch.
+    CHECK(st.compile_failures.size() <= 4);
+  }
+
   TEST_CASE("the pipeline publishes prefetched plans; the cache reuses them") {
     Setup s(3);
     runtime::EngineOptions eo;
