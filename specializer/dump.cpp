@@ -64,8 +64,9 @@ std::string dump_instances(const Residual& r, const TemplateTable& t, const ir::
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const Instance& inst = r.instances[i];
     os << "%" << i << " = " << inst_name(inst, t) << "(";
-    for (size_t a = 0; a < inst.args.size(); ++a)
-      os << (a ? ", " : "") << ref_str(inst.args[a], m);
+    auto args = r.args(inst);
+    for (size_t a = 0; a < args.size(); ++a)
+      os << (a ? ", " : "") << ref_str(args[a], m);
     os << ")\n";
   }
   os << "return";
@@ -81,7 +82,7 @@ std::string dump_dot(const Residual& r, const TemplateTable& t, const ir::Module
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const Instance& inst = r.instances[i];
     os << "  n" << i << " [label=\"%" << i << " " << inst_name(inst, t) << "\"];\n";
-    for (const auto& a : inst.args) {
+    for (const auto& a : r.args(inst)) {
       if (a.kind == Ref::Kind::Inst)
         os << "  n" << a.index << " -> n" << i << ";\n";
       else if (a.kind == Ref::Kind::Param)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <optional>
 #include <unordered_map>
 
@@ -130,12 +131,14 @@ public:
   // vectors do not grow by copying.
   void reserve() {
     res_.instances.reserve(memo_.hint_instances);
+    res_.arg_pool.reserve(memo_.hint_args);
     res_.inputs.reserve(memo_.hint_inputs);
     rvals_.reserve(memo_.hint_rvals);
     parts_.reserve(memo_.hint_parts);
   }
   void update_hints() {
     memo_.hint_instances = std::max(memo_.hint_instances, res_.instances.size());
+    memo_.hint_args = std::max(memo_.hint_args, res_.arg_pool.size());
     memo_.hint_inputs = std::max(memo_.hint_inputs, res_.inputs.size());
     memo_.hint_rvals = std::max(memo_.hint_rvals, rvals_.size());
     memo_.hint_parts = std::max(memo_.hint_parts, parts_.size());
@@ -199,8 +202,7 @@ public:
     arg_refs_.clear();
     for (size_t i = 0; i < n; ++i)
       arg_refs_.push_back(materialize(args[i]));
-    Ref* refs = push_instance(e, n);
-    std::copy(arg_refs_.begin(), arg_refs_.end(), refs);
+    push_instance(e);
     const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
     int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
     if (multi) {
@@ -245,22 +247,21 @@ public:
       el = is_template_eligible(f) ? 1 : 0;
     if (!el)
       return -1;
-    key_.clear();
-    key_.push_back(1);
-    key_.push_back(fn_index);
-    size_t n_tensors = 0;
+    key_.resize(2 + f.params.size());
+    int64_t* key = key_.data();
+    key[0] = 1;
+    key[1] = fn_index;
     for (size_t i = 0; i < f.params.size(); ++i) {
       const Value& a = args[i];
       switch (f.params[i].type->kind) {
       case ir::TypeKind::Int:
-        key_.push_back(a.as_int());
+        key[2 + i] = a.as_int();
         break;
       case ir::TypeKind::Bool:
-        key_.push_back(a.as_bool() ? 1 : 0);
+        key[2 + i] = a.as_bool() ? 1 : 0;
         break;
       default:
-        key_.push_back(sig(a));
-        ++n_tensors;
+        key[2 + i] = sig(a);
       }
     }
     int32_t e = memo_.keys.find(key_);
@@ -288,8 +289,7 @@ public:
       if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool)
         arg_refs_.push_back(materialize(args[i]));
     }
-    Ref* refs = push_instance(e, n_tensors);
-    std::copy(arg_refs_.begin(), arg_refs_.end(), refs);
+    push_instance(e);
     return e;
   }
 
@@ -425,12 +425,14 @@ private:
 
   std::vector<Ref> arg_refs_; ///< scratch: an instance's arguments before it is appended
 
-  // Appends an instance of entry e with n argument slots (filled by the caller, in order).
-  Ref* push_instance(int32_t e, size_t n) {
+  // Appends an instance of entry e whose arguments are arg_refs_.
+  void push_instance(int32_t e) {
     Instance& inst = res_.instances.emplace_back();
     inst.tmpl = memo_.entries[static_cast<size_t>(e)].tmpl;
-    inst.args.resize(n);
-    return inst.args.data();
+    inst.first_arg = static_cast<uint32_t>(res_.arg_pool.size());
+    inst.num_args = static_cast<uint32_t>(arg_refs_.size());
+    for (const Ref& a : arg_refs_)
+      res_.arg_pool.push_back(a);
   }
 
   Value result(int32_t idx, const PeMemo::Entry& en, uint32_t k) {
@@ -480,18 +482,20 @@ private:
       return rvals_[id].ref;
     Instance inst;
     inst.tmpl = Instance::kSumN;
+    inst.first_arg = static_cast<uint32_t>(res_.arg_pool.size());
     stack_.clear();
     stack_.push_back(rvals_[id].sum);
     while (!stack_.empty()) {
       const SumPart& p = parts_[static_cast<size_t>(stack_.back())];
       stack_.pop_back();
       if (p.l < 0) {
-        inst.args.push_back(p.leaf);
+        res_.arg_pool.push_back(p.leaf);
       } else {
         stack_.push_back(p.r);
         stack_.push_back(p.l);
       }
     }
+    inst.num_args = static_cast<uint32_t>(res_.arg_pool.size() - inst.first_arg);
     inst.sum_sig = memo_.sigs[static_cast<size_t>(rvals_[id].sig)];
     res_.instances.push_back(std::move(inst));
     RVal& r = rvals_[id];
@@ -557,6 +561,43 @@ Value residualize_batch(PeBackend& be, const Value& v) {
   }
 }
 
+// The vectors of a batch's rebuilt structure (BatchScan), kept in the TemplateTable's memo
+// and reused from batch to batch, so that rebuilding a batch allocates nothing in steady
+// state. A rebuilt node shares the pool's ownership (shared_ptr's aliasing constructor) and
+// points to one of its vectors; partial evaluation clears the vectors it used when it ends,
+// when no Value of the batch is left (Release), which also breaks the cycle of vectors
+// holding Values that share the pool.
+struct NodePool {
+  std::deque<Values> nodes; ///< stable addresses; [0, used) belong to the current batch
+  size_t used = 0;
+
+  /// An empty vector for a node of `n` items.
+  Values& take(size_t n) {
+    if (used == nodes.size())
+      nodes.emplace_back();
+    Values& v = nodes[used++];
+    v.reserve(n);
+    return v;
+  }
+
+  /// The pool of a memo: its own, unless a Value of an earlier batch still holds that one.
+  static std::shared_ptr<NodePool> of(PeMemo& memo) {
+    if (!memo.scratch.p || memo.scratch.p.use_count() != 1)
+      memo.scratch.p = std::make_shared<NodePool>();
+    return std::static_pointer_cast<NodePool>(memo.scratch.p);
+  }
+
+  /// Clears the vectors the batch used (at scope exit, after every Value of the batch).
+  struct Release {
+    NodePool& pool;
+    ~Release() {
+      for (size_t i = 0; i < pool.used; ++i)
+        pool.nodes[i].clear();
+      pool.used = 0;
+    }
+  };
+};
+
 // One walk over the batch that does what check_value, skeleton_hash (with its value count)
 // and residualize_batch would do in three: checks the batch against the entry's parameter
 // type, hashes its static structure (exactly as hash_value does) and replaces its payload
@@ -564,8 +605,9 @@ Value residualize_batch(PeBackend& be, const Value& v) {
 // interp::check_value for the diagnostic (or, should that pass, the three walks).
 class BatchScan {
 public:
-  BatchScan(PeBackend& be, const ir::Module& m, const interp::DimBindings& dims)
-      : be_(be), m_(m), dims_(dims) {}
+  BatchScan(PeBackend& be, const ir::Module& m, const interp::DimBindings& dims,
+            std::shared_ptr<NodePool> pool)
+      : be_(be), m_(m), dims_(dims), pool_(std::move(pool)) {}
 
   uint64_t h = 0x243f6a8885a308d3ull;
   size_t count = 0;
@@ -604,21 +646,19 @@ public:
       if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size())
         return fail();
       h = mix(h, v.items().size());
-      Values xs;
-      xs.reserve(t->elems.size());
+      Values& xs = pool_->take(t->elems.size());
       for (size_t i = 0; i < t->elems.size() && ok; ++i)
         xs.push_back(scan(v.items()[i], t->elems[i]));
-      return Value::tuple(std::move(xs));
+      return node(Value::Kind::Tuple, 0, xs);
     }
     case ir::TypeKind::List: {
       if (v.kind() != Value::Kind::List)
         return fail();
       h = mix(h, v.list_size());
-      Values xs;
-      xs.reserve(v.list_size());
+      Values& xs = pool_->take(v.list_size());
       for (size_t i = 0; i < v.list_size() && ok; ++i)
         xs.push_back(scan(v.list_at(i), t->elems[0]));
-      return Value::list(std::move(xs));
+      return node(Value::Kind::List, 0, xs);
     }
     case ir::TypeKind::Adt: {
       const ir::TypeDecl* adt = info(t).adt;
@@ -630,11 +670,10 @@ public:
         return fail();
       h = mix(h, static_cast<uint64_t>(v.tag()));
       h = mix(h, v.items().size());
-      Values xs;
-      xs.reserve(c.fields.size());
+      Values& xs = pool_->take(c.fields.size());
       for (size_t i = 0; i < c.fields.size() && ok; ++i)
         xs.push_back(scan(v.items()[i], c.fields[i].type));
-      return Value::adt(v.tag(), std::move(xs));
+      return node(Value::Kind::Adt, v.tag(), xs);
     }
     case ir::TypeKind::Func:
       if (v.kind() != Value::Kind::Closure)
@@ -656,7 +695,12 @@ private:
   PeBackend& be_;
   const ir::Module& m_;
   const interp::DimBindings& dims_;
+  std::shared_ptr<NodePool> pool_;
   std::vector<TypeInfo> infos_; ///< the few type nodes a batch's type is made of
+
+  Value node(Value::Kind kind, int32_t tag, const Values& items) {
+    return Value::with_items(kind, tag, std::shared_ptr<const Values>(pool_, &items));
+  }
 
   Value fail() {
     ok = false;
@@ -733,9 +777,11 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
   }
 
   PeResult out;
+  std::shared_ptr<NodePool> pool = NodePool::of(memo);
+  NodePool::Release release{*pool}; // after every Value below
   std::optional<PeBackend> be(std::in_place, m, dims, templates, out.residual);
   be->reserve();
-  BatchScan scan(*be, m, dims);
+  BatchScan scan(*be, m, dims, pool);
   Value arg = scan.scan(batch, f->params[0].type);
   uint64_t h = scan.h;
   size_t values = scan.count;
@@ -769,6 +815,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     out.where = r.where;
     out.reason = r.reason;
     out.residual.instances.clear();
+    out.residual.arg_pool.clear();
   }
   out.residual.fuel_used = be->fuel_used();
 

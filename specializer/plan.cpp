@@ -5,14 +5,15 @@
 #include "util/check.h"
 
 #include <algorithm>
+#include <span>
 #include <sstream>
 
 namespace pejit::spec {
 
 namespace {
 
-// Group identity, as a KeyMap key: (level, template, per argument -1 when not shared, else
-// kind*2^32 + index); a SumN instance i is its own group (-2 - i in place of the arguments).
+// A shared argument's identity: kind*2^32 + index for a parameter or a constant (the same
+// tensor for every row), -1 for an argument gathered row by row.
 int64_t shared_code(const Ref& r) {
   if (r.kind == Ref::Kind::Param || r.kind == Ref::Kind::Const)
     return (static_cast<int64_t>(r.kind) << 32) + r.index;
@@ -21,107 +22,130 @@ int64_t shared_code(const Ref& r) {
 
 } // namespace
 
+// Cost (DESIGN.md §5): a few linear passes over the instances and their arguments and one
+// hash lookup per instance, keyed by (level, template) only: instances of one template at one
+// level whose shared arguments differ are told apart by walking that key's few groups. A
+// SumN instance is its own group.
 Plan make_plan(const Residual& r, const TemplateTable& templates) {
   const size_t n = r.instances.size();
+  const Instance* insts = r.instances.data();
+  const Ref* pool = r.arg_pool.data();
+  auto args_of = [&](size_t i) {
+    return std::span<const Ref>(pool + insts[i].first_arg, insts[i].num_args);
+  };
   Plan p;
   p.key = r.key;
   // Instances no output depends on are dropped (e.g. the state after a sequence's last step).
-  std::vector<char> live(n, 0);
+  enum : uint8_t { kLive = 1, kFeedsTemplate = 2 };
+  std::vector<uint8_t> flags(n, 0);
   for (const auto& o : r.outputs)
     if (o.kind == Ref::Kind::Inst)
-      live[static_cast<size_t>(o.index)] = 1;
+      flags[static_cast<size_t>(o.index)] = kLive;
   for (size_t i = n; i-- > 0;)
-    if (live[i])
-      for (const auto& a : r.instances[i].args)
+    if (flags[i] & kLive)
+      for (const auto& a : args_of(i))
         if (a.kind == Ref::Kind::Inst)
-          live[static_cast<size_t>(a.index)] = 1;
+          flags[static_cast<size_t>(a.index)] |= kLive;
   // Earliest levels (ASAP), and which instances feed a template call.
-  std::vector<int32_t> level(n, 0), latest(n, 0);
-  std::vector<char> feeds_template(n, 0);
+  std::vector<int32_t> level(n, 0), latest;
   int32_t max_level = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (!live[i])
+    if (!(flags[i] & kLive))
       continue;
-    const Instance& inst = r.instances[i];
+    bool sum = insts[i].tmpl == Instance::kSumN;
     int32_t l = 0;
-    for (const auto& a : inst.args)
+    for (const auto& a : args_of(i))
       if (a.kind == Ref::Kind::Inst) {
-        PEJIT_CHECK(static_cast<size_t>(a.index) < i) << "instances out of order";
-        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-        if (inst.tmpl != Instance::kSumN)
-          feeds_template[static_cast<size_t>(a.index)] = 1;
+        auto ai = static_cast<size_t>(a.index);
+        PEJIT_CHECK(ai < i) << "instances out of order";
+        l = std::max(l, level[ai] + 1);
+        if (!sum)
+          flags[ai] |= kFeedsTemplate;
       }
     level[i] = l;
     max_level = std::max(max_level, l);
   }
   // Latest levels (ALAP) under the same depth.
-  for (size_t i = 0; i < n; ++i)
-    latest[i] = max_level;
+  latest.assign(n, max_level);
   for (size_t i = n; i-- > 0;) {
-    if (!live[i])
+    if (!(flags[i] & kLive))
       continue;
-    for (const auto& a : r.instances[i].args)
-      if (a.kind == Ref::Kind::Inst)
-        latest[static_cast<size_t>(a.index)] =
-            std::min(latest[static_cast<size_t>(a.index)], latest[i] - 1);
+    for (const auto& a : args_of(i))
+      if (a.kind == Ref::Kind::Inst) {
+        int32_t& la = latest[static_cast<size_t>(a.index)];
+        la = std::min(la, latest[i] - 1);
+      }
   }
+
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
-  // window, the others to the start.
-  for (size_t i = 0; i < n; ++i) {
-    if (!live[i])
-      continue;
-    int32_t l = 0;
-    for (const auto& a : r.instances[i].args)
-      if (a.kind == Ref::Kind::Inst)
-        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-    level[i] = feeds_template[i] ? l : std::max(l, latest[i]);
-  }
-  max_level = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (live[i] && r.instances[i].tmpl != Instance::kSumN)
-      max_level = std::max(max_level, level[i]);
-
-  // Group instances, in (level, first appearance) order.
+  // window, the others to the start. In the same pass, instances are grouped in (level, first
+  // appearance) order.
   KeyMap ids;
-  std::vector<int64_t> k;
+  std::vector<Group> groups;
+  std::vector<int32_t> next_variant; ///< per group: the next group of its (level, template)
   p.group_of.assign(n, -1);
   p.row_of.assign(n, -1);
-  std::vector<Group> groups;
+  max_level = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (!live[i])
+    if (!(flags[i] & kLive))
       continue;
-    const Instance& inst = r.instances[i];
-    k.clear();
-    k.push_back(level[i]);
-    k.push_back(inst.tmpl);
-    if (inst.tmpl == Instance::kSumN) {
-      k.push_back(-2 - static_cast<int64_t>(i)); // each sum is its own group
-    } else {
-      for (const auto& a : inst.args)
-        k.push_back(shared_code(a));
+    const Instance& inst = insts[i];
+    auto args = args_of(i);
+    int32_t l = 0;
+    for (const auto& a : args)
+      if (a.kind == Ref::Kind::Inst)
+        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
+    level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, latest[i]);
+    const bool sum = inst.tmpl == Instance::kSumN;
+    if (!sum)
+      max_level = std::max(max_level, level[i]);
+    // This instance's group: of its (level, template), the one whose shared arguments are
+    // its shared arguments.
+    int32_t gid = -1, head = -1;
+    if (!sum) {
+      int64_t key[2] = {level[i], inst.tmpl};
+      head = ids.find(key);
+      for (int32_t g = head; g >= 0 && gid < 0; g = next_variant[static_cast<size_t>(g)]) {
+        const auto& gargs = groups[static_cast<size_t>(g)].args;
+        bool same = true;
+        for (size_t a = 0; a < args.size() && same; ++a) {
+          int64_t c = shared_code(args[a]);
+          same = gargs[a].shared ? c >= 0 && gargs[a].shared_ref == args[a] : c < 0;
+        }
+        if (same)
+          gid = g;
+      }
     }
-    auto [gid, fresh] = ids.emplace(k, static_cast<int32_t>(groups.size()));
-    if (fresh) {
-      Group g;
+    if (gid < 0) {
+      gid = static_cast<int32_t>(groups.size());
+      Group& g = groups.emplace_back();
       g.tmpl = inst.tmpl;
       g.level = level[i];
-      if (inst.tmpl == Instance::kSumN) {
+      if (sum) {
         g.results = {inst.sum_sig};
       } else {
         const Template& t = templates.at(inst.tmpl);
         g.results = t.results;
-        g.args.reserve(inst.args.size());
-        for (size_t a = 0; a < inst.args.size(); ++a) {
-          GroupArg ga;
-          ga.shared = k[2 + a] >= 0;
+        g.args.resize(args.size());
+        for (size_t a = 0; a < args.size(); ++a) {
+          GroupArg& ga = g.args[a];
+          ga.shared = shared_code(args[a]) >= 0;
           if (ga.shared)
-            ga.shared_ref = inst.args[a];
+            ga.shared_ref = args[a];
           ga.sig = t.args[a];
-          g.args.push_back(std::move(ga));
         }
       }
-      groups.push_back(std::move(g));
+      next_variant.push_back(-1);
+      if (!sum) {
+        if (head < 0) {
+          int64_t key[2] = {level[i], inst.tmpl};
+          ids.emplace(key, gid);
+        } else { // second in its chain
+          next_variant.back() = next_variant[static_cast<size_t>(head)];
+          next_variant[static_cast<size_t>(head)] = gid;
+        }
+      }
     }
     Group& g = groups[static_cast<size_t>(gid)];
     p.group_of[i] = gid;
@@ -142,6 +166,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   for (auto& g : p.group_of)
     if (g >= 0)
       g = new_id[static_cast<size_t>(g)];
+  p.groups.reserve(groups.size());
   for (int32_t g : perm)
     p.groups.push_back(std::move(groups[static_cast<size_t>(g)]));
 
@@ -159,22 +184,22 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // Row maps of arguments that are not shared.
   for (auto& g : p.groups) {
     if (g.tmpl == Instance::kSumN) {
-      const Instance& inst = r.instances[static_cast<size_t>(g.instances[0])];
-      g.args.reserve(inst.args.size());
-      for (const auto& a : inst.args) {
-        GroupArg ga;
-        ga.sig = inst.sum_sig;
-        ga.rows.push_back(row_ref(a));
-        g.args.push_back(std::move(ga));
+      const Instance& inst = insts[static_cast<size_t>(g.instances[0])];
+      auto args = args_of(static_cast<size_t>(g.instances[0]));
+      g.args.resize(args.size());
+      for (size_t a = 0; a < args.size(); ++a) {
+        g.args[a].sig = inst.sum_sig;
+        g.args[a].rows.assign(1, row_ref(args[a]));
       }
       continue;
     }
     for (size_t a = 0; a < g.args.size(); ++a) {
       if (g.args[a].shared)
         continue;
-      g.args[a].rows.reserve(g.instances.size());
-      for (int32_t i : g.instances)
-        g.args[a].rows.push_back(row_ref(r.instances[static_cast<size_t>(i)].args[a]));
+      auto& rows = g.args[a].rows;
+      rows.resize(g.instances.size());
+      for (size_t k = 0; k < rows.size(); ++k)
+        rows[k] = row_ref(args_of(static_cast<size_t>(g.instances[k]))[a]);
     }
   }
   p.outputs.reserve(r.outputs.size());

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -82,7 +83,15 @@ struct PeMemo {
   std::vector<int32_t> result_sigs;
   std::vector<std::pair<std::string, uint64_t>> cones; ///< entry -> cone version
   /// The largest residual seen: what the next batch reserves.
-  size_t hint_instances = 0, hint_inputs = 0, hint_rvals = 0, hint_parts = 0;
+  size_t hint_instances = 0, hint_args = 0, hint_inputs = 0, hint_rvals = 0, hint_parts = 0;
+  /// Memory the partial evaluator reuses from batch to batch (partial_eval.cpp: the vectors
+  /// of a batch's rebuilt structure). A copy of the memo starts without it.
+  struct Scratch {
+    std::shared_ptr<void> p;
+    Scratch() = default;
+    Scratch(const Scratch&) {}
+    Scratch& operator=(const Scratch&) { return *this; }
+  } scratch;
 
   void reset(uint64_t new_stamp) {
     *this = PeMemo{};
@@ -127,16 +136,19 @@ private:
 };
 
 /// One template call (tmpl >= 0), or an n-ary sum of same-shaped f32 tensors (tmpl == kSumN).
+/// Its arguments (a SumN's terms) are a range of the residual's flat argument pool, so that
+/// appending an instance allocates nothing (Residual::args).
 struct Instance {
   static constexpr int32_t kSumN = -1;
   int32_t tmpl = kSumN;
-  std::vector<Ref> args;
-  TensorSig sum_sig; ///< kSumN: the shape of every term and of the result
+  uint32_t first_arg = 0, num_args = 0; ///< Residual::arg_pool[first_arg, first_arg + num_args)
+  TensorSig sum_sig;                    ///< kSumN: the shape of every term and of the result
 };
 
 /// The residual program of one batch.
 struct Residual {
   std::vector<Instance> instances;
+  std::vector<Ref> arg_pool;  ///< every instance's arguments, in instance order
   std::vector<Tensor> inputs; ///< payload tensors of this batch, by input slot
   std::vector<Tensor> consts; ///< constants the program folded
   /// The entry's result, flattened: one Ref per tensor leaf, in order.
@@ -144,6 +156,11 @@ struct Residual {
   uint64_t key = 0; ///< skeleton key
   size_t fuel_used = 0;
 
+  /// The arguments of instance `inst` (a SumN's terms), in order.
+  std::span<const Ref> args(size_t inst) const { return args(instances[inst]); }
+  std::span<const Ref> args(const Instance& i) const {
+    return {arg_pool.data() + i.first_arg, i.num_args};
+  }
   size_t num_results(const TemplateTable& t, size_t inst) const;
 };
 

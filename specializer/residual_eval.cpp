@@ -32,17 +32,18 @@ std::vector<Tensor> evaluate_residual(const Residual& r, const TemplateTable& te
   const ir::Module& m = in.module();
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const Instance& inst = r.instances[i];
+    auto iargs = r.args(inst);
     if (inst.tmpl == Instance::kSumN) {
-      Tensor acc = get(inst.args[0]).clone();
-      for (size_t k = 1; k < inst.args.size(); ++k)
-        kernels::add_inplace(acc, get(inst.args[k]));
+      Tensor acc = get(iargs[0]).clone();
+      for (size_t k = 1; k < iargs.size(); ++k)
+        kernels::add_inplace(acc, get(iargs[k]));
       results[i] = {acc};
       continue;
     }
     const Template& t = templates.at(inst.tmpl);
     if (t.kind == Template::Kind::Op) {
       std::vector<Tensor> ins;
-      for (const auto& a : inst.args)
+      for (const auto& a : iargs)
         ins.push_back(get(a));
       ops::op_def(t.op).eval(ins, t.attr, results[i]);
       continue;
@@ -57,7 +58,7 @@ std::vector<Tensor> evaluate_residual(const Residual& r, const TemplateTable& te
       else if (p.type->kind == ir::TypeKind::Bool)
         args.push_back(Value::boolean(t.statics[si++] != 0));
       else
-        args.push_back(Value::tensor(get(inst.args[ti++])));
+        args.push_back(Value::tensor(get(iargs[ti++])));
     }
     Value v = in.call_function(t.fn, args, params);
     std::vector<Tensor> flat;

@@ -6,7 +6,8 @@
 // by base + slot (the checker numbered every binder); closures copy their captured values.
 // Argument vectors are recycled through a small pool (a call takes one, fills it, and gives it
 // back when the call returns), so that a call allocates nothing for its arguments: the
-// partial evaluator runs thousands of calls per batch (DESIGN.md §5).
+// partial evaluator runs thousands of calls per batch (DESIGN.md §5). For the same reason
+// `let (a, b) = f(...)` never builds the tuple f returns (eval_into).
 //
 // A Backend provides:
 //   Value param(int index);
@@ -64,18 +65,29 @@ public:
     // runs out, whatever the thread's stack size.
     stack_top_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
     size_t size = 8u << 20;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      void* addr = nullptr;
-      size_t sz = 0;
-      if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0) {
-        uintptr_t lo = reinterpret_cast<uintptr_t>(addr);
-        if (stack_top_ > lo)
-          size = stack_top_ - lo;
-      }
-      pthread_attr_destroy(&attr);
-    }
+    uintptr_t lo = thread_stack_low();
+    if (lo && stack_top_ > lo)
+      size = stack_top_ - lo;
     stack_budget_ = size > (256u << 10) ? size - (192u << 10) : size / 2;
+  }
+
+  /// The lowest address of this thread's stack (0: unknown), asked once per thread: on the
+  /// main thread pthread_getattr_np reads /proc/self/maps, which cost more than partially
+  /// evaluating a small batch.
+  static uintptr_t thread_stack_low() {
+    thread_local uintptr_t low = [] {
+      uintptr_t lo = 0;
+      pthread_attr_t attr;
+      if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void* addr = nullptr;
+        size_t sz = 0;
+        if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0)
+          lo = reinterpret_cast<uintptr_t>(addr);
+        pthread_attr_destroy(&attr);
+      }
+      return lo;
+    }();
+    return low;
   }
 
   Value call_entry(const FnDecl& f, const Values& args) { return call_fn(f, args, Span{}); }
@@ -239,12 +251,7 @@ public:
     }
     case ExprKind::Let: {
       const auto& l = e->cast<Let>();
-      if constexpr (requires { &Backend::call_flat; }) {
-        if (l.pattern.kind == Pattern::Kind::Tuple && l.value->kind == ExprKind::Call &&
-            let_call_flat(l, fr))
-          return eval(l.body, fr);
-      }
-      bind(l.pattern, eval(l.value, fr), fr);
+      eval_let_value(l, fr);
       return eval(l.body, fr);
     }
     case ExprKind::If: {
@@ -252,7 +259,7 @@ public:
       return eval(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr);
     }
     case ExprKind::Match:
-      return eval_match(e->cast<Match>(), fr);
+      return eval(select_arm(e->cast<Match>(), fr), fr);
     case ExprKind::Lambda: {
       const auto& l = e->cast<Lambda>();
       auto c = std::make_shared<Closure>();
@@ -285,10 +292,19 @@ public:
     PEJIT_CHECK(false) << "unknown expression kind";
   }
 
-  // `let (a, b) = f(...)` where f returns a flat tuple of tensors: a backend with call_flat
-  // (the partial evaluator) binds the call's results directly, without building the tuple.
-  // Returns false, having evaluated nothing, when the shapes do not fit.
-  bool let_call_flat(const Let& l, const Frame& fr) {
+  // A let's value bound to its pattern. `let (a, b) = f(...)` with f a global function
+  // returning a tuple binds the call's results without building the tuple: a backend with
+  // call_flat (the partial evaluator) gives them for a template call, and an inlined body
+  // leaves them in a pooled vector (eval_into).
+  void eval_let_value(const Let& l, const Frame& fr) {
+    if (l.pattern.kind == Pattern::Kind::Tuple && l.value->kind == ExprKind::Call &&
+        let_call_tuple(l, fr))
+      return;
+    bind(l.pattern, eval(l.value, fr), fr);
+  }
+
+  // Returns false, having evaluated nothing, when the call is not of that form.
+  bool let_call_tuple(const Let& l, const Frame& fr) {
     const Call& c = l.value->cast<Call>();
     if (c.ref.kind != VarRef::Kind::Global)
       return false;
@@ -296,25 +312,85 @@ public:
     const auto& ps = l.pattern.elems;
     if (f.ret->kind != ir::TypeKind::Tuple || f.ret->elems.size() != ps.size())
       return false;
-    for (size_t i = 0; i < ps.size(); ++i)
-      if (f.ret->elems[i]->kind != ir::TypeKind::Tensor || ps[i].kind == Pattern::Kind::Tuple)
-        return false;
     Values args = eval_args_pooled(c, fr);
     Values outs = take_args(ps.size());
-    if (backend_.call_flat(f, c.ref.index, args, c.span, outs)) {
-      for (size_t i = 0; i < ps.size(); ++i)
-        if (ps[i].kind == Pattern::Kind::Name)
-          stack_[fr.base + static_cast<size_t>(ps[i].slot)] = std::move(outs[i]);
-    } else {
-      Value r = call_fn_moving(f, args, c.span);
-      bind(l.pattern, r, fr);
+    bool asked = false, done = false;
+    if constexpr (requires { &Backend::call_flat; }) {
+      // A flat tuple of tensors bound to names: the backend's call_flat decides.
+      bool flat = true;
+      for (size_t i = 0; i < ps.size() && flat; ++i)
+        flat = f.ret->elems[i]->kind == ir::TypeKind::Tensor && ps[i].kind != Pattern::Kind::Tuple;
+      if (flat) {
+        asked = true;
+        done = backend_.call_flat(f, c.ref.index, args, c.span, outs);
+      }
+    }
+    if (!asked) {
+      if (auto v = backend_.call(f, c.ref.index, args, c.span)) {
+        bind(l.pattern, *v, fr);
+        give_args(std::move(outs));
+        give_args(std::move(args));
+        return true;
+      }
+    }
+    if (!done)
+      call_fn_into(f, args, c.span, outs);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].kind == Pattern::Kind::Name)
+        stack_[fr.base + static_cast<size_t>(ps[i].slot)] = std::move(outs[i]);
+      else if (ps[i].kind == Pattern::Kind::Tuple)
+        bind(ps[i], outs[i], fr);
     }
     give_args(std::move(outs));
     give_args(std::move(args));
     return true;
   }
 
-  Value eval_match(const Match& mt, const Frame& fr) {
+  /// As call_fn_moving for a function returning a tuple: its elements appended to `out`.
+  void call_fn_into(const FnDecl& f, Values& args, const Span& at, Values& out) {
+    DepthGuard g(*this, at.known() ? at : f.span);
+    size_t base = stack_.size();
+    stack_.resize(base + static_cast<size_t>(f.frame_size));
+    for (size_t i = 0; i < args.size(); ++i)
+      stack_[base + f.param_slots[i]] = std::move(args[i]);
+    Frame fr{base, nullptr};
+    eval_into(f.body, fr, out, f.ret->elems.size());
+    stack_.resize(base);
+  }
+
+  // Evaluates e, whose value is an n-tuple, appending its elements to `out`: a tuple
+  // expression in tail position (through let, if and match) is never built.
+  void eval_into(const Expr& e, const Frame& fr, Values& out, size_t n) {
+    switch (e->kind) {
+    case ExprKind::Tuple: {
+      const auto& t = e->cast<ir::Tuple>();
+      if (t.elems.size() != n)
+        break;
+      for (const auto& x : t.elems)
+        out.push_back(eval(x, fr));
+      return;
+    }
+    case ExprKind::Let: {
+      const auto& l = e->cast<Let>();
+      eval_let_value(l, fr);
+      return eval_into(l.body, fr, out, n);
+    }
+    case ExprKind::If: {
+      const auto& i = e->cast<If>();
+      return eval_into(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr, out, n);
+    }
+    case ExprKind::Match:
+      return eval_into(select_arm(e->cast<Match>(), fr), fr, out, n);
+    default:
+      break;
+    }
+    Value v = eval(e, fr);
+    for (const auto& x : v.items())
+      out.push_back(x);
+  }
+
+  // Evaluates the scrutinee, binds the matching arm's fields and returns its body.
+  const Expr& select_arm(const Match& mt, const Frame& fr) {
     Value s = eval(mt.scrutinee, fr);
     int tag;
     bool is_list = s.kind() == Value::Kind::List;
@@ -336,7 +412,7 @@ public:
             slot = i == 0 ? s.list_at(0) : s.list_tail();
         }
       }
-      return eval(arm.body, fr);
+      return arm.body;
     }
     fail(mt.span, "no match arm for this value");
   }

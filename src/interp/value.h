@@ -29,6 +29,7 @@ struct Closure {
 
 class Value {
 public:
+  /// Kinds from Tuple on hold a shared payload (destroy() relies on the order).
   enum class Kind : uint8_t { None, Int, Bool, Tensor, Tuple, List, Adt, Closure };
 
   Value() {}
@@ -84,6 +85,17 @@ public:
   /// ADT value: constructor `tag` (index in its type) and its fields.
   static Value adt(int32_t tag, Values fields);
   static Value closure(std::shared_ptr<const Closure> c);
+  /// A Tuple, List (tag: 0) or Adt value over elements that are shared already: the partial
+  /// evaluator rebuilds a batch's structure into vectors it reuses across batches.
+  static Value with_items(Kind kind, int32_t tag, std::shared_ptr<const Values> items) {
+    Value r;
+    if (kind != Kind::Tuple && kind != Kind::List && kind != Kind::Adt) [[unlikely]]
+      r.bad("with_items of another kind: ");
+    new (&r.items_) std::shared_ptr<const Values>(std::move(items));
+    r.kind_ = kind;
+    r.tag_ = tag;
+    return r;
+  }
 
   Kind kind() const { return kind_; }
   int64_t as_int() const {
@@ -172,15 +184,20 @@ private:
       new (&clo_) std::shared_ptr<const Closure>(std::move(o.clo_));
     o.destroy();
   }
+  // Inline for the common case (a scalar or an undefined tensor: nothing to release).
   void destroy() noexcept {
+    if (has_t_ || kind_ >= Kind::Tuple)
+      release();
+    kind_ = Kind::None;
+    has_t_ = false;
+  }
+  [[gnu::noinline]] void release() noexcept {
     if (has_t_)
       t_.~Tensor();
     else if (has_items())
       items_.~shared_ptr();
     else if (kind_ == Kind::Closure)
       clo_.~shared_ptr();
-    kind_ = Kind::None;
-    has_t_ = false;
   }
   [[noreturn, gnu::cold, gnu::noinline]] void bad(const char* what) const;
   [[noreturn, gnu::cold, gnu::noinline]] void bad_list() const;

@@ -35,30 +35,6 @@ std::vector<fs::path> pe_files(const std::string& dir, bool recursive) {
   return out;
 }
 
-/// A diff-like message: the first differing line with its neighbours.
-std::string first_difference(const std::string& want, const std::string& got) {
-  auto lines = [](const std::string& s) {
-    std::vector<std::string> v;
-    std::istringstream is(s);
-    for (std::string l; std::getline(is, l);)
-      v.push_back(l);
-    return v;
-  };
-  auto a = lines(want), b = lines(got);
-  size_t i = 0;
-  while (i < a.size() && i < b.size() && a[i] == b[i])
-    ++i;
-  std::ostringstream os;
-  os << "first difference at line " << i + 1 << ":\n";
-  for (size_t k = i >= 2 ? i - 2 : 0; k < i; ++k)
-    os << "  " << a[k] << "\n";
-  for (size_t k = i; k < std::min(a.size(), i + 3); ++k)
-    os << "- " << a[k] << "\n";
-  for (size_t k = i; k < std::min(b.size(), i + 3); ++k)
-    os << "+ " << b[k] << "\n";
-  return os.str();
-}
-
 void check_round_trip(const std::string& name, const std::string& text) {
   Diagnostics d1;
   auto decls = parse::parse_program(text, name, d1);

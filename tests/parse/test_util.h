@@ -1,10 +1,11 @@
-// Helpers shared by the parser tests: reading test data, parsing into a Module and printing
-// it, and the print(parse(print(M))) == print(M) round-trip check.
+// Helpers shared by the parser tests and the golden-file tests: reading test data, parsing into
+// a Module and printing it, and the first difference between a golden file and an output.
 #pragma once
 
 #include "ir/module.h"
 #include "parse/parser.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -36,6 +37,30 @@ inline std::string print_decls(const std::vector<ir::Decl>& decls) {
   for (const auto& d : decls)
     m.put(d);
   return ir::print_module(m);
+}
+
+/// A diff-like message: the first differing line with its neighbours.
+inline std::string first_difference(const std::string& want, const std::string& got) {
+  auto lines = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::istringstream is(s);
+    for (std::string l; std::getline(is, l);)
+      v.push_back(l);
+    return v;
+  };
+  auto a = lines(want), b = lines(got);
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i])
+    ++i;
+  std::ostringstream os;
+  os << "first difference at line " << i + 1 << ":\n";
+  for (size_t k = i >= 2 ? i - 2 : 0; k < i; ++k)
+    os << "  " << a[k] << "\n";
+  for (size_t k = i; k < std::min(a.size(), i + 3); ++k)
+    os << "- " << a[k] << "\n";
+  for (size_t k = i; k < std::min(b.size(), i + 3); ++k)
+    os << "+ " << b[k] << "\n";
+  return os.str();
 }
 
 } // namespace pejit::testing
