@@ -562,7 +562,17 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
     Tensor x = cls(0) == RowClass::Rows ? in[0] : repeat_rows(in[0], rows);
     return grad2(go, x, like, ops::Attr{{ax + 1}});
   }
-  default: // softmax/log_softmax/cross_entropy/matmul gradients, pad_slice, take_grad
+  case GradOp::MatMulGradA:
+    if (st.transposed != nullptr && in[2].rank() == 2) {
+      // dX = dY · W^T with W^T made once per run and shared by every group (a GEMM without
+      // a transposed operand, instead of transposing W for each level's small GEMM).
+      Tensor& wt = (*st.transposed)[in[2].raw()];
+      if (!wt.defined())
+        wt = run_op(OpId::Transpose, {in[2]}, {});
+      return run_op(OpId::MatMul, {in[0], wt}, {});
+    }
+    return ops::eval_grad_op(go, in, n.attr);
+  default: // softmax/log_softmax/cross_entropy/matmul_grad_b, pad_slice, take_grad
     return ops::eval_grad_op(go, in, n.attr);
   }
 }

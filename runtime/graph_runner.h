@@ -53,6 +53,9 @@ public:
   struct State {
     std::vector<Tensor> vals;
     int64_t rows = 0;
+    /// Transposed shared matrices by data address, valid while the parameters do not change
+    /// (one run of a plan); null: transpose per use.
+    std::unordered_map<const void*, Tensor>* transposed = nullptr;
   };
 
   /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs

@@ -381,7 +381,8 @@ struct PlanExecutor::Impl {
   // Template graphs: the engine's shared cache, or this executor's own.
   std::unique_ptr<RunnerCache> own_runners;
   RunnerCache* runners = nullptr;
-  std::unordered_set<std::string> reported; // templates whose fallback is in PlanStats
+  std::unordered_set<std::string> reported;           // templates whose fallback is in PlanStats
+  std::unordered_map<const void*, Tensor> transposed; // W^T per weight, for one run
 
   std::shared_ptr<const GraphRunner> runner(const spec::Template& t, PlanStats& stats) {
     if (runners == nullptr)
@@ -541,6 +542,7 @@ struct PlanExecutor::Impl {
       for (size_t k = 0; k < g.results.size(); ++k)
         results.push_back(block(G.results[k].off, g.results[k], rows));
       GraphRunStats rs;
+      gs.gst.transposed = &transposed;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       stats.jit_launches += rs.jit_launches;
       stats.ref_nodes += rs.ref_nodes;
@@ -714,6 +716,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
   }
   Impl& I = *impl_;
   I.reserve(layout->total_elems);
+  I.transposed.clear(); // the parameters may have changed since the last run
   if (I.st.size() < plan.groups.size())
     I.st.resize(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi)
@@ -835,6 +838,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
     }
     gs.tape.reset(); // the gradients may share its buffers
   }
+  I.transposed.clear();
   return out;
 }
 
