@@ -10,11 +10,14 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 
 #include <atomic>
 #include <chrono>
@@ -55,15 +58,14 @@ void initialize_llvm_once() {
 
 class Jit::Impl {
 public:
-  explicit Impl(JitOptions options) {
+  explicit Impl(JitOptions options) : in_place_(options.compile_threads == 0) {
     initialize_llvm_once();
     jtmb_ = unwrap("detecting the host", orc::JITTargetMachineBuilder::detectHost());
     jtmb_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    lljit_ =
-        unwrap("creating LLJIT", orc::LLJITBuilder()
-                                     .setJITTargetMachineBuilder(jtmb_)
-                                     .setNumCompileThreads(std::max(1u, options.compile_threads))
-                                     .create());
+    lljit_ = unwrap("creating LLJIT", orc::LLJITBuilder()
+                                          .setJITTargetMachineBuilder(jtmb_)
+                                          .setNumCompileThreads(options.compile_threads)
+                                          .create());
     target_.triple = lljit_->getTargetTriple().str();
     target_.data_layout = lljit_->getDataLayout().getStringRepresentation();
     target_.cpu = jtmb_.getCPU();
@@ -76,7 +78,11 @@ public:
         [this](orc::ThreadSafeModule tsm,
                orc::MaterializationResponsibility&) -> llvm::Expected<orc::ThreadSafeModule> {
           llvm::Error err = llvm::Error::success();
-          tsm.withModuleDo([&](llvm::Module& m) { err = optimize(m); });
+          tsm.withModuleDo([&](llvm::Module& m) {
+            err = optimize(m);
+            if (!err)
+              record_ir_hash(m);
+          });
           if (err)
             return err;
           return tsm;
@@ -95,13 +101,16 @@ public:
     std::string name = fmt::format("pejit_ew_{}", id);
     auto ctx = std::make_unique<llvm::LLVMContext>();
     std::unique_ptr<llvm::Module> m = lower_elementwise(spec, *ctx, name, target_);
+    expect_ir_hash(name, "pejit_ew");
     auto addr = link(id, name, std::move(ctx), std::move(m));
+    uint64_t hash = take_ir_hash(name);
     if (!addr)
       return addr.takeError();
     CompiledKernel k;
     k.fn = addr->toPtr<ElementwiseFn>();
     k.handle.id = id;
     k.compile_ms = ms_since(start);
+    k.ir_hash = hash;
     return k;
   }
 
@@ -112,13 +121,16 @@ public:
     std::string name = fmt::format("pejit_gemm_{}", id);
     auto ctx = std::make_unique<llvm::LLVMContext>();
     std::unique_ptr<llvm::Module> m = lower_gemm(spec, *ctx, name, target_);
+    expect_ir_hash(name, "pejit_gemm");
     auto addr = link(id, name, std::move(ctx), std::move(m));
+    uint64_t hash = take_ir_hash(name);
     if (!addr)
       return addr.takeError();
     CompiledGemm k;
     k.fn = addr->toPtr<GemmFn>();
     k.handle.id = id;
     k.compile_ms = ms_since(start);
+    k.ir_hash = hash;
     GemmSpec r = spec.resolved(gemm_lanes(target_));
     k.schedule = fmt::format("{}x{} ({})", r.mr, r.nr, spec.mr ? "given" : "default");
     return k;
@@ -171,8 +183,14 @@ private:
       m.reset(); // before its context, whatever order the parameters are destroyed in
       return err;
     }
+    m = fresh_copy(*m); // as optimized_ir() does, for the same IR
     // Build the module before moving the context into the ThreadSafeModule (DEPS.md pitfall 2).
     orc::ThreadSafeModule tsm(std::move(m), std::move(ctx));
+    // Without a pool, lookup() compiles on this thread with LLJIT's one TargetMachine: one
+    // compile at a time.
+    std::unique_lock<std::mutex> in_place;
+    if (in_place_)
+      in_place = std::unique_lock<std::mutex>(in_place_mu_);
     orc::ResourceTrackerSP rt = lljit_->getMainJITDylib().createResourceTracker();
     if (llvm::Error err = lljit_->addIRModule(rt, std::move(tsm)))
       return err;
@@ -186,15 +204,74 @@ private:
     return *sym;
   }
 
-  llvm::Expected<std::string> optimized_text(llvm::Module& m) const {
-    if (llvm::Error err = verify(m))
+  llvm::Expected<std::string> optimized_text(const llvm::Module& lowered) const {
+    if (llvm::Error err = verify(lowered))
       return err;
-    if (llvm::Error err = optimize(m))
+    std::unique_ptr<llvm::Module> m = fresh_copy(lowered);
+    if (llvm::Error err = optimize(*m))
       return err;
+    return print(*m);
+  }
+
+  // The module as optimize() must see it in every entry point. A value symbol table keeps a
+  // counter of the name clashes it has resolved ("x", "x1", ...) that the IR text does not
+  // show; the optimizer's new names depend on it, so a module fresh from the lowering and a
+  // copy of it print differently after O3. Both paths optimize a copy.
+  static std::unique_ptr<llvm::Module> fresh_copy(const llvm::Module& m) {
+    return llvm::CloneModule(m);
+  }
+
+  static std::string print(const llvm::Module& m) {
     std::string text;
     llvm::raw_string_ostream os(text);
     m.print(os, nullptr);
     return os.str();
+  }
+
+  // The IR hash of a compiled kernel. Its module and function are named `name` (unique in
+  // the JITDylib); optimized_ir() names them `canonical`. The transform hashes the optimized
+  // module printed under the canonical name, so both entry points hash the same text.
+  void expect_ir_hash(const std::string& name, const char* canonical) {
+    std::lock_guard lock(mu_);
+    hash_names_[name] = canonical;
+  }
+
+  uint64_t take_ir_hash(const std::string& name) {
+    std::lock_guard lock(mu_);
+    hash_names_.erase(name);
+    auto it = ir_hashes_.find(name);
+    if (it == ir_hashes_.end())
+      return 0;
+    uint64_t h = it->second;
+    ir_hashes_.erase(it);
+    return h;
+  }
+
+  // Runs in the transform, after optimize(): renames to the canonical name, prints, hashes,
+  // and restores the names, so the module that is linked is unchanged.
+  void record_ir_hash(llvm::Module& m) {
+    const std::string name = m.getModuleIdentifier();
+    std::string canonical;
+    {
+      std::lock_guard lock(mu_);
+      auto it = hash_names_.find(name);
+      if (it == hash_names_.end())
+        return;
+      canonical = it->second;
+    }
+    const std::string source = m.getSourceFileName();
+    llvm::Function* fn = m.getFunction(name);
+    if (fn != nullptr)
+      fn->setName(canonical);
+    m.setModuleIdentifier(canonical);
+    m.setSourceFileName(canonical);
+    uint64_t h = ir_text_hash(print(m));
+    if (fn != nullptr)
+      fn->setName(name);
+    m.setModuleIdentifier(name);
+    m.setSourceFileName(source);
+    std::lock_guard lock(mu_);
+    ir_hashes_[name] = h;
   }
 
   static llvm::Error verify(const llvm::Module& m) {
@@ -236,8 +313,22 @@ private:
   std::unique_ptr<orc::LLJIT> lljit_;
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex mu_;
+  const bool in_place_;                                           ///< compile_threads == 0
+  std::mutex in_place_mu_;                                        ///< serializes in-place compiles
   std::unordered_map<uint64_t, orc::ResourceTrackerSP> trackers_; // guarded by mu_
+  // Kernels being linked: their canonical names, then their IR hashes; guarded by mu_.
+  std::unordered_map<std::string, std::string> hash_names_;
+  std::unordered_map<std::string, uint64_t> ir_hashes_;
 };
+
+uint64_t ir_text_hash(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull; // FNV-1a, 64-bit
+  for (char c : text) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
 
 Jit::Jit(JitOptions options) : impl_(std::make_unique<Impl>(options)) {}
 Jit::~Jit() = default;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace pejit::jit {
 
@@ -27,7 +28,15 @@ struct CompiledKernel {
   ElementwiseFn fn = nullptr;
   KernelHandle handle;
   double compile_ms = 0; ///< lowering + O3 + codegen + link, measured around compile()
+  /// ir_text_hash() of the optimized IR that was linked, printed under the kernel's canonical
+  /// name: equal to the hash of optimized_ir(spec) (DESIGN.md §6: byte-identical IR from
+  /// every entry point).
+  uint64_t ir_hash = 0;
 };
+
+/// FNV-1a (64-bit) of an LLVM IR text: the hash CompiledKernel::ir_hash records and
+/// `pejit dump --emit llvm` prints ("fnv=%016x").
+uint64_t ir_text_hash(std::string_view text);
 
 /// The compiled form of a GemmSpec; `rows` is the spec's run-time dimension (M, or K for TN).
 using GemmFn = void (*)(const float* a, const float* b, float* c, int64_t rows);
@@ -38,10 +47,14 @@ struct CompiledGemm {
   KernelHandle handle;
   double compile_ms = 0;
   std::string schedule; ///< the register block it got, e.g. "6x4 (default)"
+  uint64_t ir_hash = 0; ///< as CompiledKernel::ir_hash, of optimized_ir(GemmSpec)
 };
 
 struct JitOptions {
-  unsigned compile_threads = 1; ///< ORC's compile pool; beside training, keep 1 (DESIGN.md §7)
+  /// ORC's compile pool; beside training, keep at most 1 (DESIGN.md §7). 0: no pool: each
+  /// compile runs on the thread that asks for it, one at a time (what the engine uses: its
+  /// pipeline threads compile).
+  unsigned compile_threads = 1;
 };
 
 /// Owns one LLJIT. Every member function is safe to call from several threads at once.

@@ -4,6 +4,7 @@
 
 #include "pejit/error.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace pejit::jit {
@@ -45,7 +46,8 @@ std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec& spec) {
     Jit* jit = &jit_;
     // The code lives until the entry is evicted and the last holder lets go.
     result = std::shared_ptr<const CachedKernel>(
-        new CachedKernel{compiled, k, spec.schedule, "default"}, [jit](const CachedKernel* c) {
+        new CachedKernel{compiled, k, spec.schedule, "default", compiled.ir_hash},
+        [jit](const CachedKernel* c) {
           try {
             jit->remove(c->kernel.handle);
           } catch (const Error&) {
@@ -88,6 +90,31 @@ void KernelCache::evict_over_bound() {
 KernelCacheStats KernelCache::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
+}
+
+std::vector<std::shared_ptr<const CachedKernel>> KernelCache::entries() const {
+  std::vector<std::shared_ptr<const CachedKernel>> out;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [k, e] : entries_) {
+      if (e.future.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        continue;
+      try {
+        out.push_back(e.future.get());
+      } catch (...) {
+        // A failed compile: its entry is being removed.
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->key < b->key; });
+  return out;
+}
+
+std::vector<std::pair<std::string, uint64_t>> KernelCache::ir_hashes() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& e : entries())
+    out.emplace_back(e->key, e->ir_hash);
+  return out;
 }
 
 size_t KernelCache::size() const {

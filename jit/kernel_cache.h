@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace pejit::jit {
 
@@ -23,6 +25,7 @@ struct CachedKernel {
   std::string key;
   std::string schedule;        ///< the schedule it was compiled with
   std::string schedule_source; ///< where the schedule came from: "default" or a tuned DB's path
+  uint64_t ir_hash = 0;        ///< kernel.ir_hash: the hash of the optimized IR that was linked
 };
 
 struct KernelCacheStats {
@@ -52,6 +55,11 @@ public:
 
   KernelCacheStats stats() const;
   size_t size() const;
+
+  /// The compiled entries (not those still compiling), by key.
+  std::vector<std::shared_ptr<const CachedKernel>> entries() const;
+  /// (key, ir_hash) of every compiled entry, by key.
+  std::vector<std::pair<std::string, uint64_t>> ir_hashes() const;
 
 private:
   using Future = std::shared_future<std::shared_ptr<const CachedKernel>>;

@@ -162,7 +162,8 @@ std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::string& why) {
   if (!o.jit || !o.graphs)
     return nullptr;
   try {
-    return std::make_unique<jit::Jit>();
+    // No ORC pool: the pipeline's threads compile, one at a time (DESIGN.md §7).
+    return std::make_unique<jit::Jit>(jit::JitOptions{0});
   } catch (const std::exception& e) {
     why = e.what(); // no host target: plans run on reference kernels
     return nullptr;
@@ -488,6 +489,63 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   return g;
 }
 
+Value Engine::run(const std::string& entry, const Value& batch, const interp::Params& params) {
+  Impl& I = *impl_;
+  auto t0 = Clock::now();
+  std::shared_ptr<const PlanEntry> e;
+  std::string why = "mode generic";
+  if (I.opt.mode != Mode::Generic) {
+    uint64_t cone = I.cone_version(entry);
+    uint64_t key = I.key_of(entry, batch, cone);
+    e = I.lookup(key);
+    if (!e) {
+      double s = 0;
+      e = I.make(entry, batch, key, why, s);
+      if (e)
+        I.publish(key, e);
+      std::lock_guard<std::mutex> st(I.stats_mutex);
+      I.stats.plan_misses++;
+      I.stats.plan_seconds += s;
+    } else {
+      std::lock_guard<std::mutex> st(I.stats_mutex);
+      I.stats.plan_hits++;
+    }
+  }
+  Value out;
+  if (e) {
+    spec::Residual with_inputs;
+    collect_payloads(batch, with_inputs.inputs);
+    with_inputs.consts = e->residual.consts;
+    with_inputs.outputs = e->residual.outputs;
+    int64_t launches = I.exec.stats().jit_launches;
+    std::vector<Tensor> outs = I.exec.run(e->plan, with_inputs, *e->templates, params, &e->layout);
+    out = spec::build_result(e->residual.result_shape, outs);
+    if (I.arena && I.runners && I.runners->jit() && !e->compile_requested.exchange(true))
+      I.arena->execute([&I, e] { I.group.run([&I, e] { I.compile_plan(*e); }); });
+    auto t1 = Clock::now();
+    bool on_jit = I.exec.stats().jit_launches > launches;
+    I.trace.add("run " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute", t0, t1);
+    std::lock_guard<std::mutex> s(I.stats_mutex);
+    I.stats.specialized_batches++;
+    I.stats.specialized_seconds += secs(t0, t1);
+    if (on_jit) {
+      I.stats.jit_batches++;
+      I.stats.jit_seconds += secs(t0, t1);
+    }
+    I.last_explain[entry].clear();
+  } else {
+    if (I.opt.mode != Mode::Generic)
+      I.count_fallback(entry, why);
+    out = I.generic.run(entry, {batch}, params);
+    auto t1 = Clock::now();
+    I.trace.add("run " + entry + " (generic)", "execute", t0, t1);
+    std::lock_guard<std::mutex> s(I.stats_mutex);
+    I.stats.generic_batches++;
+    I.stats.generic_seconds += secs(t0, t1);
+  }
+  return out;
+}
+
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
   Impl& I = *impl_;
   if (!I.arena || batches.empty())
@@ -570,6 +628,14 @@ EngineStats Engine::stats() const {
   if (impl_->runners)
     st.compile_failures = impl_->runners->compile_failures();
   return st;
+}
+
+std::vector<EngineKernel> Engine::kernels() const {
+  std::vector<EngineKernel> out;
+  if (impl_->kernels)
+    for (const auto& k : impl_->kernels->entries())
+      out.push_back({k->key, k->ir_hash, k->schedule, k->schedule_source, k->kernel.compile_ms});
+  return out;
 }
 
 void Engine::write_trace() const {

@@ -60,6 +60,14 @@ struct EngineStats {
   std::vector<std::string> compile_failures;
 };
 
+/// A compiled kernel in the engine's kernel cache, with its provenance (DESIGN.md §6).
+struct EngineKernel {
+  std::string signature; ///< the cache key: the spec's canonical text and the target CPU
+  uint64_t ir_hash = 0;  ///< jit::ir_text_hash of the optimized IR that was linked
+  std::string schedule, schedule_source;
+  double compile_ms = 0;
+};
+
 class Engine {
 public:
   Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt);
@@ -69,6 +77,11 @@ public:
   interp::Interpreter::Gradients value_and_grad(const std::string& entry,
                                                 const interp::Value& batch,
                                                 const interp::Params& params);
+
+  /// Value of any entry on `batch` without gradients (inference: `infer`, `infer_nodes`, a
+  /// loss for evaluation), on the path the mode picks, as value_and_grad does.
+  interp::Value run(const std::string& entry, const interp::Value& batch,
+                    const interp::Params& params);
 
   /// Hands batches that will come next to the background pipeline (auto mode; a no-op
   /// otherwise). Their plans are published in the plan cache as they are made.
@@ -85,6 +98,8 @@ public:
   std::string explain(const std::string& entry) const;
 
   EngineStats stats() const;
+  /// The compiled kernels its cache holds now, by signature (empty without a JIT).
+  std::vector<EngineKernel> kernels() const;
   const EngineOptions& options() const;
   /// Writes the Chrome trace of pipeline stages and batch executions (if trace_file is set).
   void write_trace() const;

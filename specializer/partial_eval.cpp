@@ -334,22 +334,42 @@ public:
   }
 
   /// The entry's result, flattened into refs (sums materialized, constants interned).
+  /// Also records the result's structure (Residual::result_shape).
   void collect_outputs(const Value& v) {
+    auto& shape = res_.result_shape;
     switch (v.kind()) {
     case Value::Kind::Tensor:
+      shape.push_back(kResultTensor);
       res_.outputs.push_back(materialize(v));
       break;
     case Value::Kind::Tuple:
     case Value::Kind::Adt:
+      if (v.kind() == Value::Kind::Adt) {
+        shape.push_back(kResultAdt);
+        shape.push_back(v.tag());
+      } else {
+        shape.push_back(kResultTuple);
+      }
+      shape.push_back(static_cast<int64_t>(v.items().size()));
       for (const auto& x : v.items())
         collect_outputs(x);
       break;
     case Value::Kind::List:
+      shape.push_back(kResultList);
+      shape.push_back(static_cast<int64_t>(v.list_size()));
       for (size_t i = 0; i < v.list_size(); ++i)
         collect_outputs(v.list_at(i));
       break;
-    default:
+    case Value::Kind::Int:
+      shape.push_back(kResultInt);
+      shape.push_back(v.as_int());
       break;
+    case Value::Kind::Bool:
+      shape.push_back(kResultBool);
+      shape.push_back(v.as_bool() ? 1 : 0);
+      break;
+    default:
+      throw Refused{Span{}, "the entry returns a function"};
     }
   }
 

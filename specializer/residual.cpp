@@ -77,4 +77,52 @@ size_t Residual::num_results(const TemplateTable& t, size_t inst) const {
   return i.tmpl == Instance::kSumN ? 1 : t.at(i.tmpl).results.size();
 }
 
+namespace {
+
+interp::Value build(std::span<const int64_t> shape, size_t& at, std::span<const Tensor> tensors,
+                    size_t& next) {
+  PEJIT_CHECK(at < shape.size()) << "result shape ends early";
+  auto count = [&] {
+    PEJIT_CHECK(at < shape.size()) << "result shape ends early";
+    return static_cast<size_t>(shape[at++]);
+  };
+  auto items = [&](size_t n) {
+    interp::Values xs;
+    xs.reserve(n);
+    for (size_t i = 0; i < n; ++i)
+      xs.push_back(build(shape, at, tensors, next));
+    return xs;
+  };
+  switch (shape[at++]) {
+  case kResultTensor:
+    PEJIT_CHECK(next < tensors.size()) << "result has more tensor leaves than outputs";
+    return interp::Value::tensor(tensors[next++]);
+  case kResultTuple:
+    return interp::Value::tuple(items(count()));
+  case kResultList:
+    return interp::Value::list(items(count()));
+  case kResultAdt: {
+    auto tag = static_cast<int32_t>(count());
+    return interp::Value::adt(tag, items(count()));
+  }
+  case kResultInt:
+    return interp::Value::integer(static_cast<int64_t>(count()));
+  case kResultBool:
+    return interp::Value::boolean(count() != 0);
+  default:
+    PEJIT_CHECK(false) << "bad result shape code";
+  }
+  return {};
+}
+
+} // namespace
+
+interp::Value build_result(std::span<const int64_t> result_shape, std::span<const Tensor> tensors) {
+  size_t at = 0, next = 0;
+  interp::Value v = build(result_shape, at, tensors, next);
+  PEJIT_CHECK(at == result_shape.size() && next == tensors.size())
+      << "result shape and outputs disagree";
+  return v;
+}
+
 } // namespace pejit::spec

@@ -10,6 +10,7 @@
 // values, so two batches with the same skeleton key have equal DAGs.
 #pragma once
 
+#include "interp/value.h"
 #include "ops/op.h"
 #include "specializer/key_map.h"
 #include "tensor/tensor.h"
@@ -135,6 +136,19 @@ private:
   PeMemo memo_;
 };
 
+enum : int64_t {
+  kResultTensor = 0,
+  kResultTuple = 1,
+  kResultList = 2,
+  kResultAdt = 3,
+  kResultInt = 4,
+  kResultBool = 5,
+};
+
+/// The entry's result as a Value: `result_shape` with its tensor leaves taken in order from
+/// `tensors` (a plan's outputs). Throws pejit::InternalError on a malformed shape.
+interp::Value build_result(std::span<const int64_t> result_shape, std::span<const Tensor> tensors);
+
 /// One template call (tmpl >= 0), or an n-ary sum of same-shaped f32 tensors (tmpl == kSumN).
 /// Its arguments (a SumN's terms) are a range of the residual's flat argument pool, so that
 /// appending an instance allocates nothing (Residual::args).
@@ -153,6 +167,10 @@ struct Residual {
   std::vector<Tensor> consts; ///< constants the program folded
   /// The entry's result, flattened: one Ref per tensor leaf, in order.
   std::vector<Ref> outputs;
+  /// The result's structure in preorder (static for a skeleton): kResultTensor for a tensor
+  /// leaf (the next of `outputs`); kResultTuple, n; kResultList, n; kResultAdt, tag, n;
+  /// kResultInt, v; kResultBool, v. See build_result.
+  std::vector<int64_t> result_shape;
   uint64_t key = 0; ///< skeleton key
   size_t fuel_used = 0;
 

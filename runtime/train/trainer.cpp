@@ -8,6 +8,7 @@
 #include "data/tree_io.h"
 #include "engine.h"
 #include "interp/interpreter.h"
+#include "kernel_dump.h"
 #include "optim/optimizer.h"
 #include "specializer/dump.h"
 #include "specializer/partial_eval.h"
@@ -16,6 +17,7 @@
 #include "types/check.h"
 #include "util/check.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -116,11 +118,11 @@ struct Scores {
   int64_t nodes = 0, root_ok = 0, roots = 0, node_ok = 0, labeled = 0;
 };
 
-// Loss and accuracy over a data set, without gradients.
-Scores score(interp::Interpreter& in, const interp::Params& params, const Dataset& ds,
+// Loss and accuracy over a data set, without gradients, through the engine (plans where the
+// mode allows, the generic path otherwise).
+Scores score(Engine& engine, const ir::Module& m, const interp::Params& params, const Dataset& ds,
              const Encoder& enc, int batch) {
   Scores s;
-  const ir::Module& m = in.module();
   const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
   const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;
   std::vector<size_t> idx(ds.size());
@@ -128,13 +130,13 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
   for (size_t b = 0; b < ds.size(); b += static_cast<size_t>(batch)) {
     size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
     Value v = enc.batch(ds, idx, b, e);
-    s.loss += in.run("loss", {v}, params).as_tensor().item_f32();
+    s.loss += engine.run("loss", v, params).as_tensor().item_f32();
     for (size_t i = b; i < e; ++i)
       s.nodes += ds.nodes(i);
     if (!ds.is_trees)
       continue;
     if (has_nodes) {
-      Value preds = in.run("infer_nodes", {v}, params);
+      Value preds = engine.run("infer_nodes", v, params);
       for (size_t i = b; i < e; ++i) {
         const auto& t = ds.trees[i];
         const Value& p = preds.list_at(i - b);
@@ -154,7 +156,7 @@ Scores score(interp::Interpreter& in, const interp::Params& params, const Datase
         }
       }
     } else if (has_infer) {
-      Value preds = in.run("infer", {v}, params);
+      Value preds = engine.run("infer", v, params);
       for (size_t i = b; i < e; ++i) {
         const auto& t = ds.trees[i];
         int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
@@ -215,6 +217,14 @@ std::string EpochStats::json() const {
                      {"prefetched", plans_prefetched},
                      {"evictions", plan_evictions}};
   j["fallbacks"] = fallbacks;
+  if (kernels) {
+    j["kernels"] = nlohmann::json::array();
+    for (const auto& k : *kernels)
+      j["kernels"].push_back({{"signature", k.signature},
+                              {"schedule", k.schedule},
+                              {"schedule_source", k.schedule_source},
+                              {"ir_hash", fmt::format("{:016x}", k.ir_hash)}});
+  }
   return j.dump();
 }
 
@@ -227,6 +237,11 @@ std::string EvalStats::json() const {
   j["node_acc"] = num(node_acc);
   j["seconds"] = seconds;
   j["trees_per_s"] = trees_per_s;
+  j["specialized_batches"] = specialized_batches;
+  j["generic_batches"] = generic_batches;
+  j["specialized_seconds"] = specialized_seconds;
+  j["generic_seconds"] = generic_seconds;
+  j["jit_seconds"] = jit_seconds;
   return j.dump();
 }
 
@@ -272,7 +287,6 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   Encoder enc;
   if (train_ds.is_trees)
     enc.trees.emplace(*m, elem->name);
-  interp::Interpreter in(m, dims);
   EngineOptions eo;
   eo.mode = parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
@@ -384,15 +398,20 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     st.loss_per_node = loss_sum / std::max<int64_t>(1, st.nodes);
     st.trees_per_s = st.trees / std::max(st.seconds, 1e-9);
     if (opt.train_eval) {
-      Scores s = score(in, params, train_ds, enc, opt.batch);
+      Scores s = score(engine, *m, params, train_ds, enc, opt.batch);
       st.root_acc = ratio(s.root_ok, s.roots);
       st.node_acc = ratio(s.node_ok, s.labeled);
     }
     if (!opt.dev.empty()) {
-      Scores s = score(in, params, dev_ds, enc, opt.batch);
+      Scores s = score(engine, *m, params, dev_ds, enc, opt.batch);
       st.dev_loss_per_node = s.loss / std::max<int64_t>(1, s.nodes);
       st.dev_root_acc = ratio(s.root_ok, s.roots);
       st.dev_node_acc = ratio(s.node_ok, s.labeled);
+    }
+    if (ep + 1 == opt.epochs) {
+      st.kernels.emplace();
+      for (const auto& k : engine.kernels())
+        st.kernels->push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash});
     }
     if (opt.json)
       out << st.json() << "\n" << std::flush;
@@ -474,11 +493,20 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   Encoder enc;
   if (ds.is_trees)
     enc.trees.emplace(*m, elem->name);
-  interp::Interpreter in(m, dims);
+  EngineOptions eo;
+  eo.mode = parse_mode(opt.mode);
+  eo.jit = opt.jit;
+  Engine engine(m, dims, eo);
   auto t0 = Clock::now();
-  Scores s = score(in, params, ds, enc, opt.batch);
+  Scores s = score(engine, *m, params, ds, enc, opt.batch);
   EvalStats st;
   st.seconds = secs(t0, Clock::now());
+  EngineStats es = engine.stats();
+  st.specialized_batches = es.specialized_batches;
+  st.generic_batches = es.generic_batches;
+  st.specialized_seconds = es.specialized_seconds;
+  st.generic_seconds = es.generic_seconds;
+  st.jit_seconds = es.jit_seconds;
   st.trees = static_cast<int64_t>(ds.size());
   st.nodes = s.nodes;
   st.loss_per_node = s.loss / std::max<int64_t>(1, s.nodes);
@@ -543,8 +571,12 @@ void dump(const DumpOptions& opt, std::ostream& out) {
     out << plan.describe(tt);
   else if (opt.emit == "dot")
     out << spec::dump_dot(pe.residual, tt, *m);
+  else if (opt.emit == "kernels")
+    out << print_kernel_dump(dump_kernels(*m, dims, plan, tt, false));
+  else if (opt.emit == "llvm")
+    out << print_kernel_llvm(dump_kernels(*m, dims, plan, tt, true));
   else
-    throw Error("--emit must be templates, instances, plan or dot");
+    throw Error("--emit must be templates, instances, plan, dot, kernels or llvm");
 }
 
 } // namespace pejit::runtime

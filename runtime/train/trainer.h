@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ struct TrainOptions {
   int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
 };
 
+/// A compiled kernel and where its schedule came from (DESIGN.md §6), for `--json`.
+struct KernelProvenance {
+  std::string signature; ///< the kernel cache's key
+  std::string schedule, schedule_source;
+  uint64_t ir_hash = 0; ///< jit::ir_text_hash of its optimized IR
+};
+
 struct EpochStats {
   int epoch = 0;
   double loss_per_node = NAN;
@@ -54,6 +62,8 @@ struct EpochStats {
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks;
+  /// The final epoch only: the kernels the engine holds then ("kernels" in the JSON).
+  std::optional<std::vector<KernelProvenance>> kernels;
   /// One line of JSON with every field (NaN fields are null).
   std::string json() const;
 };
@@ -70,12 +80,15 @@ struct EvalOptions {
   int64_t limit = 0;
   bool json = false;
   std::string mode = "auto";
+  bool jit = true;
 };
 
 struct EvalStats {
   int64_t trees = 0, nodes = 0;
   double loss_per_node = NAN, root_acc = NAN, node_acc = NAN;
   double seconds = 0, trees_per_s = 0;
+  int64_t specialized_batches = 0, generic_batches = 0;
+  double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
   std::string json() const;
 };
 
@@ -87,7 +100,7 @@ struct DumpOptions {
   std::string entry = "loss";
   int batch = 25;
   int64_t batch_index = 0;
-  std::string emit = "plan"; ///< templates, instances, plan, dot
+  std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, llvm
 };
 
 /// What specialization makes of one batch (`pejit dump`): counts, planning time, and the

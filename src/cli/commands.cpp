@@ -113,9 +113,10 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
   app.add_option("--batch", a.batch)->capture_default_str();
   app.add_option("--limit", a.limit)->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object on stdout");
-  app.add_option("--mode", a.mode)
+  app.add_option("--mode", a.mode, "execution path")
       ->check(CLI::IsMember({"generic", "specialized", "auto"}))
       ->capture_default_str();
+  app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
 }
 
 void add_dump_options(CLI::App& app, DumpArgs& a) {
@@ -126,7 +127,7 @@ void add_dump_options(CLI::App& app, DumpArgs& a) {
   app.add_option("--batch-index", a.batch_index, "which batch of the file (unshuffled)")
       ->capture_default_str();
   app.add_option("--emit", a.emit)
-      ->check(CLI::IsMember({"templates", "instances", "plan", "dot"}))
+      ->check(CLI::IsMember({"templates", "instances", "plan", "dot", "kernels", "llvm"}))
       ->capture_default_str();
 }
 

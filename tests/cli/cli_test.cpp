@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -241,6 +242,45 @@ TEST_SUITE("cli") {
     auto js = json_lines(out);
     REQUIRE(js.size() == 2);
     CHECK(js[1]["specialized_batches"] == 3);
+  }
+
+  TEST_CASE(
+      "dump --emit kernels|llvm: runs with their provenance, IR whose hashes training links") {
+    std::string data = tmp("dump_kernels_trees.txt");
+    REQUIRE(run_pejit("gen sst --trees 20 --seed 6 -o " + data).code == 0);
+    Run k = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit kernels");
+    INFO(k.err);
+    REQUIRE(k.code == 0);
+    CHECK(k.out.find("template cell#") != std::string::npos);
+    CHECK(k.out.find(" sched=default\n      schedule default (source: default)\n") !=
+          std::string::npos);
+    Run l = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit llvm");
+    REQUIRE(l.code == 0);
+    CHECK(l.out.find("\ndefine void @pejit_ew(") != std::string::npos);
+    std::set<std::string> dumped;
+    std::istringstream lines(l.out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("; kernel ", 0) == 0 && line.find(" fnv=") != std::string::npos)
+        dumped.insert(line.substr(line.find(" fnv=") + 5));
+    REQUIRE(!dumped.empty());
+    // The same batch trained (one batch, so the same plan): the final epoch's JSON lists the
+    // kernels compiled, with the IR hashes the dump printed.
+    Run t = run_pejit("train " + kModel + " --data " + data +
+                      " --batch 20 --limit 10 --epochs 2 --json --mode specialized "
+                      "--no-train-eval --fixed-batches");
+    REQUIRE(t.code == 0);
+    auto js = json_lines(t.out);
+    REQUIRE(js.size() == 2);
+    CHECK(!js[0].contains("kernels"));
+    REQUIRE(js[1].contains("kernels"));
+    std::set<std::string> trained;
+    for (const auto& kj : js[1]["kernels"]) {
+      CHECK(kj["schedule"] == "default");
+      CHECK(kj["schedule_source"] == "default");
+      CHECK(kj["ir_hash"].get<std::string>().size() == 16);
+      trained.insert(kj["ir_hash"].get<std::string>());
+    }
+    CHECK(trained == dumped);
   }
 
   TEST_CASE("dump: plan lines, templates, instances, refusal") {

@@ -80,25 +80,28 @@ TEST_CASE("zero rows touch nothing") {
   CHECK(true);
 }
 
-TEST_CASE("concurrent compiles from four threads, two compile threads") {
-  Jit jit(JitOptions{.compile_threads = 2});
-  std::vector<std::thread> threads;
-  std::vector<float> results(4 * 5);
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 5; ++i) {
-        int64_t w = 1 + t * 5 + i;
-        CompiledKernel k = jit.compile(axpy(w));
-        results[t * 5 + i] = run_axpy(k, w);
-        if (i % 2)
-          jit.remove(k.handle);
-      }
-    });
-  for (auto& th : threads)
-    th.join();
-  for (float r : results)
-    CHECK(r == 7.0f);
-  CHECK(jit.live_kernels() == 4 * 3);
+TEST_CASE("concurrent compiles from four threads: two compile threads, or none (in place)") {
+  for (unsigned pool : {2u, 0u}) {
+    CAPTURE(pool);
+    Jit jit(JitOptions{.compile_threads = pool});
+    std::vector<std::thread> threads;
+    std::vector<float> results(4 * 5);
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 5; ++i) {
+          int64_t w = 1 + t * 5 + i;
+          CompiledKernel k = jit.compile(axpy(w));
+          results[t * 5 + i] = run_axpy(k, w);
+          if (i % 2)
+            jit.remove(k.handle);
+        }
+      });
+    for (auto& th : threads)
+      th.join();
+    for (float r : results)
+      CHECK(r == 7.0f);
+    CHECK(jit.live_kernels() == 4 * 3);
+  }
 }
 
 TEST_CASE("measure: compile time and fused-chain throughput" * doctest::skip()) {

@@ -1,0 +1,107 @@
+// The kernels and JIT runs of one plan's templates (kernel_dump.h). The graphs are built
+// afresh here, as RunnerCache builds them, so a dump never depends on what an engine has
+// cached; only the IR needs LLVM, through a Jit of its own that links nothing.
+#include "kernel_dump.h"
+
+#include "graph_runner.h"
+#include "jit/jit.h"
+#include "specializer/template_graph.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <sstream>
+
+namespace pejit::runtime {
+
+namespace {
+
+// Family 1 has one schedule, the vectorizer's choice, and no tuned database is read
+// (DESIGN.md §6), so every run gets its spec's schedule from the default: what KernelCache
+// records when it compiles the run.
+constexpr const char* kDefaultSource = "default";
+
+} // namespace
+
+std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
+                                             const spec::Plan& plan,
+                                             const spec::TemplateTable& templates, bool with_ir) {
+  std::vector<bool> used(templates.size(), false);
+  for (const auto& g : plan.groups)
+    if (g.tmpl >= 0)
+      used[static_cast<size_t>(g.tmpl)] = true;
+  std::unique_ptr<jit::Jit> jit = with_ir ? std::make_unique<jit::Jit>() : nullptr;
+  std::vector<KernelDumpTemplate> out;
+  for (size_t id = 0; id < used.size(); ++id) {
+    if (!used[id])
+      continue;
+    const spec::Template& t = templates.at(static_cast<int32_t>(id));
+    KernelDumpTemplate d;
+    d.id = static_cast<int32_t>(id);
+    d.name = t.name;
+    try {
+      GraphRunner runner(spec::compile_template(m, dims, t), /*jit_runs=*/true);
+      d.kernels = spec::print_kernels(runner.graph());
+      if (!runner.supported())
+        d.why = runner.why();
+      size_t run = 0;
+      const GraphRunner::KernelRun* prev = nullptr;
+      std::vector<GraphRunner::KernelRun> runs = runner.jit_runs();
+      for (const auto& r : runs) {
+        run =
+            prev != nullptr && prev->forward == r.forward && prev->kernel == r.kernel ? run + 1 : 0;
+        prev = &r;
+        KernelDumpRun k;
+        k.forward = r.forward;
+        k.kernel = r.kernel;
+        k.run = run;
+        k.spec = r.spec;
+        k.schedule = r.spec.schedule;
+        k.schedule_source = kDefaultSource;
+        if (jit) {
+          k.ir = jit->optimized_ir(r.spec);
+          k.ir_hash = jit::ir_text_hash(k.ir);
+        }
+        d.runs.push_back(std::move(k));
+      }
+    } catch (const std::exception& e) {
+      d.why = e.what();
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts) {
+  std::string s;
+  for (const auto& t : ts) {
+    s += fmt::format("template {}#{}: {} jit run{}\n", t.name, t.id, t.runs.size(),
+                     t.runs.size() == 1 ? "" : "s");
+    if (!t.why.empty())
+      s += fmt::format("  runs through the batching interpreter: {}\n", t.why);
+    std::istringstream lines(t.kernels);
+    std::string line;
+    while (std::getline(lines, line)) {
+      s += "  " + line + "\n";
+      // "fwd 3: ..." names its kernel; its runs follow it.
+      bool forward = line.rfind("fwd ", 0) == 0;
+      size_t k = std::stoul(line.substr(4));
+      for (const auto& r : t.runs)
+        if (r.forward == forward && r.kernel == k)
+          s += fmt::format("    run {}: {}\n      schedule {} (source: {})\n", r.run,
+                           r.spec.canonical_text(), r.schedule, r.schedule_source);
+    }
+  }
+  return s;
+}
+
+std::string print_kernel_llvm(const std::vector<KernelDumpTemplate>& ts) {
+  std::string s;
+  for (const auto& t : ts)
+    for (const auto& r : t.runs)
+      s += fmt::format("; kernel {}#{} {} {} run {} fnv={:016x}\n{}\n", t.name, t.id,
+                       r.forward ? "fwd" : "bwd", r.kernel, r.run, r.ir_hash, r.ir);
+  return s;
+}
+
+} // namespace pejit::runtime

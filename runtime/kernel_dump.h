@@ -1,0 +1,55 @@
+// What the JIT makes of one batch's plan, for `pejit dump --emit kernels|llvm` and for the
+// determinism tests (DESIGN.md §6): per template of the plan, its fused kernels and, under
+// each, the elementwise runs the JIT compiles, with their schedule, its source, and
+// optionally their optimized LLVM IR and its hash. The template graphs are built as the
+// engine builds them (spec::compile_template, GraphRunner with JIT runs), so the specs and
+// the IR are those the engine compiles for the same plan.
+#pragma once
+
+#include "interp/params.h"
+#include "jit/kernel_spec.h"
+#include "specializer/plan.h"
+#include "specializer/residual.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pejit::runtime {
+
+/// One JIT elementwise run of a template's fused kernel.
+struct KernelDumpRun {
+  bool forward = true;
+  size_t kernel = 0; ///< the kernel's index in fwd_kernels or bwd_kernels
+  size_t run = 0;    ///< the run's index within its kernel
+  jit::KernelSpec spec;
+  std::string schedule;        ///< the schedule it compiles with
+  std::string schedule_source; ///< where that came from ("default": no tuned database)
+  std::string ir;              ///< optimized LLVM IR (with_ir only)
+  uint64_t ir_hash = 0;        ///< jit::ir_text_hash(ir) (with_ir only)
+};
+
+/// One template of the plan.
+struct KernelDumpTemplate {
+  int32_t id = -1;     ///< in the plan's template table
+  std::string name;    ///< "cell", "op.take", ...
+  std::string kernels; ///< spec::print_kernels of its graph: one line per fused kernel
+  std::string why;     ///< non-empty: no graph runner (the batching interpreter runs it)
+  std::vector<KernelDumpRun> runs;
+};
+
+/// The templates `plan` launches, in template order. With `with_ir`, a local Jit lowers and
+/// optimizes every run (no code is linked). Throws pejit::Error when the host has no JIT target.
+std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
+                                             const spec::Plan& plan,
+                                             const spec::TemplateTable& templates, bool with_ir);
+
+/// Per template its kernel lines, each followed by its runs: the spec's canonical text, then
+/// "schedule S (source: SRC)".
+std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts);
+
+/// The IR of every run, each preceded by "; kernel NAME#ID fwd|bwd K run R fnv=HASH" (HASH:
+/// 16 hex digits of jit::ir_text_hash, FNV-1a 64). Needs dump_kernels(..., with_ir = true).
+std::string print_kernel_llvm(const std::vector<KernelDumpTemplate>& ts);
+
+} // namespace pejit::runtime

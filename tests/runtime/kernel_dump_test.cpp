@@ -1,0 +1,125 @@
+// Kernel dumps and determinism (DESIGN.md §6): the same plans give the same optimized IR,
+// by hash, whether the engine compiles them synchronously (specialized mode), in its
+// background pipeline (auto mode, prefetch and drain), or kernel_dump lowers them as
+// `pejit dump --emit llvm` does; every kernel records its schedule and where it came from.
+#include "data/synthetic.h"
+#include "engine.h"
+#include "jit/jit.h"
+#include "kernel_dump.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <doctest/doctest.h>
+
+#include <set>
+
+using namespace pejit;
+
+namespace {
+
+struct Batches {
+  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
+  interp::DimBindings dims;
+  std::vector<interp::Value> batches;
+
+  explicit Batches(size_t n) {
+    Diagnostics d;
+    REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
+    data::Vocab vocab;
+    auto trees = data::gen_sst(n * 4, 5, data::Shape::Sst, vocab);
+    dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
+    runtime::TreeEncoder enc(*m, "Tree");
+    for (size_t b = 0; b < n; ++b) {
+      interp::Values xs;
+      for (size_t i = b * 4; i < b * 4 + 4; ++i)
+        xs.push_back(enc.encode(trees[i]));
+      batches.push_back(interp::Value::list(xs));
+    }
+  }
+};
+
+// Trains one step per batch; returns the hashes of the kernels the engine compiled.
+std::set<uint64_t> engine_hashes(const Batches& s, runtime::Mode mode) {
+  runtime::EngineOptions eo;
+  eo.mode = mode;
+  runtime::Engine engine(s.m, s.dims, eo);
+  interp::Params params = interp::init_params(*s.m, s.dims, 7);
+  engine.prefetch("loss", s.batches);
+  for (const auto& b : s.batches)
+    (void)engine.value_and_grad("loss", b, params);
+  engine.drain();
+  auto st = engine.stats();
+  CHECK(st.specialized_batches == static_cast<int64_t>(s.batches.size()));
+  CHECK(st.compile_failures.empty());
+  std::set<uint64_t> hs;
+  for (const auto& k : engine.kernels()) {
+    CAPTURE(k.signature);
+    CHECK(k.schedule == "default");
+    CHECK(k.schedule_source == "default");
+    CHECK(k.ir_hash != 0);
+    CHECK(k.signature.find("sched=default") != std::string::npos);
+    hs.insert(k.ir_hash);
+  }
+  CHECK(static_cast<int64_t>(engine.kernels().size()) == st.kernels_compiled);
+  return hs;
+}
+
+} // namespace
+
+TEST_SUITE("kernel_dump") {
+  TEST_CASE("sync compile, the pipeline and the dump give the same IR hashes") {
+    Batches s(3);
+    std::set<uint64_t> dumped;
+    size_t runs = 0;
+    for (const auto& b : s.batches) {
+      spec::TemplateTable tt;
+      auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", b, tt);
+      REQUIRE(pe.ok);
+      spec::Plan plan = spec::make_plan(pe.residual, tt);
+      auto ts = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/true);
+      REQUIRE(!ts.empty());
+      for (const auto& t : ts) {
+        CAPTURE(t.name);
+        CHECK((t.name == "cell") <= t.why.empty()); // op.take runs through the interpreter
+        CHECK(!t.kernels.empty());
+        for (const auto& r : t.runs) {
+          CHECK(r.schedule == "default");
+          CHECK(r.schedule_source == "default");
+          CHECK(r.ir.find("define void @pejit_ew(") != std::string::npos);
+          CHECK(r.ir_hash == jit::ir_text_hash(r.ir));
+          dumped.insert(r.ir_hash);
+          ++runs;
+        }
+      }
+    }
+    REQUIRE(runs > 0);
+    std::set<uint64_t> sync = engine_hashes(s, runtime::Mode::Specialized);
+    std::set<uint64_t> pipeline = engine_hashes(s, runtime::Mode::Auto);
+    CHECK(!sync.empty());
+    CHECK(sync == dumped);
+    CHECK(pipeline == dumped);
+  }
+
+  TEST_CASE("the printed dump lists each kernel's runs with their provenance and IR") {
+    Batches s(1);
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", s.batches[0], tt);
+    REQUIRE(pe.ok);
+    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    auto ts = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/false);
+    std::string text = runtime::print_kernel_dump(ts);
+    CHECK(text.find("template cell#") != std::string::npos);
+    CHECK(text.find("  fwd 0: ") != std::string::npos);
+    CHECK(text.find("    run 0: ew f32 w=") != std::string::npos);
+    CHECK(text.find("      schedule default (source: default)\n") != std::string::npos);
+    for (size_t i = 1; i < ts.size(); ++i)
+      CHECK(ts[i - 1].id < ts[i].id); // template order
+    auto with_ir = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/true);
+    std::string llvm = runtime::print_kernel_llvm(with_ir);
+    CHECK(llvm.rfind("; kernel ", 0) == 0);
+    CHECK(llvm.find(" run 0 fnv=") != std::string::npos);
+    CHECK(llvm.find("define void @pejit_ew(") != std::string::npos);
+  }
+}
