@@ -145,6 +145,27 @@ TEST_SUITE("cli") {
     CHECK(ej[0]["trees"] == 300);
     // eval after training reproduces the last epoch's dev accuracy.
     CHECK(ej[0]["root_acc"].get<double>() == doctest::Approx(js[1]["dev_root_acc"].get<double>()));
+    // eval runs through the engine: planned (and JIT) in specialized mode, the same scores as
+    // the generic path.
+    Run es = run_pejit("eval " + kModel + " --params " + ck + " --data " + dev +
+                       " --json --mode specialized");
+    Run eg = run_pejit("eval " + kModel + " --params " + ck + " --data " + dev +
+                       " --json --mode generic");
+    REQUIRE(es.code == 0);
+    REQUIRE(eg.code == 0);
+    auto sj = json_lines(es.out), gj = json_lines(eg.out);
+    REQUIRE(sj.size() == 1);
+    REQUIRE(gj.size() == 1);
+    CHECK(sj[0]["generic_batches"] == 0);
+    CHECK(sj[0]["specialized_batches"].get<int>() > 0);
+    CHECK(sj[0]["jit_seconds"].get<double>() > 0);
+    CHECK(gj[0]["specialized_batches"] == 0);
+    // (Rounding-level differences could flip an argmax tie: at most one tree's worth.)
+    CHECK(std::fabs(sj[0]["root_acc"].get<double>() - gj[0]["root_acc"].get<double>()) <=
+          1.0 / 300 + 1e-9);
+    CHECK(std::fabs(sj[0]["node_acc"].get<double>() - gj[0]["node_acc"].get<double>()) <= 0.002);
+    CHECK(sj[0]["loss"].get<double>() ==
+          doctest::Approx(gj[0]["loss"].get<double>()).epsilon(1e-5));
   }
 
   TEST_CASE("train: bad data and bad options are clear errors") {
