@@ -6,6 +6,7 @@
 #include "ops/emitter.h"
 #include "util/check.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace pejit::runtime {
@@ -122,6 +123,22 @@ GraphRunner::GraphRunner(spec::TemplateGraph tg, bool jit_runs) : tg_(std::move(
     }
   }
   classify();
+  // Weight gradients x^T·gy that are a parameter's whole gradient and read by nothing else.
+  deferrable_.assign(g.size(), false);
+  std::vector<int> users(g.size(), 0);
+  for (const Node& n : g.nodes())
+    for (NodeId o : n.operands)
+      ++users[static_cast<size_t>(o)];
+  for (NodeId o : tg_.bwd_param_grads) {
+    if (o == graph::kNoNode || users[static_cast<size_t>(o)] != 0)
+      continue;
+    const Node& n = g.node(o);
+    if (n.kind == Kind::Grad && n.grad_op() == GradOp::MatMulGradB &&
+        cls_[static_cast<size_t>(o)] == RowClass::Summed && rank_of(g.node(n.operands[1])) == 1 &&
+        rank_of(g.node(n.operands[0])) == 1 && rank_of(g.node(n.operands[2])) == 2 &&
+        std::count(tg_.bwd_param_grads.begin(), tg_.bwd_param_grads.end(), o) == 1)
+      deferrable_[static_cast<size_t>(o)] = true;
+  }
   if (supported() && jit_runs)
     plan_runs();
 }
@@ -604,6 +621,8 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
     NodeId id = k.nodes[i++];
     if (st.vals[static_cast<size_t>(id)].defined())
       continue; // a split part computed with its siblings
+    if (st.deferred != nullptr && deferrable_[static_cast<size_t>(id)])
+      continue; // the caller does it, with the other groups' rows
     st.vals[static_cast<size_t>(id)] = eval(id, st);
     stats.ref_nodes++;
   }
@@ -700,6 +719,12 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
       continue;
     auto& dst = param_grads[static_cast<size_t>(tg_.param_index[j])];
     const Tensor& table = params.values[static_cast<size_t>(tg_.param_index[j])];
+    if (st.deferred != nullptr && deferrable_[static_cast<size_t>(o)]) {
+      const Node& n = g.node(o);
+      st.deferred->push_back({tg_.param_index[j], st.vals[static_cast<size_t>(n.operands[1])],
+                              st.vals[static_cast<size_t>(n.operands[0])]});
+      continue;
+    }
     if (sparse[static_cast<size_t>(o)]) {
       const Node& n = g.node(o);
       const Tensor& idx = st.vals[static_cast<size_t>(n.operands[0])];

@@ -50,9 +50,18 @@ struct GraphRunStats {
 class GraphRunner {
 public:
   /// Node values of one group's forward, kept for its backward.
+  /// A weight gradient left to the caller: param += a^T · gy, summed with the other groups'
+  /// (a: [rows, K], gy: [rows, M]), so that each weight gets one GEMM over all its rows.
+  struct DeferredGemm {
+    int param = -1;
+    Tensor a, gy;
+  };
+
   struct State {
     std::vector<Tensor> vals;
     int64_t rows = 0;
+    /// Where weight gradients go instead of being computed per group (null: computed here).
+    std::vector<DeferredGemm>* deferred = nullptr;
     /// Transposed shared matrices by data address, valid while the parameters do not change
     /// (one run of a plan); null: transpose per use.
     std::unordered_map<const void*, Tensor>* transposed = nullptr;
@@ -106,6 +115,7 @@ private:
 
   spec::TemplateGraph tg_;
   std::vector<RowClass> cls_;
+  std::vector<bool> deferrable_; ///< by node: a weight gradient a caller may take (DeferredGemm)
   std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel

@@ -16,6 +16,7 @@
 #include "specializer/template_graph.h"
 #include "util/check.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -383,6 +384,45 @@ struct PlanExecutor::Impl {
   RunnerCache* runners = nullptr;
   std::unordered_set<std::string> reported;           // templates whose fallback is in PlanStats
   std::unordered_map<const void*, Tensor> transposed; // W^T per weight, for one run
+  std::vector<GraphRunner::DeferredGemm> deferred;    // weight gradients of one run
+
+  // Each weight's deferred gradient as one GEMM over the rows of every group that had one.
+  void weight_gradients(std::vector<interp::ParamGrad>& grads, PlanStats& stats) {
+    std::vector<int> order;
+    for (const auto& d : deferred)
+      if (std::find(order.begin(), order.end(), d.param) == order.end())
+        order.push_back(d.param);
+    for (int p : order) {
+      int64_t rows = 0, k = 0, m = 0;
+      std::vector<const GraphRunner::DeferredGemm*> parts;
+      for (const auto& d : deferred)
+        if (d.param == p) {
+          parts.push_back(&d);
+          rows += d.a.dim(0);
+          k = d.a.dim(1);
+          m = d.gy.dim(1);
+        }
+      Tensor a = parts[0]->a, gy = parts[0]->gy;
+      if (parts.size() > 1) { // stack the rows
+        a = Tensor::empty(DType::F32, Shape{rows, k});
+        gy = Tensor::empty(DType::F32, Shape{rows, m});
+        int64_t at = 0;
+        for (const auto* d : parts) {
+          int64_t r = d->a.dim(0);
+          std::memcpy(a.f32() + at * k, d->a.f32(), static_cast<size_t>(r * k) * 4);
+          std::memcpy(gy.f32() + at * m, d->gy.f32(), static_cast<size_t>(r * m) * 4);
+          at += r;
+        }
+      }
+      auto& dst = grads[static_cast<size_t>(p)].dense;
+      float beta = dst.defined() ? 1.0f : 0.0f;
+      if (!dst.defined())
+        dst = Tensor::empty(DType::F32, Shape{k, m});
+      kernels::sgemm(true, false, k, m, rows, 1.0f, a.f32(), k, gy.f32(), m, beta, dst.f32(), m);
+      stats.weight_grad_gemms++;
+    }
+    deferred.clear();
+  }
 
   std::shared_ptr<const GraphRunner> runner(const spec::Template& t, PlanStats& stats) {
     if (runners == nullptr)
@@ -543,6 +583,7 @@ struct PlanExecutor::Impl {
         results.push_back(block(G.results[k].off, g.results[k], rows));
       GraphRunStats rs;
       gs.gst.transposed = &transposed;
+      gs.gst.deferred = train ? &deferred : nullptr;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       stats.jit_launches += rs.jit_launches;
       stats.ref_nodes += rs.ref_nodes;
@@ -717,6 +758,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
   Impl& I = *impl_;
   I.reserve(layout->total_elems);
   I.transposed.clear(); // the parameters may have changed since the last run
+  I.deferred.clear();
   if (I.st.size() < plan.groups.size())
     I.st.resize(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi)
@@ -838,6 +880,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
     }
     gs.tape.reset(); // the gradients may share its buffers
   }
+  I.weight_gradients(out.grads, stats_);
   I.transposed.clear();
   return out;
 }

@@ -18,9 +18,10 @@
 //   kernels). A template whose graph has a node without a batched rule runs through the
 //   shared evaluator with a batching backend and a tape instead (and a group whose template
 //   has an op without a batching rule there runs row by row). Either way the argument
-//   gradients are written to their blocks and the parameter gradients are summed over all
-//   rows of the group in one step (one weight-gradient GEMM per weight per group; the
-//   embedding's stays row-sparse).
+//   gradients are written to their blocks and the parameter gradients are summed over the
+//   rows: on template graphs, each weight's gradient is one GEMM over the rows of every group
+//   that uses it, after the backward sweep (the interpreter path: one per group); the
+//   embedding's stays row-sparse.
 // - Memory: the arena grows to the largest plan run and is then reused; results and gathered
 //   arguments are arena views. The reference kernels still allocate their intermediate tensors
 //   (from the tensor pool, not malloc).
@@ -48,6 +49,7 @@ struct PlanStats {
   int64_t groups_on_graphs = 0;                ///< groups run on their template graph's kernels
   int64_t jit_launches = 0;                    ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;                       ///< template-graph nodes run on reference kernels
+  int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
 };

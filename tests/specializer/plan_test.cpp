@@ -109,6 +109,17 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
       CHECK(st.groups_on_graphs == 0);
     if (mode == Exec::GraphsJit && md.params.index("U") >= 0)
       CHECK(st.jit_launches > 0);
+    // On graphs, each weight's gradient is one GEMM over all its rows (every level's): one
+    // per weight matrix that has a gradient.
+    if (mode != Exec::Interpreter && md.params.index("U") >= 0) {
+      int64_t weights = 0;
+      for (size_t p = 0; p < md.params.values.size(); ++p)
+        weights +=
+            md.params.values[p].rank() == 2 && md.params.names[p] != "emb" && !ref.grads[p].empty();
+      CHECK(st.weight_grad_gemms == weights);
+    }
+    if (mode == Exec::Interpreter)
+      CHECK(st.weight_grad_gemms == 0);
     if (mode != Exec::GraphsJit)
       CHECK(st.jit_launches == 0);
   }
