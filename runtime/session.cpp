@@ -145,7 +145,6 @@ struct Session::Impl {
   SessionOptions opt;
   interp::DimBindings dims;
   interp::Params params;
-  std::unique_ptr<interp::Interpreter> interp;
   std::unique_ptr<runtime::Engine> engine;
   std::unique_ptr<optim::Optimizer> optimizer;
 
@@ -182,7 +181,6 @@ Session Session::from_source(const std::string& text, const std::string& name,
     throw ProgramError("the program has errors:\n" + d.render());
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
-  impl->interp = std::make_unique<interp::Interpreter>(impl->module, impl->dims);
   impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
@@ -266,7 +264,7 @@ std::string Session::entry_status(const std::string& entry) const {
 }
 
 Value Session::run(const std::string& entry, const Value& batch) {
-  return wrap(impl_->interp->run(entry, {unwrap(batch)}, impl_->params));
+  return wrap(impl_->engine->run(entry, unwrap(batch), impl_->params));
 }
 
 std::vector<std::string> Session::entries() const {
@@ -280,7 +278,6 @@ std::vector<std::string> Session::add_source(const std::string& text, const std:
     throw ProgramError("the definitions have errors:\n" + d.render());
   impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
   impl_->init_missing_params();
-  impl_->interp = std::make_unique<interp::Interpreter>(impl_->module, impl_->dims);
   // Only the specializations of entries whose dependency cone changed are dropped.
   impl_->engine->invalidate(r.affected_entries);
   return r.affected_entries;

@@ -91,7 +91,8 @@ public:
 
   /// One training step on a scalar entry: its value, gradients, one optimizer update.
   float step(const std::string& entry, const Value& batch);
-  /// Runs any entry without gradients (on the generic path for now).
+  /// Runs any entry without gradients, through the same engine as step() (a plan where one
+  /// can be made, the generic path otherwise).
   Value run(const std::string& entry, const Value& batch);
   /// Batches that will come next: in auto mode they are planned in the background.
   void prefetch(const std::string& entry, const std::vector<Value>& batches);

@@ -1,0 +1,93 @@
+// The public Session (include/pejit/pejit.h) through its own API only: a specialized session
+// trains and infers like a generic one (steps and run() both go through the engine), and
+// definitions added while it lives invalidate only the entries that depend on them.
+#include "pejit/pejit.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+namespace {
+
+const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
+
+pejit::Value leaf(const pejit::Session& s, int w, int y) {
+  return s.make("Leaf", {pejit::Value::scalar_i32(w), pejit::Value::scalar_i32(y)});
+}
+pejit::Value node(const pejit::Session& s, pejit::Value l, pejit::Value r, int y) {
+  return s.make("Node", {std::move(l), std::move(r), pejit::Value::scalar_i32(y)});
+}
+
+pejit::Value batch(const pejit::Session& s) {
+  return pejit::Value::list({node(s, leaf(s, 1, 1), leaf(s, 2, 1), 1),
+                             node(s, node(s, leaf(s, 3, 4), leaf(s, 4, 3), 3), leaf(s, 5, 2), 3),
+                             leaf(s, 6, 0)});
+}
+
+pejit::Session open(const std::string& mode) {
+  pejit::SessionOptions o;
+  o.dims = {{"V", 8}};
+  o.seed = 5;
+  o.mode = mode;
+  // SGD: Adagrad's first step is a sign function of each gradient element, which turns
+  // rounding-level differences in near-zero gradients into lr-sized ones (engine_test.cpp).
+  o.optimizer = "sgd";
+  return pejit::Session::from_file(kTreeLstm, o);
+}
+
+} // namespace
+
+TEST_SUITE("session") {
+  TEST_CASE("a specialized session trains and infers like a generic one") {
+    pejit::Session g = open("generic"), p = open("specialized");
+    pejit::Value bg = batch(g), bp = batch(p);
+    for (int i = 0; i < 3; ++i) {
+      float lg = g.step("loss", bg), lp = p.step("loss", bp);
+      CHECK(std::fabs(lp - lg) <= 1e-5f * std::fabs(lg));
+    }
+    std::vector<float> ug = g.get_param("U"), up = p.get_param("U");
+    REQUIRE(ug.size() == up.size());
+    float max_ref = 0, max_diff = 0;
+    for (size_t i = 0; i < ug.size(); ++i) {
+      max_ref = std::max(max_ref, std::fabs(ug[i]));
+      max_diff = std::max(max_diff, std::fabs(ug[i] - up[i]));
+    }
+    CHECK(max_diff <= 1e-4f * max_ref + 1e-6f);
+
+    // run() goes through the engine too: planned in the specialized session.
+    int64_t before = p.stats().specialized_batches;
+    pejit::Value pg = g.run("infer_nodes", bg), pp = p.run("infer_nodes", bp);
+    CHECK(p.stats().specialized_batches == before + 1);
+    CHECK(g.stats().specialized_batches == 0);
+    REQUIRE(pp.size() == 3);
+    REQUIRE(pg.size() == 3);
+    for (size_t t = 0; t < 3; ++t) {
+      REQUIRE(pp.at(t).size() == pg.at(t).size());
+      for (size_t n = 0; n < pp.at(t).size(); ++n)
+        CHECK(pp.at(t).at(n).item_i32() == pg.at(t).at(n).item_i32());
+    }
+    CHECK(pp.at(1).size() == 5); // every node of the second tree, children before parents
+    CHECK(p.entry_status("loss").rfind("specialized:", 0) == 0);
+  }
+
+  TEST_CASE("added definitions invalidate only their entries; the new entry is planned") {
+    pejit::Session p = open("specialized");
+    pejit::Value b = batch(p);
+    float loss = p.run("loss", b).item_f32();
+    auto affected = p.add_source("fn twice(x: f32[]) -> f32[] { x + x }\n"
+                                 "entry loss2(batch: List[Tree]) -> f32[] {\n"
+                                 "  twice(sum_list(map(fn t => encode(t).2, batch)))\n"
+                                 "}\n",
+                                 "more.pe");
+    CHECK(affected == std::vector<std::string>{"loss2"});
+    CHECK(p.entry_status("loss").rfind("specialized:", 0) == 0); // its plans were kept
+    CHECK(p.entry_status("loss2") == "not specialized yet");
+    float twice = p.run("loss2", b).item_f32();
+    CHECK(std::fabs(twice - 2 * loss) <= 1e-5f * std::fabs(loss));
+    CHECK(p.entry_status("loss2").rfind("specialized:", 0) == 0);
+    // An error leaves the session unchanged.
+    CHECK_THROWS_AS(p.add_source("entry bad(b: List[Tree]) -> f32[] { nope }\n", "bad.pe"),
+                    pejit::Error);
+    CHECK(p.run("loss", b).item_f32() == doctest::Approx(loss));
+  }
+}
