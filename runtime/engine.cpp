@@ -334,6 +334,76 @@ struct Engine::Impl {
     }
   }
 
+  // The plan for `batch`: cached, or made now (counted); null with the reason when the batch
+  // must run generic.
+  std::shared_ptr<const PlanEntry> plan_for(const std::string& entry, const Value& batch,
+                                            std::string& why) {
+    if (opt.mode == Mode::Generic) {
+      why = "mode generic";
+      return nullptr;
+    }
+    uint64_t key = key_of(entry, batch, cone_version(entry));
+    if (auto e = lookup(key)) {
+      std::lock_guard<std::mutex> st(stats_mutex);
+      stats.plan_hits++;
+      return e;
+    }
+    double s = 0;
+    auto e = make(entry, batch, key, why, s);
+    if (e)
+      publish(key, e);
+    std::lock_guard<std::mutex> st(stats_mutex);
+    stats.plan_misses++;
+    stats.plan_seconds += s;
+    return e;
+  }
+
+  // One batch of `entry` on the best path: `planned(plan, residual with this batch's payloads)`
+  // or `generic()`, timed and counted per path (and per kernel tier).
+  template <class Planned, class Generic>
+  auto dispatch(const std::string& entry, const Value& batch, const char* what, Planned planned,
+                Generic generic) -> decltype(generic()) {
+    auto t0 = Clock::now();
+    std::string why;
+    std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why);
+    if (!e) {
+      if (opt.mode != Mode::Generic)
+        count_fallback(entry, why);
+      auto out = generic();
+      auto t1 = Clock::now();
+      trace.add(std::string(what) + " " + entry + " (generic)", "execute", t0, t1);
+      std::lock_guard<std::mutex> s(stats_mutex);
+      stats.generic_batches++;
+      stats.generic_seconds += secs(t0, t1);
+      return out;
+    }
+    // The plan's constants and outputs with this batch's payloads (the executor reads no
+    // instance list: the plan has the row maps).
+    spec::Residual with_inputs;
+    collect_payloads(batch, with_inputs.inputs);
+    with_inputs.consts = e->residual.consts;
+    with_inputs.outputs = e->residual.outputs;
+    with_inputs.key = e->residual.key;
+    int64_t launches = exec.stats().jit_launches;
+    auto out = planned(*e, with_inputs);
+    auto t1 = Clock::now();
+    // Its kernels compile in the background (auto mode) if nobody has asked for them yet.
+    if (arena && runners && runners->jit() && !e->compile_requested.exchange(true))
+      arena->execute([this, e] { group.run([this, e] { compile_plan(*e); }); });
+    bool on_jit = exec.stats().jit_launches > launches;
+    trace.add(std::string(what) + " " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute",
+              t0, t1);
+    std::lock_guard<std::mutex> s(stats_mutex);
+    stats.specialized_batches++;
+    stats.specialized_seconds += secs(t0, t1);
+    if (on_jit) {
+      stats.jit_batches++;
+      stats.jit_seconds += secs(t0, t1);
+    }
+    last_explain[entry].clear();
+    return out;
+  }
+
   void count_fallback(const std::string& entry, const std::string& why) {
     std::lock_guard<std::mutex> s(stats_mutex);
     // Count by reason without the per-batch details of a location-free message.
@@ -428,122 +498,23 @@ const EngineOptions& Engine::options() const {
 interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, const Value& batch,
                                                       const interp::Params& params) {
   Impl& I = *impl_;
-  auto t0 = Clock::now();
-  std::shared_ptr<const PlanEntry> e;
-  std::string why;
-  if (I.opt.mode != Mode::Generic) {
-    uint64_t cone = I.cone_version(entry);
-    uint64_t key = I.key_of(entry, batch, cone);
-    e = I.lookup(key);
-    if (e) {
-      std::lock_guard<std::mutex> s(I.stats_mutex);
-      I.stats.plan_hits++;
-    } else {
-      double s = 0;
-      e = I.make(entry, batch, key, why, s);
-      if (e)
-        I.publish(key, e);
-      std::lock_guard<std::mutex> st(I.stats_mutex);
-      I.stats.plan_misses++;
-      I.stats.plan_seconds += s;
-    }
-  } else {
-    why = "mode generic";
-  }
-  interp::Interpreter::Gradients g;
-  if (e) {
-    std::vector<Tensor> payloads;
-    collect_payloads(batch, payloads);
-    // The plan's constants and outputs with this batch's payloads (the executor reads no
-    // instance list: the plan has the row maps).
-    spec::Residual with_inputs;
-    with_inputs.consts = e->residual.consts;
-    with_inputs.outputs = e->residual.outputs;
-    with_inputs.key = e->residual.key;
-    with_inputs.inputs = std::move(payloads);
-    int64_t launches = I.exec.stats().jit_launches;
-    g = I.exec.value_and_grad(e->plan, with_inputs, *e->templates, params, &e->layout);
-    auto t1 = Clock::now();
-    bool on_jit = I.exec.stats().jit_launches > launches;
-    I.trace.add("step " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute", t0, t1);
-    std::lock_guard<std::mutex> s(I.stats_mutex);
-    I.stats.specialized_batches++;
-    I.stats.specialized_seconds += secs(t0, t1);
-    if (on_jit) {
-      I.stats.jit_batches++;
-      I.stats.jit_seconds += secs(t0, t1);
-    }
-    I.last_explain[entry].clear();
-    if (I.arena && I.runners && I.runners->jit() && !e->compile_requested.exchange(true))
-      I.arena->execute([&I, e] { I.group.run([&I, e] { I.compile_plan(*e); }); });
-  } else {
-    if (I.opt.mode != Mode::Generic)
-      I.count_fallback(entry, why);
-    g = I.generic.value_and_grad(entry, {batch}, params);
-    auto t1 = Clock::now();
-    I.trace.add("step " + entry + " (generic)", "execute", t0, t1);
-    std::lock_guard<std::mutex> s(I.stats_mutex);
-    I.stats.generic_batches++;
-    I.stats.generic_seconds += secs(t0, t1);
-  }
-  return g;
+  return I.dispatch(
+      entry, batch, "step",
+      [&](const PlanEntry& e, const spec::Residual& r) {
+        return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
+      },
+      [&] { return I.generic.value_and_grad(entry, {batch}, params); });
 }
 
 Value Engine::run(const std::string& entry, const Value& batch, const interp::Params& params) {
   Impl& I = *impl_;
-  auto t0 = Clock::now();
-  std::shared_ptr<const PlanEntry> e;
-  std::string why = "mode generic";
-  if (I.opt.mode != Mode::Generic) {
-    uint64_t cone = I.cone_version(entry);
-    uint64_t key = I.key_of(entry, batch, cone);
-    e = I.lookup(key);
-    if (!e) {
-      double s = 0;
-      e = I.make(entry, batch, key, why, s);
-      if (e)
-        I.publish(key, e);
-      std::lock_guard<std::mutex> st(I.stats_mutex);
-      I.stats.plan_misses++;
-      I.stats.plan_seconds += s;
-    } else {
-      std::lock_guard<std::mutex> st(I.stats_mutex);
-      I.stats.plan_hits++;
-    }
-  }
-  Value out;
-  if (e) {
-    spec::Residual with_inputs;
-    collect_payloads(batch, with_inputs.inputs);
-    with_inputs.consts = e->residual.consts;
-    with_inputs.outputs = e->residual.outputs;
-    int64_t launches = I.exec.stats().jit_launches;
-    std::vector<Tensor> outs = I.exec.run(e->plan, with_inputs, *e->templates, params, &e->layout);
-    out = spec::build_result(e->residual.result_shape, outs);
-    if (I.arena && I.runners && I.runners->jit() && !e->compile_requested.exchange(true))
-      I.arena->execute([&I, e] { I.group.run([&I, e] { I.compile_plan(*e); }); });
-    auto t1 = Clock::now();
-    bool on_jit = I.exec.stats().jit_launches > launches;
-    I.trace.add("run " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute", t0, t1);
-    std::lock_guard<std::mutex> s(I.stats_mutex);
-    I.stats.specialized_batches++;
-    I.stats.specialized_seconds += secs(t0, t1);
-    if (on_jit) {
-      I.stats.jit_batches++;
-      I.stats.jit_seconds += secs(t0, t1);
-    }
-    I.last_explain[entry].clear();
-  } else {
-    if (I.opt.mode != Mode::Generic)
-      I.count_fallback(entry, why);
-    out = I.generic.run(entry, {batch}, params);
-    auto t1 = Clock::now();
-    I.trace.add("run " + entry + " (generic)", "execute", t0, t1);
-    std::lock_guard<std::mutex> s(I.stats_mutex);
-    I.stats.generic_batches++;
-    I.stats.generic_seconds += secs(t0, t1);
-  }
-  return out;
+  return I.dispatch(
+      entry, batch, "run",
+      [&](const PlanEntry& e, const spec::Residual& r) {
+        return spec::build_result(e.residual.result_shape,
+                                  I.exec.run(e.plan, r, *e.templates, params, &e.layout));
+      },
+      [&] { return I.generic.run(entry, {batch}, params); });
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {

@@ -655,6 +655,25 @@ struct PlanExecutor::Impl {
     }
   }
 
+  // The forward of every group, in plan order, with the arena sized for it (and for the
+  // backward when `train`); returns the layout used (`own`, made here, when none was given).
+  const ExecLayout* forward(const spec::Plan& plan, const ExecLayout* layout, ExecLayout& own,
+                            const spec::Residual& r, const spec::TemplateTable& tt,
+                            const interp::Params& params, bool train, PlanStats& stats) {
+    if (layout == nullptr) {
+      own = make_layout(plan);
+      layout = &own;
+    }
+    reserve(train ? layout->total_elems : layout->forward_elems);
+    transposed.clear(); // the parameters may have changed since the last run
+    deferred.clear();
+    if (st.size() < plan.groups.size())
+      st.resize(plan.groups.size());
+    for (size_t gi = 0; gi < plan.groups.size(); ++gi)
+      run_group(gi, plan.groups[gi], layout->groups[gi], r, tt, params, train, stats);
+    return layout;
+  }
+
   // Row i of result R's seed: the sum of its consumers' gradient rows, in plan order.
   // Returns false when no row of R has a consumer (its seed is zero).
   bool gather_seed(const ExecLayout::Result& R, int64_t rows) {
@@ -709,16 +728,8 @@ std::vector<Tensor> PlanExecutor::run(const spec::Plan& plan, const spec::Residu
                                       const spec::TemplateTable& tt, const interp::Params& params,
                                       const ExecLayout* layout) {
   ExecLayout own;
-  if (layout == nullptr) {
-    own = make_layout(plan);
-    layout = &own;
-  }
+  layout = impl_->forward(plan, layout, own, r, tt, params, false, stats_);
   Impl& I = *impl_;
-  I.reserve(layout->forward_elems);
-  if (I.st.size() < plan.groups.size())
-    I.st.resize(plan.groups.size());
-  for (size_t gi = 0; gi < plan.groups.size(); ++gi)
-    I.run_group(gi, plan.groups[gi], layout->groups[gi], r, tt, params, false, stats_);
   std::vector<Tensor> out;
   for (size_t k = 0; k < plan.outputs.size(); ++k) {
     const RowRef& o = plan.outputs[k];
@@ -751,18 +762,8 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
                                                             const interp::Params& params,
                                                             const ExecLayout* layout) {
   ExecLayout own;
-  if (layout == nullptr) {
-    own = make_layout(plan);
-    layout = &own;
-  }
+  layout = impl_->forward(plan, layout, own, r, tt, params, true, stats_);
   Impl& I = *impl_;
-  I.reserve(layout->total_elems);
-  I.transposed.clear(); // the parameters may have changed since the last run
-  I.deferred.clear();
-  if (I.st.size() < plan.groups.size())
-    I.st.resize(plan.groups.size());
-  for (size_t gi = 0; gi < plan.groups.size(); ++gi)
-    I.run_group(gi, plan.groups[gi], layout->groups[gi], r, tt, params, true, stats_);
   auto scalar_entry = [] { return Error("value_and_grad needs an entry with one f32[] result"); };
   if (plan.outputs.size() != 1)
     throw scalar_entry();

@@ -143,13 +143,19 @@ public:
     return r;
   }
 
-  /// As call_fn_impl, moving the arguments into the frame (they are the caller's to lose).
-  Value call_fn_moving(const FnDecl& f, Values& args, const Span& at) {
-    DepthGuard g(*this, at.known() ? at : f.span);
+  /// Pushes a frame for `f` with `args` moved into its parameter slots; returns its base.
+  size_t enter_moving(const FnDecl& f, Values& args) {
     size_t base = stack_.size();
     stack_.resize(base + static_cast<size_t>(f.frame_size));
     for (size_t i = 0; i < args.size(); ++i)
       stack_[base + f.param_slots[i]] = std::move(args[i]);
+    return base;
+  }
+
+  /// As call_fn_impl, moving the arguments into the frame (they are the caller's to lose).
+  Value call_fn_moving(const FnDecl& f, Values& args, const Span& at) {
+    DepthGuard g(*this, at.known() ? at : f.span);
+    size_t base = enter_moving(f, args);
     Frame fr{base, nullptr};
     Value r = eval(f.body, fr);
     stack_.resize(base);
@@ -349,10 +355,7 @@ public:
   /// As call_fn_moving for a function returning a tuple: its elements appended to `out`.
   void call_fn_into(const FnDecl& f, Values& args, const Span& at, Values& out) {
     DepthGuard g(*this, at.known() ? at : f.span);
-    size_t base = stack_.size();
-    stack_.resize(base + static_cast<size_t>(f.frame_size));
-    for (size_t i = 0; i < args.size(); ++i)
-      stack_[base + f.param_slots[i]] = std::move(args[i]);
+    size_t base = enter_moving(f, args);
     Frame fr{base, nullptr};
     eval_into(f.body, fr, out, f.ret->elems.size());
     stack_.resize(base);
