@@ -26,6 +26,7 @@
 #include <fstream>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -366,7 +367,7 @@ struct Engine::Impl {
     auto t0 = Clock::now();
     std::string why;
     std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why);
-    if (!e) {
+    auto run_generic = [&] {
       if (opt.mode != Mode::Generic)
         count_fallback(entry, why);
       auto out = generic();
@@ -376,7 +377,9 @@ struct Engine::Impl {
       stats.generic_batches++;
       stats.generic_seconds += secs(t0, t1);
       return out;
-    }
+    };
+    if (!e)
+      return run_generic();
     // The plan's constants and outputs with this batch's payloads (the executor reads no
     // instance list: the plan has the row maps).
     spec::Residual with_inputs;
@@ -385,7 +388,17 @@ struct Engine::Impl {
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
     int64_t launches = exec.stats().jit_launches;
-    auto out = planned(*e, with_inputs);
+    std::optional<decltype(generic())> planned_out;
+    try {
+      if (opt.inject_failure == "execute")
+        throw InternalError("injected failure in plan execution");
+      planned_out.emplace(planned(*e, with_inputs));
+    } catch (const std::exception& ex) {
+      // A failure while running the plan (a bug, or memory): this batch runs generic, counted.
+      why = std::string("plan execution failed: ") + ex.what();
+      return run_generic();
+    }
+    auto out = std::move(*planned_out);
     auto t1 = Clock::now();
     // Its kernels compile in the background (auto mode) if nobody has asked for them yet.
     if (arena && runners && runners->jit() && !e->compile_requested.exchange(true))

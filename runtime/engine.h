@@ -40,7 +40,8 @@ struct EngineOptions {
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
   /// internal error, to check that such batches run generic with the reason counted; or
   /// every kernel compile ("compile") fail with invalid IR, to check that plans keep running
-  /// on reference kernels with the failure recorded.
+  /// on reference kernels with the failure recorded; or every plan run ("execute") throw, to
+  /// check that such batches run generic.
   std::string inject_failure;
 };
 

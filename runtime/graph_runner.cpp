@@ -313,6 +313,11 @@ void GraphRunner::classify() {
       continue;
     }
   }
+  // Argument gradients are per row; one summed over the rows would be a batched rule this
+  // runner does not have (the interpreter takes such a template).
+  for (NodeId o : tg_.bwd_arg_grads)
+    if (o != graph::kNoNode && cls_[static_cast<size_t>(o)] == RowClass::Summed)
+      fail(o, "an argument gradient summed over the rows");
 }
 
 void GraphRunner::plan_runs() {

@@ -159,9 +159,10 @@ TEST_SUITE("engine") {
     CHECK(engine.stats().plan_misses == 0);
   }
 
-  TEST_CASE("failures in PE or planning leave training on the generic path, reason counted") {
+  TEST_CASE("failures in PE, planning or plan execution leave training on the generic path") {
     Setup s(2);
-    for (const char* stage : {"pe", "plan"}) {
+    for (const char* stage : {"pe", "plan", "execute"}) {
+      CAPTURE(stage);
       runtime::EngineOptions eo;
       eo.inject_failure = stage;
       runtime::EngineStats st;
