@@ -12,9 +12,12 @@
 //   with a node no rule covers is not supported: the executor runs that template through the
 //   batching interpreter instead (supported() and why()).
 // - Kernels: a fused kernel's maximal runs of f32 elementwise nodes over rows of one width
-//   (the gate epilogue of a TreeLSTM cell, its backward chain) are compiled by the JIT when a
-//   kernel cache is given, as one pass over the rows; every other node (GEMMs through the
-//   library, layout ops, reductions, losses) runs its reference kernel on all rows.
+//   (the gate epilogue of a TreeLSTM cell, its backward chain) get a JIT kernel spec each;
+//   once compile() has compiled them they run as one pass over the rows, until then on
+//   reference kernels. Every other node (GEMMs through the library, layout ops, reductions,
+//   losses) runs its reference kernel on all rows.
+// - Weight gradients x^T·gy that are a parameter's whole gradient can be left to the caller
+//   (State::deferred), which stacks every group's rows into one GEMM per weight.
 // - The embedding gradient stays row-sparse: a parameter gradient that is a TakeGrad of
 //   per-row ids is returned as the rows and their ids, never densified.
 // Not handled (falls back): arguments shared by all rows of a group, matmuls whose per-row
@@ -49,7 +52,6 @@ struct GraphRunStats {
 
 class GraphRunner {
 public:
-  /// Node values of one group's forward, kept for its backward.
   /// A weight gradient left to the caller: param += a^T · gy, summed with the other groups'
   /// (a: [rows, K], gy: [rows, M]), so that each weight gets one GEMM over all its rows.
   struct DeferredGemm {
@@ -57,6 +59,7 @@ public:
     Tensor a, gy;
   };
 
+  /// Node values of one group's forward, kept for its backward.
   struct State {
     std::vector<Tensor> vals;
     int64_t rows = 0;

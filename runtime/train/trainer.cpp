@@ -10,6 +10,7 @@
 #include "interp/interpreter.h"
 #include "kernel_dump.h"
 #include "optim/optimizer.h"
+#include "plan_executor.h"
 #include "specializer/dump.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -563,6 +564,13 @@ void dump(const DumpOptions& opt, std::ostream& out) {
       buf, sizeof buf, "batch %lld: %zu examples, partial evaluation %.0f us, planning %.0f us\n",
       static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6, secs(t1, t2) * 1e6);
   out << buf << spec::dump_counts(pe.residual, plan, tt);
+  {
+    // The executor's arena for this plan: forward blocks, and with the seed and gradient
+    // blocks of training.
+    ExecLayout layout = make_layout(plan);
+    out << "arena_bytes_forward=" << layout.forward_elems * 4
+        << " arena_bytes_training=" << layout.total_elems * 4 << "\n";
+  }
   if (opt.emit == "templates")
     out << spec::dump_templates(pe.residual, tt, *m);
   else if (opt.emit == "instances")
