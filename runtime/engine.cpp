@@ -439,6 +439,18 @@ struct Engine::Impl {
     trace.add("compile " + e.entry, "compile", t0, Clock::now());
   }
 
+  // The templates of the tensor-only functions, at their declared shapes (session start).
+  void compile_static_templates() {
+    auto t0 = Clock::now();
+    try {
+      for (const auto& t : spec::static_templates(*m, dims))
+        runners->get(t, true);
+    } catch (const std::exception&) {
+      // Best effort: the plans' own templates compile with them (compile_plan).
+    }
+    trace.add("compile static templates", "compile", t0, Clock::now());
+  }
+
   // The background pipeline: serial input, parallel PE + planning, serial publication.
   void pump() {
     tbb::parallel_pipeline(
@@ -489,8 +501,12 @@ struct Engine::Impl {
 
 Engine::Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt)
     : impl_(std::make_unique<Impl>(std::move(m), std::move(dims), std::move(opt))) {
-  if (impl_->opt.inject_failure == "compile" && impl_->runners)
-    impl_->runners->inject_compile_failure(true);
+  Impl& I = *impl_;
+  if (I.opt.inject_failure == "compile" && I.runners)
+    I.runners->inject_compile_failure(true);
+  // The templates known before any batch start compiling now, in the background (auto).
+  if (I.arena && I.runners && I.runners->jit())
+    I.arena->execute([&I] { I.group.run([&I] { I.compile_static_templates(); }); });
 }
 
 Engine::~Engine() {

@@ -767,6 +767,32 @@ bool is_template_eligible(const ir::FnDecl& f) {
   return any_tensor;
 }
 
+std::vector<Template> static_templates(const ir::Module& m, const interp::DimBindings& dims) {
+  std::vector<Template> out;
+  for (size_t i = 0; i < m.fns().size(); ++i) {
+    const ir::FnDecl& f = *m.fns()[i];
+    if (!is_template_eligible(f))
+      continue;
+    bool all_tensors = true;
+    for (const auto& p : f.params)
+      all_tensors = all_tensors && p.type->kind == ir::TypeKind::Tensor;
+    if (!all_tensors)
+      continue;
+    Template t; // as PeBackend::call builds it for a call with these argument shapes
+    t.kind = Template::Kind::Function;
+    t.fn = static_cast<int>(i);
+    t.name = f.name;
+    for (const auto& p : f.params)
+      t.args.push_back(sig_of(p.type, dims));
+    std::vector<ir::Type> outs;
+    flatten_type(f.ret, outs);
+    for (const auto& o : outs)
+      t.results.push_back(sig_of(o, dims));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
                             const std::string& entry, const Value& batch, TemplateTable& templates,
                             const PeOptions& opt) {

@@ -68,4 +68,9 @@ uint64_t skeleton_hash(const interp::Value& batch);
 /// results, at least one tensor parameter).
 bool is_template_eligible(const ir::FnDecl& f);
 
+/// The templates known before any batch: one per template-eligible function whose parameters
+/// are all tensors (no static Int/Bool), at its declared shapes; equal (Template::same_as) to
+/// what partial evaluation makes for its calls. Lets a session compile their kernels at start.
+std::vector<Template> static_templates(const ir::Module& m, const interp::DimBindings& dims);
+
 } // namespace pejit::spec

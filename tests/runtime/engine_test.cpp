@@ -125,6 +125,16 @@ TEST_SUITE("engine") {
     CHECK(sn.kernels_compiled == 0);
   }
 
+  TEST_CASE("auto: the templates known before any batch compile when the engine starts") {
+    Setup s(1);
+    runtime::Engine engine(s.m, s.dims, runtime::EngineOptions{});
+    engine.drain(); // lets the background work run, even on one core
+    runtime::EngineStats st = engine.stats();
+    CHECK(st.kernels_compiled > 0); // leaf, cell, node_loss's elementwise chains
+    CHECK(st.specialized_batches + st.generic_batches == 0);
+    CHECK(st.compile_failures.empty());
+  }
+
   TEST_CASE("an LLVM failure leaves its templates on reference kernels, recorded, training on") {
     Setup s(3);
     runtime::EngineOptions eo;

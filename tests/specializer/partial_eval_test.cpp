@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 using namespace pejit;
 
@@ -86,6 +87,24 @@ TEST_SUITE("specializer") {
     auto out = spec::evaluate_residual(pe.residual, tt, in, md.params);
     REQUIRE(out.size() == 1);
     CHECK(std::fabs(out[0].item_f32() - generic) <= 1e-5 * std::fabs(generic));
+
+    // The templates known before any batch (what a session compiles at start) are the ones
+    // the partial evaluator made for leaf, cell and node_loss, not others.
+    auto known = spec::static_templates(*md.m, md.dims);
+    std::set<std::string> names;
+    for (const auto& t : known) {
+      names.insert(t.name);
+      size_t before = tt.size();
+      int32_t id = tt.intern(t);
+      if (t.name == "leaf" || t.name == "cell" || t.name == "node_loss") {
+        CHECK_MESSAGE(tt.size() == before, t.name); // found, not added
+        CHECK(tt.at(id).name == t.name);
+      }
+    }
+    CHECK(names.count("leaf") == 1);
+    CHECK(names.count("cell") == 1);
+    CHECK(names.count("node_loss") == 1);
+    CHECK(names.count("encode") == 0); // takes a Tree: not a template
   }
 
   TEST_CASE("TreeLSTM infer and infer_nodes: residual outputs equal the generic path's") {
