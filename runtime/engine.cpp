@@ -402,7 +402,7 @@ struct Engine::Impl {
     auto t1 = Clock::now();
     // Its kernels compile in the background (auto mode) if nobody has asked for them yet.
     if (arena && runners && runners->jit() && !e->compile_requested.exchange(true))
-      arena->execute([this, e] { group.run([this, e] { compile_plan(*e); }); });
+      background([this, e] { compile_plan(*e); });
     bool on_jit = exec.stats().jit_launches > launches;
     trace.add(std::string(what) + " " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute",
               t0, t1);
@@ -437,6 +437,27 @@ struct Engine::Impl {
         runners->get(e.templates->at(g.tmpl), true);
       }
     trace.add("compile " + e.entry, "compile", t0, Clock::now());
+  }
+
+  // Runs `f` in the pipeline's arena, counted in `outstanding` like a prefetched batch, so
+  // that drain() waits for it (and, through queue_mutex, sees everything it did).
+  template <class F> void background(F f) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      ++outstanding;
+    }
+    arena->execute([this, f] {
+      group.run([this, f] {
+        try {
+          f();
+        } catch (...) {
+          // Best effort: what did not compile runs on reference kernels.
+        }
+        std::lock_guard<std::mutex> lock(queue_mutex);
+        --outstanding;
+        queue_cv.notify_all();
+      });
+    });
   }
 
   // The templates of the tensor-only functions, at their declared shapes (session start).
@@ -506,7 +527,7 @@ Engine::Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, En
     I.runners->inject_compile_failure(true);
   // The templates known before any batch start compiling now, in the background (auto).
   if (I.arena && I.runners && I.runners->jit())
-    I.arena->execute([&I] { I.group.run([&I] { I.compile_static_templates(); }); });
+    I.background([&I] { I.compile_static_templates(); });
 }
 
 Engine::~Engine() {

@@ -87,7 +87,8 @@ public:
   /// Hands batches that will come next to the background pipeline (auto mode; a no-op
   /// otherwise). Their plans are published in the plan cache as they are made.
   void prefetch(const std::string& entry, std::vector<interp::Value> batches);
-  /// Waits until the pipeline has planned everything handed to it.
+  /// Waits until the pipeline has planned (and compiled) everything handed to it. Call it
+  /// before changing the module's definitions: background work reads them.
   void drain();
 
   /// Drops every cached plan and refusal of these entries (after their definitions changed).

@@ -272,6 +272,8 @@ std::vector<std::string> Session::entries() const {
 }
 
 std::vector<std::string> Session::add_source(const std::string& text, const std::string& name) {
+  // The engine's background work (planning, compiling) reads the module: let it finish first.
+  impl_->engine->drain();
   Diagnostics d;
   auto r = types::add_source(*impl_->module, text, name, d);
   if (!r.ok)

@@ -230,6 +230,7 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     auto infer_nodes_loss =
         R"(entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, batch)) * 0.5 })";
     Diagnostics d;
+    engine.drain(); // the module changes only while no background work reads it
     REQUIRE(types::add_source(*s.m, infer_nodes_loss, "more.pe", d).ok);
     for (const auto& b : s.batches) {
       engine.value_and_grad("loss", b, params);
@@ -238,6 +239,7 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(engine.cached_plans("loss") == 2);
     CHECK(engine.cached_plans("nodes_loss") == 2);
     // A change to `nodes_loss` alone touches that entry only.
+    engine.drain();
     auto r = types::add_source(*s.m,
                                "entry nodes_loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t "
                                "=> encode(t).2, batch)) * 0.25 }",
