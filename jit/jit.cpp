@@ -94,45 +94,46 @@ public:
     trackers_.clear(); // before lljit_: a tracker refers to its JITDylib
   }
 
-  llvm::Expected<CompiledKernel> compile(const KernelSpec& spec) {
+  // Lowers a kernel through `lower(ctx, name)`, links it and fills what every compiled kind
+  // has: the function pointer, its handle, the compile time and the optimized IR's hash.
+  template <class Compiled, class Fn, class Lower>
+  llvm::Expected<Compiled> compile_as(const char* prefix, Lower lower) {
     auto start = std::chrono::steady_clock::now();
-    spec.validate();
     uint64_t id = next_id_.fetch_add(1);
-    std::string name = fmt::format("pejit_ew_{}", id);
+    std::string name = fmt::format("{}_{}", prefix, id);
     auto ctx = std::make_unique<llvm::LLVMContext>();
-    std::unique_ptr<llvm::Module> m = lower_elementwise(spec, *ctx, name, target_);
-    expect_ir_hash(name, "pejit_ew");
+    std::unique_ptr<llvm::Module> m = lower(*ctx, name);
+    expect_ir_hash(name, prefix);
     auto addr = link(id, name, std::move(ctx), std::move(m));
     uint64_t hash = take_ir_hash(name);
     if (!addr)
       return addr.takeError();
-    CompiledKernel k;
-    k.fn = addr->toPtr<ElementwiseFn>();
+    Compiled k;
+    k.fn = addr->toPtr<Fn>();
     k.handle.id = id;
     k.compile_ms = ms_since(start);
     k.ir_hash = hash;
     return k;
   }
 
-  llvm::Expected<CompiledGemm> compile_gemm(const GemmSpec& spec) {
-    auto start = std::chrono::steady_clock::now();
+  llvm::Expected<CompiledKernel> compile(const KernelSpec& spec) {
     spec.validate();
-    uint64_t id = next_id_.fetch_add(1);
-    std::string name = fmt::format("pejit_gemm_{}", id);
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    std::unique_ptr<llvm::Module> m = lower_gemm(spec, *ctx, name, target_);
-    expect_ir_hash(name, "pejit_gemm");
-    auto addr = link(id, name, std::move(ctx), std::move(m));
-    uint64_t hash = take_ir_hash(name);
-    if (!addr)
-      return addr.takeError();
-    CompiledGemm k;
-    k.fn = addr->toPtr<GemmFn>();
-    k.handle.id = id;
-    k.compile_ms = ms_since(start);
-    k.ir_hash = hash;
+    return compile_as<CompiledKernel, ElementwiseFn>(
+        "pejit_ew", [&](llvm::LLVMContext& ctx, const std::string& name) {
+          return lower_elementwise(spec, ctx, name, target_);
+        });
+  }
+
+  llvm::Expected<CompiledGemm> compile_gemm(const GemmSpec& spec) {
+    spec.validate();
+    auto k = compile_as<CompiledGemm, GemmFn>("pejit_gemm",
+                                              [&](llvm::LLVMContext& ctx, const std::string& name) {
+                                                return lower_gemm(spec, ctx, name, target_);
+                                              });
+    if (!k)
+      return k.takeError();
     GemmSpec r = spec.resolved(gemm_lanes(target_));
-    k.schedule = fmt::format("{}x{} ({})", r.mr, r.nr, spec.mr ? "given" : "default");
+    k->schedule = fmt::format("{}x{} ({})", r.mr, r.nr, spec.mr ? "given" : "default");
     return k;
   }
 

@@ -10,6 +10,7 @@
 #include "graph_runner.h"
 #include "jit/kernel_cache.h"
 #include "plan_executor.h"
+#include "runner_cache.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "util/check.h"

@@ -1,0 +1,77 @@
+// The shared cache of template graphs (runner_cache.h).
+#include "runner_cache.h"
+
+#include "jit/kernel_cache.h"
+#include "specializer/template_graph.h"
+
+namespace pejit::runtime {
+
+RunnerCache::RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+                         jit::KernelCache* kernels)
+    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels) {}
+
+std::shared_ptr<const GraphRunner> RunnerCache::get(const spec::Template& t, bool compile,
+                                                    std::string* why) {
+  std::string key = t.key();
+  Entry e;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation_ != m_->generation()) { // definitions changed: every graph may be stale
+      map_.clear();
+      generation_ = m_->generation();
+    }
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      e = it->second;
+      found = true;
+    }
+  }
+  bool want_compile = compile && kernels_ != nullptr;
+  if (found && (!e.runner || e.compiled || e.failed || !want_compile)) {
+    if (why != nullptr)
+      *why = e.why;
+    return e.runner;
+  }
+  if (!found) {
+    try {
+      auto r =
+          std::make_shared<GraphRunner>(spec::compile_template(*m_, dims_, t), kernels_ != nullptr);
+      if (r->supported())
+        e.runner = std::move(r);
+      else
+        e.why = r->why();
+    } catch (const std::exception& ex) {
+      e.why = ex.what();
+    }
+    e.compiled = e.runner && e.runner->compiled(); // nothing to compile
+  }
+  std::string failure;
+  if (e.runner && want_compile && !e.compiled) {
+    auto c = std::make_shared<GraphRunner>(*e.runner);
+    try {
+      c->compile(*kernels_, inject_);
+      e.runner = std::move(c);
+      e.compiled = true;
+    } catch (const std::exception& ex) {
+      e.failed = true;
+      failure = t.name + ": " + ex.what();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& slot = map_[key];
+  if (!slot.compiled && !slot.failed) // another thread may have compiled it meanwhile
+    slot = e;
+  if (!failure.empty())
+    failures_.push_back(failure);
+  if (why != nullptr)
+    *why = slot.why;
+  return slot.runner;
+}
+
+std::vector<std::string> RunnerCache::compile_failures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failures_;
+}
+
+} // namespace pejit::runtime

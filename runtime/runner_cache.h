@@ -1,0 +1,55 @@
+// RunnerCache: the template graphs of one module (GraphRunner per template), shared by the
+// plan executor and the engine's pipeline, with their compile state.
+#pragma once
+
+#include "graph_runner.h"
+#include "interp/params.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pejit::runtime {
+
+/// The template graphs of one module, by Template::key(), shared by the plan executor (the
+/// training thread) and the specialization pipeline; thread-safe. A template's entry is its
+/// runner as it is now: on reference kernels until its elementwise runs are compiled (tier 2),
+/// then on JIT kernels (tier 3). A compile failure is remembered with its reason and never
+/// retried; that template keeps running on reference kernels. Null runner: the template runs
+/// through the batching interpreter (no batched rule for some node, or tracing failed).
+class RunnerCache {
+public:
+  RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+              jit::KernelCache* kernels);
+
+  /// The runner to use for `t` now; builds its graph on a miss, and compiles it first when
+  /// `compile` (else it runs on reference kernels until prepare() or a compiling get()).
+  /// `why` (optional) receives the reason of a null runner.
+  std::shared_ptr<const GraphRunner> get(const spec::Template& t, bool compile,
+                                         std::string* why = nullptr);
+
+  /// Tests: every compile fails (invalid IR), as an LLVM error would.
+  void inject_compile_failure(bool on) { inject_ = on; }
+  /// "template: reason" for every compile that failed.
+  std::vector<std::string> compile_failures() const;
+  bool jit() const { return kernels_ != nullptr; }
+
+private:
+  struct Entry {
+    std::shared_ptr<const GraphRunner> runner;
+    std::string why;
+    bool compiled = false, failed = false;
+  };
+  std::shared_ptr<const ir::Module> m_;
+  interp::DimBindings dims_;
+  jit::KernelCache* kernels_;
+  bool inject_ = false;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> map_;
+  uint64_t generation_ = ~0ull;
+  std::vector<std::string> failures_;
+};
+
+} // namespace pejit::runtime
