@@ -42,8 +42,12 @@ struct Rule {
 };
 
 /// Updates n elements of p (and the state a, b) from gradient g, after clipping (coef) and
-/// weight decay. The one place where the update rules are written.
-void update_span(const Rule& r, float* p, const float* g, float* a, float* b, int64_t n) {
+/// weight decay. The one place where the update rules are written. The arrays never overlap
+/// (restrict) and this file is built with -O3 -fno-math-errno, so the loops vectorize: the
+/// lanes compute what the scalar loop would, rounding included (IEEE sqrt and division).
+void update_span(const Rule& r, float* __restrict p, const float* __restrict g,
+                 float* __restrict a, float* __restrict b, int64_t n) {
+  const bool plain = r.coef == 1.0f && r.wd == 0.0f; // the common case, without the extra terms
   auto grad = [&](int64_t k) {
     float gi = g[k];
     if (r.coef != 1.0f)
@@ -57,14 +61,20 @@ void update_span(const Rule& r, float* p, const float* g, float* a, float* b, in
     for (int64_t k = 0; k < n; ++k)
       p[k] -= r.lr * grad(k);
     break;
-  case Kind::Adagrad:
-    for (int64_t k = 0; k < n; ++k) {
-      float gi = grad(k);
+  case Kind::Adagrad: {
+    auto step = [&](int64_t k, float gi) {
       float s = a[k] + gi * gi;
       a[k] = s;
       p[k] -= r.lr * gi / (std::sqrt(s) + r.eps);
-    }
+    };
+    if (plain)
+      for (int64_t k = 0; k < n; ++k)
+        step(k, g[k]);
+    else
+      for (int64_t k = 0; k < n; ++k)
+        step(k, grad(k));
     break;
+  }
   case Kind::Adam:
     for (int64_t k = 0; k < n; ++k) {
       float gi = grad(k);
