@@ -45,8 +45,8 @@ struct Rule {
 /// weight decay. The one place where the update rules are written. The arrays never overlap
 /// (restrict) and this file is built with -O3 -fno-math-errno, so the loops vectorize: the
 /// lanes compute what the scalar loop would, rounding included (IEEE sqrt and division).
-void update_span(const Rule& r, float* __restrict p, const float* __restrict g,
-                 float* __restrict a, float* __restrict b, int64_t n) {
+void update_span(const Rule& r, float* __restrict p, const float* __restrict g, float* __restrict a,
+                 float* __restrict b, int64_t n) {
   const bool plain = r.coef == 1.0f && r.wd == 0.0f; // the common case, without the extra terms
   auto grad = [&](int64_t k) {
     float gi = g[k];

@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 
 #include "kernels/row_ops.h"
+#include "kernels/transpose.h"
 #include "util/check.h"
 #include <algorithm>
 
@@ -72,27 +73,6 @@ float* scratch(int slot, size_t n) {
   if (bufs[slot].size() < n)
     bufs[slot].resize(n);
   return bufs[slot].data();
-}
-
-// dst[c][r] = src[r][c] for an r x c block with leading dims lds / ldd. 8x8 tiles through a
-// local buffer: both the reads and the writes stay contiguous, which vectorizes without the
-// gathers/scatters a direct loop would need.
-void transpose_into(const float* src, int64_t r, int64_t c, int64_t lds, float* dst, int64_t ldd) {
-  constexpr int64_t kT = 8;
-  int64_t r8 = r / kT * kT, c8 = c / kT * kT;
-  for (int64_t i0 = 0; i0 < r8; i0 += kT)
-    for (int64_t j0 = 0; j0 < c8; j0 += kT) {
-      float t[kT][kT];
-      for (int64_t i = 0; i < kT; ++i)
-        for (int64_t j = 0; j < kT; ++j)
-          t[j][i] = src[(i0 + i) * lds + j0 + j];
-      for (int64_t j = 0; j < kT; ++j)
-        for (int64_t i = 0; i < kT; ++i)
-          dst[(j0 + j) * ldd + i0 + i] = t[j][i];
-    }
-  for (int64_t i = 0; i < r; ++i) // ragged edges
-    for (int64_t j = (i < r8 ? c8 : 0); j < c; ++j)
-      dst[j * ldd + i] = src[i * lds + j];
 }
 
 // C (+)= A·B^T for a few rows of A: each C element is a dot of two contiguous rows; four rows
@@ -177,7 +157,7 @@ void gemm_core(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
                 (beta0 ? LIBXSMM_GEMM_FLAG_BETA_0 : 0);
     if (xsmm_kernel(n, std::min(m, kPanel), k, ldb, lda, ldc, flags) == nullptr) {
       float* bt = scratch(3, static_cast<size_t>(k * n));
-      transpose_into(b, n, k, ldb, bt, n);
+      detail::transpose32(b, n, k, ldb, bt, n);
       b = bt;
       ldb = n;
       tb = false;
@@ -216,7 +196,7 @@ void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float*
   }
   if (ta) { // cheap relative to the product: m*k against m*n*k
     float* at = scratch(0, static_cast<size_t>(m * k));
-    transpose_into(a, k, m, lda, at, k);
+    detail::transpose32(a, k, m, lda, at, k);
     a = at;
     lda = k;
   }
@@ -226,7 +206,7 @@ void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float*
   }
   if (tb) {
     float* bt = scratch(1, static_cast<size_t>(k * n));
-    transpose_into(b, n, k, ldb, bt, n);
+    detail::transpose32(b, n, k, ldb, bt, n);
     b = bt;
     ldb = n;
   }

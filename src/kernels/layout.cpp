@@ -1,6 +1,7 @@
 // Layout kernels (concat, slice, transpose) and row gathers: take, its row-sparse gradient
 // (RowSparse: coalesce, to_dense) and the scatter-add that applies it to a dense table.
 #include "kernels/kernels.h"
+#include "kernels/transpose.h"
 #include "util/check.h"
 
 #include <algorithm>
@@ -129,17 +130,8 @@ Tensor transpose(const Tensor& x) {
                 (x.defined() ? x.shape().str() : std::string("undefined")));
   int64_t r = x.dim(0), c = x.dim(1);
   Tensor y = Tensor::empty(x.dtype(), Shape{c, r});
-  // 4-byte elements either way: move them as u32, in 32x32 tiles for cache reuse.
-  const auto* src = static_cast<const uint32_t*>(x.raw());
-  auto* dst = static_cast<uint32_t*>(y.raw());
-  constexpr int64_t kT = 32;
-  for (int64_t i0 = 0; i0 < r; i0 += kT)
-    for (int64_t j0 = 0; j0 < c; j0 += kT) {
-      int64_t i1 = std::min(i0 + kT, r), j1 = std::min(j0 + kT, c);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = j0; j < j1; ++j)
-          dst[j * r + i] = src[i * c + j];
-    }
+  // 4-byte elements either way.
+  detail::transpose32(x.raw(), r, c, c, y.raw(), r);
   return y;
 }
 

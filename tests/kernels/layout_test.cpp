@@ -53,12 +53,24 @@ TEST_SUITE("kernels") {
     Tensor t = transpose(x);
     CHECK(t.shape() == Shape{4, 2});
     CHECK(vf(t) == std::vector<float>{0, 4, 1, 5, 2, 6, 3, 7});
-    std::vector<float> big(70 * 45);
-    for (size_t i = 0; i < big.size(); ++i)
-      big[i] = float(i);
-    Tensor bt = transpose(F({70, 45}, big));
-    CHECK(bt.f32()[44 * 70 + 69] == big[69 * 45 + 44]);
-    CHECK(bt.f32()[3 * 70 + 50] == big[50 * 45 + 3]);
+    // Every element, at sizes around the 8x8 register blocks and the 64x64 tiles (ragged
+    // edges on both sides), f32 and i32.
+    for (auto [r, c] : {std::pair{1, 1}, {8, 8}, {7, 9}, {70, 45}, {64, 136}, {300, 750}}) {
+      std::vector<float> big(static_cast<size_t>(r * c));
+      std::vector<int32_t> ints(big.size());
+      for (size_t i = 0; i < big.size(); ++i) {
+        big[i] = float(i) * 0.5f;
+        ints[i] = static_cast<int32_t>(i) - 7;
+      }
+      Tensor bt = transpose(F({r, c}, big)), it = transpose(I({r, c}, ints));
+      REQUIRE(bt.shape() == Shape{c, r});
+      int wrong = 0;
+      for (int i = 0; i < r; ++i)
+        for (int j = 0; j < c; ++j)
+          wrong += bt.f32()[j * r + i] != big[static_cast<size_t>(i * c + j)] ||
+                   it.i32()[j * r + i] != ints[static_cast<size_t>(i * c + j)];
+      CHECK_MESSAGE(wrong == 0, r << "x" << c);
+    }
     CHECK_THROWS_AS(transpose(F({3}, {1, 2, 3})), Error);
   }
 
