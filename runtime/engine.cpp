@@ -232,6 +232,10 @@ struct Engine::Impl {
              // reference kernels until the pipeline has compiled them.
              ExecOptions{opt.graphs, kernels.get(), runners.get(), opt.mode != Mode::Auto}),
         trace(!opt.trace_file.empty()) {
+    // Background work is enqueued (task_arena::enqueue), not spawned: TBB then guarantees it
+    // a thread even where it has no worker (one core, taskset -c 0), so compilation starts
+    // with the session and the pipeline plans ahead while training runs; the OS shares the
+    // core between them.
     if (opt.mode == Mode::Auto)
       arena = std::make_unique<tbb::task_arena>(1, 0, tbb::task_arena::priority::low);
   }
@@ -447,18 +451,16 @@ struct Engine::Impl {
       std::lock_guard<std::mutex> lock(queue_mutex);
       ++outstanding;
     }
-    arena->execute([this, f] {
-      group.run([this, f] {
-        try {
-          f();
-        } catch (...) {
-          // Best effort: what did not compile runs on reference kernels.
-        }
-        std::lock_guard<std::mutex> lock(queue_mutex);
-        --outstanding;
-        queue_cv.notify_all();
-      });
-    });
+    arena->enqueue(group.defer([this, f] {
+      try {
+        f();
+      } catch (...) {
+        // Best effort: what did not compile runs on reference kernels.
+      }
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      --outstanding;
+      queue_cv.notify_all();
+    }));
   }
 
   // The templates of the tensor-only functions, at their declared shapes (session start).
@@ -584,15 +586,14 @@ void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
     }
   }
   if (start)
-    I.arena->execute([&I] { I.group.run([&I] { I.pump(); }); });
+    I.arena->enqueue(I.group.defer([&I] { I.pump(); }));
 }
 
 void Engine::drain() {
   Impl& I = *impl_;
   if (!I.arena)
     return;
-  // Joining the arena lets this thread run what is left itself: with one core (taskset -c 0)
-  // TBB has no worker threads, and the pipeline runs only where a thread joins its arena.
+  // Joining the arena lets this thread run what is left itself instead of only waiting.
   I.arena->execute([&I] { I.group.wait(); });
   std::unique_lock<std::mutex> lock(I.queue_mutex);
   I.queue_cv.wait(lock, [&I] { return I.outstanding == 0; });
