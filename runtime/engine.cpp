@@ -209,8 +209,22 @@ struct Engine::Impl {
   std::map<std::string, uint64_t> cone_cache; // entry -> cone version, under cone_mutex
   uint64_t cone_generation = ~0ull;
 
+  const Clock::time_point started = Clock::now();
   mutable std::mutex stats_mutex;
   EngineStats stats;
+  uint64_t compiles_seen = 0; ///< kernel cache compiles at the last note_compiles(), stats_mutex
+
+  // Records when the kernel cache's compile count last grew (EngineStats::last_compile_s).
+  void note_compiles() {
+    if (!kernels)
+      return;
+    uint64_t n = kernels->stats().compiles;
+    std::lock_guard<std::mutex> s(stats_mutex);
+    if (n > compiles_seen) {
+      compiles_seen = n;
+      stats.last_compile_s = secs(started, Clock::now());
+    }
+  }
   std::map<std::string, std::string> last_explain;
 
   // The pipeline.
@@ -411,12 +425,17 @@ struct Engine::Impl {
     bool on_jit = exec.stats().jit_launches > launches;
     trace.add(std::string(what) + " " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute",
               t0, t1);
+    note_compiles(); // specialized mode compiles inline, in this batch
     std::lock_guard<std::mutex> s(stats_mutex);
     stats.specialized_batches++;
     stats.specialized_seconds += secs(t0, t1);
+    if (stats.first_planned_s < 0)
+      stats.first_planned_s = secs(started, t1);
     if (on_jit) {
       stats.jit_batches++;
       stats.jit_seconds += secs(t0, t1);
+      if (stats.first_jit_s < 0)
+        stats.first_jit_s = secs(started, t1);
     }
     last_explain[entry].clear();
     return out;
@@ -442,6 +461,7 @@ struct Engine::Impl {
         runners->get(e.templates->at(g.tmpl), true);
       }
     trace.add("compile " + e.entry, "compile", t0, Clock::now());
+    note_compiles();
   }
 
   // Runs `f` in the pipeline's arena, counted in `outstanding` like a prefetched batch, so
@@ -473,6 +493,7 @@ struct Engine::Impl {
       // Best effort: the plans' own templates compile with them (compile_plan).
     }
     trace.add("compile static templates", "compile", t0, Clock::now());
+    note_compiles();
   }
 
   // The background pipeline: serial input, parallel PE + planning, serial publication.

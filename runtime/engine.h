@@ -56,6 +56,13 @@ struct EngineStats {
   double jit_seconds = 0;                   ///< their time (part of specialized_seconds)
   int64_t kernels_compiled = 0;
   double compile_ms = 0;
+  /// Seconds from the engine's construction to the end of its first batch that ran planned,
+  /// and of its first batch on JIT kernels (-1: none yet).
+  double first_planned_s = -1, first_jit_s = -1;
+  /// Seconds from the engine's construction to the end of the batch or background task whose
+  /// compiles brought kernels_compiled to its value (-1: nothing compiled): an upper bound on
+  /// when the last kernel finished compiling.
+  double last_compile_s = -1;
   std::string jit_disabled; ///< why the engine has no JIT (empty: it has one, or jit off)
   /// "template: reason" per failed compile; those templates run on reference kernels.
   std::vector<std::string> compile_failures;

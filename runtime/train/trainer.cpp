@@ -211,6 +211,9 @@ std::string EpochStats::json() const {
   j["jit_seconds"] = jit_seconds;
   j["kernels_compiled"] = kernels_compiled;
   j["compile_ms"] = compile_ms;
+  j["first_planned_s"] = num(first_planned_s);
+  j["first_jit_s"] = num(first_jit_s);
+  j["last_compile_s"] = num(last_compile_s);
   j["plan_ms"] = plan_ms;
   j["background_plan_ms"] = background_plan_ms;
   j["plan_cache"] = {{"hits", plan_hits},
@@ -389,6 +392,10 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     st.jit_seconds = after.jit_seconds - before.jit_seconds;
     st.kernels_compiled = after.kernels_compiled - before.kernels_compiled;
     st.compile_ms = after.compile_ms - before.compile_ms;
+    auto since_start = [](double s) { return s < 0 ? std::nan("") : s; };
+    st.first_planned_s = since_start(after.first_planned_s);
+    st.first_jit_s = since_start(after.first_jit_s);
+    st.last_compile_s = since_start(after.last_compile_s);
     st.plan_ms = 1e3 * (after.plan_seconds - before.plan_seconds);
     st.background_plan_ms = 1e3 * (after.background_plan_seconds - before.background_plan_seconds);
     st.plan_hits = after.plan_hits - before.plan_hits;

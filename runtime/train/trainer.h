@@ -59,6 +59,10 @@ struct EpochStats {
   double jit_seconds = 0; ///< the part of specialized_seconds that ran JIT kernels
   int64_t kernels_compiled = 0;
   double compile_ms = 0;
+  /// Since the engine started (once per run, not per epoch; NaN: not yet): the end of the
+  /// first planned batch, of the first batch on JIT kernels, and an upper bound on the end of
+  /// the last kernel compile (EngineStats::first_planned_s, first_jit_s, last_compile_s).
+  double first_planned_s = std::nan(""), first_jit_s = std::nan(""), last_compile_s = std::nan("");
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks;

@@ -125,6 +125,25 @@ TEST_SUITE("engine") {
     CHECK(sn.kernels_compiled == 0);
   }
 
+  TEST_CASE("compile times: kernels compile with the first batch, none after (specialized)") {
+    Setup s(6); // six batches of new tree shapes over the same templates
+    runtime::EngineStats st, sg;
+    train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 1, &st);
+    CHECK(st.kernels_compiled > 0);
+    CHECK(st.first_planned_s >= 0);
+    CHECK(st.first_jit_s >= st.first_planned_s); // the first batch already ran on JIT kernels
+    REQUIRE(st.last_compile_s >= 0);
+    runtime::EngineStats all;
+    train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 6, &all);
+    CHECK(all.kernels_compiled == st.kernels_compiled); // later shapes reuse the kernels
+    CHECK(all.jit_batches == 6);
+    // Generic mode plans and compiles nothing.
+    train(s, runtime::Mode::Generic, optim::Kind::Sgd, 2, &sg);
+    CHECK(sg.first_planned_s < 0);
+    CHECK(sg.first_jit_s < 0);
+    CHECK(sg.last_compile_s < 0);
+  }
+
   TEST_CASE("auto: the templates known before any batch compile when the engine starts") {
     Setup s(1);
     runtime::Engine engine(s.m, s.dims, runtime::EngineOptions{});
