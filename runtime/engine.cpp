@@ -666,6 +666,7 @@ EngineStats Engine::stats() const {
   if (impl_->kernels) {
     auto ks = impl_->kernels->stats();
     st.kernels_compiled = static_cast<int64_t>(ks.compiles);
+    st.kernel_evictions = static_cast<int64_t>(ks.evictions);
     st.compile_ms = ks.compile_ms;
   }
   st.jit_disabled = impl_->jit_disabled;

@@ -55,6 +55,7 @@ struct EngineStats {
   int64_t jit_batches = 0;                  ///< planned batches that ran JIT kernels
   double jit_seconds = 0;                   ///< their time (part of specialized_seconds)
   int64_t kernels_compiled = 0;
+  int64_t kernel_evictions = 0; ///< kernels dropped by the kernel cache's bound
   double compile_ms = 0;
   /// Seconds from the engine's construction to the end of its first batch that ran planned,
   /// and of its first batch on JIT kernels (-1: none yet).

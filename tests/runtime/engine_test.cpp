@@ -230,16 +230,22 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(st.plan_misses == 3); // looked up, but partially evaluated only once
   }
 
-  TEST_CASE("a small cache bound evicts plans and training still matches") {
+  TEST_CASE("small cache bounds evict plans and kernels and training still matches") {
     Setup s(5);
     runtime::EngineOptions eo;
     eo.plan_cache_entries = 2;
-    runtime::EngineStats st;
-    auto a = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 10, &st, eo);
+    eo.kernel_cache_entries = 1; // TreeLSTM's templates need more than one kernel
     auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 10);
-    check_close(a, g);
-    CHECK(st.plan_evictions > 0);
-    CHECK(st.specialized_batches == 10);
+    for (auto mode : {runtime::Mode::Specialized, runtime::Mode::Auto}) {
+      CAPTURE(runtime::mode_name(mode));
+      runtime::EngineStats st;
+      auto a = train(s, mode, optim::Kind::Sgd, 10, &st, eo);
+      check_close(a, g);
+      CHECK(st.plan_evictions > 0);
+      CHECK(st.kernel_evictions > 0);
+      CHECK(st.specialized_batches == 10);
+      CHECK(st.compile_failures.empty());
+    }
   }
 
   TEST_CASE("invalidation drops exactly the plans of the changed entries") {
