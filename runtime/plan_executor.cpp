@@ -18,6 +18,7 @@
 #include "util/check.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -236,6 +237,27 @@ struct PlanExecutor::Impl {
   std::unordered_map<const void*, Tensor> transposed; // W^T per weight, for one run
   std::vector<GraphRunner::DeferredGemm> deferred;    // weight gradients of one run
 
+  // ExecOptions::profile: the time since t0 (and GEMM flops) go to family f.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point tick() const { return opt.profile ? Clock::now() : Clock::time_point{}; }
+  void tock(PlanStats& stats, Family f, Clock::time_point t0, double flops = 0) const {
+    if (!opt.profile)
+      return;
+    auto& ft = stats.profile[static_cast<size_t>(f)];
+    ft.calls++;
+    ft.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    ft.flops += flops;
+  }
+  static void merge(PlanStats& stats, const GraphRunStats& rs) {
+    stats.jit_launches += rs.jit_launches;
+    stats.ref_nodes += rs.ref_nodes;
+    for (size_t f = 0; f < rs.time.size(); ++f) {
+      stats.profile[f].calls += rs.time[f].calls;
+      stats.profile[f].seconds += rs.time[f].seconds;
+      stats.profile[f].flops += rs.time[f].flops;
+    }
+  }
+
   // Each weight's deferred gradient as one GEMM over the rows of every group that had one.
   void weight_gradients(std::vector<interp::ParamGrad>& grads, PlanStats& stats) {
     std::vector<int> order;
@@ -243,6 +265,7 @@ struct PlanExecutor::Impl {
       if (std::find(order.begin(), order.end(), d.param) == order.end())
         order.push_back(d.param);
     for (int p : order) {
+      auto t0 = tick();
       int64_t rows = 0, k = 0, m = 0;
       std::vector<const GraphRunner::DeferredGemm*> parts;
       for (const auto& d : deferred)
@@ -270,6 +293,7 @@ struct PlanExecutor::Impl {
         dst = Tensor::empty(DType::F32, Shape{k, m});
       kernels::sgemm(true, false, k, m, rows, 1.0f, a.f32(), k, gy.f32(), m, beta, dst.f32(), m);
       stats.weight_grad_gemms++;
+      tock(stats, Family::GemmWeightGrad, t0, 2.0 * static_cast<double>(k * m * rows));
     }
     deferred.clear();
   }
@@ -395,7 +419,9 @@ struct PlanExecutor::Impl {
       shared_args = shared_args || g.args[a].shared;
       if (g.args[a].shared)
         continue;
+      auto t0 = tick();
       gather(G.args[a], r, params);
+      tock(stats, Family::Gathers, t0);
       xs[a] = block(G.args[a].off, g.args[a].sig, rows);
       if (train && g.args[a].sig.dtype == DType::F32)
         gs.arg_leaf[a] = nleaves++;
@@ -432,11 +458,11 @@ struct PlanExecutor::Impl {
       for (size_t k = 0; k < g.results.size(); ++k)
         results.push_back(block(G.results[k].off, g.results[k], rows));
       GraphRunStats rs;
+      rs.profile = opt.profile;
       gs.gst.transposed = &transposed;
       gs.gst.deferred = train ? &deferred : nullptr;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
-      stats.jit_launches += rs.jit_launches;
-      stats.ref_nodes += rs.ref_nodes;
+      merge(stats, rs);
       stats.groups_on_graphs++;
       stats.groups_batched++;
       if (!train)
@@ -646,7 +672,9 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
       const auto& R = G.results[k];
       if (R.seed_off < 0)
         continue;
+      auto t0 = I.tick();
       any = I.gather_seed(R, G.rows) || any;
+      I.tock(stats_, Family::Gathers, t0);
       if (static_cast<int32_t>(gi) == lo.index && static_cast<int32_t>(k) == lo.out) {
         reinterpret_cast<float*>(I.at(R.seed_off))[lo.row] += 1.0f;
         any = true;
@@ -674,9 +702,9 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
         if (G.args[a].grad_off >= 0)
           arg_grads[a] = I.block(G.args[a].grad_off, g.args[a].sig, G.rows);
       GraphRunStats rs;
+      rs.profile = I.opt.profile;
       gs.graph->backward(seeds, params, arg_grads, out.grads, gs.gst, rs);
-      stats_.jit_launches += rs.jit_launches;
-      stats_.ref_nodes += rs.ref_nodes;
+      Impl::merge(stats_, rs);
       continue;
     }
     std::vector<std::pair<int32_t, Tensor>> seeds;

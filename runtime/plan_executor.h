@@ -28,6 +28,7 @@
 #pragma once
 
 #include "exec_layout.h"
+#include "graph_runner.h"
 #include "interp/interpreter.h"
 #include "specializer/plan.h"
 
@@ -53,6 +54,8 @@ struct PlanStats {
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
+  /// With ExecOptions::profile: time (and GEMM flops) per kernel family, over all runs.
+  Profile profile{};
 };
 
 /// How a plan's template groups are run.
@@ -68,6 +71,9 @@ struct ExecOptions {
   /// Compile a template's runs before its first use (waiting for LLVM); false: run on
   /// reference kernels until someone else (the pipeline) has compiled them.
   bool compile = true;
+  /// Time every kernel launch, gather and weight-gradient GEMM into PlanStats::profile (two
+  /// clock reads each; for benchmarks).
+  bool profile = false;
 };
 
 class PlanExecutor {

@@ -1,0 +1,156 @@
+// Where a specialized training step's time goes, by kernel family, measured in situ: the
+// TreeLSTM on shuffled 25-tree batches, each partially evaluated, planned and run on its
+// template graphs with JIT elementwise kernels (what `pejit train --mode specialized` does,
+// without the plan cache), then an Adagrad step. The plan executor times every launch
+// (ExecOptions::profile); GEMM families report GFLOP/s and the fraction of this machine's
+// SGEMM peak, measured in the same process (the best libxsmm rate over large square shapes).
+//
+//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS]
+//
+// The default file is ../shared/data/sst/train.txt (generated SST-like trees without it).
+#include "data/synthetic.h"
+#include "data/tree_io.h"
+#include "exec_layout.h"
+#include "jit/jit.h"
+#include "jit/kernel_cache.h"
+#include "kernels/kernels.h"
+#include "optim/optimizer.h"
+#include "plan_executor.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+using namespace pejit;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Best GFLOP/s of kernels::sgemm (libxsmm underneath) over a few large shapes, each run for at
+// least 50 ms.
+double sgemm_peak() {
+  double best = 0;
+  for (int64_t n : {256, 384, 512}) {
+    std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a), c(a);
+    int reps = 0;
+    auto t0 = Clock::now();
+    do {
+      kernels::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      ++reps;
+    } while (secs(t0, Clock::now()) < 0.05);
+    best = std::max(best, 2.0 * static_cast<double>(n * n * n) * reps / secs(t0, Clock::now()));
+  }
+  return best / 1e9;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
+  size_t limit = argc > 2 ? std::stoul(argv[2]) : 2000;
+  int epochs = argc > 3 ? std::stoi(argv[3]) : 2;
+  auto m = std::make_shared<ir::Module>();
+  Diagnostics d;
+  if (!types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok) {
+    std::fputs(d.render().c_str(), stderr);
+    return 2;
+  }
+  data::Vocab v;
+  std::vector<data::ParseTree> trees = std::filesystem::exists(data)
+                                           ? data::read_trees(data, v)
+                                           : data::gen_sst(limit, 1, data::Shape::Sst, v);
+  trees.resize(std::min(trees.size(), limit));
+  auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(v.size())}});
+  runtime::TreeEncoder enc(*m, "Tree");
+  std::vector<interp::Value> encoded;
+  for (const auto& t : trees)
+    encoded.push_back(enc.encode(t));
+
+  double peak_before = sgemm_peak();
+  jit::Jit jit;
+  jit::KernelCache cache(jit, 256);
+  runtime::ExecOptions eo;
+  eo.kernels = &cache;
+  eo.profile = true;
+  runtime::PlanExecutor exec(m, dims, eo);
+  interp::Params params = interp::init_params(*m, dims, 1);
+  optim::Optimizer opt(optim::OptimizerOptions{});
+  spec::TemplateTable tt;
+
+  std::vector<size_t> order(encoded.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(1);
+  double plan_s = 0, run_s = 0, step_s = 0, total_s = 0;
+  size_t nbatches = 0;
+  runtime::Profile first{}; // epoch 0 includes the first batch's compiles: report the last epoch
+  for (int ep = 0; ep < epochs; ++ep) {
+    std::shuffle(order.begin(), order.end(), rng);
+    if (ep + 1 == epochs) {
+      first = exec.stats().profile;
+      plan_s = run_s = step_s = total_s = 0;
+      nbatches = 0;
+    }
+    auto e0 = Clock::now();
+    for (size_t b = 0; (b + 1) * 25 <= order.size(); ++b) {
+      interp::Values xs;
+      for (size_t i = b * 25; i < (b + 1) * 25; ++i)
+        xs.push_back(encoded[order[i]]);
+      auto t0 = Clock::now();
+      auto pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
+      auto plan = spec::make_plan(pe.residual, tt);
+      auto layout = runtime::make_layout(plan);
+      auto t1 = Clock::now();
+      auto g = exec.value_and_grad(plan, pe.residual, tt, params, &layout);
+      auto t2 = Clock::now();
+      opt.step(params, g.grads);
+      auto t3 = Clock::now();
+      plan_s += secs(t0, t1);
+      run_s += secs(t1, t2);
+      step_s += secs(t2, t3);
+      ++nbatches;
+    }
+    total_s += secs(e0, Clock::now());
+  }
+  double peak_after = sgemm_peak();
+  double peak = std::max(peak_before, peak_after);
+
+  const runtime::Profile& all = exec.stats().profile;
+  double trees_n = static_cast<double>(nbatches * 25);
+  std::printf("last epoch: %zu batches of 25 trees, %.1f trees/s (%.2f ms per batch: PE+plan "
+              "%.2f, plan run %.2f, optimizer %.2f)\n",
+              nbatches, trees_n / total_s, 1e3 * total_s / nbatches, 1e3 * plan_s / nbatches,
+              1e3 * run_s / nbatches, 1e3 * step_s / nbatches);
+  std::printf("SGEMM peak in this run: %.1f GFLOP/s before, %.1f after\n", peak_before, peak_after);
+  std::printf("%-28s %9s %11s %8s %9s %8s\n", "family", "calls/bt", "ms/batch", "of run", "GFLOP/s",
+              "of peak");
+  double profiled = 0;
+  for (size_t f = 0; f < all.size(); ++f) {
+    double s = all[f].seconds - first[f].seconds;
+    double flops = all[f].flops - first[f].flops;
+    int64_t calls = all[f].calls - first[f].calls;
+    profiled += s;
+    char rate[16] = "", share[16] = "";
+    if (flops > 0 && s > 0) {
+      std::snprintf(rate, sizeof rate, "%.1f", flops / s / 1e9);
+      std::snprintf(share, sizeof share, "%.0f%%", 100 * flops / s / 1e9 / peak);
+    }
+    std::printf("%-28s %9.1f %11.3f %7.1f%% %9s %8s\n",
+                runtime::family_name(static_cast<runtime::Family>(f)),
+                static_cast<double>(calls) / nbatches, 1e3 * s / nbatches, 100 * s / run_s, rate,
+                share);
+  }
+  std::printf("%-28s %9s %11.3f %7.1f%%\n", "(not in a family)", "",
+              1e3 * (run_s - profiled) / nbatches, 100 * (run_s - profiled) / run_s);
+  return 0;
+}

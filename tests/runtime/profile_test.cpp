@@ -1,0 +1,64 @@
+// The plan executor's in-situ profile (ExecOptions::profile): every GEMM of a TreeLSTM
+// training plan lands in its family with exactly its useful flops, and nothing is timed when
+// the profile is off.
+#include "data/synthetic.h"
+#include "exec_layout.h"
+#include "plan_executor.h"
+#include "specializer/partial_eval.h"
+#include "specializer/plan.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <doctest/doctest.h>
+
+using namespace pejit;
+
+TEST_SUITE("runtime") {
+  TEST_CASE("profile: GEMM families get exactly their flops; off times nothing") {
+    auto m = std::make_shared<ir::Module>();
+    Diagnostics d;
+    REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
+    data::Vocab vocab;
+    auto trees = data::gen_sst(6, 5, data::Shape::Sst, vocab);
+    auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
+    runtime::TreeEncoder enc(*m, "Tree");
+    interp::Values xs;
+    double leaves = 0, nodes = 0;
+    for (const auto& t : trees) {
+      xs.push_back(enc.encode(t));
+      nodes += static_cast<double>(t.nodes.size());
+      leaves += static_cast<double>(t.leaves());
+    }
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
+    auto plan = spec::make_plan(pe.residual, tt);
+    auto layout = runtime::make_layout(plan);
+    interp::Params params = interp::init_params(*m, dims, 3);
+    // x @ W per leaf (300 -> 450), per internal node (300 -> 750), per node (150 -> 5).
+    const double inner = nodes - leaves;
+    const double fwd = 2 * (leaves * 300 * 450 + inner * 300 * 750 + nodes * 150 * 5);
+    for (bool on : {true, false}) {
+      CAPTURE(on);
+      runtime::ExecOptions eo;
+      eo.profile = on;
+      runtime::PlanExecutor ex(m, dims, eo);
+      ex.value_and_grad(plan, pe.residual, tt, params, &layout);
+      const auto& p = ex.stats().profile;
+      auto at = [&](runtime::Family f) { return p[static_cast<size_t>(f)]; };
+      if (!on) {
+        for (const auto& f : p)
+          CHECK(f.calls == 0);
+        continue;
+      }
+      CHECK(at(runtime::Family::GemmForward).flops == doctest::Approx(fwd));
+      // The weight gradients are the same products, and so are the input gradients: every
+      // GEMM's input carries a gradient (the leaves' are embedding rows).
+      CHECK(at(runtime::Family::GemmWeightGrad).flops == doctest::Approx(fwd));
+      CHECK(at(runtime::Family::GemmInputGrad).flops == doctest::Approx(fwd));
+      CHECK(at(runtime::Family::GemmWeightGrad).calls == 3); // one per weight matrix
+      CHECK(at(runtime::Family::Gathers).calls > 0);
+      for (const auto& f : p)
+        CHECK(f.seconds >= 0);
+    }
+  }
+}
