@@ -1,11 +1,13 @@
-// The plan executor's in-situ profile (ExecOptions::profile): every GEMM of a TreeLSTM
-// training plan lands in its family with exactly its useful flops, and nothing is timed when
-// the profile is off.
+// The plan executor's resources: its in-situ profile (ExecOptions::profile: every GEMM of a
+// TreeLSTM training plan lands in its family with exactly its useful flops, nothing is timed
+// when the profile is off) and its memory (a plan's second run takes no tensor storage from
+// the system: results and gradients live in the arena, temporaries come back from the pool).
 #include "data/synthetic.h"
 #include "exec_layout.h"
 #include "plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
+#include "tensor/tensor.h"
 #include "train/encode.h"
 #include "types/check.h"
 
@@ -59,6 +61,35 @@ TEST_SUITE("runtime") {
       CHECK(at(runtime::Family::Gathers).calls > 0);
       for (const auto& f : p)
         CHECK(f.seconds >= 0);
+    }
+  }
+  TEST_CASE("a plan's second run takes no tensor storage from the system (arena + pool)") {
+    auto m = std::make_shared<ir::Module>();
+    Diagnostics d;
+    REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
+    data::Vocab vocab;
+    auto trees = data::gen_sst(8, 9, data::Shape::Sst, vocab);
+    auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
+    runtime::TreeEncoder enc(*m, "Tree");
+    interp::Values xs;
+    for (const auto& t : trees)
+      xs.push_back(enc.encode(t));
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
+    auto plan = spec::make_plan(pe.residual, tt);
+    auto layout = runtime::make_layout(plan);
+    interp::Params params = interp::init_params(*m, dims, 3);
+    for (bool graphs : {true, false}) {
+      CAPTURE(graphs);
+      runtime::ExecOptions eo;
+      eo.graphs = graphs;
+      runtime::PlanExecutor ex(m, dims, eo);
+      auto first = ex.value_and_grad(plan, pe.residual, tt, params, &layout);
+      first = {}; // its gradients go back to the pool, as an optimizer step's would
+      uint64_t before = tensor_pool_stats().system_allocs;
+      auto second = ex.value_and_grad(plan, pe.residual, tt, params, &layout);
+      CHECK(tensor_pool_stats().system_allocs == before);
+      CHECK(second.loss > 0);
     }
   }
 }
