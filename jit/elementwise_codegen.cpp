@@ -11,7 +11,14 @@
 // agree to a few ulps. Max error vs double precision, measured over [-20, 20] step 1e-3 in
 // tests/jit/elementwise_test.cpp: exp rel <= 3e-7, tanh rel <= 5e-7 (abs <= 3e-7),
 // sigmoid rel <= 5e-7 for x >= -87. No FMA contraction is allowed (no fast-math flags).
+//
+// Schedule (jit/schedule.h): "default" leaves the inner loop to the vectorizer's cost model;
+// "vWxU" forces W-float vectors and U interleaved copies through llvm.loop metadata. Every
+// element is computed by the same scalar operations in every schedule, so all schedules give
+// bitwise identical results; only speed differs.
 #include "jit/elementwise_codegen.h"
+
+#include "jit/schedule.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/MDBuilder.h>
@@ -67,16 +74,19 @@ public:
         hoisted_[i] = annotate(b_.CreateLoad(f32_, in_ptrs_[i], "s"), i);
 
     Value* width = b_.getInt64(spec_.width);
+    llvm::BranchInst* inner = nullptr; // the latch of the loop the schedule applies to
     if (nested) {
       emit_loop(rows, "row", [&](Value* r) {
         Value* base = b_.CreateMul(r, width, "base", true, true);
-        emit_loop(width, "col",
-                  [&](Value* c) { emit_element(b_.CreateAdd(base, c, "idx", true, true), c); });
+        inner = emit_loop(width, "col", [&](Value* c) {
+          emit_element(b_.CreateAdd(base, c, "idx", true, true), c);
+        });
       });
     } else {
-      emit_loop(b_.CreateMul(rows, width, "n", true, true), "i",
-                [&](Value* i) { emit_element(i, nullptr); });
+      inner = emit_loop(b_.CreateMul(rows, width, "n", true, true), "i",
+                        [&](Value* i) { emit_element(i, nullptr); });
     }
+    apply_schedule(inner);
     b_.CreateRetVoid();
     if (spec_.inject_invalid_ir)
       llvm::BasicBlock::Create(ctx_, "unterminated", fn_); // fails verifyModule
@@ -107,8 +117,27 @@ private:
     return access;
   }
 
-  // for (i = 0; i < n; ++i) body(i), as a guarded bottom-tested loop.
-  template <class Body> void emit_loop(Value* n, const char* name, Body body) {
+  // A non-default schedule forces the vectorizer's width and interleave count on the inner
+  // loop through its llvm.loop metadata; the default leaves both to the cost model.
+  void apply_schedule(llvm::BranchInst* latch) {
+    ElementwiseSchedule s = parse_elementwise_schedule(spec_.schedule);
+    if (s.is_default())
+      return;
+    auto hint = [&](const char* name, llvm::Constant* v) {
+      return llvm::MDNode::get(ctx_,
+                               {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(v)});
+    };
+    llvm::TempMDNode self = llvm::MDNode::getTemporary(ctx_, {});
+    llvm::Metadata* ops[] = {self.get(), hint("llvm.loop.vectorize.enable", b_.getTrue()),
+                             hint("llvm.loop.vectorize.width", b_.getInt32(s.vector_width)),
+                             hint("llvm.loop.interleave.count", b_.getInt32(s.interleave))};
+    llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx_, ops);
+    loop_id->replaceOperandWith(0, loop_id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
+  }
+
+  // for (i = 0; i < n; ++i) body(i), as a guarded bottom-tested loop; returns its latch.
+  template <class Body> llvm::BranchInst* emit_loop(Value* n, const char* name, Body body) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx_, name, fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, std::string(name) + ".exit", fn_);
@@ -120,8 +149,9 @@ private:
     body(i);
     Value* next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
     i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpEQ(next, n), exit, loop);
+    llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpEQ(next, n), exit, loop);
     b_.SetInsertPoint(exit);
+    return latch;
   }
 
   void emit_element(Value* idx, Value* col) {

@@ -77,12 +77,15 @@ bool GemmSpec::packs_b_transposed(int lanes) const {
   return layout == GemmLayout::NN && 2 * n <= lanes && n * k <= kMaxPackedB;
 }
 
-std::string GemmSpec::canonical_text() const {
+std::string GemmSpec::signature() const {
   auto dim = [](int64_t v) { return v == 0 ? std::string("?") : std::to_string(v); };
+  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={}", layout_name(layout),
+                     dim(m), dim(n), dim(k), lda, ldb, ldc, accumulate ? 1 : 0);
+}
+
+std::string GemmSpec::canonical_text() const {
   std::string block = mr && nr ? fmt::format("{}x{}", mr, nr) : "default";
-  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={} block={}",
-                     layout_name(layout), dim(m), dim(n), dim(k), lda, ldb, ldc, accumulate ? 1 : 0,
-                     block);
+  return signature() + " block=" + block;
 }
 
 void GemmSpec::validate() const {

@@ -49,6 +49,8 @@ struct GemmSpec {
   /// appends the target, which fixes a default block). Example:
   /// "gemm f32 nn m=? n=450 k=300 lda=300 ldb=450 ldc=450 acc=0 block=default".
   std::string canonical_text() const;
+  /// The canonical text without the block: what a tuned database is keyed by.
+  std::string signature() const;
 
   /// Throws pejit::Error naming the problem when the spec is malformed (a static dimension
   /// < 1, the wrong dimension left to run time, a leading dimension smaller than its row, a

@@ -17,6 +17,7 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include <atomic>
@@ -355,11 +356,18 @@ std::string Jit::optimized_ir(const GemmSpec& spec) const {
   return unwrap("lowering gemm kernel", impl_->optimized_ir(spec));
 }
 
+std::string Jit::host_cpu() {
+  return llvm::sys::getHostCPUName().str(); // what JITTargetMachineBuilder::detectHost() uses
+}
+
 const std::string& Jit::target_cpu() const {
   return impl_->target().cpu;
 }
 const std::string& Jit::target_features() const {
   return impl_->target().features;
+}
+int Jit::vector_lanes() const {
+  return gemm_lanes(impl_->target());
 }
 size_t Jit::live_kernels() const {
   return impl_->live_kernels();

@@ -81,9 +81,12 @@ public:
   std::string optimized_ir(const KernelSpec& spec) const;
   std::string optimized_ir(const GemmSpec& spec) const; ///< the same for a GEMM kernel
 
-  const std::string& target_cpu() const;      ///< e.g. "sapphirerapids"
+  const std::string& target_cpu() const; ///< e.g. "sapphirerapids"
+  /// What target_cpu() is on this host, without setting up a Jit.
+  static std::string host_cpu();
   const std::string& target_features() const; ///< e.g. "+avx512f,+avx2,..."
-  size_t live_kernels() const;                ///< kernels compiled and not yet removed
+  int vector_lanes() const; ///< floats per vector register the GEMM family uses (16 with AVX-512)
+  size_t live_kernels() const; ///< kernels compiled and not yet removed
 
 private:
   class Impl;

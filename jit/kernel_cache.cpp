@@ -9,17 +9,62 @@
 
 namespace pejit::jit {
 
-KernelCache::KernelCache(Jit& jit, size_t max_entries)
-    : jit_(jit), max_entries_(max_entries < 1 ? 1 : max_entries) {}
+KernelCache::KernelCache(Jit& jit, size_t max_entries, std::shared_ptr<const ScheduleDB> schedules)
+    : jit_(jit), schedules_(std::move(schedules)), max_entries_(max_entries < 1 ? 1 : max_entries) {
+}
 
 KernelCache::~KernelCache() = default;
 
+KernelSpec KernelCache::resolve(const KernelSpec& spec, std::string& source) const {
+  return resolve_schedule(spec, schedules_.get(), jit_.target_cpu(), source);
+}
+
+GemmSpec KernelCache::resolve(const GemmSpec& spec, std::string& source) const {
+  return resolve_schedule(spec, schedules_.get(), jit_.target_cpu(), source);
+}
+
 std::string KernelCache::key(const KernelSpec& spec) const {
-  return spec.canonical_text() + " cpu=" + jit_.target_cpu();
+  std::string source;
+  return resolve(spec, source).canonical_text() + " cpu=" + jit_.target_cpu();
+}
+
+std::string KernelCache::key(const GemmSpec& spec) const {
+  std::string source;
+  return resolve(spec, source).canonical_text() + " cpu=" + jit_.target_cpu();
 }
 
 std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec& spec) {
-  std::string k = key(spec);
+  std::string source;
+  KernelSpec s = resolve(spec, source);
+  return get_or_compile(s.canonical_text() + " cpu=" + jit_.target_cpu(), [&](CachedKernel& c) {
+    c.kernel = jit_.compile(s);
+    c.spec = s;
+    c.schedule = s.schedule;
+    c.schedule_source = source;
+    c.ir_hash = c.kernel.ir_hash;
+  });
+}
+
+std::shared_ptr<const CachedKernel> KernelCache::get_gemm(const GemmSpec& spec) {
+  std::string source;
+  GemmSpec s = resolve(spec, source);
+  return get_or_compile(s.canonical_text() + " cpu=" + jit_.target_cpu(), [&](CachedKernel& c) {
+    c.gemm = jit_.compile_gemm(s);
+    c.is_gemm = true;
+    c.gemm_spec = s;
+    // The block it got ("6x4"), without CompiledGemm::schedule's "(default)": the source says.
+    c.schedule = c.gemm.schedule.substr(0, c.gemm.schedule.find(' '));
+    c.schedule_source = source;
+    c.ir_hash = c.gemm.ir_hash;
+    c.kernel.handle = c.gemm.handle;
+    c.kernel.compile_ms = c.gemm.compile_ms;
+    c.kernel.ir_hash = c.gemm.ir_hash;
+  });
+}
+
+template <class Compile>
+std::shared_ptr<const CachedKernel> KernelCache::get_or_compile(const std::string& k,
+                                                                Compile compile) {
   std::promise<std::shared_ptr<const CachedKernel>> promise;
   Future pending;
   uint64_t generation = 0;
@@ -42,19 +87,19 @@ std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec& spec) {
 
   std::shared_ptr<const CachedKernel> result;
   try {
-    CompiledKernel compiled = jit_.compile(spec);
+    auto c = std::make_unique<CachedKernel>();
+    c->key = k;
+    compile(*c);
     Jit* jit = &jit_;
     // The code lives until the entry is evicted and the last holder lets go.
-    result = std::shared_ptr<const CachedKernel>(
-        new CachedKernel{compiled, k, spec.schedule, "default", compiled.ir_hash},
-        [jit](const CachedKernel* c) {
-          try {
-            jit->remove(c->kernel.handle);
-          } catch (const Error&) {
-            // Nothing to do from a destructor; the code stays mapped until the Jit dies.
-          }
-          delete c;
-        });
+    result = std::shared_ptr<const CachedKernel>(c.release(), [jit](const CachedKernel* c) {
+      try {
+        jit->remove(c->kernel.handle);
+      } catch (const Error&) {
+        // Nothing to do from a destructor; the code stays mapped until the Jit dies.
+      }
+      delete c;
+    });
   } catch (...) {
     {
       std::lock_guard lock(mu_);

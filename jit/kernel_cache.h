@@ -1,10 +1,14 @@
-// KernelCache: compiled kernels keyed by signature (spec's canonical text + target CPU),
-// compiled once even under concurrent requests, bounded with LRU eviction. An entry is handed
-// out as a shared_ptr; its code is freed (Jit::remove) when it has been evicted and the last
-// holder lets go, so a kernel never disappears under a running caller.
+// KernelCache: compiled kernels (elementwise and GEMM) keyed by signature (the spec's canonical
+// text with the schedule it compiles with + target CPU), compiled once even under concurrent
+// requests, bounded with LRU eviction. A spec that names no schedule gets the entry of the
+// cache's tuned database for this CPU if there is one, else its default (jit/schedule.h); the
+// entry records which and where from. An entry is handed out as a shared_ptr; its code is
+// freed (Jit::remove) when it has been evicted and the last holder lets go, so a kernel never
+// disappears under a running caller.
 #pragma once
 
 #include "jit/jit.h"
+#include "jit/schedule.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -19,13 +23,20 @@
 
 namespace pejit::jit {
 
-/// One cached kernel: immutable once published.
+/// One cached kernel: immutable once published. An elementwise kernel has `kernel` set, a
+/// GEMM kernel `gemm` (the other one's fn is null).
 struct CachedKernel {
   CompiledKernel kernel;
   std::string key;
-  std::string schedule;        ///< the schedule it was compiled with
-  std::string schedule_source; ///< where the schedule came from: "default" or a tuned DB's path
-  uint64_t ir_hash = 0;        ///< kernel.ir_hash: the hash of the optimized IR that was linked
+  std::string schedule; ///< the schedule it was compiled with ("default", "v16x2", "6x4", ...)
+  /// Where the schedule came from: "default", "given" (by the caller's spec) or
+  /// "tuned FILE entry N" (jit::tuned_source).
+  std::string schedule_source;
+  uint64_t ir_hash = 0; ///< the hash of the optimized IR that was linked
+  bool is_gemm = false;
+  KernelSpec spec;    ///< elementwise: the spec compiled (its schedule resolved)
+  GemmSpec gemm_spec; ///< gemm: the spec compiled (its block resolved when tuned)
+  CompiledGemm gemm;  ///< gemm: the kernel
 };
 
 struct KernelCacheStats {
@@ -40,7 +51,9 @@ struct KernelCacheStats {
 /// Thread-safe. The Jit must outlive the cache and every CachedKernel it handed out.
 class KernelCache {
 public:
-  KernelCache(Jit& jit, size_t max_entries);
+  /// `schedules`: a tuned database to take schedules from (null: defaults only). It is
+  /// never looked for elsewhere (DESIGN.md §6).
+  KernelCache(Jit& jit, size_t max_entries, std::shared_ptr<const ScheduleDB> schedules = nullptr);
   ~KernelCache();
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
@@ -49,9 +62,19 @@ public:
   /// the others wait for it. A failed compile throws pejit::Error to every waiter and leaves no
   /// entry, so a later request retries.
   std::shared_ptr<const CachedKernel> get(const KernelSpec& spec);
+  /// The same for a GEMM kernel (family 2): a spec with mr = nr = 0 gets its tuned block or
+  /// the default.
+  std::shared_ptr<const CachedKernel> get_gemm(const GemmSpec& spec);
 
-  /// The key `get` uses for `spec`.
+  /// The key `get` uses for `spec` (after resolving its schedule).
   std::string key(const KernelSpec& spec) const;
+  std::string key(const GemmSpec& spec) const;
+
+  /// The spec `get` compiles for `spec`, and where its schedule comes from (source).
+  KernelSpec resolve(const KernelSpec& spec, std::string& source) const;
+  GemmSpec resolve(const GemmSpec& spec, std::string& source) const;
+  /// The tuned database (null: none).
+  const ScheduleDB* schedules() const { return schedules_.get(); }
 
   KernelCacheStats stats() const;
   size_t size() const;
@@ -69,8 +92,12 @@ private:
     uint64_t generation;                  // tells a re-inserted key from the original
   };
   void evict_over_bound(); // mu_ held
+  // A miss runs `compile` (which fills kernel or gemm, spec and ir_hash) outside the lock.
+  template <class Compile>
+  std::shared_ptr<const CachedKernel> get_or_compile(const std::string& k, Compile compile);
 
   Jit& jit_;
+  std::shared_ptr<const ScheduleDB> schedules_;
   size_t max_entries_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_; // guarded by mu_

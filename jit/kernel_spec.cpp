@@ -1,9 +1,12 @@
 // KernelSpec's canonical text and validation: plain C++, no LLVM.
 #include "jit/kernel_spec.h"
 
+#include "jit/schedule.h"
 #include "pejit/error.h"
 
 #include <fmt/format.h>
+
+#include <string_view>
 
 namespace pejit::jit {
 
@@ -50,6 +53,18 @@ const char* op_name(ElementwiseOp op) {
 }
 
 std::string KernelSpec::canonical_text() const {
+  std::string s = signature();
+  // The schedule goes before the testing flag, as canonical texts have always read.
+  bool invalid = inject_invalid_ir;
+  if (invalid)
+    s.resize(s.size() - std::string_view(" invalid").size());
+  s += fmt::format(" sched={}", schedule);
+  if (invalid)
+    s += " invalid";
+  return s;
+}
+
+std::string KernelSpec::signature() const {
   std::string s = fmt::format("ew {} w={} in=", dtype, width);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i)
@@ -66,7 +81,6 @@ std::string KernelSpec::canonical_text() const {
   s += " out=";
   for (size_t i = 0; i < outputs.size(); ++i)
     s += fmt::format("{}{}", i ? "," : "", outputs[i]);
-  s += fmt::format(" sched={}", schedule);
   if (inject_invalid_ir)
     s += " invalid";
   return s;
@@ -79,6 +93,7 @@ void KernelSpec::validate() const {
     throw Error(fmt::format("jit: elementwise kernel: width {} < 1", width));
   if (outputs.empty())
     throw Error("jit: elementwise kernel has no outputs");
+  (void)parse_elementwise_schedule(schedule);
   int defined = static_cast<int>(inputs.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     const ElementwiseStep& st = ops[i];

@@ -52,7 +52,9 @@ struct KernelSpec {
   std::vector<ElementwiseStep> ops;
   std::vector<int> outputs; ///< value ids written, in order
   std::string dtype = "f32";
-  std::string schedule = "default"; ///< family 1 has one schedule: the vectorizer's choice
+  /// "default" (the loop vectorizer's choice: what compiles unless a tuned database or the
+  /// caller says otherwise) or "vWxU": vectors of W floats, U interleaved (jit/schedule.h).
+  std::string schedule = "default";
 
   /// Testing only: the lowering leaves a basic block without a terminator, so the module fails
   /// llvm::verifyModule. Part of the canonical text so that it never hits a valid cache entry.
@@ -61,9 +63,11 @@ struct KernelSpec {
   /// Canonical text: equal for specs that compile to the same code (target excluded; the cache
   /// appends it). Example: "ew f32 w=16 in=F,R,S ops=mul(0,1);sigmoid(3) out=4 sched=default".
   std::string canonical_text() const;
+  /// The canonical text without the schedule: what a tuned database is keyed by.
+  std::string signature() const;
 
   /// Throws pejit::Error naming the problem when the spec is malformed (an op reading a value
-  /// not defined before it, no outputs, width < 1, an unknown dtype).
+  /// not defined before it, no outputs, width < 1, an unknown dtype, a bad schedule).
   void validate() const;
 };
 

@@ -239,7 +239,9 @@ struct Engine::Impl {
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o)
       : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), generic(m, dims),
         jit(make_jit(opt, jit_disabled)),
-        kernels(jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries) : nullptr),
+        kernels(
+            jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
+                : nullptr),
         runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get()) : nullptr),
         exec(m, dims,
              // In auto mode the training thread never waits for LLVM: templates run on
@@ -670,6 +672,8 @@ EngineStats Engine::stats() const {
     st.compile_ms = ks.compile_ms;
   }
   st.jit_disabled = impl_->jit_disabled;
+  if (impl_->jit && impl_->opt.schedules)
+    st.schedule_warning = impl_->opt.schedules->cpu_warning(impl_->jit->target_cpu());
   if (impl_->runners)
     st.compile_failures = impl_->runners->compile_failures();
   return st;
@@ -679,7 +683,8 @@ std::vector<EngineKernel> Engine::kernels() const {
   std::vector<EngineKernel> out;
   if (impl_->kernels)
     for (const auto& k : impl_->kernels->entries())
-      out.push_back({k->key, k->ir_hash, k->schedule, k->schedule_source, k->kernel.compile_ms});
+      out.push_back({k->key, k->ir_hash, k->schedule, k->schedule_source, k->kernel.compile_ms,
+                     k->is_gemm, k->spec, k->gemm_spec});
   return out;
 }
 

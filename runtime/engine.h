@@ -12,12 +12,18 @@
 #pragma once
 
 #include "interp/interpreter.h"
+#include "jit/gemm_codegen.h"
+#include "jit/kernel_spec.h"
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace pejit::jit {
+class ScheduleDB;
+}
 
 namespace pejit::runtime {
 
@@ -37,6 +43,10 @@ struct EngineOptions {
   /// false: reference kernels only.
   bool jit = true;
   size_t kernel_cache_entries = 256;
+  /// A tuned schedule database (`--tuned FILE`, CompileOptions::schedules): kernels with an
+  /// entry for this CPU compile with its schedule. Null: every kernel gets its default
+  /// schedule; no database is ever looked for elsewhere (DESIGN.md §6).
+  std::shared_ptr<const jit::ScheduleDB> schedules;
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
   /// internal error, to check that such batches run generic with the reason counted; or
   /// every kernel compile ("compile") fail with invalid IR, to check that plans keep running
@@ -65,16 +75,23 @@ struct EngineStats {
   /// when the last kernel finished compiling.
   double last_compile_s = -1;
   std::string jit_disabled; ///< why the engine has no JIT (empty: it has one, or jit off)
+  /// Non-empty when the tuned database has no entry for this CPU (ScheduleDB::cpu_warning).
+  std::string schedule_warning;
   /// "template: reason" per failed compile; those templates run on reference kernels.
   std::vector<std::string> compile_failures;
 };
 
 /// A compiled kernel in the engine's kernel cache, with its provenance (DESIGN.md §6).
 struct EngineKernel {
-  std::string signature; ///< the cache key: the spec's canonical text and the target CPU
-  uint64_t ir_hash = 0;  ///< jit::ir_text_hash of the optimized IR that was linked
-  std::string schedule, schedule_source;
+  /// The cache key: the spec's canonical text (with the schedule it got) and the target CPU.
+  std::string signature;
+  uint64_t ir_hash = 0;        ///< jit::ir_text_hash of the optimized IR that was linked
+  std::string schedule;        ///< "default", "v16x2" (elementwise), "6x4" (gemm block), ...
+  std::string schedule_source; ///< "default", "given" or "tuned FILE entry N"
   double compile_ms = 0;
+  bool is_gemm = false;
+  jit::KernelSpec spec;    ///< elementwise: what was compiled (its schedule resolved)
+  jit::GemmSpec gemm_spec; ///< gemm: what was compiled
 };
 
 class Engine {

@@ -10,27 +10,22 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <set>
 #include <sstream>
 
 namespace pejit::runtime {
 
-namespace {
-
-// Family 1 has one schedule, the vectorizer's choice, and no tuned database is read
-// (DESIGN.md §6), so every run gets its spec's schedule from the default: what KernelCache
-// records when it compiles the run.
-constexpr const char* kDefaultSource = "default";
-
-} // namespace
-
 std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
                                              const spec::Plan& plan,
-                                             const spec::TemplateTable& templates, bool with_ir) {
+                                             const spec::TemplateTable& templates, bool with_ir,
+                                             const jit::ScheduleDB* schedules) {
   std::vector<bool> used(templates.size(), false);
   for (const auto& g : plan.groups)
     if (g.tmpl >= 0)
       used[static_cast<size_t>(g.tmpl)] = true;
-  std::unique_ptr<jit::Jit> jit = with_ir ? std::make_unique<jit::Jit>() : nullptr;
+  // A tuned entry applies to one CPU: the Jit names this host's, as the engine's does.
+  std::unique_ptr<jit::Jit> jit =
+      with_ir || schedules != nullptr ? std::make_unique<jit::Jit>() : nullptr;
   std::vector<KernelDumpTemplate> out;
   for (size_t id = 0; id < used.size(); ++id) {
     if (!used[id])
@@ -55,11 +50,12 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
         k.forward = r.forward;
         k.kernel = r.kernel;
         k.run = run;
-        k.spec = r.spec;
-        k.schedule = r.spec.schedule;
-        k.schedule_source = kDefaultSource;
-        if (jit) {
-          k.ir = jit->optimized_ir(r.spec);
+        // Resolved as KernelCache::get resolves it: the same spec, the same IR.
+        k.spec = jit::resolve_schedule(r.spec, schedules, jit ? jit->target_cpu() : std::string(),
+                                       k.schedule_source);
+        k.schedule = k.spec.schedule;
+        if (with_ir) {
+          k.ir = jit->optimized_ir(k.spec);
           k.ir_hash = jit::ir_text_hash(k.ir);
         }
         d.runs.push_back(std::move(k));
@@ -68,6 +64,28 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
       d.why = e.what();
     }
     out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
+                                                   const interp::DimBindings& dims,
+                                                   const spec::TemplateTable& templates) {
+  std::vector<jit::KernelSpec> out;
+  std::set<std::string> seen;
+  for (size_t id = 0; id < templates.size(); ++id) {
+    const spec::Template& t = templates.at(static_cast<int32_t>(id));
+    std::unique_ptr<GraphRunner> runner;
+    try {
+      runner = std::make_unique<GraphRunner>(spec::compile_template(m, dims, t), true);
+    } catch (const std::exception&) {
+      continue; // such a template runs through the batching interpreter: nothing to compile
+    }
+    if (!runner->supported())
+      continue;
+    for (const auto& r : runner->jit_runs())
+      if (seen.insert(r.spec.signature()).second)
+        out.push_back(r.spec);
   }
   return out;
 }

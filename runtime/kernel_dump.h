@@ -8,6 +8,7 @@
 
 #include "interp/params.h"
 #include "jit/kernel_spec.h"
+#include "jit/schedule.h"
 #include "specializer/plan.h"
 #include "specializer/residual.h"
 
@@ -24,7 +25,7 @@ struct KernelDumpRun {
   size_t run = 0;    ///< the run's index within its kernel
   jit::KernelSpec spec;
   std::string schedule;        ///< the schedule it compiles with
-  std::string schedule_source; ///< where that came from ("default": no tuned database)
+  std::string schedule_source; ///< where that came from: "default" or "tuned FILE entry N"
   std::string ir;              ///< optimized LLVM IR (with_ir only)
   uint64_t ir_hash = 0;        ///< jit::ir_text_hash(ir) (with_ir only)
 };
@@ -39,10 +40,20 @@ struct KernelDumpTemplate {
 };
 
 /// The templates `plan` launches, in template order. With `with_ir`, a local Jit lowers and
-/// optimizes every run (no code is linked). Throws pejit::Error when the host has no JIT target.
+/// optimizes every run (no code is linked). `schedules`: the tuned database the engine would
+/// be given (null: none); each run's schedule is resolved against it for this host's CPU as
+/// the kernel cache resolves it, so the IR is the IR the engine links. Throws pejit::Error
+/// when the host has no JIT target.
 std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
                                              const spec::Plan& plan,
-                                             const spec::TemplateTable& templates, bool with_ir);
+                                             const spec::TemplateTable& templates, bool with_ir,
+                                             const jit::ScheduleDB* schedules = nullptr);
+
+/// The elementwise kernel specs (no schedule named) of every template in `templates` that a
+/// graph runner compiles, each once, by signature: what `pejit tune` measures.
+std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
+                                                   const interp::DimBindings& dims,
+                                                   const spec::TemplateTable& templates);
 
 /// Per template its kernel lines, each followed by its runs: the spec's canonical text, then
 /// "schedule S (source: SRC)".

@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "interp/interpreter.h"
 #include "optim/optimizer.h"
+#include "schedule_api.h"
 #include "types/builtins.h"
 #include "types/check.h"
 #include "util/check.h"
@@ -172,6 +173,8 @@ Session Session::from_source(const std::string& text, const std::string& name,
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
+  if (opt.compile.schedules)
+    eo.schedules = opt.compile.schedules->impl().db;
   auto impl = std::make_unique<Impl>();
   impl->opt = opt;
   impl->module = std::make_shared<ir::Module>();
@@ -353,6 +356,13 @@ SessionStats Session::stats() const {
   out.specialized_batches = s.specialized_batches;
   out.generic_seconds = s.generic_seconds;
   out.specialized_seconds = s.specialized_seconds;
+  return out;
+}
+
+std::vector<KernelInfo> Session::kernels() const {
+  std::vector<KernelInfo> out;
+  for (const auto& k : impl_->engine->kernels())
+    out.push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms});
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,44 @@ private:
   std::shared_ptr<const Impl> impl_;
 };
 
+/// A tuned schedule database written by `pejit tune` on some machine (DESIGN.md §6). Only an
+/// entry measured on this host's CPU is used; kernels without one get their default schedule.
+class ScheduleDB {
+public:
+  /// Reads and checks the file. Throws pejit::Error naming it (and the entry at fault) when it
+  /// is missing, not JSON, or malformed.
+  static ScheduleDB load(const std::string& path);
+  const std::string& path() const;
+  size_t size() const; ///< entries, for every CPU the file holds
+  /// Non-empty when the file has no entry for this host's CPU: a warning naming the file and
+  /// the CPUs it was tuned on (every kernel then gets its default schedule).
+  std::string warning() const;
+
+  struct Impl;
+  const Impl& impl() const;
+
+private:
+  explicit ScheduleDB(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
+};
+
+/// How kernels are compiled.
+struct CompileOptions {
+  /// Tuned schedules (`ScheduleDB::load(path)`); unset: every kernel gets its family's default
+  /// schedule, valid on every x86-64 host. Nothing is ever read implicitly (no environment
+  /// variable, home directory or network).
+  std::optional<ScheduleDB> schedules;
+};
+
+/// A compiled kernel and where its schedule came from.
+struct KernelInfo {
+  std::string signature;       ///< the kernel cache's key (canonical spec text + CPU)
+  std::string schedule;        ///< "default", "v16x2" (elementwise), "6x4" (gemm block), ...
+  std::string schedule_source; ///< "default", "given" or "tuned FILE entry N"
+  uint64_t ir_hash = 0;        ///< FNV-1a of the optimized LLVM IR that was linked
+  double compile_ms = 0;
+};
+
 struct SessionOptions {
   uint64_t seed = 1;                   ///< parameter initialization
   std::map<std::string, int64_t> dims; ///< sizes of named dimensions (e.g. V)
@@ -66,6 +105,7 @@ struct SessionOptions {
   float clip = 0.0f;         ///< global gradient-norm clipping (0: off)
   std::string mode = "auto"; ///< generic, specialized or auto
   int lookahead = 8;         ///< batches planned ahead (auto mode)
+  CompileOptions compile;
 };
 
 /// Time and batches per execution path.
@@ -116,6 +156,8 @@ public:
   std::vector<std::string> load(const std::string& path);
 
   SessionStats stats() const;
+  /// The kernels compiled so far, by signature, each with the schedule it got and its source.
+  std::vector<KernelInfo> kernels() const;
 
 private:
   struct Impl;

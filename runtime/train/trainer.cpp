@@ -8,6 +8,9 @@
 #include "data/tree_io.h"
 #include "engine.h"
 #include "interp/interpreter.h"
+#include "jit/jit.h"
+#include "jit/schedule.h"
+#include "jit/tuner.h"
 #include "kernel_dump.h"
 #include "optim/optimizer.h"
 #include "plan_executor.h"
@@ -25,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -179,6 +183,19 @@ void check_mode(const std::string& mode) {
   (void)parse_mode(mode);
 }
 
+// The tuned schedule database named by --tuned (null when none: default schedules).
+std::shared_ptr<const jit::ScheduleDB> load_tuned(const std::string& path) {
+  if (path.empty())
+    return nullptr;
+  return std::make_shared<const jit::ScheduleDB>(jit::ScheduleDB::load(path));
+}
+
+void warn_schedules(const Engine& engine, std::ostream& err) {
+  std::string w = engine.stats().schedule_warning;
+  if (!w.empty())
+    err << "warning: " << w << "\n";
+}
+
 std::string fmt_pct(double v) {
   if (std::isnan(v))
     return "n/a";
@@ -221,6 +238,7 @@ std::string EpochStats::json() const {
                      {"prefetched", plans_prefetched},
                      {"evictions", plan_evictions}};
   j["fallbacks"] = fallbacks;
+  j["tuned"] = tuned.empty() ? nlohmann::json(nullptr) : nlohmann::json(tuned);
   if (kernels) {
     j["kernels"] = nlohmann::json::array();
     for (const auto& k : *kernels)
@@ -255,6 +273,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     throw Error("--epochs must be >= 1");
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  // A bad --tuned file fails before anything is read or run.
+  std::shared_ptr<const jit::ScheduleDB> tuned = load_tuned(opt.tuned);
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
 
@@ -296,7 +316,9 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   eo.lookahead = opt.lookahead;
   eo.trace_file = opt.trace;
   eo.jit = opt.jit;
+  eo.schedules = tuned;
   Engine engine(m, dims, eo);
+  warn_schedules(engine, err);
 
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
@@ -403,6 +425,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     st.plans_prefetched = after.plans_prefetched - before.plans_prefetched;
     st.plan_evictions = after.plan_evictions - before.plan_evictions;
     st.fallbacks = after.fallbacks;
+    st.tuned = opt.tuned;
     st.loss_per_node = loss_sum / std::max<int64_t>(1, st.nodes);
     st.trees_per_s = st.trees / std::max(st.seconds, 1e-9);
     if (opt.train_eval) {
@@ -477,6 +500,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   check_mode(opt.mode);
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  std::shared_ptr<const jit::ScheduleDB> tuned = load_tuned(opt.tuned);
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
   checkpoint::Checkpoint ck = checkpoint::load(opt.params);
@@ -504,7 +528,9 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   EngineOptions eo;
   eo.mode = parse_mode(opt.mode);
   eo.jit = opt.jit;
+  eo.schedules = tuned;
   Engine engine(m, dims, eo);
+  warn_schedules(engine, err);
   auto t0 = Clock::now();
   Scores s = score(engine, *m, params, ds, enc, opt.batch);
   EvalStats st;
@@ -530,14 +556,19 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
                   fmt_pct(st.node_acc).c_str(), st.seconds);
     out << buf;
   }
-  (void)err;
   return st;
 }
 
-void dump(const DumpOptions& opt, std::ostream& out) {
+void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  std::shared_ptr<const jit::ScheduleDB> tuned = load_tuned(opt.tuned);
   auto m = load_model(opt.model);
+  if (tuned && warnings != nullptr) {
+    std::string w = tuned->cpu_warning(jit::Jit::host_cpu());
+    if (!w.empty())
+      *warnings << "warning: " << w << "\n";
+  }
   ir::Type elem = batch_element_type(*m, opt.entry);
   data::Vocab vocab;
   Dataset ds = read_dataset(opt.data, vocab, true, elem);
@@ -587,11 +618,73 @@ void dump(const DumpOptions& opt, std::ostream& out) {
   else if (opt.emit == "dot")
     out << spec::dump_dot(pe.residual, tt, *m);
   else if (opt.emit == "kernels")
-    out << print_kernel_dump(dump_kernels(*m, dims, plan, tt, false));
+    out << print_kernel_dump(dump_kernels(*m, dims, plan, tt, false, tuned.get()));
   else if (opt.emit == "llvm")
-    out << print_kernel_llvm(dump_kernels(*m, dims, plan, tt, true));
+    out << print_kernel_llvm(dump_kernels(*m, dims, plan, tt, true, tuned.get()));
   else
     throw Error("--emit must be templates, instances, plan, dot, kernels or llvm");
+}
+
+size_t tune(const TuneOptions& opt, std::ostream& out) {
+  if (opt.batch < 1)
+    throw Error("--batch must be >= 1");
+  if (opt.out.empty())
+    throw Error("tune: --out names the database to write");
+  auto m = load_model(opt.model);
+  ir::Type elem = batch_element_type(*m, "loss");
+  data::Vocab vocab;
+  Dataset ds = read_dataset(opt.data, vocab, true, elem);
+  ds.limit(opt.limit);
+  interp::DimBindings over;
+  if (m->dim_index("V") >= 0)
+    over["V"] = static_cast<int64_t>(vocab.size());
+  interp::DimBindings dims = interp::bind_dims(*m, over);
+  // Entries already in the database are kept (another CPU's, another model's): a corrupt one
+  // is an error here, never silently overwritten.
+  jit::ScheduleDB db(opt.out);
+  if (std::ifstream(opt.out).good())
+    db = jit::ScheduleDB::load(opt.out);
+
+  // The kernels: those of every template the entries that training runs specialize to on
+  // the data's batches (planning is cheap; nothing runs).
+  std::vector<std::string> entries{"loss"};
+  for (const char* e : {"infer_nodes", "infer"})
+    if (m->fn(e) && m->fn(e)->is_entry)
+      entries.push_back(e);
+  Encoder enc;
+  if (ds.is_trees)
+    enc.trees.emplace(*m, elem->name);
+  std::vector<size_t> idx(ds.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  spec::TemplateTable tt;
+  for (size_t lo = 0; lo < ds.size(); lo += static_cast<size_t>(opt.batch)) {
+    Value batch = enc.batch(ds, idx, lo, std::min(ds.size(), lo + static_cast<size_t>(opt.batch)));
+    for (const auto& e : entries)
+      (void)spec::partially_evaluate(*m, dims, e, batch, tt); // a refusal: nothing to tune
+  }
+  std::vector<jit::KernelSpec> specs = template_kernel_specs(*m, dims, tt);
+  if (specs.empty())
+    throw Error("tune: '" + opt.model + "' compiles no JIT kernel on '" + opt.data + "'");
+
+  jit::Jit jit(jit::JitOptions{0});
+  jit::TuneOptions to;
+  to.rows = opt.rows;
+  to.min_ms = opt.min_ms;
+  to.repeats = opt.repeats;
+  out << "tuning " << specs.size() << " kernels on " << jit.target_cpu() << " (rows";
+  for (int64_t r : opt.rows)
+    out << " " << r;
+  out << ")\n";
+  for (const auto& spec : specs) {
+    jit::ScheduleEntry e = jit::tune_kernel(jit, spec, to);
+    out << fmt::format("{}: {} ({} candidates; default {:.2f} us, chosen {:.2f} us)\n", e.signature,
+                       e.schedule, e.candidates, e.default_us, e.best_us)
+        << std::flush;
+    db.put(std::move(e));
+  }
+  db.save(opt.out);
+  out << "wrote " << opt.out << " (" << db.size() << " entries)\n";
+  return specs.size();
 }
 
 } // namespace pejit::runtime

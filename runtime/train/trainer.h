@@ -37,6 +37,7 @@ struct TrainOptions {
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
   int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
+  std::string tuned;      ///< a tuned schedule database (`pejit tune`); empty: defaults
 };
 
 /// A compiled kernel and where its schedule came from (DESIGN.md §6), for `--json`.
@@ -66,6 +67,7 @@ struct EpochStats {
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks;
+  std::string tuned; ///< the tuned schedule database in use (empty: default schedules)
   /// The final epoch only: the kernels the engine holds then ("kernels" in the JSON).
   std::optional<std::vector<KernelProvenance>> kernels;
   /// One line of JSON with every field (NaN fields are null).
@@ -85,6 +87,7 @@ struct EvalOptions {
   bool json = false;
   std::string mode = "auto";
   bool jit = true;
+  std::string tuned; ///< a tuned schedule database; empty: defaults
 };
 
 struct EvalStats {
@@ -105,10 +108,34 @@ struct DumpOptions {
   int batch = 25;
   int64_t batch_index = 0;
   std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, llvm
+  std::string tuned;         ///< the tuned schedule database the kernels are resolved against
 };
 
 /// What specialization makes of one batch (`pejit dump`): counts, planning time, and the
-/// chosen form. Throws pejit::Error on bad input, a refusal included.
-void dump(const DumpOptions& opt, std::ostream& out);
+/// chosen form. Throws pejit::Error on bad input, a refusal included. Warnings (a tuned
+/// database with no entry for this CPU) go to `warnings` if given.
+void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings = nullptr);
+
+struct TuneOptions {
+  std::string model;
+  std::string data;
+  std::string out;   ///< the database written; entries of another CPU (or kernel) in it are kept
+  int batch = 25;    ///< batches as `pejit train` makes them (unshuffled)
+  int64_t limit = 0; ///< use the first N examples to find the kernels (0: all)
+  std::vector<int64_t> rows = {16, 128, 512}; ///< run-time row counts timed per candidate
+  double min_ms = 1.0;                        ///< each timing lasts at least this long
+  int repeats = 3;                            ///< timings per candidate and row count
+  /// Batches trained (specialized mode, default schedules, nothing saved) to collect every
+  /// kernel the engine compiles, GEMM kernels included; the elementwise kernels of every
+  /// template of every batch are found without running anything.
+  int run_batches = 2;
+};
+
+/// `pejit tune`: finds the kernels the model's entries (loss, and infer / infer_nodes when
+/// present) compile for the data's batches (see run_batches), measures candidate schedules for each
+/// on this machine (jit/tuner.h) and writes the database to opt.out, merged with the entries
+/// already there. One line per kernel on `out`; returns the number of kernels tuned. Throws
+/// pejit::Error on bad input, naming the file.
+size_t tune(const TuneOptions& opt, std::ostream& out);
 
 } // namespace pejit::runtime

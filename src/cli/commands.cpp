@@ -95,6 +95,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
   app.add_option("--trace", a.trace, "write a Chrome trace (chrome://tracing, Perfetto) here");
   app.add_flag("--explain", a.explain, "say why each batch that ran generic did");
+  app.add_option("--tuned", a.tuned,
+                 "tuned schedule database (`pejit tune`); without it every kernel gets its "
+                 "default schedule");
   app.add_option("--progress", a.progress,
                  "progress line: 1 on, 0 off (default: when stderr is a terminal)")
       ->expected(0, 1)
@@ -117,6 +120,9 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
       ->check(CLI::IsMember({"generic", "specialized", "auto"}))
       ->capture_default_str();
   app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
+  app.add_option("--tuned", a.tuned,
+                 "tuned schedule database (`pejit tune`); without it every kernel gets its "
+                 "default schedule");
 }
 
 void add_dump_options(CLI::App& app, DumpArgs& a) {
@@ -129,10 +135,35 @@ void add_dump_options(CLI::App& app, DumpArgs& a) {
   app.add_option("--emit", a.emit)
       ->check(CLI::IsMember({"templates", "instances", "plan", "dot", "kernels", "llvm"}))
       ->capture_default_str();
+  app.add_option("--tuned", a.tuned,
+                 "resolve the kernels' schedules against this tuned database, as train does");
 }
 
 int run_dump(const DumpArgs& a) {
-  runtime::dump(a, std::cout);
+  runtime::dump(a, std::cout, &std::cerr);
+  return 0;
+}
+
+void add_tune_options(CLI::App& app, TuneArgs& a) {
+  app.add_option("model", a.model, "model program (.pe)")->required();
+  app.add_option("--data", a.data, "data whose batches decide which kernels are tuned")->required();
+  app.add_option("--out", a.out, "database to write (JSON; entries already there are kept)")
+      ->required();
+  app.add_option("--batch", a.batch, "trees per batch, as in train")->capture_default_str();
+  app.add_option("--limit", a.limit, "use the first N examples (0: all)")->capture_default_str();
+  app.add_option("--rows", a.rows, "run-time row counts each candidate is timed at")
+      ->capture_default_str();
+  app.add_option("--min-ms", a.min_ms, "each timing lasts at least this long")
+      ->capture_default_str();
+  app.add_option("--repeats", a.repeats, "timings per candidate and row count (fastest counts)")
+      ->capture_default_str();
+  app.add_option("--run-batches", a.run_batches,
+                 "batches trained to collect the kernels the engine compiles (GEMMs included)")
+      ->capture_default_str();
+}
+
+int run_tune(const TuneArgs& a) {
+  runtime::tune(a, std::cout);
   return 0;
 }
 

@@ -39,4 +39,8 @@ using DumpArgs = runtime::DumpOptions;
 void add_dump_options(CLI::App& app, DumpArgs& a);
 int run_dump(const DumpArgs& a);
 
+using TuneArgs = runtime::TuneOptions;
+void add_tune_options(CLI::App& app, TuneArgs& a);
+int run_tune(const TuneArgs& a);
+
 } // namespace pejit::cli

@@ -1,5 +1,6 @@
 // The pejit command line. Each subcommand is a thin layer over the library: check (parse +
-// type and binding-time check), gen (built-in data sets), train and eval (runtime/train).
+// type and binding-time check), gen (built-in data sets), train and eval (runtime/train), dump,
+// and tune (schedules measured on this machine).
 #include "cli/commands.h"
 
 #include "pejit/error.h"
@@ -44,6 +45,11 @@ int main(int argc, char** argv) {
   auto* d = app.add_subcommand("dump", "Show what specialization makes of one batch");
   pejit::cli::add_dump_options(*d, dump);
 
+  pejit::cli::TuneArgs tune;
+  auto* u = app.add_subcommand(
+      "tune", "Measure schedules for the kernels a model needs on a data set; write a database");
+  pejit::cli::add_tune_options(*u, tune);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -60,6 +66,8 @@ int main(int argc, char** argv) {
       return pejit::cli::run_eval(eval);
     if (*d)
       return pejit::cli::run_dump(dump);
+    if (*u)
+      return pejit::cli::run_tune(tune);
   } catch (const pejit::ProgramError& ex) {
     std::fprintf(stderr, "pejit: %s\n", ex.what());
     return 2;

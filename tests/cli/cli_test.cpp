@@ -331,4 +331,159 @@ TEST_SUITE("cli") {
     CHECK(r.err.find(prog + ":3:") != std::string::npos);
     CHECK(r.err.find("cannot be specialized") != std::string::npos);
   }
+
+  TEST_CASE("tune writes a database; train and dump use it only when --tuned names it") {
+    std::string data = tmp("tune_trees.txt");
+    REQUIRE(run_pejit("gen sst --trees 40 --seed 8 -o " + data).code == 0);
+    std::string db = tmp("tuned.json");
+    Run u = run_pejit("tune " + kModel + " --data " + data +
+                      " --limit 20 --batch 10 --rows 8 --rows 64 --min-ms 0.05 --repeats 1 --out " +
+                      db);
+    INFO(u.err);
+    REQUIRE(u.code == 0);
+    CHECK(u.out.find("wrote " + db) != std::string::npos);
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(db));
+    CHECK(j["format"] == "pejit-schedules");
+    REQUIRE(!j["entries"].empty());
+    std::map<std::string, std::string> chosen; // signature -> schedule
+    std::string cpu = j["entries"][0]["cpu"];
+    for (const auto& e : j["entries"]) {
+      CHECK(e["cpu"] == cpu);
+      CHECK(e["measured"]["rows"] == nlohmann::json::array({8, 64}));
+      chosen[e["signature"]] = e["schedule"];
+    }
+
+    const std::string train = "train " + kModel + " --data " + data +
+                              " --batch 10 --limit 10 --epochs 1 --json --mode specialized "
+                              "--no-train-eval --fixed-batches";
+    // Without --tuned: defaults, whatever databases exist.
+    Run plain = run_pejit(train);
+    REQUIRE(plain.code == 0);
+    auto pj = json_lines(plain.out);
+    REQUIRE(pj.size() == 1);
+    CHECK(pj[0]["tuned"].is_null());
+    std::set<std::string> default_hashes;
+    for (const auto& k : pj[0]["kernels"]) {
+      CHECK(k["schedule_source"] == "default");
+      default_hashes.insert(k["ir_hash"].get<std::string>());
+    }
+    // With it: each kernel gets its entry's schedule, and says which entry.
+    Run t = run_pejit(train + " --tuned " + db);
+    INFO(t.err);
+    REQUIRE(t.code == 0);
+    auto tj = json_lines(t.out);
+    REQUIRE(tj.size() == 1);
+    CHECK(tj[0]["tuned"] == db);
+    REQUIRE(!tj[0]["kernels"].empty());
+    for (const auto& k : tj[0]["kernels"]) {
+      std::string key = k["signature"];
+      std::string sig = key.substr(0, key.find(" sched="));
+      REQUIRE(chosen.count(sig) == 1);
+      CHECK(k["schedule"] == chosen[sig]);
+      CHECK(k["schedule_source"].get<std::string>().rfind("tuned " + db + " entry ", 0) == 0);
+    }
+    CHECK(tj[0]["loss"] == pj[0]["loss"]); // schedules change speed, never results
+
+    // Every entry forced to one schedule: dump shows it, and its IR is what training links.
+    nlohmann::json forced = j;
+    for (auto& e : forced["entries"])
+      e["schedule"] = "v8x2";
+    std::string fdb = tmp("forced.json");
+    std::ofstream(fdb) << forced.dump(2);
+    Run k = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit kernels --tuned " +
+                      fdb);
+    REQUIRE(k.code == 0);
+    CHECK(k.out.find(" sched=v8x2\n      schedule v8x2 (source: tuned " + fdb + " entry ") !=
+          std::string::npos);
+    CHECK(k.out.find("(source: default)") == std::string::npos);
+    Run l =
+        run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit llvm --tuned " + fdb);
+    REQUIRE(l.code == 0);
+    std::set<std::string> dumped;
+    std::istringstream lines(l.out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("; kernel ", 0) == 0)
+        dumped.insert(line.substr(line.find(" fnv=") + 5));
+    Run ft = run_pejit(train + " --tuned " + fdb);
+    REQUIRE(ft.code == 0);
+    std::set<std::string> trained;
+    auto fj = json_lines(ft.out);
+    REQUIRE(fj.size() == 1);
+    for (const auto& kj : fj[0]["kernels"]) {
+      CHECK(kj["schedule"] == "v8x2");
+      trained.insert(kj["ir_hash"].get<std::string>());
+    }
+    CHECK(trained == dumped);
+    for (const auto& h : trained)
+      CHECK(default_hashes.count(h) == 0);
+
+    // A database tuned on another CPU: a warning naming it, and default schedules.
+    nlohmann::json other = forced;
+    for (auto& e : other["entries"])
+      e["cpu"] = "some-other-cpu";
+    std::string odb = tmp("other_cpu.json");
+    std::ofstream(odb) << other.dump(2);
+    Run o = run_pejit(train + " --tuned " + odb);
+    REQUIRE(o.code == 0);
+    CHECK(o.err.find("warning: tuned schedule database '" + odb + "' has no entry for this CPU (" +
+                     cpu + ") (it was tuned on some-other-cpu)") != std::string::npos);
+    auto oj = json_lines(o.out);
+    REQUIRE(oj.size() == 1);
+    REQUIRE(!oj[0]["kernels"].empty());
+    for (const auto& kj : oj[0]["kernels"])
+      CHECK(kj["schedule_source"] == "default");
+    Run od = run_pejit("dump " + kModel + " --data " + data + " --emit kernels --tuned " + odb);
+    CHECK(od.code == 0);
+    CHECK(od.err.find("warning: tuned schedule database '" + odb + "'") != std::string::npos);
+
+    // tune again into the same file: this CPU's entries are replaced, the others kept.
+    Run again = run_pejit("tune " + kModel + " --data " + data +
+                          " --limit 10 --batch 10 --rows 8 --min-ms 0.02 --repeats 1 --out " + odb);
+    REQUIRE(again.code == 0);
+    nlohmann::json merged = nlohmann::json::parse(std::ifstream(odb));
+    std::set<std::string> cpus;
+    for (const auto& e : merged["entries"])
+      cpus.insert(e["cpu"]);
+    CHECK(cpus == std::set<std::string>{cpu, "some-other-cpu"});
+  }
+
+  TEST_CASE("missing, corrupt or malformed tuned databases are clear errors naming the file") {
+    std::string data = tmp("tune_err_trees.txt");
+    REQUIRE(run_pejit("gen sst --trees 5 --seed 2 -o " + data).code == 0);
+    const std::string train = "train " + kModel + " --data " + data + " --mode specialized";
+    std::string missing = tmp("no_such_db.json");
+    Run m = run_pejit(train + " --tuned " + missing);
+    CHECK(m.code == 1);
+    CHECK(m.err.find("tuned schedule database '" + missing + "': cannot read the file") !=
+          std::string::npos);
+    std::string corrupt = tmp("corrupt_db.json");
+    std::ofstream(corrupt) << "{\"format\": \"pejit-schedules\", \"version\": 1, \"entr";
+    Run c = run_pejit(train + " --tuned " + corrupt);
+    CHECK(c.code == 1);
+    CHECK(c.err.find("tuned schedule database '" + corrupt + "': not valid JSON") !=
+          std::string::npos);
+    std::string bad = tmp("bad_entry_db.json");
+    std::ofstream(bad) << R"({"format": "pejit-schedules", "version": 1, "entries": [
+      {"signature": "ew f32 w=150 in=F ops=neg(0) out=1", "cpu": "x", "family": "elementwise",
+       "schedule": "v7x1"}]})";
+    Run b = run_pejit("dump " + kModel + " --data " + data + " --emit kernels --tuned " + bad);
+    CHECK(b.code == 1);
+    CHECK(b.err.find("tuned schedule database '" + bad +
+                     "': entry 0 (ew f32 w=150 in=F ops=neg(0) out=1): elementwise schedule "
+                     "'v7x1'") != std::string::npos);
+    Run e = run_pejit("eval " + kModel + " --params " + missing + " --data " + data + " --tuned " +
+                      corrupt);
+    CHECK(e.code == 1);
+    CHECK(e.err.find("tuned schedule database '" + corrupt + "': not valid JSON") !=
+          std::string::npos);
+    // tune never overwrites a database it cannot read.
+    Run u = run_pejit("tune " + kModel + " --data " + data + " --rows 4 --min-ms 0.02 --out " +
+                      corrupt);
+    CHECK(u.code == 1);
+    CHECK(u.err.find("'" + corrupt + "': not valid JSON") != std::string::npos);
+    std::ifstream still(corrupt);
+    std::string text((std::istreambuf_iterator<char>(still)), std::istreambuf_iterator<char>());
+    CHECK(text == "{\"format\": \"pejit-schedules\", \"version\": 1, \"entr");
+    CHECK(run_pejit("tune " + kModel + " --data " + data).code == 2); // --out is required
+  }
 }
