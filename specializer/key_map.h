@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -84,9 +83,15 @@ private:
   std::vector<int64_t> keys_;
   size_t size_ = 0;
 
+  // A loop, not memcmp: keys are a few words, shorter than a library call.
   bool equal(const Slot& s, std::span<const int64_t> k) const {
-    return s.len == k.size() && (k.empty() || std::memcmp(keys_.data() + s.offset, k.data(),
-                                                          k.size() * sizeof(int64_t)) == 0);
+    if (s.len != k.size())
+      return false;
+    const int64_t* a = keys_.data() + s.offset;
+    for (size_t i = 0; i < k.size(); ++i)
+      if (a[i] != k[i])
+        return false;
+    return true;
   }
 
   void grow() {

@@ -197,12 +197,7 @@ public:
       t.name = std::string("op.") + ops::op_name(id);
       e = remember(std::move(t));
     }
-    // Arguments first: materializing a pending sum appends its SumN instance, which must come
-    // before this one (and may reallocate the instance list).
-    arg_refs_.clear();
-    for (size_t i = 0; i < n; ++i)
-      arg_refs_.push_back(materialize(args[i]));
-    push_instance(e);
+    push_instance(e, args, n, [](size_t) { return true; });
     const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
     int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
     if (multi) {
@@ -283,13 +278,10 @@ public:
         t.results.push_back(sig_of(o, dims_));
       e = remember(std::move(t));
     }
-    arg_refs_.clear();
-    for (size_t i = 0; i < f.params.size(); ++i) {
+    push_instance(e, args.data(), f.params.size(), [&](size_t i) {
       auto k = f.params[i].type->kind;
-      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool)
-        arg_refs_.push_back(materialize(args[i]));
-    }
-    push_instance(e);
+      return k != ir::TypeKind::Int && k != ir::TypeKind::Bool;
+    });
     return e;
   }
 
@@ -443,16 +435,22 @@ private:
     return e;
   }
 
-  std::vector<Ref> arg_refs_; ///< scratch: an instance's arguments before it is appended
-
-  // Appends an instance of entry e whose arguments are arg_refs_.
-  void push_instance(int32_t e) {
+  // Appends an instance of entry e whose arguments are the tensors among args[0, n)
+  // (is_tensor(i)), straight into the argument pool. Pending sums among them are materialized
+  // first: each appends its own SumN instance and terms, which must come before this instance
+  // and its arguments (and may reallocate the instance list).
+  template <class IsTensor>
+  void push_instance(int32_t e, const Value* args, size_t n, IsTensor is_tensor) {
+    for (size_t i = 0; i < n; ++i)
+      if (is_tensor(i) && !is_const(args[i]) && rv(args[i]).sum >= 0)
+        materialize(args[i]);
     Instance& inst = res_.instances.emplace_back();
     inst.tmpl = memo_.entries[static_cast<size_t>(e)].tmpl;
     inst.first_arg = static_cast<uint32_t>(res_.arg_pool.size());
-    inst.num_args = static_cast<uint32_t>(arg_refs_.size());
-    for (const Ref& a : arg_refs_)
-      res_.arg_pool.push_back(a);
+    for (size_t i = 0; i < n; ++i)
+      if (is_tensor(i))
+        res_.arg_pool.push_back(materialize(args[i]));
+    inst.num_args = static_cast<uint32_t>(res_.arg_pool.size() - inst.first_arg);
   }
 
   Value result(int32_t idx, const PeMemo::Entry& en, uint32_t k) {
@@ -516,7 +514,8 @@ private:
       }
     }
     inst.num_args = static_cast<uint32_t>(res_.arg_pool.size() - inst.first_arg);
-    inst.sum_sig = memo_.sigs[static_cast<size_t>(rvals_[id].sig)];
+    inst.sum_sig = static_cast<int32_t>(res_.sum_sigs.size());
+    res_.sum_sigs.push_back(memo_.sigs[static_cast<size_t>(rvals_[id].sig)]);
     res_.instances.push_back(std::move(inst));
     RVal& r = rvals_[id];
     r.sum = -1;
@@ -862,6 +861,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     out.reason = r.reason;
     out.residual.instances.clear();
     out.residual.arg_pool.clear();
+    out.residual.sum_sigs.clear();
   }
   out.residual.fuel_used = be->fuel_used();
 

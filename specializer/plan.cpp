@@ -20,6 +20,15 @@ int64_t shared_code(const Ref& r) {
   return -1;
 }
 
+// make_plan's working arrays, kept per thread and reused from plan to plan: planning a batch
+// allocates only what the Plan keeps.
+struct Scratch {
+  std::vector<uint8_t> flags;
+  std::vector<int32_t> level, latest, next_variant, perm, new_id, counts;
+  std::vector<Group> groups;
+  KeyMap ids;
+};
+
 } // namespace
 
 // Cost (DESIGN.md §5): a few linear passes over the instances and their arguments and one
@@ -33,57 +42,62 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   auto args_of = [&](size_t i) {
     return std::span<const Ref>(pool + insts[i].first_arg, insts[i].num_args);
   };
+  thread_local Scratch sc;
   Plan p;
   p.key = r.key;
   // Instances no output depends on are dropped (e.g. the state after a sequence's last step).
   enum : uint8_t { kLive = 1, kFeedsTemplate = 2 };
-  std::vector<uint8_t> flags(n, 0);
-  for (const auto& o : r.outputs)
-    if (o.kind == Ref::Kind::Inst)
-      flags[static_cast<size_t>(o.index)] = kLive;
-  for (size_t i = n; i-- > 0;)
-    if (flags[i] & kLive)
-      for (const auto& a : args_of(i))
-        if (a.kind == Ref::Kind::Inst)
-          flags[static_cast<size_t>(a.index)] |= kLive;
-  // Earliest levels (ASAP), and which instances feed a template call.
-  std::vector<int32_t> level(n, 0), latest;
-  int32_t max_level = 0;
+  std::vector<uint8_t>& flags = sc.flags;
+  flags.assign(n, 0);
+  // Earliest levels (ASAP), over every instance: a live one's producers are live, so its
+  // level does not depend on the dead ones.
+  std::vector<int32_t>&level = sc.level, &latest = sc.latest;
+  level.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    if (!(flags[i] & kLive))
-      continue;
-    bool sum = insts[i].tmpl == Instance::kSumN;
     int32_t l = 0;
     for (const auto& a : args_of(i))
       if (a.kind == Ref::Kind::Inst) {
         auto ai = static_cast<size_t>(a.index);
         PEJIT_CHECK(ai < i) << "instances out of order";
         l = std::max(l, level[ai] + 1);
-        if (!sum)
-          flags[ai] |= kFeedsTemplate;
       }
     level[i] = l;
-    max_level = std::max(max_level, l);
   }
-  // Latest levels (ALAP) under the same depth.
-  latest.assign(n, max_level);
+  // One backward pass: liveness, which instances feed a template call, the depth (the live
+  // instances' highest level) and each live instance's height (its longest chain of live
+  // consumers), so that its latest level (ALAP) under that depth is depth - height.
+  for (const auto& o : r.outputs)
+    if (o.kind == Ref::Kind::Inst)
+      flags[static_cast<size_t>(o.index)] = kLive;
+  latest.assign(n, 0); // heights, until the depth is known
+  int32_t max_level = 0;
   for (size_t i = n; i-- > 0;) {
     if (!(flags[i] & kLive))
       continue;
+    max_level = std::max(max_level, level[i]);
+    const uint8_t feeds = insts[i].tmpl == Instance::kSumN ? kLive : kLive | kFeedsTemplate;
     for (const auto& a : args_of(i))
       if (a.kind == Ref::Kind::Inst) {
-        int32_t& la = latest[static_cast<size_t>(a.index)];
-        la = std::min(la, latest[i] - 1);
+        auto ai = static_cast<size_t>(a.index);
+        flags[ai] |= feeds;
+        latest[ai] = std::max(latest[ai], latest[i] + 1);
       }
   }
+  for (auto& l : latest)
+    l = max_level - l;
 
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
   // window, the others to the start. In the same pass, instances are grouped in (level, first
   // appearance) order.
-  KeyMap ids;
-  std::vector<Group> groups;
-  std::vector<int32_t> next_variant; ///< per group: the next group of its (level, template)
+  KeyMap& ids = sc.ids;
+  ids.reset();
+  std::vector<Group>& groups = sc.groups;
+  groups.clear();
+  // Per group: the next group of its (level, template), and its instances so far.
+  std::vector<int32_t>&next_variant = sc.next_variant, &counts = sc.counts;
+  next_variant.clear();
+  counts.clear();
   p.group_of.assign(n, -1);
   p.row_of.assign(n, -1);
   max_level = 0;
@@ -123,7 +137,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       g.tmpl = inst.tmpl;
       g.level = level[i];
       if (sum) {
-        g.results = {inst.sum_sig};
+        g.results = {r.sum_sigs[static_cast<size_t>(inst.sum_sig)]};
       } else {
         const Template& t = templates.at(inst.tmpl);
         g.results = t.results;
@@ -137,6 +151,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         }
       }
       next_variant.push_back(-1);
+      counts.push_back(0);
       if (!sum) {
         if (head < 0) {
           int64_t key[2] = {level[i], inst.tmpl};
@@ -147,20 +162,27 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         }
       }
     }
-    Group& g = groups[static_cast<size_t>(gid)];
     p.group_of[i] = gid;
-    p.row_of[i] = static_cast<int32_t>(g.instances.size());
-    g.instances.push_back(static_cast<int32_t>(i));
+    p.row_of[i] = counts[static_cast<size_t>(gid)]++;
   }
+  // Each group's instances, its rows in order, in one allocation.
+  for (size_t g = 0; g < groups.size(); ++g)
+    groups[g].instances.resize(static_cast<size_t>(counts[g]));
+  for (size_t i = 0; i < n; ++i)
+    if (p.group_of[i] >= 0)
+      groups[static_cast<size_t>(p.group_of[i])].instances[static_cast<size_t>(p.row_of[i])] =
+          static_cast<int32_t>(i);
 
   // Execution order: by level, then by creation.
-  std::vector<int32_t> perm(groups.size());
+  std::vector<int32_t>& perm = sc.perm;
+  perm.resize(groups.size());
   for (size_t g = 0; g < groups.size(); ++g)
     perm[g] = static_cast<int32_t>(g);
   std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) {
     return groups[static_cast<size_t>(a)].level < groups[static_cast<size_t>(b)].level;
   });
-  std::vector<int32_t> new_id(groups.size());
+  std::vector<int32_t>& new_id = sc.new_id;
+  new_id.resize(groups.size());
   for (size_t k = 0; k < perm.size(); ++k)
     new_id[static_cast<size_t>(perm[k])] = static_cast<int32_t>(k);
   for (auto& g : p.group_of)
@@ -188,7 +210,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       auto args = args_of(static_cast<size_t>(g.instances[0]));
       g.args.resize(args.size());
       for (size_t a = 0; a < args.size(); ++a) {
-        g.args[a].sig = inst.sum_sig;
+        g.args[a].sig = r.sum_sigs[static_cast<size_t>(inst.sum_sig)];
         g.args[a].rows.assign(1, row_ref(args[a]));
       }
       continue;

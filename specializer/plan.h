@@ -14,7 +14,9 @@
 
 #include "specializer/residual.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,11 +31,71 @@ struct RowRef {
   int32_t row = 0;
 };
 
+/// A row map: a vector of RowRef that holds one row inline. A batch's loss sum has one
+/// argument of one row per term (hundreds), which would otherwise cost an allocation each.
+class RowList {
+public:
+  RowList() = default;
+  RowList(const RowList& o) { assign(o.begin(), o.end()); }
+  RowList(RowList&& o) noexcept { take(o); }
+  RowList& operator=(const RowList& o) {
+    if (this != &o)
+      assign(o.begin(), o.end());
+    return *this;
+  }
+  RowList& operator=(RowList&& o) noexcept {
+    if (this != &o) {
+      heap_.reset();
+      take(o);
+    }
+    return *this;
+  }
+
+  size_t size() const { return size_; }
+  RowRef* data() { return heap_ ? heap_.get() : &one_; }
+  const RowRef* data() const { return heap_ ? heap_.get() : &one_; }
+  RowRef& operator[](size_t i) { return data()[i]; }
+  const RowRef& operator[](size_t i) const { return data()[i]; }
+  const RowRef* begin() const { return data(); }
+  const RowRef* end() const { return data() + size_; }
+  RowRef* begin() { return data(); }
+  RowRef* end() { return data() + size_; }
+  /// n default rows (what was there is lost).
+  void resize(size_t n) {
+    heap_.reset();
+    size_ = n;
+    if (n > 1)
+      heap_ = std::make_unique<RowRef[]>(n);
+    else
+      one_ = RowRef{};
+  }
+  void assign(size_t n, const RowRef& r) {
+    resize(n);
+    std::fill(begin(), end(), r);
+  }
+  void assign(const RowRef* first, const RowRef* last) {
+    resize(static_cast<size_t>(last - first));
+    std::copy(first, last, begin());
+  }
+
+private:
+  std::unique_ptr<RowRef[]> heap_; ///< null: at most one row, in one_
+  RowRef one_;
+  size_t size_ = 0;
+
+  void take(RowList& o) {
+    heap_ = std::move(o.heap_);
+    one_ = o.one_;
+    size_ = o.size_;
+    o.size_ = 0;
+  }
+};
+
 struct GroupArg {
   bool shared = false;
-  Ref shared_ref;           ///< shared: the same tensor for every row
-  std::vector<RowRef> rows; ///< not shared: row i comes from rows[i]
-  TensorSig sig;            ///< per-row signature
+  Ref shared_ref; ///< shared: the same tensor for every row
+  RowList rows;   ///< not shared: row i comes from rows[i]
+  TensorSig sig;  ///< per-row signature
 };
 
 struct Group {

@@ -156,15 +156,18 @@ struct Instance {
   static constexpr int32_t kSumN = -1;
   int32_t tmpl = kSumN;
   uint32_t first_arg = 0, num_args = 0; ///< Residual::arg_pool[first_arg, first_arg + num_args)
-  TensorSig sum_sig;                    ///< kSumN: the shape of every term and of the result
+  /// kSumN: the shape of every term and of the result, Residual::sum_sigs[sum_sig]. An index,
+  /// so that an Instance is 16 bytes: a batch appends thousands, and planning walks them.
+  int32_t sum_sig = -1;
 };
 
 /// The residual program of one batch.
 struct Residual {
   std::vector<Instance> instances;
-  std::vector<Ref> arg_pool;  ///< every instance's arguments, in instance order
-  std::vector<Tensor> inputs; ///< payload tensors of this batch, by input slot
-  std::vector<Tensor> consts; ///< constants the program folded
+  std::vector<Ref> arg_pool;       ///< every instance's arguments, in instance order
+  std::vector<TensorSig> sum_sigs; ///< SumN instances' signatures (Instance::sum_sig)
+  std::vector<Tensor> inputs;      ///< payload tensors of this batch, by input slot
+  std::vector<Tensor> consts;      ///< constants the program folded
   /// The entry's result, flattened: one Ref per tensor leaf, in order.
   std::vector<Ref> outputs;
   /// The result's structure in preorder (static for a skeleton): kResultTensor for a tensor

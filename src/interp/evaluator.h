@@ -28,6 +28,7 @@
 #include "types/builtins.h"
 #include "util/check.h"
 
+#include <algorithm>
 #include <optional>
 #include <pthread.h>
 
@@ -392,9 +393,20 @@ public:
       out.push_back(x);
   }
 
-  // Evaluates the scrutinee, binds the matching arm's fields and returns its body.
+  // Evaluates the scrutinee, binds the matching arm's fields and returns its body. A scrutinee
+  // that is a local is read in its slot, not copied (a tree walk matches every node).
   const Expr& select_arm(const Match& mt, const Frame& fr) {
+    if (mt.scrutinee->kind == ExprKind::Var) {
+      const VarRef& r = mt.scrutinee->cast<Var>().ref;
+      if (r.kind == VarRef::Kind::Local)
+        return bind_arm(mt, stack_[fr.base + static_cast<size_t>(r.index)], r.index, fr);
+    }
     Value s = eval(mt.scrutinee, fr);
+    return bind_arm(mt, s, -1, fr);
+  }
+
+  // As select_arm for the scrutinee's value `s`, which is slot `s_slot` of the frame if >= 0.
+  const Expr& bind_arm(const Match& mt, const Value& s, int s_slot, const Frame& fr) {
     int tag;
     bool is_list = s.kind() == Value::Kind::List;
     if (is_list)
@@ -405,6 +417,11 @@ public:
       if (!arm.ctor.empty() && arm.ctor_index != tag)
         continue;
       if (!arm.ctor.empty()) {
+        if (s_slot >= 0 &&
+            std::find(arm.slots.begin(), arm.slots.end(), s_slot) != arm.slots.end()) {
+          Value copy = s; // the arm rebinds the scrutinee's slot
+          return bind_arm(mt, copy, -1, fr);
+        }
         for (size_t i = 0; i < arm.slots.size(); ++i) {
           if (arm.slots[i] < 0)
             continue;
