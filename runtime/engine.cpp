@@ -401,6 +401,18 @@ struct Engine::Impl {
     };
     if (!e)
       return run_generic();
+    // DESIGN.md §8: a plan whose kernels failed to compile runs generic (counted, and the
+    // failure is remembered: never compiled again). Specialized mode compiles before the
+    // first run so that even that batch takes the generic path.
+    if (runners && runners->jit()) {
+      if (opt.mode == Mode::Specialized && !e->compile_requested.exchange(true))
+        compile_plan(*e);
+      std::string failed = compile_failure(*e);
+      if (!failed.empty()) {
+        why = "kernel compile failed: " + failed;
+        return run_generic();
+      }
+    }
     // The plan's constants and outputs with this batch's payloads (the executor reads no
     // instance list: the plan has the row maps).
     spec::Residual with_inputs;
@@ -450,8 +462,17 @@ struct Engine::Impl {
     last_explain[entry] = why;
   }
 
+  // "template: reason" for the first template of `e` whose compile failed, else empty.
+  std::string compile_failure(const PlanEntry& e) const {
+    for (const auto& g : e.plan.groups)
+      if (g.tmpl >= 0)
+        if (std::string f = runners->failure(e.templates->at(g.tmpl)); !f.empty())
+          return f;
+    return {};
+  }
+
   // Builds and compiles the template graphs a plan uses (pipeline threads; the training
-  // thread in specialized mode, through the executor).
+  // thread in specialized mode, before the plan's first run).
   void compile_plan(const PlanEntry& e) {
     if (!runners || !runners->jit())
       return;

@@ -55,18 +55,29 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const spec::Template& t, boo
       e.compiled = true;
     } catch (const std::exception& ex) {
       e.failed = true;
-      failure = t.name + ": " + ex.what();
+      failure = e.failure = t.name + ": " + ex.what();
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
   Entry& slot = map_[key];
   if (!slot.compiled && !slot.failed) // another thread may have compiled it meanwhile
     slot = e;
-  if (!failure.empty())
+  if (!failure.empty()) {
     failures_.push_back(failure);
+    any_failure_ = true;
+  }
   if (why != nullptr)
     *why = slot.why;
   return slot.runner;
+}
+
+std::string RunnerCache::failure(const spec::Template& t) const {
+  if (!any_failure_)
+    return {};
+  std::string key = t.key();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  return it != map_.end() && it->second.failed ? it->second.failure : std::string();
 }
 
 std::vector<std::string> RunnerCache::compile_failures() const {

@@ -5,6 +5,7 @@
 #include "graph_runner.h"
 #include "interp/params.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,8 +18,9 @@ namespace pejit::runtime {
 /// training thread) and the specialization pipeline; thread-safe. A template's entry is its
 /// runner as it is now: on reference kernels until its elementwise runs are compiled (tier 2),
 /// then on JIT kernels (tier 3). A compile failure is remembered with its reason and never
-/// retried; that template keeps running on reference kernels. Null runner: the template runs
-/// through the batching interpreter (no batched rule for some node, or tracing failed).
+/// retried; the engine then runs the batches of plans that use that template on the generic
+/// path (DESIGN.md §8). Null runner: the template runs through the batching interpreter (no
+/// batched rule for some node, or tracing failed).
 class RunnerCache {
 public:
   RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
@@ -34,6 +36,8 @@ public:
   void inject_compile_failure(bool on) { inject_ = on; }
   /// "template: reason" for every compile that failed.
   std::vector<std::string> compile_failures() const;
+  /// "template: reason" if `t`'s compile failed, else empty. Cheap while nothing has failed.
+  std::string failure(const spec::Template& t) const;
   bool jit() const { return kernels_ != nullptr; }
 
 private:
@@ -41,6 +45,7 @@ private:
     std::shared_ptr<const GraphRunner> runner;
     std::string why;
     bool compiled = false, failed = false;
+    std::string failure; ///< "template: reason" when failed
   };
   std::shared_ptr<const ir::Module> m_;
   interp::DimBindings dims_;
@@ -50,6 +55,7 @@ private:
   std::unordered_map<std::string, Entry> map_;
   uint64_t generation_ = ~0ull;
   std::vector<std::string> failures_;
+  std::atomic<bool> any_failure_{false};
 };
 
 } // namespace pejit::runtime

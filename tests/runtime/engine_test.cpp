@@ -154,22 +154,32 @@ TEST_SUITE("engine") {
     CHECK(st.compile_failures.empty());
   }
 
-  TEST_CASE("an LLVM failure leaves its templates on reference kernels, recorded, training on") {
+  TEST_CASE("an LLVM failure sends the plan's batches to the generic path, counted, training on") {
     Setup s(3);
     runtime::EngineOptions eo;
     eo.inject_failure = "compile";
-    runtime::EngineStats st;
     auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 6);
-    auto p = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 6, &st, eo);
-    check_close(p, g);
-    CHECK(st.specialized_batches == 6);
-    CHECK(st.jit_batches == 0);
-    REQUIRE_FALSE(st.compile_failures.empty());
-    const std::string& f = st.compile_failures[0];
-    bool named = f.find("cell") != std::string::npos || f.find("leaf") != std::string::npos;
-    CHECK_MESSAGE(named, f);
-    // Remembered: each template failed once, not once per batch.
-    CHECK(st.compile_failures.size() <= 4);
+    for (auto mode : {runtime::Mode::Specialized, runtime::Mode::Auto}) {
+      CAPTURE(runtime::mode_name(mode));
+      runtime::EngineStats st;
+      auto p = train(s, mode, optim::Kind::Sgd, 6, &st, eo);
+      check_close(p, g);
+      CHECK(st.jit_batches == 0);
+      REQUIRE_FALSE(st.compile_failures.empty());
+      const std::string& f = st.compile_failures[0];
+      bool named = f.find("cell") != std::string::npos || f.find("leaf") != std::string::npos;
+      CHECK_MESSAGE(named, f);
+      // Remembered: each template failed once, not once per batch.
+      CHECK(st.compile_failures.size() <= 4);
+      if (mode == runtime::Mode::Specialized) {
+        // The plan compiles before its first run: every batch runs generic, with the reason.
+        CHECK(st.generic_batches == 6);
+        CHECK(st.specialized_batches == 0);
+        REQUIRE(st.fallbacks.size() == 1);
+        CHECK(st.fallbacks.begin()->first.find("kernel compile failed: ") == 0);
+        CHECK(st.fallbacks.begin()->second == 6);
+      }
+    }
   }
 
   TEST_CASE("the pipeline publishes prefetched plans; the cache reuses them") {
