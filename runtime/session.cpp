@@ -163,6 +163,22 @@ struct Session::Impl {
   }
 };
 
+struct Optimizer::Impl {
+  optim::Optimizer opt;
+};
+
+Optimizer::Optimizer(const std::string& kind, float lr, float weight_decay, float clip) {
+  optim::OptimizerOptions oo;
+  oo.kind = optim::parse_kind(kind);
+  oo.lr = lr;
+  oo.weight_decay = weight_decay;
+  oo.clip_norm = clip;
+  impl_ = std::make_unique<Impl>(Impl{optim::Optimizer(oo)});
+}
+Optimizer::Optimizer(Optimizer&&) noexcept = default;
+Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
+Optimizer::~Optimizer() = default;
+
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
@@ -245,6 +261,19 @@ float Session::step(const std::string& entry, const Value& batch) {
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->optimizer->step(impl_->params, g.grads);
   return g.loss;
+}
+
+float Session::step(const std::string& entry, const Value& batch, Optimizer& optimizer) {
+  if (!optimizer.impl_)
+    throw Error("Session::step: the optimizer was moved from");
+  auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
+  optimizer.impl_->opt.step(impl_->params, g.grads);
+  return g.loss;
+}
+
+void Session::init_params(uint64_t seed) {
+  impl_->params = interp::init_params(*impl_->module, impl_->dims, seed);
+  impl_->optimizer = std::make_unique<optim::Optimizer>(impl_->optimizer->options());
 }
 
 void Session::prefetch(const std::string& entry, const std::vector<Value>& batches) {

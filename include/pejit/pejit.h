@@ -108,6 +108,26 @@ struct SessionOptions {
   CompileOptions compile;
 };
 
+/// An optimizer and its own state (Adagrad accumulators, Adam moments), for
+/// Session::step(entry, batch, optimizer): the caller decides which steps share state (one per
+/// entry, a fresh one after changing the model, ...). Not thread-safe.
+class Optimizer {
+public:
+  /// `kind`: sgd, adagrad or adam; `clip`: global gradient-norm clipping (0: off). Throws
+  /// pejit::Error for another kind or a negative or non-finite rate.
+  explicit Optimizer(const std::string& kind = "adagrad", float lr = 0.05f,
+                     float weight_decay = 0.0f, float clip = 0.0f);
+  Optimizer(Optimizer&&) noexcept;
+  Optimizer& operator=(Optimizer&&) noexcept;
+  ~Optimizer();
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+  friend class Session;
+};
+
 /// Time and batches per execution path.
 struct SessionStats {
   int64_t generic_batches = 0, specialized_batches = 0;
@@ -129,8 +149,11 @@ public:
   /// Throws pejit::Error for an unknown constructor or a wrong number of fields.
   Value make(const std::string& ctor, const std::vector<Value>& fields) const;
 
-  /// One training step on a scalar entry: its value, gradients, one optimizer update.
+  /// One training step on a scalar entry: its value, gradients, one update by the session's
+  /// own optimizer (SessionOptions).
   float step(const std::string& entry, const Value& batch);
+  /// The same step, updated by `optimizer` (whose state is its own, not the session's).
+  float step(const std::string& entry, const Value& batch, Optimizer& optimizer);
   /// Runs any entry without gradients, through the same engine as step() (a plan where one
   /// can be made, the generic path otherwise).
   Value run(const std::string& entry, const Value& batch);
@@ -146,6 +169,9 @@ public:
   /// session is then unchanged).
   std::vector<std::string> add_source(const std::string& text, const std::string& name);
 
+  /// Re-initializes every parameter from its declared initializer with `seed`, and resets the
+  /// session's own optimizer state.
+  void init_params(uint64_t seed);
   std::vector<std::string> param_names() const;
   std::vector<int64_t> param_shape(const std::string& name) const;
   std::vector<float> get_param(const std::string& name) const;

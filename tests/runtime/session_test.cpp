@@ -90,4 +90,26 @@ TEST_SUITE("session") {
                     pejit::Error);
     CHECK(p.run("loss", b).item_f32() == doctest::Approx(loss));
   }
+
+  TEST_CASE("step with an optimizer of the caller's; init_params restarts from the seed") {
+    // The session's own SGD and an explicit Optimizer("sgd", same rate) take the same steps.
+    pejit::Session a = open("specialized"), b = open("specialized");
+    pejit::Optimizer sgd("sgd", 0.05f);
+    for (int i = 0; i < 3; ++i)
+      CHECK(a.step("loss", batch(a)) == b.step("loss", batch(b), sgd));
+    for (const auto& n : a.param_names())
+      CHECK(a.get_param(n) == b.get_param(n));
+    // An explicit Adagrad keeps its own state: the session's SGD state is untouched.
+    pejit::Optimizer adagrad("adagrad", 0.05f);
+    b.step("loss", batch(b), adagrad);
+    CHECK(a.get_param("U") != b.get_param("U"));
+    // Back to the declared initializers with the session's seed: a fresh session's values.
+    b.init_params(5);
+    pejit::Session fresh = open("specialized");
+    for (const auto& n : b.param_names())
+      CHECK(b.get_param(n) == fresh.get_param(n));
+    CHECK(b.step("loss", batch(b)) == fresh.step("loss", batch(fresh)));
+    CHECK_THROWS_WITH_AS(pejit::Optimizer("rmsprop"), doctest::Contains("rmsprop"), pejit::Error);
+    CHECK_THROWS_AS(pejit::Optimizer("sgd", -1.0f), pejit::Error);
+  }
 }
