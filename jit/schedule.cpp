@@ -233,9 +233,14 @@ std::string tuned_source(const ScheduleDB& db, size_t index) {
   return fmt::format("tuned {} entry {}", db.path(), index);
 }
 
-KernelSpec resolve_schedule(const KernelSpec& spec, const ScheduleDB* db, const std::string& cpu,
-                            std::string& source) {
-  if (spec.schedule != "default") {
+namespace {
+
+// The lookup both families share: a spec that names its schedule keeps it ("given"); else this
+// CPU's database entry applies (`apply` writes it into the spec); else the default.
+template <class Spec, class Apply>
+Spec resolve(const Spec& spec, bool given, const ScheduleDB* db, const std::string& cpu,
+             std::string& source, Apply apply) {
+  if (given) {
     source = "given";
     return spec;
   }
@@ -245,28 +250,25 @@ KernelSpec resolve_schedule(const KernelSpec& spec, const ScheduleDB* db, const 
     source = "default";
     return spec;
   }
-  KernelSpec s = spec;
-  s.schedule = e->schedule;
+  Spec s = spec;
+  apply(s, e->schedule);
   source = tuned_source(*db, index);
   return s;
 }
 
+} // namespace
+
+KernelSpec resolve_schedule(const KernelSpec& spec, const ScheduleDB* db, const std::string& cpu,
+                            std::string& source) {
+  return resolve(spec, spec.schedule != "default", db, cpu, source,
+                 [](KernelSpec& s, const std::string& schedule) { s.schedule = schedule; });
+}
+
 GemmSpec resolve_schedule(const GemmSpec& spec, const ScheduleDB* db, const std::string& cpu,
                           std::string& source) {
-  if (spec.mr != 0 || spec.nr != 0) {
-    source = "given";
-    return spec;
-  }
-  size_t index = 0;
-  const ScheduleEntry* e = db != nullptr ? db->find(spec.signature(), cpu, &index) : nullptr;
-  if (e == nullptr) {
-    source = "default";
-    return spec;
-  }
-  GemmSpec s = spec;
-  parse_gemm_schedule(e->schedule, s.mr, s.nr);
-  source = tuned_source(*db, index);
-  return s;
+  return resolve(
+      spec, spec.mr != 0 || spec.nr != 0, db, cpu, source,
+      [](GemmSpec& s, const std::string& schedule) { parse_gemm_schedule(schedule, s.mr, s.nr); });
 }
 
 } // namespace pejit::jit

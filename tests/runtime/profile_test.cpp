@@ -15,27 +15,46 @@
 
 using namespace pejit;
 
-TEST_SUITE("runtime") {
-  TEST_CASE("profile: GEMM families get exactly their flops; off times nothing") {
-    auto m = std::make_shared<ir::Module>();
+namespace {
+
+// A TreeLSTM training plan for `n` generated SST-like trees, with its parameters.
+struct PlannedBatch {
+  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
+  interp::DimBindings dims;
+  std::vector<data::ParseTree> trees;
+  spec::TemplateTable tt;
+  spec::PeResult pe;
+  spec::Plan plan;
+  runtime::ExecLayout layout;
+  interp::Params params;
+
+  PlannedBatch(size_t n, uint64_t seed) {
     Diagnostics d;
     REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
     data::Vocab vocab;
-    auto trees = data::gen_sst(6, 5, data::Shape::Sst, vocab);
-    auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
+    trees = data::gen_sst(n, seed, data::Shape::Sst, vocab);
+    dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
     runtime::TreeEncoder enc(*m, "Tree");
     interp::Values xs;
-    double leaves = 0, nodes = 0;
-    for (const auto& t : trees) {
+    for (const auto& t : trees)
       xs.push_back(enc.encode(t));
+    pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
+    plan = spec::make_plan(pe.residual, tt);
+    layout = runtime::make_layout(plan);
+    params = interp::init_params(*m, dims, 3);
+  }
+};
+
+} // namespace
+
+TEST_SUITE("runtime") {
+  TEST_CASE("profile: GEMM families get exactly their flops; off times nothing") {
+    PlannedBatch b(6, 5);
+    double leaves = 0, nodes = 0;
+    for (const auto& t : b.trees) {
       nodes += static_cast<double>(t.nodes.size());
       leaves += static_cast<double>(t.leaves());
     }
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
-    auto plan = spec::make_plan(pe.residual, tt);
-    auto layout = runtime::make_layout(plan);
-    interp::Params params = interp::init_params(*m, dims, 3);
     // x @ W per leaf (300 -> 450), per internal node (300 -> 750), per node (150 -> 5).
     const double inner = nodes - leaves;
     const double fwd = 2 * (leaves * 300 * 450 + inner * 300 * 750 + nodes * 150 * 5);
@@ -43,8 +62,8 @@ TEST_SUITE("runtime") {
       CAPTURE(on);
       runtime::ExecOptions eo;
       eo.profile = on;
-      runtime::PlanExecutor ex(m, dims, eo);
-      ex.value_and_grad(plan, pe.residual, tt, params, &layout);
+      runtime::PlanExecutor ex(b.m, b.dims, eo);
+      ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
       const auto& p = ex.stats().profile;
       auto at = [&](runtime::Family f) { return p[static_cast<size_t>(f)]; };
       if (!on) {
@@ -63,31 +82,18 @@ TEST_SUITE("runtime") {
         CHECK(f.seconds >= 0);
     }
   }
+
   TEST_CASE("a plan's second run takes no tensor storage from the system (arena + pool)") {
-    auto m = std::make_shared<ir::Module>();
-    Diagnostics d;
-    REQUIRE(types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok);
-    data::Vocab vocab;
-    auto trees = data::gen_sst(8, 9, data::Shape::Sst, vocab);
-    auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
-    runtime::TreeEncoder enc(*m, "Tree");
-    interp::Values xs;
-    for (const auto& t : trees)
-      xs.push_back(enc.encode(t));
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
-    auto plan = spec::make_plan(pe.residual, tt);
-    auto layout = runtime::make_layout(plan);
-    interp::Params params = interp::init_params(*m, dims, 3);
+    PlannedBatch b(8, 9);
     for (bool graphs : {true, false}) {
       CAPTURE(graphs);
       runtime::ExecOptions eo;
       eo.graphs = graphs;
-      runtime::PlanExecutor ex(m, dims, eo);
-      auto first = ex.value_and_grad(plan, pe.residual, tt, params, &layout);
+      runtime::PlanExecutor ex(b.m, b.dims, eo);
+      auto first = ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
       first = {}; // its gradients go back to the pool, as an optimizer step's would
       uint64_t before = tensor_pool_stats().system_allocs;
-      auto second = ex.value_and_grad(plan, pe.residual, tt, params, &layout);
+      auto second = ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
       CHECK(tensor_pool_stats().system_allocs == before);
       CHECK(second.loss > 0);
     }
