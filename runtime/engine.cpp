@@ -31,6 +31,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pejit::runtime {
 
@@ -189,15 +190,32 @@ struct Engine::Impl {
   spec::TemplateTable templates;
   std::shared_ptr<const spec::TemplateTable> snapshot; // of `templates`, under pe_mutex
 
-  // The plan cache: LRU over skeleton keys.
+  // The plan cache over skeleton keys, 2Q style: a new plan waits on a short probation list
+  // (EngineOptions::plan_probation_entries, oldest out first) and its second use moves it to
+  // the LRU list of reused plans (plan_cache_entries, plan_cache_bytes). Shuffled batches,
+  // whose skeletons almost never repeat, so occupy only the probation list. A key that left
+  // probation unused is remembered (ghosts): if its plan is made again it goes straight to
+  // the LRU list, so passes that repeat less often than probation turns over (evaluation each
+  // epoch, fixed batches) are kept from their second pass on.
   mutable std::mutex cache_mutex;
-  std::list<uint64_t> lru;
+  std::list<uint64_t> lru, probation; // most recent first
   struct Slot {
     std::shared_ptr<const PlanEntry> entry;
     std::list<uint64_t>::iterator pos;
+    bool reused = false; ///< on the LRU list (else on probation)
+    int uses = 0;
   };
   std::unordered_map<uint64_t, Slot> cache;
   size_t cache_bytes = 0;
+  std::unordered_set<uint64_t> ghosts; // keys that left probation unused, oldest first:
+  std::deque<uint64_t> ghost_order;    // bounded by kGhosts
+  static constexpr size_t kGhosts = size_t{1} << 16;
+
+  void drop(std::unordered_map<uint64_t, Slot>::iterator it) { // cache_mutex held
+    cache_bytes -= it->second.entry->bytes;
+    (it->second.reused ? lru : probation).erase(it->second.pos);
+    cache.erase(it);
+  }
 
   // Refusals by entry: the cone version they were made at, and why.
   struct Refusal {
@@ -281,30 +299,64 @@ struct Engine::Impl {
     return h;
   }
 
-  std::shared_ptr<const PlanEntry> lookup(uint64_t key) {
+  // The cached plan for `key`; `use`: a batch is about to run it (counts towards promotion),
+  // else the pipeline only asks whether it exists.
+  std::shared_ptr<const PlanEntry> lookup(uint64_t key, bool use) {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = cache.find(key);
     if (it == cache.end())
       return nullptr;
-    lru.splice(lru.begin(), lru, it->second.pos);
-    return it->second.entry;
+    Slot& slot = it->second;
+    std::shared_ptr<const PlanEntry> entry = slot.entry; // evict() below may drop the slot
+    if (use && slot.reused) {
+      lru.splice(lru.begin(), lru, slot.pos);
+    } else if (use && ++slot.uses >= 2) { // a second use: off probation
+      probation.erase(slot.pos);
+      lru.push_front(key);
+      slot.pos = lru.begin();
+      slot.reused = true;
+      evict();
+    } else if (use) { // a plan made ahead ran: it may leave probation now
+      evict();
+    }
+    return entry;
   }
 
-  void publish(uint64_t key, std::shared_ptr<const PlanEntry> e) {
+  // `uses`: 1 for a plan made for the batch that runs it now, 0 for one made ahead.
+  void publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses) {
     std::lock_guard<std::mutex> lock(cache_mutex);
     if (cache.count(key))
       return;
-    lru.push_front(key);
     cache_bytes += e->bytes;
-    cache.emplace(key, Slot{std::move(e), lru.begin()});
+    bool ghost = ghosts.erase(key) > 0;
+    auto& list = ghost ? lru : probation;
+    list.push_front(key);
+    cache.emplace(key, Slot{std::move(e), list.begin(), ghost, uses});
+    evict();
+  }
+
+  void evict() { // cache_mutex held
     int64_t evicted = 0;
-    while (!lru.empty() &&
-           (cache.size() > opt.plan_cache_entries || cache_bytes > opt.plan_cache_bytes)) {
-      uint64_t victim = lru.back();
-      lru.pop_back();
-      auto it = cache.find(victim);
-      cache_bytes -= it->second.entry->bytes;
-      cache.erase(it);
+    auto over_bytes = [&] { return cache_bytes > opt.plan_cache_bytes; };
+    while (!probation.empty() && (probation.size() > opt.plan_probation_entries || over_bytes())) {
+      // The oldest plan that has run; plans made ahead wait for their batch (unless the
+      // byte bound is hit), however far ahead a caller prefetched.
+      auto v = std::find_if(probation.rbegin(), probation.rend(),
+                            [&](uint64_t k) { return cache.find(k)->second.uses > 0; });
+      if (v == probation.rend() && !over_bytes())
+        break;
+      uint64_t victim = v == probation.rend() ? probation.back() : *v;
+      drop(cache.find(victim));
+      if (ghosts.insert(victim).second)
+        ghost_order.push_back(victim);
+      while (ghost_order.size() > kGhosts) {
+        ghosts.erase(ghost_order.front());
+        ghost_order.pop_front();
+      }
+      ++evicted;
+    }
+    while (!lru.empty() && (lru.size() > opt.plan_cache_entries || over_bytes())) {
+      drop(cache.find(lru.back()));
       ++evicted;
     }
     if (evicted) {
@@ -365,7 +417,7 @@ struct Engine::Impl {
       return nullptr;
     }
     uint64_t key = key_of(entry, batch, cone_version(entry));
-    if (auto e = lookup(key)) {
+    if (auto e = lookup(key, true)) {
       std::lock_guard<std::mutex> st(stats_mutex);
       stats.plan_hits++;
       return e;
@@ -373,7 +425,7 @@ struct Engine::Impl {
     double s = 0;
     auto e = make(entry, batch, key, why, s);
     if (e)
-      publish(key, e);
+      publish(key, e, 1);
     std::lock_guard<std::mutex> st(stats_mutex);
     stats.plan_misses++;
     stats.plan_seconds += s;
@@ -542,12 +594,12 @@ struct Engine::Impl {
                   try {
                     uint64_t cone = cone_version(own->first);
                     uint64_t key = key_of(own->first, own->second, cone);
-                    if (!lookup(key)) {
+                    if (!lookup(key, false)) {
                       std::string why;
                       double s = 0;
                       auto e = make(own->first, own->second, key, why, s);
                       if (e) {
-                        publish(key, e); // takes the stats lock itself on eviction
+                        publish(key, e, 0); // takes the stats lock itself on eviction
                         {
                           std::lock_guard<std::mutex> st(stats_mutex);
                           stats.plans_prefetched++;
@@ -656,13 +708,10 @@ void Engine::invalidate(const std::vector<std::string>& entries) {
   }
   std::lock_guard<std::mutex> lock(I.cache_mutex);
   for (auto it = I.cache.begin(); it != I.cache.end();) {
-    if (std::find(entries.begin(), entries.end(), it->second.entry->entry) != entries.end()) {
-      I.cache_bytes -= it->second.entry->bytes;
-      I.lru.erase(it->second.pos);
-      it = I.cache.erase(it);
-    } else {
-      ++it;
-    }
+    auto next = std::next(it);
+    if (std::find(entries.begin(), entries.end(), it->second.entry->entry) != entries.end())
+      I.drop(it);
+    it = next;
   }
 }
 

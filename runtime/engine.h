@@ -33,8 +33,12 @@ const char* mode_name(Mode m);
 
 struct EngineOptions {
   Mode mode = Mode::Auto;
-  size_t plan_cache_entries = 2048; ///< LRU bound on cached plans
+  /// Plans used at least twice (or made again for a key seen before): an LRU bound on their
+  /// number and on the bytes of every cached plan.
+  size_t plan_cache_entries = 2048;
   size_t plan_cache_bytes = 512u << 20;
+  /// New plans wait on a probation list this long (oldest out first) until a second use.
+  size_t plan_probation_entries = 64;
   int lookahead = 8;      ///< batches the pipeline may plan ahead
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
   /// Plans run their templates' graphs (fused kernels); false: the batching interpreter.

@@ -258,6 +258,40 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     }
   }
 
+  TEST_CASE("plans used once stay on probation; a skeleton seen again is kept") {
+    Setup s(12); // 12 batches of new skeletons
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Specialized;
+    eo.plan_probation_entries = 4;
+    runtime::Engine engine(s.m, s.dims, eo);
+    interp::Params params = interp::init_params(*s.m, s.dims, 1);
+    for (const auto& b : s.batches) // shuffled training: every skeleton once
+      engine.value_and_grad("loss", b, params);
+    CHECK(engine.cached_plans("loss") == 4);
+    CHECK(engine.stats().plan_evictions == 8);
+    // The last four again: second uses, promoted and kept; then hits.
+    for (int round = 0; round < 2; ++round)
+      for (size_t i = 8; i < 12; ++i)
+        engine.value_and_grad("loss", s.batches[i], params);
+    CHECK(engine.stats().plan_hits == 8);
+    // An early skeleton (evicted from probation, remembered) made again is kept at once.
+    engine.value_and_grad("loss", s.batches[0], params);
+    engine.value_and_grad("loss", s.batches[0], params);
+    CHECK(engine.stats().plan_hits == 9);
+    CHECK(engine.cached_plans("loss") == 5);
+    // Plans made ahead are not evicted before their batch runs, however far ahead.
+    runtime::EngineOptions ea = eo;
+    ea.mode = runtime::Mode::Auto;
+    runtime::Engine ahead(s.m, s.dims, ea);
+    ahead.prefetch("loss", s.batches);
+    ahead.drain();
+    CHECK(ahead.cached_plans("loss") == 12);
+    for (const auto& b : s.batches)
+      ahead.value_and_grad("loss", b, params);
+    CHECK(ahead.stats().plan_hits == 12);
+    CHECK(ahead.cached_plans("loss") == 4);
+  }
+
   TEST_CASE("invalidation drops exactly the plans of the changed entries") {
     Setup s(2);
     runtime::Engine engine(s.m, s.dims, {});
