@@ -7,7 +7,6 @@
 #include "util/check.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 namespace pejit::runtime {
@@ -597,89 +596,9 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
   }
 }
 
-const char* family_name(Family f) {
-  switch (f) {
-  case Family::GemmForward:
-    return "gemm forward (x@W)";
-  case Family::GemmInputGrad:
-    return "gemm dX (dY@W^T)";
-  case Family::GemmWeightGrad:
-    return "gemm dW (X^T@dY)";
-  case Family::ElementwiseJit:
-    return "elementwise (JIT)";
-  case Family::ElementwiseRef:
-    return "elementwise (reference)";
-  case Family::Layout:
-    return "layout (concat/split/take)";
-  case Family::Other:
-    return "reductions and losses";
-  case Family::Gathers:
-    return "executor gathers and seeds";
-  case Family::kCount:
-    break;
-  }
-  return "?";
-}
-
-// The family of reference node `id` after it ran, and its GEMM flops.
-std::pair<Family, double> GraphRunner::family_of(NodeId id, const State& st) const {
-  const Node& n = tg_.g.node(id);
-  auto numel = [&](NodeId o) {
-    return static_cast<double>(st.vals[static_cast<size_t>(o)].numel());
-  };
-  auto last_dim = [&](NodeId o) {
-    const Tensor& t = st.vals[static_cast<size_t>(o)];
-    return t.rank() == 0 ? 1.0 : static_cast<double>(t.dim(-1));
-  };
-  if (n.kind == Kind::SumN)
-    return {Family::ElementwiseRef, 0};
-  if (n.kind == Kind::Op) {
-    if (n.op() == OpId::MatMul) // [rows, K] @ [K, N]: 2 * rows * N * K
-      return {Family::GemmForward, 2 * numel(id) * last_dim(n.operands[0])};
-    if (ops::op_def(n.op()).elementwise)
-      return {Family::ElementwiseRef, 0};
-    switch (n.op()) {
-    case OpId::Concat:
-    case OpId::Split:
-    case OpId::Slice:
-    case OpId::Take:
-    case OpId::Reshape:
-    case OpId::Transpose:
-      return {Family::Layout, 0};
-    default:
-      return {Family::Other, 0};
-    }
-  }
-  if (n.kind == Kind::Grad) {
-    switch (n.grad_op()) {
-    case GradOp::MatMulGradA: // dY [rows, N] · W^T: 2 * rows * K * N
-      return {Family::GemmInputGrad, 2 * numel(id) * last_dim(n.operands[0])};
-    case GradOp::MatMulGradB: // X^T · dY summed over the rows
-      return {Family::GemmWeightGrad,
-              2 * numel(id) * static_cast<double>(std::max<int64_t>(st.rows, 1))};
-    case GradOp::SigmoidBwd:
-    case GradOp::TanhBwd:
-    case GradOp::ReluBwd:
-      return {Family::ElementwiseRef, 0};
-    case GradOp::SumToShape:
-    case GradOp::UnsumAxis:
-      return {Family::Other, 0};
-    default:
-      return {Family::Layout, 0};
-    }
-  }
-  return {Family::Layout, 0};
-}
-
 void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
                              GraphRunStats& stats) const {
-  using Clock = std::chrono::steady_clock;
-  auto add = [&](Family f, Clock::time_point t0, double flops) {
-    auto& ft = stats.time[static_cast<size_t>(f)];
-    ft.calls++;
-    ft.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    ft.flops += flops;
-  };
+  using Clock = ProfileClock;
   size_t next = 0;
   std::vector<float*> ins, outs;
   for (size_t i = 0; i < k.nodes.size();) {
@@ -698,7 +617,7 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
       r.kernel->kernel.fn(ins.data(), outs.data(), st.rows);
       if (stats.profile)
-        add(Family::ElementwiseJit, t0, 0);
+        record(stats.time, Family::ElementwiseJit, t0);
       stats.jit_launches++;
       i += r.count;
       continue;
@@ -713,8 +632,8 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
     st.vals[static_cast<size_t>(id)] = eval(id, st);
     if (stats.profile) {
-      auto [f, flops] = family_of(id, st);
-      add(f, t0, flops);
+      auto [f, flops] = family_of(tg_.g, id, st.vals, st.rows);
+      record(stats.time, f, t0, flops);
     }
     stats.ref_nodes++;
   }

@@ -27,9 +27,9 @@
 #include "interp/params.h"
 #include "interp/tape.h"
 #include "jit/kernel_spec.h"
+#include "profile.h"
 #include "specializer/template_graph.h"
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -44,27 +44,6 @@ class KernelCache;
 namespace pejit::runtime {
 
 enum class RowClass : uint8_t { Shared, Rows, Summed };
-
-/// Kernel families, for the in-situ profile of plan runs (ExecOptions::profile).
-enum class Family : uint8_t {
-  GemmForward,    ///< x @ W over a group's rows
-  GemmInputGrad,  ///< dX = dY · W^T (W^T made once per plan run, counted here)
-  GemmWeightGrad, ///< dW = X^T · dY (one stacked GEMM per weight per run)
-  ElementwiseJit, ///< compiled elementwise runs
-  ElementwiseRef, ///< elementwise ops on reference kernels
-  Layout,         ///< concat, split, slice, take, reshapes and their gradients
-  Other,          ///< reductions, softmax, losses and their gradients
-  Gathers,        ///< the executor's argument gathers and seed gather-sums
-  kCount
-};
-const char* family_name(Family f);
-
-struct FamilyTime {
-  int64_t calls = 0;
-  double seconds = 0;
-  double flops = 0; ///< useful multiply-adds x 2 (GEMM families only)
-};
-using Profile = std::array<FamilyTime, static_cast<size_t>(Family::kCount)>;
 
 struct GraphRunStats {
   int64_t jit_launches = 0; ///< compiled elementwise runs launched
@@ -135,7 +114,6 @@ private:
   Tensor eval(graph::NodeId id, State& st) const;
   void run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
                   GraphRunStats& stats) const;
-  std::pair<Family, double> family_of(graph::NodeId id, const State& st) const;
   void classify();
   void plan_runs();
 

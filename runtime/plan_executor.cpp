@@ -238,24 +238,17 @@ struct PlanExecutor::Impl {
   std::vector<GraphRunner::DeferredGemm> deferred;    // weight gradients of one run
 
   // ExecOptions::profile: the time since t0 (and GEMM flops) go to family f.
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point tick() const { return opt.profile ? Clock::now() : Clock::time_point{}; }
-  void tock(PlanStats& stats, Family f, Clock::time_point t0, double flops = 0) const {
-    if (!opt.profile)
-      return;
-    auto& ft = stats.profile[static_cast<size_t>(f)];
-    ft.calls++;
-    ft.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    ft.flops += flops;
+  ProfileClock::time_point tick() const {
+    return opt.profile ? ProfileClock::now() : ProfileClock::time_point{};
+  }
+  void tock(PlanStats& stats, Family f, ProfileClock::time_point t0, double flops = 0) const {
+    if (opt.profile)
+      record(stats.profile, f, t0, flops);
   }
   static void merge(PlanStats& stats, const GraphRunStats& rs) {
     stats.jit_launches += rs.jit_launches;
     stats.ref_nodes += rs.ref_nodes;
-    for (size_t f = 0; f < rs.time.size(); ++f) {
-      stats.profile[f].calls += rs.time[f].calls;
-      stats.profile[f].seconds += rs.time[f].seconds;
-      stats.profile[f].flops += rs.time[f].flops;
-    }
+    accumulate(stats.profile, rs.time);
   }
 
   // Each weight's deferred gradient as one GEMM over the rows of every group that had one.
