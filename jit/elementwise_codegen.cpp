@@ -1,10 +1,12 @@
 // Lowering of fused elementwise chains (kernel family 1) with IRBuilder.
 //
 // Shape of the code: pointers and scalar inputs are loaded once in the entry block; then either
-// one flat loop over rows*width elements (no row-broadcast input, or width 1) or a loop over rows
-// around a loop over the static width. Every array access carries its own alias scope and is
-// `noalias` to every other array, so the loop vectorizer needs no runtime overlap checks: callers
-// must not pass an output that overlaps an input or another output.
+// one flat loop over rows*width elements (no row-broadcast input or width 1, no strides) or a
+// loop over rows around a loop over the static width, each array indexed by its own row stride
+// (a column block of a wider array: a split's part read, a concat's part written in place).
+// Every array access carries its own alias scope and is `noalias` to every other array, so the
+// loop vectorizer needs no runtime overlap checks: callers must not pass an output whose
+// elements overlap an input's or another output's (disjoint column blocks of one array are fine).
 //
 // exp/tanh/sigmoid mirror src/kernels/fast_math.h operation for operation (Cephes expf with a
 // degree-6 polynomial, tanhf's odd polynomial below |x| = 0.625), so JIT and reference kernels
@@ -23,6 +25,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/MDBuilder.h>
 
+#include <map>
 #include <vector>
 
 namespace pejit::jit {
@@ -60,12 +63,11 @@ public:
     for (size_t j = 0; j < spec_.outputs.size(); ++j)
       out_ptrs_.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, out, j), "out.p"));
 
-    bool nested = spec_.width > 1;
-    if (nested) {
-      nested = false;
-      for (InputShape s : spec_.inputs)
-        nested |= s == InputShape::RowBroadcast;
-    }
+    // Loops over rows and columns where an array's rows are not contiguous with the grid's
+    // (a broadcast row, a stride); one flat loop otherwise.
+    bool nested = spec_.strided();
+    for (InputShape s : spec_.inputs)
+      nested |= spec_.width > 1 && s == InputShape::RowBroadcast;
     // Invariant inputs (scalars, and row-broadcast rows of width 1) are loaded once.
     hoisted_.assign(nin, nullptr);
     for (size_t i = 0; i < nin; ++i)
@@ -77,14 +79,28 @@ public:
     llvm::BranchInst* inner = nullptr; // the latch of the loop the schedule applies to
     if (nested) {
       emit_loop(rows, "row", [&](Value* r) {
-        Value* base = b_.CreateMul(r, width, "base", true, true);
+        // Row starts per array stride (most arrays share the width's).
+        std::map<int64_t, Value*> base;
+        auto base_of = [&](int64_t stride) {
+          auto [it, fresh] = base.try_emplace(stride, nullptr);
+          if (fresh)
+            it->second = b_.CreateMul(r, b_.getInt64(stride), "base", true, true);
+          return it->second;
+        };
+        for (size_t i = 0; i < nin; ++i)
+          if (spec_.inputs[i] == InputShape::Full)
+            base_of(spec_.in_stride(i));
+        for (size_t j = 0; j < spec_.outputs.size(); ++j)
+          base_of(spec_.out_stride(j));
         inner = emit_loop(width, "col", [&](Value* c) {
-          emit_element(b_.CreateAdd(base, c, "idx", true, true), c);
+          emit_element(c, [&](int64_t stride) {
+            return b_.CreateAdd(base_of(stride), c, "idx", true, true);
+          });
         });
       });
     } else {
       inner = emit_loop(b_.CreateMul(rows, width, "n", true, true), "i",
-                        [&](Value* i) { emit_element(i, nullptr); });
+                        [&](Value* i) { emit_element(nullptr, [i](int64_t) { return i; }); });
     }
     apply_schedule(inner);
     b_.CreateRetVoid();
@@ -154,21 +170,24 @@ private:
     return latch;
   }
 
-  void emit_element(Value* idx, Value* col) {
+  // One element: `col` is the column (nested loops only); index(stride) is the element's
+  // index in an array of that row stride.
+  template <class Index> void emit_element(Value* col, Index index) {
     std::vector<Value*> v;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       if (hoisted_[i]) {
         v.push_back(hoisted_[i]);
         continue;
       }
-      Value* at = spec_.inputs[i] == InputShape::Full ? idx : col;
+      Value* at = spec_.inputs[i] == InputShape::Full ? index(spec_.in_stride(i)) : col;
       v.push_back(annotate(b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, in_ptrs_[i], at)), i));
     }
     for (const ElementwiseStep& st : spec_.ops)
       v.push_back(emit_op(st.op, v[st.a], st.b >= 0 ? v[st.b] : nullptr));
     size_t nin = spec_.inputs.size();
     for (size_t j = 0; j < spec_.outputs.size(); ++j)
-      annotate(b_.CreateStore(v[spec_.outputs[j]], b_.CreateInBoundsGEP(f32_, out_ptrs_[j], idx)),
+      annotate(b_.CreateStore(v[spec_.outputs[j]],
+                              b_.CreateInBoundsGEP(f32_, out_ptrs_[j], index(spec_.out_stride(j)))),
                nin + j);
   }
 

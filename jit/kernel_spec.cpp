@@ -70,6 +70,8 @@ std::string KernelSpec::signature() const {
     if (i)
       s += ',';
     s += inputs[i] == InputShape::Full ? 'F' : inputs[i] == InputShape::RowBroadcast ? 'R' : 'S';
+    if (inputs[i] == InputShape::Full && in_stride(i) != width)
+      s += fmt::format("/{}", in_stride(i));
   }
   s += " ops=";
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -80,10 +82,21 @@ std::string KernelSpec::signature() const {
   }
   s += " out=";
   for (size_t i = 0; i < outputs.size(); ++i)
-    s += fmt::format("{}{}", i ? "," : "", outputs[i]);
+    s += out_stride(i) != width ? fmt::format("{}{}/{}", i ? "," : "", outputs[i], out_stride(i))
+                                : fmt::format("{}{}", i ? "," : "", outputs[i]);
   if (inject_invalid_ir)
     s += " invalid";
   return s;
+}
+
+bool KernelSpec::strided() const {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i] == InputShape::Full && in_stride(i) != width)
+      return true;
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (out_stride(j) != width)
+      return true;
+  return false;
 }
 
 void KernelSpec::validate() const {
@@ -107,6 +120,17 @@ void KernelSpec::validate() const {
   for (int o : outputs)
     if (o < 0 || o >= defined)
       throw Error(fmt::format("jit: elementwise output {} is not a value of the kernel", o));
+  if ((!in_strides.empty() && in_strides.size() != inputs.size()) ||
+      (!out_strides.empty() && out_strides.size() != outputs.size()))
+    throw Error("jit: elementwise kernel: one stride per input / output, or none");
+  for (size_t i = 0; i < in_strides.size(); ++i)
+    if (in_strides[i] != 0 && (in_strides[i] < width || inputs[i] != InputShape::Full))
+      throw Error(fmt::format("jit: elementwise input {}: stride {} (width {}, full inputs only)",
+                              i, in_strides[i], width));
+  for (size_t j = 0; j < out_strides.size(); ++j)
+    if (out_strides[j] != 0 && out_strides[j] < width)
+      throw Error(fmt::format("jit: elementwise output {}: stride {} < width {}", j, out_strides[j],
+                              width));
 }
 
 } // namespace pejit::jit

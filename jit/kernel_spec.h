@@ -45,12 +45,17 @@ struct ElementwiseStep {
 };
 
 /// A fused elementwise kernel. Compiled to `void k(float** in, float** out, int64_t rows)`:
-/// out[j][r*width + c] = value outputs[j] at (r, c). Every output is a full [rows, width] array.
+/// out[j][r*stride + c] = value outputs[j] at (r, c), stride = out_strides[j] (or width).
+/// A Full input is read at in[i][r*stride + c] the same way: a strided array is a column
+/// block of a wider row-major array (a split's part read in place, a concat's part written
+/// in place), its pointer offset to the block by the caller.
 struct KernelSpec {
   int64_t width = 1;
   std::vector<InputShape> inputs;
   std::vector<ElementwiseStep> ops;
   std::vector<int> outputs; ///< value ids written, in order
+  /// Row strides in floats of the Full inputs / the outputs; empty, or 0 at an index: width.
+  std::vector<int64_t> in_strides{}, out_strides{};
   std::string dtype = "f32";
   /// "default" (the loop vectorizer's choice: what compiles unless a tuned database or the
   /// caller says otherwise) or "vWxU": vectors of W floats, U interleaved (jit/schedule.h).
@@ -65,6 +70,15 @@ struct KernelSpec {
   std::string canonical_text() const;
   /// The canonical text without the schedule: what a tuned database is keyed by.
   std::string signature() const;
+
+  int64_t in_stride(size_t i) const {
+    return i < in_strides.size() && in_strides[i] != 0 ? in_strides[i] : width;
+  }
+  int64_t out_stride(size_t j) const {
+    return j < out_strides.size() && out_strides[j] != 0 ? out_strides[j] : width;
+  }
+  /// Some Full input or some output has a row stride other than the width.
+  bool strided() const;
 
   /// Throws pejit::Error naming the problem when the spec is malformed (an op reading a value
   /// not defined before it, no outputs, width < 1, an unknown dtype, a bad schedule).

@@ -101,6 +101,10 @@ struct GraphRunner::Run {
   size_t first = 0, count = 0; ///< positions in the kernel's node list
   std::vector<NodeId> inputs;  ///< values read from outside the run
   std::vector<NodeId> outputs; ///< run nodes read outside it
+  /// Per input / output: where it is read or written in place instead (kNoNode: its own
+  /// value). An input that is a split's part is read as columns [offset, offset + width) of
+  /// the split's operand; an output read only by a concat is written into the concat's value.
+  std::vector<std::pair<NodeId, int64_t>> in_view, out_view;
   int64_t width = 0;
   jit::KernelSpec spec;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
@@ -371,6 +375,74 @@ void GraphRunner::plan_runs() {
   };
   form(tg_.fwd_kernels, fwd_runs_);
   form(tg_.bwd_kernels, bwd_runs_);
+  // In-place views. Kept values (results, gradients, seeds) never become views.
+  std::vector<std::vector<NodeId>> users(g.size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
+    for (NodeId o : g.node(id).operands)
+      users[static_cast<size_t>(o)].push_back(id);
+  std::vector<bool> kept(g.size(), false);
+  for (std::span<const NodeId> list :
+       {g.outputs(), std::span<const NodeId>(tg_.fwd_outputs), std::span<const NodeId>(tg_.seeds),
+        std::span<const NodeId>(tg_.bwd_arg_grads), std::span<const NodeId>(tg_.bwd_param_grads)})
+    for (NodeId o : list)
+      if (o != graph::kNoNode)
+        kept[static_cast<size_t>(o)] = true;
+  auto row_vector = [&](NodeId id) {
+    const Node& n = g.node(id);
+    return cls_[static_cast<size_t>(id)] == RowClass::Rows && n.type.dtype == DType::F32 &&
+           rank_of(n) == 1;
+  };
+  auto is_op = [&](NodeId id, OpId op) {
+    const Node& n = g.node(id);
+    return n.kind == Kind::Op && n.op() == op;
+  };
+  // A split's part of a row vector: read in place by the runs.
+  auto split_view = [&](NodeId p) -> std::pair<NodeId, int64_t> {
+    if (!is_op(p, OpId::Split) || !row_vector(p) || !row_vector(g.node(p).operands[0]))
+      return {graph::kNoNode, 0};
+    const Node& n = g.node(p);
+    return {n.operands[0], n.output_index * n.type.dims[0]};
+  };
+  // A run output read only by one concat of row vectors, whose operands all come from that
+  // run, once each: written into the concat's value in place.
+  std::vector<std::pair<NodeId, int64_t>> concat_of(g.size(), {graph::kNoNode, 0});
+  for (NodeId c = 0; c < static_cast<NodeId>(g.size()); ++c) {
+    if (!is_op(c, OpId::Concat) || !row_vector(c))
+      continue;
+    const auto& ops = g.node(c).operands;
+    bool ok = !ops.empty() && run_of[static_cast<size_t>(ops[0])] >= 0;
+    for (size_t i = 0; ok && i < ops.size(); ++i) {
+      size_t o = static_cast<size_t>(ops[i]);
+      ok = row_vector(ops[i]) && run_of[o] == run_of[static_cast<size_t>(ops[0])] && !kept[o] &&
+           users[o].size() == 1 && std::count(ops.begin(), ops.end(), ops[i]) == 1;
+    }
+    int64_t off = 0;
+    for (size_t i = 0; ok && i < ops.size(); ++i) {
+      concat_of[static_cast<size_t>(ops[i])] = {c, off};
+      off += g.node(ops[i]).type.dims[0];
+    }
+  }
+  // Splits whose every part is read only by runs, in place: not computed once every run has
+  // its kernel.
+  skip_split_.assign(g.size(), false);
+  for (NodeId p = 0; p < static_cast<NodeId>(g.size()); ++p) {
+    if (split_view(p).first == graph::kNoNode)
+      continue;
+    bool ok = true;
+    for (NodeId q : split_parts_[static_cast<size_t>(p)])
+      ok = ok && split_view(q).first != graph::kNoNode;
+    for (NodeId q : split_parts_[static_cast<size_t>(p)])
+      if (ok) {
+        ok = !kept[static_cast<size_t>(q)];
+        for (NodeId u : users[static_cast<size_t>(q)])
+          ok = ok && run_of[static_cast<size_t>(u)] >= 0;
+      }
+    ok = ok && !kept[static_cast<size_t>(p)];
+    for (NodeId u : users[static_cast<size_t>(p)])
+      ok = ok && run_of[static_cast<size_t>(u)] >= 0;
+    skip_split_[static_cast<size_t>(p)] = ok;
+  }
+
   // Run outputs: nodes read by a node outside their run, or graph outputs.
   std::vector<bool> outside(g.size(), false);
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
@@ -391,6 +463,10 @@ void GraphRunner::plan_runs() {
             value[static_cast<size_t>(o)] < 0) {
           value[static_cast<size_t>(o)] = static_cast<int>(in_nodes.size());
           in_nodes.push_back(o);
+          auto view = split_view(o);
+          r.in_view.push_back(view);
+          s.in_strides.push_back(view.first == graph::kNoNode ? 0
+                                                              : g.node(view.first).type.dims[0]);
           const Node& on = g.node(o);
           s.inputs.push_back(cls_[static_cast<size_t>(o)] == RowClass::Rows ? jit::InputShape::Full
                              : on.type.numel() == 1 && r.width != 1
@@ -415,6 +491,9 @@ void GraphRunner::plan_runs() {
       if (outside[static_cast<size_t>(k.nodes[t])]) {
         s.outputs.push_back(value[static_cast<size_t>(k.nodes[t])]);
         r.outputs.push_back(k.nodes[t]);
+        auto view = concat_of[static_cast<size_t>(k.nodes[t])];
+        r.out_view.push_back(view);
+        s.out_strides.push_back(view.first == graph::kNoNode ? 0 : g.node(view.first).type.dims[0]);
       }
     }
     r.inputs = std::move(in_nodes);
@@ -428,7 +507,9 @@ void GraphRunner::plan_runs() {
         jit::KernelSpec s = spec_of(ks[ki], r);
         if (s.outputs.empty()) { // nothing read outside: dead, but keep the code simple
           r.outputs.push_back(ks[ki].nodes[r.first + r.count - 1]);
+          r.out_view.push_back({graph::kNoNode, 0});
           s.outputs.push_back(static_cast<int>(r.inputs.size() + s.ops.size() - 1));
+          s.out_strides.push_back(0);
         }
         r.spec = std::move(s);
       }
@@ -607,10 +688,23 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       const Run& r = (*runs)[next++];
       ins.clear();
       outs.clear();
-      for (NodeId o : r.inputs)
-        ins.push_back(st.vals[static_cast<size_t>(o)].f32());
-      for (NodeId o : r.outputs) {
-        Tensor& v = st.vals[static_cast<size_t>(o)];
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        auto [src, off] = r.in_view[i];
+        ins.push_back(src == graph::kNoNode ? st.vals[static_cast<size_t>(r.inputs[i])].f32()
+                                            : st.vals[static_cast<size_t>(src)].f32() + off);
+      }
+      for (size_t j = 0; j < r.outputs.size(); ++j) {
+        auto [dst, off] = r.out_view[j];
+        if (dst != graph::kNoNode) { // a concat's columns, the concat made here
+          Tensor& c = st.vals[static_cast<size_t>(dst)];
+          if (!c.defined()) {
+            c = Tensor::empty(DType::F32, with_rows(st.rows, tg_.g.node(dst).type.dims));
+            stats.in_place++;
+          }
+          outs.push_back(c.f32() + off);
+          continue;
+        }
+        Tensor& v = st.vals[static_cast<size_t>(r.outputs[j])];
         v = Tensor::empty(DType::F32, Shape{st.rows, r.width});
         outs.push_back(v.f32());
       }
@@ -626,7 +720,11 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       ++next; // not compiled (yet): its nodes run on reference kernels
     NodeId id = k.nodes[i++];
     if (st.vals[static_cast<size_t>(id)].defined())
-      continue; // a split part computed with its siblings
+      continue; // a split part computed with its siblings, or a concat made by a run
+    if (st.views && skip_split_[static_cast<size_t>(id)]) {
+      stats.in_place++; // read in place by the runs
+      continue;
+    }
     if (st.deferred != nullptr && deferrable_[static_cast<size_t>(id)])
       continue; // the caller does it, with the other groups' rows
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
@@ -645,6 +743,7 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
   const graph::Graph& g = tg_.g;
   st.rows = rows;
   st.vals.assign(g.size(), Tensor());
+  st.views = !fwd_runs_.empty() && compiled();
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
     if (n.kind == Kind::Const) {

@@ -48,6 +48,7 @@ enum class RowClass : uint8_t { Shared, Rows, Summed };
 struct GraphRunStats {
   int64_t jit_launches = 0; ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;    ///< nodes run on reference kernels
+  int64_t in_place = 0;     ///< splits and concats not computed: runs read / wrote in place
   bool profile = false;     ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
@@ -70,6 +71,8 @@ public:
     /// Transposed shared matrices by data address, valid while the parameters do not change
     /// (one run of a plan); null: transpose per use.
     std::unordered_map<const void*, Tensor>* transposed = nullptr;
+    /// Every run has its kernel: the splits that the runs read in place are not computed.
+    bool views = false;
   };
 
   /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs
@@ -121,6 +124,7 @@ private:
   std::vector<RowClass> cls_;
   std::vector<bool> deferrable_; ///< by node: a weight gradient a caller may take (DeferredGemm)
   std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings
+  std::vector<bool> skip_split_; ///< by node: a split part read only by runs, in place
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
 };

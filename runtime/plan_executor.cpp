@@ -247,6 +247,7 @@ struct PlanExecutor::Impl {
   }
   static void merge(PlanStats& stats, const GraphRunStats& rs) {
     stats.jit_launches += rs.jit_launches;
+    stats.in_place += rs.in_place;
     stats.ref_nodes += rs.ref_nodes;
     accumulate(stats.profile, rs.time);
   }

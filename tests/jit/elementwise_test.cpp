@@ -2,6 +2,7 @@
 // on random data, over widths and row counts that cover the vector body, its remainder and the
 // broadcast paths; the exp/tanh/sigmoid approximations' error bounds; vector code on AVX hosts.
 #include "jit/jit.h"
+#include "pejit/error.h"
 
 #include <doctest/doctest.h>
 
@@ -43,45 +44,61 @@ double reference_op(ElementwiseOp op, double a, double b) {
 }
 
 // Runs `spec` through the JIT and the reference on random inputs in [lo, hi] and checks every
-// output element to |jit - ref| <= 2e-5 * (1 + |ref|).
+// output element to |jit - ref| <= 2e-5 * (1 + |ref|). A strided array (spec.in_strides /
+// out_strides) is a column block at column kOffset of a wider array: the kernel must read and
+// write only that block (every other element of an output keeps its sentinel).
 void check_against_reference(Jit& jit, const KernelSpec& spec, float lo = -2.0f, float hi = 2.0f) {
+  constexpr int64_t kOffset = 5;
+  constexpr float kSentinel = -777.0f;
   CompiledKernel k = jit.compile(spec);
   double worst = 0; // max over elements of |jit - ref| / (2e-5 * (1 + |ref|)); must stay <= 1
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(lo, hi);
+  auto offset = [&](int64_t stride) { return stride == spec.width ? 0 : kOffset; };
   for (int64_t rows : {1, 2, 25}) {
     CAPTURE(rows);
-    int64_t n = rows * spec.width;
     std::vector<std::vector<float>> in;
-    for (InputShape s : spec.inputs) {
-      size_t len = s == InputShape::Full ? n : s == InputShape::RowBroadcast ? spec.width : 1;
+    std::vector<float*> in_p, out_p;
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      InputShape s = spec.inputs[i];
+      int64_t st = spec.in_stride(i);
+      size_t len = s == InputShape::Full           ? rows * st + offset(st)
+                   : s == InputShape::RowBroadcast ? spec.width
+                                                   : 1;
       std::vector<float> v(len);
       for (float& x : v)
         x = dist(rng);
       in.push_back(std::move(v));
     }
-    std::vector<std::vector<float>> out(spec.outputs.size(), std::vector<float>(n, -777.0f));
-    std::vector<float*> in_p, out_p;
-    for (auto& v : in)
-      in_p.push_back(v.data());
-    for (auto& v : out)
-      out_p.push_back(v.data());
+    std::vector<std::vector<float>> out;
+    for (size_t j = 0; j < spec.outputs.size(); ++j)
+      out.emplace_back(rows * spec.out_stride(j) + offset(spec.out_stride(j)), kSentinel);
+    for (size_t i = 0; i < in.size(); ++i)
+      in_p.push_back(in[i].data() +
+                     (spec.inputs[i] == InputShape::Full ? offset(spec.in_stride(i)) : 0));
+    for (size_t j = 0; j < out.size(); ++j)
+      out_p.push_back(out[j].data() + offset(spec.out_stride(j)));
     k.fn(in_p.data(), out_p.data(), rows);
 
+    std::vector<std::vector<bool>> written;
+    for (auto& v : out)
+      written.emplace_back(v.size(), false);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < spec.width; ++c) {
         std::vector<double> v;
         for (size_t i = 0; i < spec.inputs.size(); ++i) {
           InputShape s = spec.inputs[i];
-          v.push_back(in[i][s == InputShape::Full           ? r * spec.width + c
-                            : s == InputShape::RowBroadcast ? c
-                                                            : 0]);
+          v.push_back(s == InputShape::Full           ? in_p[i][r * spec.in_stride(i) + c]
+                      : s == InputShape::RowBroadcast ? in[i][c]
+                                                      : in[i][0]);
         }
         for (const ElementwiseStep& st : spec.ops)
           v.push_back(reference_op(st.op, v[st.a], st.b >= 0 ? v[st.b] : 0.0));
         for (size_t j = 0; j < spec.outputs.size(); ++j) {
           double want = v[spec.outputs[j]];
-          float got = out[j][r * spec.width + c];
+          int64_t at = r * spec.out_stride(j) + c;
+          float got = out_p[j][at];
+          written[j][static_cast<size_t>(at + offset(spec.out_stride(j)))] = true;
           double ratio = std::abs(got - want) / (2e-5 * (1 + std::abs(want)));
           if (!(ratio <= 1)) { // also catches NaN
             CAPTURE(r);
@@ -94,6 +111,13 @@ void check_against_reference(Jit& jit, const KernelSpec& spec, float lo = -2.0f,
           worst = std::max(worst, ratio);
         }
       }
+    for (size_t j = 0; j < out.size(); ++j)
+      for (size_t e = 0; e < out[j].size(); ++e)
+        if (!written[j][e] && out[j][e] != kSentinel) {
+          CAPTURE(j);
+          CAPTURE(e);
+          FAIL("a strided kernel wrote outside its column block");
+        }
   }
   CHECK(worst <= 1.0);
   jit.remove(k.handle);
@@ -165,6 +189,54 @@ TEST_CASE("fused chains match the reference") {
     check_against_reference(jit, gate);
     check_against_reference(jit, bwd);
   }
+}
+
+TEST_CASE(
+    "strided inputs and outputs: a split's parts read and a concat's parts written in place") {
+  Jit jit;
+  // Three gates read as column blocks of one [rows, 3w] array (a split), with one plain input;
+  // two results written as blocks of a [rows, 2w + 7] array (a concat), one plain.
+  for (int64_t w : kWidths) {
+    CAPTURE(w);
+    KernelSpec s{.width = w,
+                 .inputs = {InputShape::Full, InputShape::Full, InputShape::Full, InputShape::Full,
+                            InputShape::RowBroadcast},
+                 .ops = {{ElementwiseOp::Sigmoid, 0},
+                         {ElementwiseOp::Tanh, 1},
+                         {ElementwiseOp::Mul, 5, 6},
+                         {ElementwiseOp::Sigmoid, 2},
+                         {ElementwiseOp::Mul, 8, 3},
+                         {ElementwiseOp::Add, 9, 4}},
+                 .outputs = {7, 9, 10},
+                 .in_strides = {3 * w, 3 * w, 3 * w, 0, 0},
+                 .out_strides = {2 * w + 7, 0, 2 * w + 7}};
+    CHECK(s.strided());
+    CHECK(s.signature().find("in=F/" + std::to_string(3 * w)) != std::string::npos);
+    CHECK(s.signature().find("out=7/" + std::to_string(2 * w + 7) + ",9,10/") != std::string::npos);
+    check_against_reference(jit, s);
+    // Only the outputs strided (the flat loop cannot serve them).
+    s.in_strides.clear();
+    check_against_reference(jit, s);
+  }
+  // A stride of exactly the width is the plain layout: the same canonical text.
+  KernelSpec plain{
+      .width = 16, .inputs = {InputShape::Full}, .ops = {{ElementwiseOp::Tanh, 0}}, .outputs = {1}};
+  KernelSpec same = plain;
+  same.in_strides = {16};
+  same.out_strides = {0};
+  CHECK_FALSE(same.strided());
+  CHECK(same.canonical_text() == plain.canonical_text());
+  // Malformed strides are errors before LLVM sees them.
+  KernelSpec bad = plain;
+  bad.in_strides = {8};
+  CHECK_THROWS_WITH_AS(jit.compile(bad), doctest::Contains("stride 8"), pejit::Error);
+  bad = plain;
+  bad.out_strides = {32, 32};
+  CHECK_THROWS_WITH_AS(jit.compile(bad), doctest::Contains("one stride per"), pejit::Error);
+  bad = plain;
+  bad.inputs = {InputShape::RowBroadcast};
+  bad.in_strides = {32};
+  CHECK_THROWS_WITH_AS(jit.compile(bad), doctest::Contains("full inputs only"), pejit::Error);
 }
 
 TEST_CASE("exp, tanh and sigmoid stay within their stated error bounds") {

@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
 #include <set>
 
 using namespace pejit;
@@ -100,6 +101,36 @@ TEST_SUITE("kernel_dump") {
     CHECK(!sync.empty());
     CHECK(sync == dumped);
     CHECK(pipeline == dumped);
+  }
+
+  TEST_CASE(
+      "the gates are read from the GEMM's result in place, their gradients written in place") {
+    Batches s(1);
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", s.batches[0], tt);
+    REQUIRE(pe.ok);
+    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    auto ts = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/false);
+    // TreeLSTM: leaf has 3 gates of 150 (a [rows, 450] split), cell 5 (a [rows, 750] split).
+    std::map<std::string, int64_t> gates = {{"leaf", 450}, {"cell", 750}};
+    int checked = 0;
+    for (const auto& t : ts) {
+      auto g = gates.find(t.name);
+      if (g == gates.end())
+        continue;
+      CAPTURE(t.name);
+      int64_t strided_in = 0, strided_out = 0;
+      for (const auto& r : t.runs) {
+        for (size_t i = 0; i < r.spec.inputs.size(); ++i)
+          strided_in += r.forward && r.spec.in_stride(i) == g->second;
+        for (size_t j = 0; j < r.spec.outputs.size(); ++j)
+          strided_out += !r.forward && r.spec.out_stride(j) == g->second;
+      }
+      CHECK(strided_in == g->second / 150);  // every gate read in place
+      CHECK(strided_out == g->second / 150); // every gate gradient written in place
+      ++checked;
+    }
+    CHECK(checked == 2);
   }
 
   TEST_CASE("the printed dump lists each kernel's runs with their provenance and IR") {

@@ -122,6 +122,12 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
       CHECK(st.weight_grad_gemms == 0);
     if (mode != Exec::GraphsJit)
       CHECK(st.jit_launches == 0);
+    // With compiled runs, the TreeLSTM's gate splits are read in place (not computed) and its
+    // gate gradients are written into their concat; without, both are computed.
+    if (mode == Exec::GraphsJit && md.params.index("U") >= 0)
+      CHECK(st.in_place > 0);
+    if (mode != Exec::GraphsJit)
+      CHECK(st.in_place == 0);
   }
   if (out_plan)
     *out_plan = plan;
