@@ -7,6 +7,7 @@
 #include "util/check.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace pejit::runtime {
@@ -424,7 +425,7 @@ void GraphRunner::plan_runs() {
   }
   // Splits whose every part is read only by runs, in place: not computed once every run has
   // its kernel.
-  skip_split_.assign(g.size(), false);
+  skip_.assign(g.size(), false);
   for (NodeId p = 0; p < static_cast<NodeId>(g.size()); ++p) {
     if (split_view(p).first == graph::kNoNode)
       continue;
@@ -440,7 +441,28 @@ void GraphRunner::plan_runs() {
     ok = ok && !kept[static_cast<size_t>(p)];
     for (NodeId u : users[static_cast<size_t>(p)])
       ok = ok && run_of[static_cast<size_t>(u)] >= 0;
-    skip_split_[static_cast<size_t>(p)] = ok;
+    skip_[static_cast<size_t>(p)] = ok;
+  }
+  // A row-vector sum x + b, with b one row for every row (a bias), read only by such splits:
+  // the runs add their columns of b themselves, and the sum is not computed either.
+  std::vector<std::pair<NodeId, NodeId>> bias_sum(g.size(), {graph::kNoNode, graph::kNoNode});
+  for (NodeId a = 0; a < static_cast<NodeId>(g.size()); ++a) {
+    if (!is_op(a, OpId::Add) || !row_vector(a) || kept[static_cast<size_t>(a)])
+      continue;
+    const Node& n = g.node(a);
+    NodeId x = n.operands[0], b = n.operands[1];
+    if (cls_[static_cast<size_t>(x)] != RowClass::Rows)
+      std::swap(x, b);
+    const Node& nb = g.node(b);
+    bool ok = row_vector(x) && nb.kind == Kind::Input &&
+              cls_[static_cast<size_t>(b)] == RowClass::Shared && nb.type.dtype == DType::F32 &&
+              nb.type.dims == n.type.dims && !users[static_cast<size_t>(a)].empty();
+    for (NodeId u : users[static_cast<size_t>(a)])
+      ok = ok && skip_[static_cast<size_t>(u)];
+    if (ok) {
+      bias_sum[static_cast<size_t>(a)] = {x, b};
+      skip_[static_cast<size_t>(a)] = true;
+    }
   }
 
   // Run outputs: nodes read by a node outside their run, or graph outputs.
@@ -457,22 +479,43 @@ void GraphRunner::plan_runs() {
     s.width = r.width;
     std::vector<int> value(g.size(), -1);
     std::vector<NodeId> in_nodes;
+    // Parts of a bias sum: (part, its columns of x, its columns of b) as input numbers.
+    std::vector<std::array<int, 3>> sums;
+    auto add_input = [&](NodeId o, std::pair<NodeId, int64_t> view, jit::InputShape shape) {
+      in_nodes.push_back(o);
+      r.in_view.push_back(view);
+      s.in_strides.push_back(shape == jit::InputShape::Full && view.first != graph::kNoNode
+                                 ? g.node(view.first).type.dims[0]
+                                 : 0);
+      s.inputs.push_back(shape);
+      return static_cast<int>(in_nodes.size()) - 1;
+    };
     for (size_t t = r.first; t < r.first + r.count; ++t)
-      for (NodeId o : g.node(k.nodes[t]).operands)
-        if (run_of[static_cast<size_t>(o)] != run_of[static_cast<size_t>(k.nodes[r.first])] &&
-            value[static_cast<size_t>(o)] < 0) {
-          value[static_cast<size_t>(o)] = static_cast<int>(in_nodes.size());
-          in_nodes.push_back(o);
-          auto view = split_view(o);
-          r.in_view.push_back(view);
-          s.in_strides.push_back(view.first == graph::kNoNode ? 0
-                                                              : g.node(view.first).type.dims[0]);
-          const Node& on = g.node(o);
-          s.inputs.push_back(cls_[static_cast<size_t>(o)] == RowClass::Rows ? jit::InputShape::Full
-                             : on.type.numel() == 1 && r.width != 1
-                                 ? jit::InputShape::Scalar
-                                 : jit::InputShape::RowBroadcast);
+      for (NodeId o : g.node(k.nodes[t]).operands) {
+        if (run_of[static_cast<size_t>(o)] == run_of[static_cast<size_t>(k.nodes[r.first])] ||
+            value[static_cast<size_t>(o)] != -1)
+          continue;
+        auto view = split_view(o);
+        if (view.first != graph::kNoNode &&
+            bias_sum[static_cast<size_t>(view.first)].first != graph::kNoNode) {
+          auto [x, b] = bias_sum[static_cast<size_t>(view.first)];
+          int xi = add_input(x, {x, view.second}, jit::InputShape::Full);
+          int bi = add_input(b, {b, view.second}, jit::InputShape::RowBroadcast);
+          sums.push_back({static_cast<int>(o), xi, bi});
+          value[static_cast<size_t>(o)] = -2; // numbered below, after the inputs
+          continue;
         }
+        const Node& on = g.node(o);
+        value[static_cast<size_t>(o)] =
+            add_input(o, view,
+                      cls_[static_cast<size_t>(o)] == RowClass::Rows ? jit::InputShape::Full
+                      : on.type.numel() == 1 && r.width != 1         ? jit::InputShape::Scalar
+                                                             : jit::InputShape::RowBroadcast);
+      }
+    for (auto [o, xi, bi] : sums) { // the bias sums first, as the reference computes them
+      s.ops.push_back({jit::ElementwiseOp::Add, xi, bi});
+      value[static_cast<size_t>(o)] = static_cast<int>(in_nodes.size() + s.ops.size()) - 1;
+    }
     for (size_t t = r.first; t < r.first + r.count; ++t) {
       const Node& n = g.node(k.nodes[t]);
       auto operand = [&](size_t i) { return value[static_cast<size_t>(n.operands[i])]; };
@@ -721,7 +764,7 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
     NodeId id = k.nodes[i++];
     if (st.vals[static_cast<size_t>(id)].defined())
       continue; // a split part computed with its siblings, or a concat made by a run
-    if (st.views && skip_split_[static_cast<size_t>(id)]) {
+    if (st.views && skip_[static_cast<size_t>(id)]) {
       stats.in_place++; // read in place by the runs
       continue;
     }

@@ -124,7 +124,9 @@ private:
   std::vector<RowClass> cls_;
   std::vector<bool> deferrable_; ///< by node: a weight gradient a caller may take (DeferredGemm)
   std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings
-  std::vector<bool> skip_split_; ///< by node: a split part read only by runs, in place
+  /// By node: not computed once every run has its kernel (a split part the runs read in
+  /// place; a bias sum whose columns the runs add themselves).
+  std::vector<bool> skip_;
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
 };

@@ -119,14 +119,17 @@ TEST_SUITE("kernel_dump") {
       if (g == gates.end())
         continue;
       CAPTURE(t.name);
-      int64_t strided_in = 0, strided_out = 0;
+      int64_t strided_in = 0, strided_out = 0, bias_rows = 0;
       for (const auto& r : t.runs) {
-        for (size_t i = 0; i < r.spec.inputs.size(); ++i)
+        for (size_t i = 0; i < r.spec.inputs.size(); ++i) {
           strided_in += r.forward && r.spec.in_stride(i) == g->second;
+          bias_rows += r.forward && r.spec.inputs[i] == jit::InputShape::RowBroadcast;
+        }
         for (size_t j = 0; j < r.spec.outputs.size(); ++j)
           strided_out += !r.forward && r.spec.out_stride(j) == g->second;
       }
       CHECK(strided_in == g->second / 150);  // every gate read in place
+      CHECK(bias_rows == g->second / 150);   // with its columns of the bias added in the run
       CHECK(strided_out == g->second / 150); // every gate gradient written in place
       ++checked;
     }
