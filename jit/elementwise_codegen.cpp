@@ -15,11 +15,8 @@
 // tests/jit/elementwise_test.cpp: exp rel <= 3e-7, tanh rel <= 5e-7 (abs <= 3e-7),
 // sigmoid rel <= 5e-7 for x >= -87. No FMA contraction is allowed (no fast-math flags).
 //
-// Schedule (jit/schedule.h): "vWxU" forces W-float vectors and U interleaved copies on the
-// inner loop through llvm.loop metadata; "default" is the host's vector width (vector_lanes)
-// with 2 interleaved in a flat loop and 1 in a row loop (whose trip count is then a multiple
-// of the width; the vectorizer's own cost model chose 8-wide vectors on AVX-512 hosts and ran
-// gate kernels ~1.3-1.6x slower). Every
+// Schedule (jit/schedule.h): "default" leaves the inner loop to the vectorizer's cost model;
+// "vWxU" forces W-float vectors and U interleaved copies through llvm.loop metadata. Every
 // element is computed by the same scalar operations in every schedule, so all schedules give
 // bitwise identical results; only speed differs.
 #include "jit/elementwise_codegen.h"
@@ -44,7 +41,6 @@ public:
         i64_(b_.getInt64Ty()) {}
 
   void emit(const std::string& fn_name, const CodegenTarget& target) {
-    lanes_ = vector_lanes(target);
     auto* ptr = b_.getPtrTy();
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64_}, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
@@ -83,9 +79,9 @@ public:
     Value* width = b_.getInt64(spec_.width);
     float_ty_ = f32_;
     int_ty_ = i32_;
-    // A row's ragged end: vectors of the schedule's width (the host's by default).
+    // A row's ragged end: vectors of the schedule's width, or of 8 floats by default.
     ElementwiseSchedule sched = parse_elementwise_schedule(spec_.schedule);
-    tail_ = sched.is_default() ? lanes_ : sched.vector_width;
+    tail_ = sched.is_default() ? 8 : sched.vector_width;
     llvm::BranchInst* inner = nullptr; // the latch of the loop the schedule applies to
     if (nested) {
       emit_loop(rows, "row", [&](Value* r) {
@@ -121,7 +117,7 @@ public:
       inner = emit_loop(b_.CreateMul(rows, width, "n", true, true), "i",
                         [&](Value* i) { emit_element(nullptr, [i](int64_t) { return i; }); });
     }
-    apply_schedule(inner, nested);
+    apply_schedule(inner);
     b_.CreateRetVoid();
     if (spec_.inject_invalid_ir)
       llvm::BasicBlock::Create(ctx_, "unterminated", fn_); // fails verifyModule
@@ -152,12 +148,12 @@ private:
     return access;
   }
 
-  // The schedule forces the vectorizer's width and interleave count on the inner loop through
-  // its llvm.loop metadata.
-  void apply_schedule(llvm::BranchInst* latch, bool nested) {
+  // A non-default schedule forces the vectorizer's width and interleave count on the inner
+  // loop through its llvm.loop metadata; the default leaves both to the cost model.
+  void apply_schedule(llvm::BranchInst* latch) {
     ElementwiseSchedule s = parse_elementwise_schedule(spec_.schedule);
-    if (s.is_default()) // the host's vectors; unrolled where the loop is long
-      s = {lanes_, nested ? 1 : 2};
+    if (s.is_default())
+      return;
     auto hint = [&](const char* name, llvm::Constant* v) {
       return llvm::MDNode::get(ctx_,
                                {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(v)});
@@ -322,22 +318,12 @@ private:
   llvm::Type *f32_, *i32_, *i64_;
   llvm::Type *float_ty_ = nullptr, *int_ty_ = nullptr; ///< what f() and i32c() make
   int64_t tail_ = 8; ///< the vector width of a row's ragged end, in floats
-  int lanes_ = 8;    ///< floats per vector register on the target
   llvm::Function* fn_ = nullptr;
   std::vector<Value*> in_ptrs_, out_ptrs_, hoisted_;
   std::vector<llvm::MDNode*> scope_lists_, noalias_lists_;
 };
 
 } // namespace
-
-int vector_lanes(const CodegenTarget& target) {
-  const std::string& f = target.features;
-  if (f.find("+avx512f") != std::string::npos)
-    return 16;
-  if (f.find("+avx") != std::string::npos)
-    return 8;
-  return 4;
-}
 
 std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec& spec, llvm::LLVMContext& ctx,
                                                 const std::string& fn_name,

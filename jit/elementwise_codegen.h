@@ -20,9 +20,6 @@ struct CodegenTarget {
   std::string features;
 };
 
-/// Floats per vector register on `target`: 16 with AVX-512, 8 with AVX, 4 otherwise.
-int vector_lanes(const CodegenTarget& target);
-
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop). The spec must have passed validate().
 std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec& spec, llvm::LLVMContext& ctx,

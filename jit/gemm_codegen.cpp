@@ -407,12 +407,21 @@ private:
 
 } // namespace
 
+int gemm_lanes(const CodegenTarget& target) {
+  const std::string& f = target.features;
+  if (f.find("+avx512f") != std::string::npos)
+    return 16;
+  if (f.find("+avx") != std::string::npos)
+    return 8;
+  return 4;
+}
+
 std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,
                                          const std::string& fn_name, const CodegenTarget& target) {
   auto m = std::make_unique<llvm::Module>(fn_name, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
-  GemmLowering(spec, vector_lanes(target), ctx, *m).emit(fn_name, target);
+  GemmLowering(spec, gemm_lanes(target), ctx, *m).emit(fn_name, target);
   return m;
 }
 

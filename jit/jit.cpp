@@ -29,6 +29,7 @@ namespace pejit::jit {
 
 // Defined in gemm_codegen.cpp. Declared here rather than in gemm_codegen.h, which shows no LLVM
 // type: the float lanes of the target's vectors, and the lowering of a validated GemmSpec.
+int gemm_lanes(const CodegenTarget& target);
 std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,
                                          const std::string& fn_name, const CodegenTarget& target);
 
@@ -132,7 +133,7 @@ public:
                                               });
     if (!k)
       return k.takeError();
-    GemmSpec r = spec.resolved(jit::vector_lanes(target_));
+    GemmSpec r = spec.resolved(gemm_lanes(target_));
     k->schedule = fmt::format("{}x{} ({})", r.mr, r.nr, spec.mr ? "given" : "default");
     return k;
   }
@@ -366,7 +367,7 @@ const std::string& Jit::target_features() const {
   return impl_->target().features;
 }
 int Jit::vector_lanes() const {
-  return jit::vector_lanes(impl_->target());
+  return gemm_lanes(impl_->target());
 }
 size_t Jit::live_kernels() const {
   return impl_->live_kernels();

@@ -85,7 +85,7 @@ public:
   /// What target_cpu() is on this host, without setting up a Jit.
   static std::string host_cpu();
   const std::string& target_features() const; ///< e.g. "+avx512f,+avx2,..."
-  int vector_lanes() const; ///< floats per vector register (16 with AVX-512): elementwise and GEMM
+  int vector_lanes() const; ///< floats per vector register the GEMM family uses (16 with AVX-512)
   size_t live_kernels() const; ///< kernels compiled and not yet removed
 
 private:

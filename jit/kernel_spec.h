@@ -57,8 +57,8 @@ struct KernelSpec {
   /// Row strides in floats of the Full inputs / the outputs; empty, or 0 at an index: width.
   std::vector<int64_t> in_strides{}, out_strides{};
   std::string dtype = "f32";
-  /// "default" (the host's vector width: what compiles unless a tuned database or the caller
-  /// says otherwise) or "vWxU": vectors of W floats, U interleaved (jit/schedule.h).
+  /// "default" (the loop vectorizer's choice: what compiles unless a tuned database or the
+  /// caller says otherwise) or "vWxU": vectors of W floats, U interleaved (jit/schedule.h).
   std::string schedule = "default";
 
   /// Testing only: the lowering leaves a basic block without a terminator, so the module fails

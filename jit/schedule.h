@@ -4,8 +4,7 @@
 // hands a ScheduleDB in explicitly; nothing here reads the environment. Plain C++, no LLVM.
 //
 // Families and their schedule text:
-// - elementwise (KernelSpec::schedule): "default" (vectors of the host's width, 16 floats with
-//   AVX-512, 8 with AVX, 4 otherwise; 2 interleaved in a flat loop, 1 in a row loop), or "vWxU":
+// - elementwise (KernelSpec::schedule): "default" (the loop vectorizer's own choice), or "vWxU":
 //   the kernel's inner loop is forced to vectors of W floats (1 = not vectorized) with U
 //   interleaved copies (unrolling), through llvm.loop.vectorize.width / interleave.count.
 // - gemm (GemmSpec mr, nr): "default" (the block resolved() picks for the target), or "MxN":
@@ -25,10 +24,10 @@
 
 namespace pejit::jit {
 
-/// The parameters of an elementwise schedule; 0/0 is the default (the host's width, above).
+/// The parameters of an elementwise schedule; 0/0 is the default (no loop metadata).
 struct ElementwiseSchedule {
-  int vector_width = 0; ///< floats per vector: 1 (scalar), 2, 4, ..., 64; 0: the default
-  int interleave = 0;   ///< interleaved copies 1..16; 0: the default
+  int vector_width = 0; ///< floats per vector: 1 (scalar), 2, 4, ..., 64; 0: the vectorizer's
+  int interleave = 0;   ///< interleaved copies 1..16; 0: the vectorizer's
   bool is_default() const { return vector_width == 0; }
 };
 
