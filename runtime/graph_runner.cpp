@@ -542,12 +542,17 @@ void GraphRunner::plan_runs() {
     r.inputs = std::move(in_nodes);
     return s;
   };
+  run_output_.assign(g.size(), false);
   for (int pass = 0; pass < 2; ++pass) {
     const auto& ks = pass == 0 ? tg_.fwd_kernels : tg_.bwd_kernels;
     auto& runs = pass == 0 ? fwd_runs_ : bwd_runs_;
     for (size_t ki = 0; ki < ks.size(); ++ki)
       for (auto& r : runs[ki]) {
         jit::KernelSpec s = spec_of(ks[ki], r);
+        for (size_t j = 0; j < r.outputs.size(); ++j)
+          if (r.out_view[j].first == graph::kNoNode &&
+              cls_[static_cast<size_t>(r.outputs[j])] == RowClass::Rows)
+            run_output_[static_cast<size_t>(r.outputs[j])] = true;
         if (s.outputs.empty()) { // nothing read outside: dead, but keep the code simple
           r.outputs.push_back(ks[ki].nodes[r.first + r.count - 1]);
           r.out_view.push_back({graph::kNoNode, 0});
@@ -748,7 +753,10 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
           continue;
         }
         Tensor& v = st.vals[static_cast<size_t>(r.outputs[j])];
-        v = Tensor::empty(DType::F32, Shape{st.rows, r.width});
+        if (!v.defined() || v.numel() != st.rows * r.width)
+          v = Tensor::empty(DType::F32, Shape{st.rows, r.width});
+        else
+          stats.in_place++; // the caller's block (bind)
         outs.push_back(v.f32());
       }
       auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
@@ -777,6 +785,19 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       record(stats.time, f, t0, flops);
     }
     stats.ref_nodes++;
+  }
+}
+
+void GraphRunner::bind(std::span<const NodeId> nodes, std::span<Tensor> dest, State& st) const {
+  if (!st.views)
+    return; // a run that has no kernel yet computes its nodes on reference kernels
+  for (size_t k = 0; k < nodes.size() && k < dest.size(); ++k) {
+    NodeId o = nodes[k];
+    if (o == graph::kNoNode || !run_output_[static_cast<size_t>(o)] || !dest[k].defined() ||
+        st.vals[static_cast<size_t>(o)].defined() ||
+        dest[k].numel() != st.rows * tg_.g.node(o).type.numel())
+      continue;
+    st.vals[static_cast<size_t>(o)] = dest[k];
   }
 }
 
@@ -811,6 +832,7 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
       break; // bound by backward
     }
   }
+  bind(tg_.fwd_outputs, results, st);
   for (size_t k = 0; k < tg_.fwd_kernels.size(); ++k)
     run_kernel(tg_.fwd_kernels[k], fwd_runs_.empty() ? nullptr : &fwd_runs_[k], st, stats);
   for (size_t k = 0; k < tg_.fwd_outputs.size(); ++k) {
@@ -819,7 +841,8 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
     if (cls_[static_cast<size_t>(o)] == RowClass::Shared)
       v = repeat_rows(v, rows);
     PEJIT_CHECK(v.numel() == results[k].numel()) << tg_.name << ": result " << k << " size";
-    std::memmove(results[k].raw(), v.raw(), v.nbytes());
+    if (v.raw() != results[k].raw()) // not written in place
+      std::memmove(results[k].raw(), v.raw(), v.nbytes());
   }
 }
 
@@ -844,6 +867,7 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     if (p != graph::kNoNode && g.node(p).kind == Kind::Grad &&
         g.node(p).grad_op() == GradOp::TakeGrad)
       sparse[static_cast<size_t>(p)] = true;
+  bind(tg_.bwd_arg_grads, arg_grads, st);
   for (size_t k = 0; k < tg_.bwd_kernels.size(); ++k) {
     const auto& kn = tg_.bwd_kernels[k];
     if (kn.nodes.size() == 1 && sparse[static_cast<size_t>(kn.nodes[0])])
@@ -864,7 +888,8 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     PEJIT_CHECK(cls_[static_cast<size_t>(o)] != RowClass::Summed &&
                 v.numel() == arg_grads[a].numel())
         << tg_.name << ": argument gradient " << a;
-    std::memmove(arg_grads[a].raw(), v.raw(), v.nbytes());
+    if (v.raw() != arg_grads[a].raw()) // not written in place
+      std::memmove(arg_grads[a].raw(), v.raw(), v.nbytes());
   }
   for (size_t j = 0; j < tg_.bwd_param_grads.size(); ++j) {
     NodeId o = tg_.bwd_param_grads[j];

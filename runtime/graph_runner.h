@@ -48,7 +48,7 @@ enum class RowClass : uint8_t { Shared, Rows, Summed };
 struct GraphRunStats {
   int64_t jit_launches = 0; ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;    ///< nodes run on reference kernels
-  int64_t in_place = 0;     ///< splits and concats not computed: runs read / wrote in place
+  int64_t in_place = 0;     ///< splits, concats and result copies saved: runs read / wrote in place
   bool profile = false;     ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
@@ -119,6 +119,9 @@ private:
                   GraphRunStats& stats) const;
   void classify();
   void plan_runs();
+  /// Once every run has its kernel: run outputs that are results (or argument gradients) are
+  /// written by their run straight into the caller's blocks dest[k], not copied there after.
+  void bind(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
 
   spec::TemplateGraph tg_;
   std::vector<RowClass> cls_;
@@ -127,6 +130,7 @@ private:
   /// By node: not computed once every run has its kernel (a split part the runs read in
   /// place; a bias sum whose columns the runs add themselves).
   std::vector<bool> skip_;
+  std::vector<bool> run_output_; ///< by node: a row output of a run, written where bind() says
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
 };
