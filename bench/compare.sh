@@ -25,7 +25,9 @@
 #              only; batch encoding, loading and evaluation excluded)
 #   infer      pejit_generic_bench --infer, entry bench_infer_roots on the checkpoint saved by
 #              that training run: forward of every node, classifier + argmax at the roots, the
-#              same work as the peer's inference pass (batch encoding excluded)
+#              same work as the peer's inference pass (batch encoding excluded); on the path of
+#              -m: the interpreter for generic, else plans on JIT kernels made as each batch
+#              comes (the ratio's figure), and again on the cached plans ("(cached plans)")
 #   eval       `pejit eval` trees_per_s as shipped: a `loss` pass plus an `infer_nodes` pass
 #              (classifier + argmax at every node) per batch, encoding included: ~2x the work
 set -euo pipefail
@@ -111,7 +113,10 @@ for rep in $(seq 1 "$reps"); do
         record pejit_train "$cores" "$rep" "$outdir/pejit-train-$cores-$rep.json" "$ld"
         ld=$(load)
         echo "[rep $rep, $cores core(s), load $ld] pejit infer (bench_infer_roots) + pejit eval" >&2
+        infer_mode=generic
+        [ "$mode" = generic ] || infer_mode=specialized
         taskset -c "$cpus" "$gbench" --data "$data" --trees "$limit" --init "$ck" --epochs 0 --infer --json \
+            --infer-mode "$infer_mode" \
             > "$outdir/pejit-infer-$cores-$rep.json" 2> "$outdir/pejit-infer-$cores-$rep.err" \
             || { cat "$outdir/pejit-infer-$cores-$rep.err" >&2; exit 1; }
         record pejit_infer "$cores" "$rep" "$outdir/pejit-infer-$cores-$rep.json" "$ld"
@@ -144,7 +149,10 @@ for line in open(sys.argv[1]):
     if t == "pejit_train":
         runs[("pejit train", c)][rep].append(j["trees_per_s"])
     elif t == "pejit_infer" and j.get("kind") == "infer":
-        runs[("pejit infer " + j["entry"], c)][rep].append(j["trees_per_s"])
+        m = j.get("mode", "generic")
+        key = "pejit infer " + j["entry"] + ("" if m in ("generic", "specialized, planned inline")
+                                             else " (cached plans)")
+        runs[(key, c)][rep].append(j["trees_per_s"])
     elif t == "pejit_eval":
         runs[("pejit eval (loss+infer_nodes)", c)][rep].append(j["trees_per_s"])
     elif t.startswith("torch_"):
