@@ -41,6 +41,15 @@ struct Batches {
   }
 };
 
+// What the JIT makes of batch `b`'s plan.
+std::vector<runtime::KernelDumpTemplate> dump_batch(const Batches& s, size_t b, bool with_ir) {
+  spec::TemplateTable tt;
+  auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", s.batches[b], tt);
+  REQUIRE(pe.ok);
+  spec::Plan plan = spec::make_plan(pe.residual, tt);
+  return runtime::dump_kernels(*s.m, s.dims, plan, tt, with_ir);
+}
+
 // Trains one step per batch; returns the hashes of the kernels the engine compiled.
 std::set<uint64_t> engine_hashes(const Batches& s, runtime::Mode mode) {
   runtime::EngineOptions eo;
@@ -104,13 +113,10 @@ TEST_SUITE("kernel_dump") {
   }
 
   TEST_CASE(
-      "the gates are read from the GEMM's result in place, their gradients written in place") {
+      "the gates are read from the GEMM's result in place (their bias added in the run), their "
+      "gradients written in place") {
     Batches s(1);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", s.batches[0], tt);
-    REQUIRE(pe.ok);
-    spec::Plan plan = spec::make_plan(pe.residual, tt);
-    auto ts = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/false);
+    auto ts = dump_batch(s, 0, /*with_ir=*/false);
     // TreeLSTM: leaf has 3 gates of 150 (a [rows, 450] split), cell 5 (a [rows, 750] split).
     std::map<std::string, int64_t> gates = {{"leaf", 450}, {"cell", 750}};
     int checked = 0;
@@ -138,11 +144,7 @@ TEST_SUITE("kernel_dump") {
 
   TEST_CASE("the printed dump lists each kernel's runs with their provenance and IR") {
     Batches s(1);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", s.batches[0], tt);
-    REQUIRE(pe.ok);
-    spec::Plan plan = spec::make_plan(pe.residual, tt);
-    auto ts = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/false);
+    auto ts = dump_batch(s, 0, /*with_ir=*/false);
     std::string text = runtime::print_kernel_dump(ts);
     CHECK(text.find("template cell#") != std::string::npos);
     CHECK(text.find("  fwd 0: ") != std::string::npos);
@@ -150,7 +152,7 @@ TEST_SUITE("kernel_dump") {
     CHECK(text.find("      schedule default (source: default)\n") != std::string::npos);
     for (size_t i = 1; i < ts.size(); ++i)
       CHECK(ts[i - 1].id < ts[i].id); // template order
-    auto with_ir = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/true);
+    auto with_ir = dump_batch(s, 0, /*with_ir=*/true);
     std::string llvm = runtime::print_kernel_llvm(with_ir);
     CHECK(llvm.rfind("; kernel ", 0) == 0);
     CHECK(llvm.find(" run 0 fnv=") != std::string::npos);
