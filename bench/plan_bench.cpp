@@ -2,7 +2,10 @@
 // (no execution): the specializer's per-batch cost. Prints the median, quartiles and the
 // instance/group counts, in wall time and in the thread's CPU time (which leaves out the time
 // the thread was preempted: on a shared host, the steadier figure to compare builds by).
-// Usage: pejit_plan_bench [TRAIN_FILE] [BATCHES]
+// Usage: pejit_plan_bench [TRAIN_FILE] [BATCHES] [--no-fragments] [--warm]
+// (--no-fragments: every inlined call evaluated, as before fragments, for A/B comparisons;
+// --warm: one unmeasured pass over the data in file order first, so that the shuffled batches
+// are measured as in a later epoch of training: every tree seen, in other batches)
 #include "data/synthetic.h"
 #include "data/tree_io.h"
 #include "specializer/partial_eval.h"
@@ -27,6 +30,13 @@ static double thread_cpu_us() {
 int main(int argc, char** argv) {
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t batches = argc > 2 ? std::stoul(argv[2]) : 200;
+  spec::PeOptions pe_opt;
+  bool warm = false;
+  for (int a = 3; a < argc; ++a) {
+    if (std::string(argv[a]) == "--no-fragments")
+      pe_opt.fragment_memo_bytes = 0;
+    warm = warm || std::string(argv[a]) == "--warm";
+  }
   auto m = std::make_shared<ir::Module>();
   Diagnostics d;
   if (!types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok) {
@@ -51,6 +61,12 @@ int main(int argc, char** argv) {
     std::swap(order[i - 1], order[s % i]);
   }
   spec::TemplateTable tt;
+  for (size_t b = 0; warm && (b + 1) * 25 <= trees.size(); ++b) {
+    interp::Values xs;
+    for (size_t i = b * 25; i < (b + 1) * 25; ++i)
+      xs.push_back(enc.encode(trees[i]));
+    (void)spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt, pe_opt);
+  }
   std::vector<double> pe_us, plan_us, cpu_us;
   size_t instances = 0, groups = 0;
   for (size_t b = 0; b < batches && (b + 1) * 25 <= trees.size(); ++b) {
@@ -60,7 +76,7 @@ int main(int argc, char** argv) {
     auto batch = interp::Value::list(xs);
     double c0 = thread_cpu_us();
     auto t0 = std::chrono::steady_clock::now();
-    auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt);
+    auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt, pe_opt);
     auto t1 = std::chrono::steady_clock::now();
     auto plan = spec::make_plan(pe.residual, tt);
     auto t2 = std::chrono::steady_clock::now();

@@ -26,7 +26,10 @@
 //   signatures) resolved to, and the entry's cone version (Module::cone_version builds a
 //   graph), so a call seen before costs one hash lookup and no Template is built. Instances'
 //   arguments go to one flat pool (Residual::arg_pool), and the batch's rebuilt structure to
-//   vectors the memo keeps (partial_eval.cpp, NodePool): a batch allocates next to nothing.
+//   vectors the memo keeps (pe_backend.h, NodePool): a batch allocates next to nothing. A
+//   call that is not a template, on a subtree whose skeleton was seen before (an SST leaf, a
+//   small subtree, a whole repeated tree), is not evaluated but replayed from its fragment
+//   (the design note in partial_eval.cpp).
 // - Not handled: returning lists or ADTs from template-eligible functions (such calls are
 //   unfolded instead), dynamic shapes (shapes are static by construction).
 #pragma once
@@ -45,6 +48,10 @@ struct PeOptions {
   size_t fuel_per_value = 4096;
   static constexpr size_t kFuelBase = 100000;
   int max_depth = 4000;
+  /// Memory for the fragments of inlined calls (partial_eval.cpp), kept across batches in the
+  /// TemplateTable; past it they are dropped before the next batch. 0: no fragments, every
+  /// call is evaluated.
+  size_t fragment_memo_bytes = size_t{64} << 20;
 };
 
 struct PeResult {
@@ -52,6 +59,8 @@ struct PeResult {
   Residual residual;
   Span where;         ///< refusal: the source location
   std::string reason; ///< refusal: why
+  /// Inlined calls replayed from fragments, and fragments recorded (partial_eval.cpp).
+  size_t replayed = 0, recorded = 0;
 };
 
 /// Partially evaluates `entry` on `batch` (its single argument). Throws pejit::Error only for

@@ -25,6 +25,8 @@
 
 namespace pejit::spec {
 
+struct FragmentMemo;
+
 /// Where a residual tensor comes from.
 struct Ref {
   enum class Kind : uint8_t { Input, Param, Const, Inst };
@@ -93,9 +95,18 @@ struct PeMemo {
     Scratch(const Scratch&) {}
     Scratch& operator=(const Scratch&) { return *this; }
   } scratch;
+  /// Residual fragments of inlined calls (specializer/fragments.h), made on first use. Not
+  /// copied either: a copy of the memo replays nothing until it has recorded again.
+  struct Fragments {
+    std::shared_ptr<FragmentMemo> p;
+    Fragments() = default;
+    Fragments(const Fragments&) {}
+    Fragments& operator=(const Fragments&) { return *this; }
+  } fragments;
 
   void reset(uint64_t new_stamp) {
-    *this = PeMemo{};
+    *this = PeMemo{}; // keeps scratch and fragments (their assignment does nothing)
+    fragments.p.reset();
     stamp = new_stamp;
     valid = true;
   }

@@ -21,6 +21,16 @@
 //   Value sum_list(const Value& list, const ir::Type& result_type, const Span&);
 //   Value to_int(const Value& tensor, const Span&);
 //   Value to_bool(const Value& tensor, const Span&);
+//   optionally, a memo of inlined calls (the partial evaluator's residual fragments):
+//     int32_t inline_begin(const ir::FnDecl&, int fn_index, const Values& args, int depth_left,
+//                          Values& out, bool flat);
+//       before a global function's body is evaluated inline: kInlineReplayed when the backend
+//       produced the call's result itself (in `out`: the elements of the tuple f returns if
+//       `flat`, else the value), else a token (-1: nothing to tell at the end). depth_left:
+//       the calls the depth bound still allows, this one included.
+//     void inline_end(int32_t token, const Value* results, size_t n, bool flat, int depth);
+//       after it, for a token >= 0: its result (as in `out`) and the deepest nesting of calls
+//       it reached, itself included. A call that throws never ends.
 #pragma once
 
 #include "interp/value.h"
@@ -57,7 +67,16 @@ using ir::Var;
 using ir::VarRef;
 using types::Builtin;
 
+/// What Backend::inline_begin returns when it replayed the call.
+inline constexpr int32_t kInlineReplayed = -2;
+
 template <class Backend> class Evaluator {
+  static constexpr bool kInlineMemo =
+      requires(Backend & b, const FnDecl& f, const Values& a, Values& o) {
+    b.inline_begin(f, 0, a, 0, o, false);
+    b.inline_end(0, a.data(), a.size(), false, 0);
+  };
+
 public:
   Evaluator(const Module& m, Backend& backend, int max_depth)
       : m_(m), backend_(backend), max_depth_(max_depth) {
@@ -103,6 +122,7 @@ private:
   Backend& backend_;
   int max_depth_;
   int depth_ = 0;
+  int peak_ = 0; ///< the deepest depth_ since the innermost inline_begin that records
   uintptr_t stack_top_ = 0;
   size_t stack_budget_ = 0;
   std::vector<Value> stack_;
@@ -128,6 +148,7 @@ public:
                       std::to_string(out_of_stack ? e.depth_ : e.max_depth_) + " calls" +
                       (out_of_stack ? " (out of native stack)" : ""));
       }
+      e.peak_ = std::max(e.peak_, e.depth_);
     }
     ~DepthGuard() { --e.depth_; }
   };
@@ -186,6 +207,13 @@ public:
       const FnDecl& f = *m_.fns()[static_cast<size_t>(c.fn_index)];
       if (auto v = backend_.call(f, c.fn_index, args, at))
         return *v;
+      if constexpr (kInlineMemo) {
+        Values copy = take_args(args.size());
+        copy.insert(copy.end(), args.begin(), args.end());
+        Value r = call_global_inline(f, c.fn_index, copy, at);
+        give_args(std::move(copy));
+        return r;
+      }
       return call_fn(f, args, at);
     }
     const Lambda& l = *c.lambda;
@@ -341,7 +369,7 @@ public:
       }
     }
     if (!done)
-      call_fn_into(f, args, c.span, outs);
+      call_inline(f, c.ref.index, args, c.span, outs, true);
     for (size_t i = 0; i < ps.size(); ++i) {
       if (ps[i].kind == Pattern::Kind::Name)
         stack_[fr.base + static_cast<size_t>(ps[i].slot)] = std::move(outs[i]);
@@ -351,6 +379,44 @@ public:
     give_args(std::move(outs));
     give_args(std::move(args));
     return true;
+  }
+
+  // A call of the global function f that the backend did not take (Backend::call), its body
+  // evaluated here unless the backend's memo of inlined calls replays it (see the header).
+  // flat: f returns a tuple, whose elements are appended to `out`; else its value is.
+  // `args` are the caller's to lose.
+  void call_inline(const FnDecl& f, int fn_index, Values& args, const Span& at, Values& out,
+                   bool flat) {
+    if constexpr (kInlineMemo) {
+      int32_t token = backend_.inline_begin(f, fn_index, args, max_depth_ - depth_, out, flat);
+      if (token == kInlineReplayed)
+        return;
+      if (token >= 0) {
+        int saved = peak_, at_depth = depth_;
+        peak_ = depth_;
+        size_t first = out.size();
+        inline_body(f, args, at, out, flat);
+        backend_.inline_end(token, out.data() + first, out.size() - first, flat, peak_ - at_depth);
+        peak_ = std::max(saved, peak_);
+        return;
+      }
+    }
+    inline_body(f, args, at, out, flat);
+  }
+
+  void inline_body(const FnDecl& f, Values& args, const Span& at, Values& out, bool flat) {
+    if (flat)
+      call_fn_into(f, args, at, out);
+    else
+      out.push_back(call_fn_moving(f, args, at));
+  }
+
+  Value call_global_inline(const FnDecl& f, int fn_index, Values& args, const Span& at) {
+    Values out = take_args(1);
+    call_inline(f, fn_index, args, at, out, false);
+    Value r = std::move(out[0]);
+    give_args(std::move(out));
+    return r;
   }
 
   /// As call_fn_moving for a function returning a tuple: its elements appended to `out`.
@@ -519,7 +585,8 @@ public:
         give_args(std::move(args));
         return std::move(*v);
       }
-      Value r = call_fn_moving(f, args, c.span);
+      Value r = kInlineMemo ? call_global_inline(f, c.ref.index, args, c.span)
+                            : call_fn_moving(f, args, c.span);
       give_args(std::move(args));
       return r;
     }

@@ -1,0 +1,89 @@
+// Residual fragments: what the partial evaluator keeps of an inlined call (a call of a function
+// that is not a template, such as a tree encoder) so that the same call on the same static
+// structure later costs a replay of the instances it appended instead of an evaluation. The
+// conditions under which that is exact are in the design note at the top of
+// specializer/partial_eval.cpp; recording and replay are in pe_fragments.cpp.
+//
+// A fragment is a list of steps (an instance to append, a constant to intern, a fragment to
+// replay for a nested call) over LocalRefs: references relative to the place and the arguments
+// of a replay, so that one fragment serves every batch whose structure contains that call.
+#pragma once
+
+#include "specializer/key_map.h"
+#include "specializer/residual.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace pejit::spec {
+
+/// A reference inside a fragment, resolved against a replay's first instance, the input slot
+/// where each structured argument's payloads start, and the references of its tensor arguments.
+struct LocalRef {
+  enum class Kind : uint8_t { Inst, Slot, Param, Const, Arg, SumOf };
+  Kind kind = Kind::Inst;
+  /// Inst: instance, counted from the fragment's first; Slot: input slot, counted from its
+  /// argument's first; Param: parameter; Const: the fragment's constant #; Arg: argument #;
+  /// SumOf (a term of a Sum node only): the fragment's nested call # (its Call steps counted).
+  int32_t index = 0;
+  int32_t aux = 0; ///< Inst: which result; Slot: argument #; SumOf: that call's pending sum #
+};
+
+/// The fragments of one TemplateTable's partial evaluator (PeMemo::fragments), valid for the
+/// memo's module state and dimension binding. Argument numbers count a call's parameters that
+/// are not Int or Bool (those are in the key), in order.
+struct FragmentMemo {
+  struct Step {
+    enum class Kind : uint8_t { Inst, Call, Const };
+    Kind kind = Kind::Inst;
+    int32_t id = 0;       ///< Inst: template or Instance::kSumN; Call: fragment; Const: tensor
+    int32_t sum_sig = -1; ///< Inst of a SumN: its signature id (PeMemo::sigs)
+    uint32_t first = 0;   ///< Inst: its arguments; Call: the callee's arguments, in refs
+    uint32_t count = 0;
+  };
+  /// The call's result in preorder: Tuple/List (n), Adt (tag, n), Int/Bool (v), Value (a
+  /// constant tensor: tensors[v]), Ref (refs[v], sig), Sum (a pending sum: its terms in order
+  /// refs[v, v + n), a SumOf standing for all the terms of a nested call's pending sum; sig;
+  /// `tag` numbers the distinct pending sums, which replay as one each; n = 0 again after the
+  /// first). A nested call's sum is not copied, so a fragment stays as small as its own work.
+  struct Node {
+    enum class Kind : uint8_t { Tuple, List, Adt, Int, Bool, Value, Ref, Sum };
+    Kind kind = Kind::Tuple;
+    int32_t tag = 0;
+    int32_t n = 0;
+    int32_t sig = -1;
+    int64_t v = 0;
+  };
+  struct Fragment {
+    /// Recording: being recorded in run `run` (or left so by a refusal in an earlier run: it
+    /// is recorded again); Ok: replayed; No: evaluated, never recorded.
+    enum class State : uint8_t { Recording, Ok, No };
+    State state = State::Recording;
+    uint32_t run = 0;
+    uint32_t first_step = 0, num_steps = 0;
+    uint32_t first_node = 0, num_nodes = 0;
+    uint32_t instances = 0; ///< appended by a replay, nested calls included
+    uint32_t num_sums = 0;  ///< distinct pending sums in the result
+    uint64_t fuel = 0;      ///< fuel the evaluation spent
+    int32_t depth = 0;      ///< deepest nesting of calls it reached, itself included
+  };
+
+  /// (function, Int/Bool arguments, skeletons of structured ones, signatures of tensor ones)
+  /// -> fragment
+  KeyMap keys;
+  std::vector<Fragment> fragments;
+  std::vector<Step> steps;
+  std::vector<LocalRef> refs;
+  std::vector<Node> nodes;
+  std::vector<Tensor> tensors;
+  uint32_t run = 0; ///< partial evaluations so far
+
+  /// An estimate of the memory held, to bound it (PeOptions::fragment_memo_bytes).
+  size_t bytes() const {
+    return fragments.size() * sizeof(Fragment) + steps.size() * sizeof(Step) +
+           refs.size() * sizeof(LocalRef) + nodes.size() * sizeof(Node) + tensors.size() * 64 +
+           keys.size() * 96;
+  }
+};
+
+} // namespace pejit::spec

@@ -1,0 +1,743 @@
+// The partial evaluator's backend for the shared evaluator (interp/evaluator.h), and the
+// memory of the batch's rebuilt structure it reads. Internal to partial_eval.cpp.
+//
+// The design note of fragments (the memo of inlined calls) is at the top of partial_eval.cpp.
+#pragma once
+
+#include "interp/evaluator.h"
+#include "ops/emitter.h"
+#include "specializer/fragments.h"
+#include "specializer/partial_eval.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+namespace pejit::spec::pe {
+
+using interp::Value;
+using interp::Values;
+
+struct Refused {
+  Span where;
+  std::string reason;
+};
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+inline TensorSig sig_of(const ir::Type& t, const interp::DimBindings& dims) {
+  TensorSig s;
+  s.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
+  auto sh = interp::concrete_shape(t, dims);
+  auto d = sh.dims();
+  s.dims.assign(d.begin(), d.end());
+  return s;
+}
+
+inline ir::Type type_of(const TensorSig& s) {
+  std::vector<int64_t> d = s.dims;
+  return s.dtype == DType::F32 ? ir::t_f32(d) : ir::t_i32(d);
+}
+
+inline bool tensors_only(const ir::Type& t) {
+  if (t->kind == ir::TypeKind::Tensor)
+    return true;
+  if (t->kind != ir::TypeKind::Tuple)
+    return false;
+  for (const auto& e : t->elems)
+    if (!tensors_only(e))
+      return false;
+  return true;
+}
+
+inline void flatten_type(const ir::Type& t, std::vector<ir::Type>& out) {
+  if (t->kind == ir::TypeKind::Tensor)
+    out.push_back(t);
+  else
+    for (const auto& e : t->elems)
+      flatten_type(e, out);
+}
+
+/// A node of a batch's rebuilt structure (BatchScan in partial_eval.cpp): its items, and what
+/// fragments key and replay a call on it by.
+struct PoolNode {
+  Values items;
+  uint64_t h1 = 0, h2 = 0; ///< its skeleton (BatchScan): 128 bits of hash
+  bool known = false;      ///< whether it has one (no closure inside; fragments on)
+  int32_t first_slot = 0;  ///< its payloads are the input slots [first_slot, first_slot + slots)
+  int32_t slots = 0;
+};
+
+// The nodes of a batch's rebuilt structure, kept in the TemplateTable's memo and reused from
+// batch to batch, so that rebuilding a batch allocates nothing in steady state. A rebuilt node
+// shares the pool's ownership (shared_ptr's aliasing constructor) and points to one of its
+// nodes' items; partial evaluation clears the nodes it used when it ends, when no Value of the
+// batch is left (Release), which also breaks the cycle of vectors holding Values that share
+// the pool. Nodes live in fixed chunks, so that a Value's items can be told to be a node.
+struct NodePool {
+  static constexpr size_t kChunk = 256;
+  std::vector<std::unique_ptr<PoolNode[]>> chunks;
+  size_t used = 0; ///< nodes [0, used) belong to the current batch
+
+  /// An empty node for `n` items.
+  PoolNode& take(size_t n) {
+    if (used == chunks.size() * kChunk)
+      chunks.push_back(std::make_unique<PoolNode[]>(kChunk));
+    PoolNode& p = chunks[used / kChunk][used % kChunk];
+    ++used;
+    p.items.reserve(n);
+    return p;
+  }
+
+  /// The node of the current batch whose items are `items`, or null.
+  const PoolNode* find(const Values* items) const {
+    auto a = reinterpret_cast<uintptr_t>(items);
+    for (size_t c = 0; c * kChunk < used; ++c) {
+      auto b = reinterpret_cast<uintptr_t>(&chunks[c][0].items);
+      if (a < b || a >= b + kChunk * sizeof(PoolNode))
+        continue;
+      size_t k = (a - b) / sizeof(PoolNode);
+      const PoolNode& p = chunks[c][k];
+      return &p.items == items && c * kChunk + k < used ? &p : nullptr;
+    }
+    return nullptr;
+  }
+
+  /// The pool of a memo: its own, unless a Value of an earlier batch still holds that one.
+  static std::shared_ptr<NodePool> of(PeMemo& memo) {
+    if (!memo.scratch.p || memo.scratch.p.use_count() != 1)
+      memo.scratch.p = std::make_shared<NodePool>();
+    return std::static_pointer_cast<NodePool>(memo.scratch.p);
+  }
+
+  /// Clears the nodes the batch used (at scope exit, after every Value of the batch).
+  struct Release {
+    NodePool& pool;
+    ~Release() {
+      for (size_t i = 0; i < pool.used; ++i)
+        pool.chunks[i / kChunk][i % kChunk].items.clear();
+      pool.used = 0;
+    }
+  };
+};
+
+// The partial evaluator's backend: residual tensors are Value::tensor(undefined, rid), where
+// rid indexes rvals_; known constants are ordinary defined tensors.
+//
+// Cost model (DESIGN.md §5: well under a millisecond per 25-tree batch): signatures are small
+// ids interned in the TemplateTable's PeMemo, and a call or op whose (callee, statics,
+// argument signatures) was seen before resolves to its template with one hash lookup. Pending
+// sums are ropes (SumPart trees in one arena), flattened once into a SumN instance's terms
+// when the sum is used, so `ll + lr + loss` up a tree costs O(1) per `+`, not a copy of the
+// subtree's terms.
+class PeBackend {
+public:
+  PeBackend(const ir::Module& m, const interp::DimBindings& dims, TemplateTable& templates,
+            Residual& res)
+      : m_(m), dims_(dims), templates_(templates), memo_(templates.pe_memo()), res_(res),
+        param_vals_(m.params().size()), eligible_(m.fns().size(), -1) {}
+
+  void set_fuel(size_t fuel) { fuel_ = fuel; }
+
+  /// Turns on fragments (see the design note): `frags` keeps them, `pool` is the batch's
+  /// rebuilt structure.
+  void set_fragments(FragmentMemo* frags, const NodePool* pool) {
+    frags_ = frags;
+    pool_ = pool;
+    memo_fn_.assign(m_.fns().size(), -1);
+  }
+  size_t num_inputs() const { return res_.inputs.size(); }
+  size_t replayed() const { return replayed_; }
+  size_t recorded() const { return recorded_; }
+  int32_t sig_of_value(const Value& v) { return sig(v); }
+
+  // A fresh input slot for a payload tensor of the batch (of signature sig, if known).
+  Value input(const Tensor& t, int32_t sig = -1) {
+    int32_t slot = static_cast<int32_t>(res_.inputs.size());
+    res_.inputs.push_back(t);
+    return residual(Ref{Ref::Kind::Input, slot, 0}, sig >= 0 ? sig : sig_id(t));
+  }
+
+  // Reserves for a batch like the largest seen so far (PeMemo's hints), so that the residual's
+  // vectors do not grow by copying.
+  void reserve() {
+    res_.instances.reserve(memo_.hint_instances);
+    res_.arg_pool.reserve(memo_.hint_args);
+    res_.inputs.reserve(memo_.hint_inputs);
+    rvals_.reserve(memo_.hint_rvals);
+    parts_.reserve(memo_.hint_parts);
+  }
+  void update_hints() {
+    memo_.hint_instances = std::max(memo_.hint_instances, res_.instances.size());
+    memo_.hint_args = std::max(memo_.hint_args, res_.arg_pool.size());
+    memo_.hint_inputs = std::max(memo_.hint_inputs, res_.inputs.size());
+    memo_.hint_rvals = std::max(memo_.hint_rvals, rvals_.size());
+    memo_.hint_parts = std::max(memo_.hint_parts, parts_.size());
+  }
+
+  Value param(int i) {
+    Value& v = param_vals_[static_cast<size_t>(i)];
+    if (v.kind() == Value::Kind::None)
+      v = residual(Ref{Ref::Kind::Param, i, 0},
+                   memo_sig(sig_of(m_.params()[static_cast<size_t>(i)]->type, dims_)));
+    return v;
+  }
+
+  Value op(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
+           Values* multi = nullptr) {
+    spend(s);
+    bool all_const = true;
+    for (size_t i = 0; i < n; ++i)
+      all_const = all_const && is_const(args[i]);
+    if (all_const)
+      return fold(id, attr, args, n, s, multi);
+    // `a + b` of f32 tensors of one shape, one of them residual, stays a symbolic sum.
+    if (id == ops::OpId::Add) {
+      int32_t a = sig(args[0]), b = sig(args[1]);
+      if (a == b && memo_.sigs[static_cast<size_t>(a)].dtype == DType::F32) {
+        int32_t pa = part_of(args[0]);
+        int32_t pb = part_of(args[1]);
+        return sum_value(join(pa, pb), a);
+      }
+    }
+    key_.clear();
+    key_.push_back(2);
+    key_.push_back(static_cast<int64_t>(id));
+    key_.push_back(static_cast<int64_t>(attr.ints.size()));
+    key_.insert(key_.end(), attr.ints.begin(), attr.ints.end());
+    for (size_t i = 0; i < n; ++i)
+      key_.push_back(sig(args[i]));
+    int32_t e = memo_.keys.find(key_);
+    if (e < 0) {
+      Template t;
+      t.kind = Template::Kind::Op;
+      t.op = id;
+      t.attr = attr;
+      std::vector<ir::Type> types;
+      for (size_t i = 0; i < n; ++i) {
+        t.args.push_back(memo_.sigs[static_cast<size_t>(sig(args[i]))]);
+        types.push_back(type_of(t.args.back()));
+      }
+      auto r = ops::op_result_type(id, types, attr);
+      PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id)
+                          << " failed its shape rule after checking: " << r.error;
+      std::vector<ir::Type> outs;
+      flatten_type(r.type, outs);
+      for (const auto& o : outs)
+        t.results.push_back(sig_of(o, dims_));
+      t.name = std::string("op.") + ops::op_name(id);
+      e = remember(std::move(t));
+    }
+    push_instance(e, args, n, [](size_t) { return true; });
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
+    if (multi) {
+      multi->clear();
+      for (uint32_t k = 0; k < en.count; ++k)
+        multi->push_back(result(idx, en, k));
+      return Value();
+    }
+    return result(idx, en, 0);
+  }
+
+  std::optional<Value> call(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
+    int32_t e = call_instance(f, fn_index, args, s);
+    if (e < 0)
+      return std::nullopt;
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
+    uint32_t k = 0;
+    return rebuild(f.ret, idx, en, k);
+  }
+
+  // As call, for a function whose result is a flat tuple of tensors: the elements into `out`
+  // (the evaluator's `let (a, b) = f(...)`, without building the tuple).
+  bool call_flat(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s,
+                 Values& out) {
+    int32_t e = call_instance(f, fn_index, args, s);
+    if (e < 0)
+      return false;
+    const PeMemo::Entry& en = memo_.entries[static_cast<size_t>(e)];
+    int32_t idx = static_cast<int32_t>(res_.instances.size() - 1);
+    for (uint32_t k = 0; k < en.count; ++k)
+      out.push_back(result(idx, en, k));
+    return true;
+  }
+
+  // Appends a template call's instance and returns its memo entry; -1 (and nothing appended)
+  // when f is not template-eligible.
+  int32_t call_instance(const ir::FnDecl& f, int fn_index, const Values& args, const Span& s) {
+    spend(s);
+    int8_t& el = eligible_[static_cast<size_t>(fn_index)];
+    if (el < 0)
+      el = is_template_eligible(f) ? 1 : 0;
+    if (!el)
+      return -1;
+    key_.resize(2 + f.params.size());
+    int64_t* key = key_.data();
+    key[0] = 1;
+    key[1] = fn_index;
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      const Value& a = args[i];
+      switch (f.params[i].type->kind) {
+      case ir::TypeKind::Int:
+        key[2 + i] = a.as_int();
+        break;
+      case ir::TypeKind::Bool:
+        key[2 + i] = a.as_bool() ? 1 : 0;
+        break;
+      default:
+        key[2 + i] = sig(a);
+      }
+    }
+    int32_t e = memo_.keys.find(key_);
+    if (e < 0) {
+      Template t;
+      t.kind = Template::Kind::Function;
+      t.fn = fn_index;
+      t.name = f.name;
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        auto k = f.params[i].type->kind;
+        if (k == ir::TypeKind::Int || k == ir::TypeKind::Bool)
+          t.statics.push_back(key_[2 + i]);
+        else
+          t.args.push_back(memo_.sigs[static_cast<size_t>(key_[2 + i])]);
+      }
+      std::vector<ir::Type> outs;
+      flatten_type(f.ret, outs);
+      for (const auto& o : outs)
+        t.results.push_back(sig_of(o, dims_));
+      e = remember(std::move(t));
+    }
+    push_instance(e, args.data(), f.params.size(), [&](size_t i) {
+      auto k = f.params[i].type->kind;
+      return k != ir::TypeKind::Int && k != ir::TypeKind::Bool;
+    });
+    return e;
+  }
+
+  Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
+    spend(s);
+    if (xs.list_size() == 0) {
+      TensorSig sg = sig_of(type, dims_);
+      return Value::tensor(Tensor::zeros(DType::F32, Shape(std::span<const int64_t>(sg.dims))));
+    }
+    bool all_const = true;
+    for (size_t i = 0; i < xs.list_size(); ++i)
+      all_const = all_const && is_const(xs.list_at(i));
+    if (all_const) {
+      Value acc = xs.list_at(0);
+      for (size_t i = 1; i < xs.list_size(); ++i) {
+        Value two[2] = {acc, xs.list_at(i)};
+        acc = fold(ops::OpId::Add, {}, two, 2, s, nullptr);
+      }
+      return acc;
+    }
+    int32_t p = part_of(xs.list_at(0));
+    for (size_t i = 1; i < xs.list_size(); ++i) {
+      int32_t q = part_of(xs.list_at(i));
+      p = join(p, q);
+    }
+    return sum_value(p, memo_sig(sig_of(type, dims_)));
+  }
+
+  Value to_int(const Value& v, const Span& s) {
+    if (!is_const(v))
+      throw Refused{s, "to_int of a dynamic tensor: control flow on a dynamic value"};
+    const Tensor& t = v.as_tensor();
+    return Value::integer(t.dtype() == DType::I32 ? t.item_i32()
+                                                  : static_cast<int64_t>(t.item_f32()));
+  }
+
+  Value to_bool(const Value& v, const Span& s) {
+    if (!is_const(v))
+      throw Refused{s, "to_bool of a dynamic tensor: control flow on a dynamic value"};
+    const Tensor& t = v.as_tensor();
+    return Value::boolean(t.dtype() == DType::I32 ? t.item_i32() != 0 : t.item_f32() != 0.0f);
+  }
+
+  /// The entry's result, flattened into refs (sums materialized, constants interned).
+  /// Also records the result's structure (Residual::result_shape).
+  void collect_outputs(const Value& v) {
+    auto& shape = res_.result_shape;
+    switch (v.kind()) {
+    case Value::Kind::Tensor:
+      shape.push_back(kResultTensor);
+      res_.outputs.push_back(materialize(v));
+      break;
+    case Value::Kind::Tuple:
+    case Value::Kind::Adt:
+      if (v.kind() == Value::Kind::Adt) {
+        shape.push_back(kResultAdt);
+        shape.push_back(v.tag());
+      } else {
+        shape.push_back(kResultTuple);
+      }
+      shape.push_back(static_cast<int64_t>(v.items().size()));
+      for (const auto& x : v.items())
+        collect_outputs(x);
+      break;
+    case Value::Kind::List:
+      shape.push_back(kResultList);
+      shape.push_back(static_cast<int64_t>(v.list_size()));
+      for (size_t i = 0; i < v.list_size(); ++i)
+        collect_outputs(v.list_at(i));
+      break;
+    case Value::Kind::Int:
+      shape.push_back(kResultInt);
+      shape.push_back(v.as_int());
+      break;
+    case Value::Kind::Bool:
+      shape.push_back(kResultBool);
+      shape.push_back(v.as_bool() ? 1 : 0);
+      break;
+    default:
+      throw Refused{Span{}, "the entry returns a function"};
+    }
+  }
+
+  size_t fuel_used() const { return used_; }
+
+  int32_t sig_id(const Tensor& t) { return memo_.sig_id(t.dtype(), t.shape().dims()); }
+
+  // Fragments (see the design note): the evaluator's memo of inlined calls.
+
+  /// Replays the call if its fragment is known (kInlineReplayed), else starts recording it
+  /// (a token) where it can be (else -1).
+  int32_t inline_begin(const ir::FnDecl& f, int fn_index, const Values& args, int depth_left,
+                       Values& out, bool flat);
+
+  /// Ends the innermost recording: its fragment, or the key marked not memoizable.
+  void inline_end(int32_t token, const Value* results, size_t n, bool flat, int depth);
+
+private:
+  struct RVal {
+    Ref ref;
+    int32_t sig;      ///< id in memo_.sigs
+    int32_t sum = -1; ///< >= 0: a symbolic sum not yet materialized (its SumPart)
+  };
+  // A pending sum's terms, in order: a leaf (l == -1: the term `leaf`), a range of terms_
+  // (l == -2: terms_[r, r + leaf.index), a replayed fragment's), or the terms of l then r.
+  // Parts are immutable, so a sum that used another still pending sum keeps its terms even if
+  // that one is materialized later.
+  struct SumPart {
+    int32_t l = -1, r = -1;
+    Ref leaf;
+    /// Set when these are the terms of pending sum # `tag` of a fragment's result, that
+    /// fragment replayed or recorded as the Call raw step with this uid (see describe_sum).
+    int64_t origin = -1;
+    int32_t tag = 0;
+  };
+
+  const ir::Module& m_;
+  const interp::DimBindings& dims_;
+  TemplateTable& templates_;
+  PeMemo& memo_;
+  Residual& res_;
+  size_t fuel_ = 0;
+  size_t used_ = 0;
+  std::vector<RVal> rvals_;
+  std::vector<SumPart> parts_;
+  std::vector<Value> param_vals_; ///< None until first used
+  std::vector<int8_t> eligible_;  ///< per function: -1 unknown, else is_template_eligible
+  std::unordered_map<std::string, int32_t> const_ids_;
+  std::vector<int64_t> key_;   ///< scratch: the specialization key being looked up
+  std::vector<int32_t> stack_; ///< scratch: flattening a sum
+
+  // Fragments (see the design note); frags_ is null when they are off.
+  // A call's argument as a replay or a recording sees it: a tensor argument's reference, or a
+  // structured argument's first input slot and number of slots.
+  struct FrameArg {
+    Ref ref;
+    int32_t slots = 0;
+    bool structured = false;
+  };
+  // What a recording saw, in order: an instance appended (id: its index; sig: a SumN's
+  // signature), a constant used (id: its index in res_.consts), a nested call replayed or
+  // recorded (id: its fragment; its arguments are frames_[first, first + count)).
+  struct RawStep {
+    FragmentMemo::Step::Kind kind;
+    int32_t id;
+    int32_t sig;
+    uint32_t first, count;
+    int64_t uid = -1; ///< Call: a number no other Call step of this run has
+  };
+  struct Rec {
+    int32_t frag;
+    uint32_t i0;      ///< its first instance
+    size_t used0;     ///< fuel used before it
+    size_t first_raw; ///< its steps: raw_[first_raw, ...)
+    size_t frame;     ///< its arguments: frames_[frame, frame + num_frame)
+    uint32_t num_frame;
+  };
+  FragmentMemo* frags_ = nullptr;
+  const NodePool* pool_ = nullptr;
+  std::vector<int8_t> memo_fn_; ///< per function: -1 unknown, else memo_candidate
+  std::vector<int64_t> fkey_;   ///< scratch: a fragment's key
+  std::vector<FrameArg> frames_;
+  std::vector<RawStep> raw_;
+  std::vector<Rec> recs_;             ///< recordings in progress, innermost last
+  std::vector<int32_t> rconsts_;      ///< replay: res_.consts index of each fragment constant
+  std::vector<int32_t> local_consts_; ///< recording: the same, by local constant #
+  std::vector<std::pair<int32_t, int32_t>> sum_ids_; ///< recording: rval -> distinct sum #
+  std::vector<int32_t> sums_built_;                  ///< replay: distinct sum # -> its rval
+  std::vector<Ref> terms_; ///< replayed pending sums' terms (SumPart l == -2)
+  bool replaying_ = false;
+  size_t sums0_ = 0; ///< replay_call: where the replayed fragment's sums are in rsums_
+  int64_t call_uids_ = 0;
+  size_t replayed_ = 0, recorded_ = 0;
+  std::vector<int32_t> rsums_; ///< replay: the result sums' parts of fragments replayed
+  std::vector<size_t> rcalls_; ///< replay: per nested call, where its sums are in rsums_
+  std::vector<int32_t> sum_tmp_;
+  std::vector<int64_t> call_of_; ///< recording: the uids of its Call steps, by call #
+
+  static bool memo_candidate(const ir::FnDecl& f) {
+    if (f.is_entry)
+      return false;
+    for (const auto& p : f.params) {
+      auto k = p.type->kind;
+      if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool && k != ir::TypeKind::Tensor &&
+          k != ir::TypeKind::Adt && k != ir::TypeKind::Tuple)
+        return false;
+    }
+    return true;
+  }
+
+  int32_t drop_frame(size_t frame) {
+    frames_.resize(frame);
+    return -1;
+  }
+
+  // Whether every reference the call's evaluation can see names one argument: structured
+  // arguments over disjoint slots, tensor arguments distinct instance results or input slots
+  // outside them (a parameter or a shared reference could be named two ways).
+  bool recordable(size_t frame) const;
+
+  // A reference seen while recording r, relative to r's place and arguments.
+  bool local(const Ref& a, const Rec& r, LocalRef& out) const;
+
+  // r's raw steps as fragment steps (appended to the memo); false if a reference names
+  // nothing the fragment can be replayed with.
+  bool convert_steps(const Rec& r);
+
+  static bool within(const FrameArg& outer, const FrameArg& inner) {
+    return inner.ref.index >= outer.ref.index &&
+           inner.ref.index + inner.slots <= outer.ref.index + outer.slots;
+  }
+
+  // Appends the description of a result value to the memo; false for what a fragment cannot
+  // rebuild (a closure).
+  bool describe(const Value& v, const Rec& r);
+  bool describe_sum(int32_t part, const Rec& r);
+  void build_sums(const FragmentMemo::Fragment& fr, uint32_t i0, size_t frame, size_t c0,
+                  size_t calls0);
+  void tag_sums(size_t sums0, uint32_t n, int64_t uid) {
+    for (uint32_t k = 0; k < n; ++k) {
+      SumPart& p = parts_[static_cast<size_t>(rsums_[sums0 + k])];
+      p.origin = uid;
+      p.tag = static_cast<int32_t>(k);
+    }
+  }
+
+  // A fragment's reference where it is replayed (first instance i0, arguments at frames_[frame],
+  // constants at rconsts_[c0]). Inline: a replay resolves every argument of every instance.
+  Ref resolve(const LocalRef& l, uint32_t i0, size_t frame, size_t c0) const {
+    if (l.kind == LocalRef::Kind::Inst)
+      return Ref{Ref::Kind::Inst, static_cast<int32_t>(i0) + l.index, l.aux};
+    if (l.kind == LocalRef::Kind::Slot)
+      return Ref{Ref::Kind::Input,
+                 l.aux < 0 ? 0 : frames_[frame + static_cast<size_t>(l.aux)].ref.index + l.index,
+                 0};
+    if (l.kind == LocalRef::Kind::Param)
+      return Ref{Ref::Kind::Param, l.index, 0};
+    if (l.kind == LocalRef::Kind::Const)
+      return Ref{Ref::Kind::Const, rconsts_[c0 + static_cast<size_t>(l.index)], 0};
+    return frames_[frame + static_cast<size_t>(l.index)].ref; // Arg (SumOf: build_sums)
+  }
+
+  // Appends fragment id's instances for the arguments frames_[frame, ...); leaves its
+  // constants' indices on rconsts_ from c0 (its caller pops them).
+  void replay(int32_t id, size_t frame, size_t c0);
+
+  void replay_call(int32_t id, size_t frame, Values& out, bool flat, int64_t uid);
+
+  Value rebuild_result(size_t& node, uint32_t i0, size_t frame, size_t c0);
+
+  void note_instance(int32_t sum_sig) {
+    if (!recs_.empty())
+      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Inst,
+                             static_cast<int32_t>(res_.instances.size() - 1), sum_sig, 0, 0});
+  }
+
+  void spend(const Span& s) {
+    if (++used_ > fuel_)
+      throw Refused{s, "out of fuel (" + std::to_string(fuel_) +
+                           " steps): the program's work is not bounded by the batch's structure"};
+  }
+
+  static bool is_const(const Value& v) { return v.as_tensor().defined(); }
+  const RVal& rv(const Value& v) const { return rvals_[static_cast<size_t>(v.tape_id())]; }
+
+  int32_t memo_sig(const TensorSig& s) { return memo_.sig_id(s.dtype, s.dims); }
+
+  Value residual(Ref r, int32_t sg) {
+    rvals_.push_back(RVal{r, sg, -1});
+    return Value::undefined_tensor(static_cast<int32_t>(rvals_.size() - 1));
+  }
+
+  Value sum_value(int32_t part, int32_t sg) {
+    rvals_.push_back(RVal{Ref{}, sg, part});
+    return Value::undefined_tensor(static_cast<int32_t>(rvals_.size() - 1));
+  }
+
+  int32_t sig(const Value& v) { return is_const(v) ? sig_id(v.as_tensor()) : rv(v).sig; }
+
+  // Interns a template built on a memo miss and remembers it under key_.
+  int32_t remember(Template t) {
+    PeMemo::Entry en;
+    en.first = static_cast<uint32_t>(memo_.result_sigs.size());
+    en.count = static_cast<uint32_t>(t.results.size());
+    for (const auto& r : t.results)
+      memo_.result_sigs.push_back(memo_sig(r));
+    en.tmpl = templates_.intern(std::move(t));
+    int32_t e = static_cast<int32_t>(memo_.entries.size());
+    memo_.entries.push_back(en);
+    memo_.keys.emplace(key_, e);
+    return e;
+  }
+
+  // Appends an instance of entry e whose arguments are the tensors among args[0, n)
+  // (is_tensor(i)), straight into the argument pool. Pending sums among them are materialized
+  // first: each appends its own SumN instance and terms, which must come before this instance
+  // and its arguments (and may reallocate the instance list).
+  template <class IsTensor>
+  void push_instance(int32_t e, const Value* args, size_t n, IsTensor is_tensor) {
+    for (size_t i = 0; i < n; ++i)
+      if (is_tensor(i) && !is_const(args[i]) && rv(args[i]).sum >= 0)
+        materialize(args[i]);
+    Instance& inst = res_.instances.emplace_back();
+    inst.tmpl = memo_.entries[static_cast<size_t>(e)].tmpl;
+    inst.first_arg = static_cast<uint32_t>(res_.arg_pool.size());
+    for (size_t i = 0; i < n; ++i)
+      if (is_tensor(i))
+        res_.arg_pool.push_back(materialize(args[i]));
+    inst.num_args = static_cast<uint32_t>(res_.arg_pool.size() - inst.first_arg);
+    note_instance(-1);
+  }
+
+  Value result(int32_t idx, const PeMemo::Entry& en, uint32_t k) {
+    return residual(Ref{Ref::Kind::Inst, idx, static_cast<int32_t>(k)},
+                    memo_.result_sigs[en.first + k]);
+  }
+
+  // Equal constants share one index, so instances that take them can share a group.
+  Ref const_ref(const Tensor& t) {
+    std::string key(dtype_name(t.dtype()));
+    for (auto d : t.shape().dims())
+      key += "," + std::to_string(d);
+    key += ":";
+    key.append(static_cast<const char*>(t.raw()), t.nbytes());
+    auto [it, fresh] = const_ids_.emplace(std::move(key), static_cast<int32_t>(res_.consts.size()));
+    if (fresh)
+      res_.consts.push_back(t);
+    if (!recs_.empty() && !replaying_)
+      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Const, it->second, -1, 0, 0});
+    return Ref{Ref::Kind::Const, it->second, 0};
+  }
+
+  int32_t leaf_part(Ref r) {
+    parts_.push_back(SumPart{-1, -1, r});
+    return static_cast<int32_t>(parts_.size() - 1);
+  }
+
+  int32_t join(int32_t a, int32_t b) {
+    parts_.push_back(SumPart{a, b, Ref{}});
+    return static_cast<int32_t>(parts_.size() - 1);
+  }
+
+  // The terms of a value as a sum part: a constant, a pending sum's terms, or the value.
+  int32_t part_of(const Value& v) {
+    if (is_const(v))
+      return leaf_part(const_ref(v.as_tensor()));
+    const RVal& r = rv(v);
+    if (r.sum >= 0)
+      return r.sum;
+    return leaf_part(r.ref);
+  }
+
+  // Appends the terms of sum part `part` to `out`, in order.
+  void flatten(int32_t part, std::vector<Ref>& out) {
+    stack_.clear();
+    stack_.push_back(part);
+    while (!stack_.empty()) {
+      const SumPart& p = parts_[static_cast<size_t>(stack_.back())];
+      stack_.pop_back();
+      if (p.l == -1) {
+        out.push_back(p.leaf);
+      } else if (p.l == -2) {
+        auto first = terms_.begin() + p.r;
+        out.insert(out.end(), first, first + p.leaf.index);
+      } else {
+        stack_.push_back(p.r);
+        stack_.push_back(p.l);
+      }
+    }
+  }
+
+  // A single reference for a value: a pending sum becomes a SumN instance (once).
+  Ref materialize(const Value& v) {
+    if (is_const(v))
+      return const_ref(v.as_tensor());
+    size_t id = static_cast<size_t>(v.tape_id());
+    if (rvals_[id].sum < 0)
+      return rvals_[id].ref;
+    Instance inst;
+    inst.tmpl = Instance::kSumN;
+    inst.first_arg = static_cast<uint32_t>(res_.arg_pool.size());
+    flatten(rvals_[id].sum, res_.arg_pool);
+    inst.num_args = static_cast<uint32_t>(res_.arg_pool.size() - inst.first_arg);
+    inst.sum_sig = static_cast<int32_t>(res_.sum_sigs.size());
+    res_.sum_sigs.push_back(memo_.sigs[static_cast<size_t>(rvals_[id].sig)]);
+    res_.instances.push_back(std::move(inst));
+    note_instance(rvals_[id].sig);
+    RVal& r = rvals_[id];
+    r.sum = -1;
+    r.ref = Ref{Ref::Kind::Inst, static_cast<int32_t>(res_.instances.size() - 1), 0};
+    return r.ref;
+  }
+
+  Value rebuild(const ir::Type& t, int32_t idx, const PeMemo::Entry& en, uint32_t& k) {
+    if (t->kind == ir::TypeKind::Tensor)
+      return result(idx, en, k++);
+    Values elems;
+    elems.reserve(t->elems.size());
+    for (const auto& e : t->elems)
+      elems.push_back(rebuild(e, idx, en, k));
+    return Value::tuple(std::move(elems));
+  }
+
+  Value fold(ops::OpId id, const ops::Attr& attr, const Value* args, size_t n, const Span& s,
+             Values* multi) {
+    std::vector<Tensor> ins, outs;
+    for (size_t i = 0; i < n; ++i)
+      ins.push_back(args[i].as_tensor());
+    try {
+      ops::op_def(id).eval(ins, attr, outs);
+    } catch (const Error& e) {
+      throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
+    }
+    if (multi) {
+      multi->clear();
+      for (auto& o : outs)
+        multi->push_back(Value::tensor(std::move(o)));
+      return Value();
+    }
+    return Value::tensor(std::move(outs[0]));
+  }
+};
+
+} // namespace pejit::spec::pe

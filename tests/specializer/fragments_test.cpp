@@ -1,0 +1,210 @@
+// Fragments, the partial evaluator's memo of inlined calls (partial_eval.cpp): a residual made
+// with fragments (recorded, replayed, or both in one batch) equals the one made by evaluating
+// every call, instance for instance, on seeded random trees and random programs; calls where
+// a replay would be wrong or unbounded (closures, constants, overlapping arguments, fuel and
+// depth bounds) are evaluated, with the same outcome as without fragments.
+#include "data/synthetic.h"
+#include "pejit/error.h"
+#include "random_programs.h"
+#include "specializer/partial_eval.h"
+#include "train/encode.h"
+#include "types/check.h"
+
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+using namespace pejit;
+
+namespace {
+
+struct Model {
+  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
+  interp::DimBindings dims;
+  explicit Model(const std::string& src, bool is_path, interp::DimBindings over = {}) {
+    Diagnostics d;
+    auto r = is_path ? types::add_file(*m, src, d) : types::add_source(*m, src, "test.pe", d);
+    REQUIRE_MESSAGE(r.ok, d.render());
+    dims = interp::bind_dims(*m, over);
+  }
+};
+
+/// Everything a residual says, with templates by key (ids depend on the table's history).
+std::string canonical(const spec::PeResult& pe, const spec::TemplateTable& t) {
+  std::ostringstream os;
+  const spec::Residual& r = pe.residual;
+  os << "ok " << pe.ok << " where " << pe.where.str() << " " << pe.reason << "\nkey " << r.key
+     << " fuel " << r.fuel_used << " inputs " << r.inputs.size() << " consts " << r.consts.size()
+     << "\n";
+  auto ref = [&](const spec::Ref& a) {
+    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
+  };
+  for (size_t i = 0; i < r.instances.size(); ++i) {
+    const auto& in = r.instances[i];
+    os << (in.tmpl == spec::Instance::kSumN ? "sum " + r.sum_sigs[in.sum_sig].str()
+                                            : t.at(in.tmpl).key());
+    for (const auto& a : r.args(i))
+      ref(a);
+    os << "\n";
+  }
+  os << "outputs";
+  for (const auto& o : r.outputs)
+    ref(o);
+  os << "\nshape";
+  for (auto s : r.result_shape)
+    os << " " << s;
+  for (size_t i = 0; i < r.inputs.size(); ++i)
+    os << (i % 16 ? " " : "\n") << r.inputs[i].shape().str();
+  return os.str();
+}
+
+interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>& ts,
+                         const std::string& adt = "Tree") {
+  runtime::TreeEncoder enc(m, adt);
+  interp::Values xs;
+  for (const auto& t : ts)
+    xs.push_back(enc.encode(t));
+  return interp::Value::list(std::move(xs));
+}
+
+spec::PeOptions no_fragments() {
+  spec::PeOptions o;
+  o.fragment_memo_bytes = 0;
+  return o;
+}
+
+const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
+
+// Runs every batch through one table with fragments and through another without, comparing
+// each residual; returns the calls replayed in all.
+size_t check_same(const Model& md, const std::string& entry,
+                  const std::vector<interp::Value>& batches, spec::PeOptions with = {}) {
+  spec::TemplateTable warm, cold;
+  size_t replayed = 0;
+  spec::PeOptions without = with;
+  without.fragment_memo_bytes = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    CAPTURE(b);
+    auto a = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], warm, with);
+    auto c = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], cold, without);
+    CHECK(c.replayed == 0);
+    REQUIRE(canonical(a, warm) == canonical(c, cold));
+    replayed += a.replayed;
+  }
+  return replayed;
+}
+
+} // namespace
+
+TEST_SUITE("specializer") {
+  TEST_CASE("fragments: TreeLSTM residuals equal evaluating every call, on seeded random trees") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(120, 7, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
+    std::vector<interp::Value> batches;
+    for (size_t b = 0; b + 10 <= trees.size(); b += 10)
+      batches.push_back(tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+    batches.push_back(batches[0]); // a batch seen before: whole trees replayed
+    for (std::string entry : {"loss", "infer", "infer_nodes"}) {
+      CAPTURE(entry);
+      CHECK(check_same(md, entry, batches) > 0);
+    }
+    // The first batch records, the next ones replay most of their calls.
+    spec::TemplateTable tt;
+    auto first = spec::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt);
+    auto second = spec::partially_evaluate(*md.m, md.dims, "loss", batches[1], tt);
+    auto again = spec::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt);
+    CHECK(first.recorded > 0);
+    CHECK(second.replayed > 0);
+    CHECK(again.recorded == 0);
+    CHECK(again.replayed == 10); // one per tree
+  }
+
+  TEST_CASE("fragments: random programs on permuted and repeated batches equal evaluation") {
+    int replaying = 0;
+    for (uint64_t seed = 1; seed <= 60; ++seed) {
+      CAPTURE(seed);
+      auto p = testgen::generate(seed);
+      INFO("program:\n" << p.source);
+      Model md(p.source, false);
+      interp::Values items;
+      for (size_t i = 0; i < p.batch.list_size(); ++i)
+        items.push_back(p.batch.list_at(i));
+      interp::Values rev(items.rbegin(), items.rend());
+      interp::Values twice = items;
+      twice.insert(twice.end(), items.begin(), items.end());
+      std::vector<interp::Value> batches{p.batch, interp::Value::list(rev),
+                                         interp::Value::list(twice), p.batch};
+      replaying += check_same(md, "loss", batches) > 0;
+    }
+    CHECK(replaying > 20); // most programs have recursive encoders that replay
+  }
+
+  TEST_CASE("fragments: calls a replay could get wrong are evaluated") {
+    // A closure argument, a constant argument, the same tree twice (overlapping payloads) and
+    // a parameter passed as a tensor argument: each evaluated or recorded without ambiguity.
+    Model md(R"(param W : f32[2] = normal(0.0, 1.0)
+type T = L(x: f32[2]) | N(l: T, r: T)
+fn walk(t: T, k: f32[2]) -> f32[] {
+  match t { L(x) => sum(x * k) N(l, r) => walk(l, k) + walk(r, k * W) }
+}
+fn pair(a: T, b: T) -> f32[] { walk(a, W) + walk(b, W) }
+fn apply(f: (T) -> f32[], t: T) -> f32[] { f(t) }
+fn const_arg(t: T) -> f32[] { walk(t, zeros(2) + 1.0) }
+fn sib(t: T) -> f32[] { match t { L(x) => pair(t, t) N(l, r) => pair(l, r) } }
+entry loss(ts: List[T]) -> f32[] {
+  sum_list(map(fn t => sib(t) + pair(t, t) + apply(fn u => walk(u, W), t) + const_arg(t), ts))
+}
+)",
+             false);
+    auto leaf = [](float v) {
+      return interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, v))});
+    };
+    auto node = [](interp::Value l, interp::Value r) {
+      return interp::Value::adt(1, {std::move(l), std::move(r)});
+    };
+    interp::Value t1 = node(leaf(1), node(leaf(2), leaf(3)));
+    interp::Value t2 = node(node(leaf(4), leaf(5)), leaf(6));
+    std::vector<interp::Value> batches{
+        interp::Value::list({leaf(7), node(leaf(8), leaf(9))}), interp::Value::list({t1, t2}),
+        interp::Value::list({t2, t1, t1}), interp::Value::list({t1})};
+    check_same(md, "loss", batches);
+  }
+
+  TEST_CASE("fragments: a replay is not taken past the fuel or the depth bound") {
+    Model md(R"(type T = L(x: f32[2]) | N(l: T, r: T)
+fn grow(n: Int) -> Int { if n == 0 { 1 } else { grow(n - 1) + grow(n - 1) } }
+fn f(t: T) -> f32[] { match t { L(x) => sum(x) N(l, r) => f(l) + f(r) } }
+entry loss(ts: List[T]) -> f32[] { sum_list(map(f, ts)) }
+entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
+)",
+             false);
+    auto leaf = interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, 1.0f))});
+    interp::Value chain = leaf;
+    for (int i = 0; i < 60; ++i)
+      chain = interp::Value::adt(1, {leaf, chain});
+    interp::Value batch = interp::Value::list({chain});
+    // Fuel: grow's fragments replay exponential work in bulk; the refusal comes where the
+    // evaluation would have run out, with the same fuel spent.
+    spec::PeOptions small;
+    small.fuel_per_value = 50;
+    check_same(md, "work", {batch, batch}, small);
+    // Depth: recorded under a loose bound, the chain's fragment is not replayed under a
+    // tighter one: that batch fails as it does without fragments.
+    spec::TemplateTable tt;
+    auto loose = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(loose.ok);
+    CHECK(loose.recorded > 0);
+    spec::PeOptions tight;
+    tight.max_depth = 30;
+    CHECK_THROWS_WITH_AS(spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt, tight),
+                         doctest::Contains("recursion deeper than"), pejit::Error);
+    auto o = no_fragments();
+    o.max_depth = 30;
+    spec::TemplateTable cold;
+    CHECK_THROWS_WITH_AS(spec::partially_evaluate(*md.m, md.dims, "loss", batch, cold, o),
+                         doctest::Contains("recursion deeper than"), pejit::Error);
+    auto again = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    CHECK(again.replayed == 1); // under the loose bound the whole chain replays
+  }
+}
