@@ -1,8 +1,10 @@
 // pejit_gemm_bench: GFLOP/s of the GEMM core at the TreeLSTM plan's real shapes (issue 6):
-// (a) the JIT's generated register-blocked kernel (jit/gemm_codegen.h), (b) libxsmm's per-shape
-// kernels as the reference kernels call them (kernels::sgemm: row panels of 64, transposes
-// into scratch where libxsmm has no kernel), (b') libxsmm_smmdispatch for the whole shape
-// where it gives a kernel, (c) OpenBLAS cblas_sgemm when built with it. One thread.
+// (a) the JIT's generated register-blocked kernel (jit/gemm_codegen.h), (b) kernels::sgemm as
+// the reference kernels call it (built for AVX-512: src/kernels/gemm.cpp's register-blocked
+// kernels, B^T transposed into scratch; else libxsmm's per-shape kernels in row panels of 64),
+// (b'') kernels::sgemm_packed on B packed once (NN: W; NT: W^T, as a plan run's dX does),
+// (b') libxsmm_smmdispatch for the whole shape where it gives a kernel, (c) OpenBLAS
+// cblas_sgemm when built with it. One thread.
 //
 // Per (shape, rows, implementation): one untimed call, then --reps repetitions, interleaved
 // across implementations; each repetition times back-to-back calls on the same operands for at
@@ -89,6 +91,18 @@ Call xsmm_whole(Problem& p) {
   if (!fn)
     return {};
   return [fn, &p] { fn(p.b.data(), p.a.data(), p.c.data()); };
+}
+
+// B packed once, outside the timing (a plan run packs each weight once for all its levels).
+Call packed_sgemm(Problem& p, std::vector<float>& packed) {
+  if (p.layout == jit::GemmLayout::TN)
+    return {};
+  bool nt = p.layout == jit::GemmLayout::NT;
+  packed.assign(size_t(kernels::packed_size(p.k, p.n)), 0.0f);
+  kernels::pack_b(nt, p.k, p.n, p.b.data(), nt ? p.k : p.n, packed.data());
+  return [&p, &packed] {
+    kernels::sgemm_packed(p.m, p.n, p.k, p.a.data(), p.k, packed.data(), 0.0f, p.c.data(), p.n);
+  };
 }
 
 Call xsmm_sgemm(Problem& p) {
@@ -226,9 +240,9 @@ int main(int argc, char** argv) {
 
   jit::Jit jit;
   std::printf("jit target: %s\n\n", jit.target_cpu().c_str());
-  std::printf("| shape | M | block | generated | libxsmm (sgemm) | libxsmm (whole) | OpenBLAS | "
-              "gen / best libxsmm | gen / peak |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | M | block | generated | kernels::sgemm | sgemm_packed | libxsmm (whole) | "
+              "OpenBLAS | gen / best other | gen / peak | best sgemm / peak |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const PlanGemm& s : kShapes) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos)
       continue;
@@ -263,6 +277,9 @@ int main(int argc, char** argv) {
       std::vector<std::pair<std::string, Call>> impls;
       impls.emplace_back("gen", [&] { g.fn(p.a.data(), p.b.data(), p.c.data(), rows); });
       impls.emplace_back("xsmm", xsmm_sgemm(p));
+      std::vector<float> packed;
+      if (Call pk = packed_sgemm(p, packed))
+        impls.emplace_back("packed", pk);
       if (Call w = xsmm_whole(p))
         impls.emplace_back("whole", w);
 #ifdef PEJIT_HAVE_OPENBLAS
@@ -276,16 +293,21 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r)
         for (size_t i = 0; i < impls.size(); ++i)
           res[i].push_back(measure(impls[i].second, flops, min_ms));
-      double gen = 0, xsmm = 0, whole = 0, ob = 0;
+      double gen = 0, xsmm = 0, pk = 0, whole = 0, ob = 0;
       for (size_t i = 0; i < impls.size(); ++i) {
         double med = median(res[i]);
         const std::string& name = impls[i].first;
-        (name == "gen" ? gen : name == "xsmm" ? xsmm : name == "whole" ? whole : ob) = med;
+        (name == "gen"      ? gen
+         : name == "xsmm"   ? xsmm
+         : name == "packed" ? pk
+         : name == "whole"  ? whole
+                            : ob) = med;
       }
-      double best = std::max(xsmm, whole);
-      std::printf("| %s | %lld | %s | %s | %s | %s | %s | %.2f | %.2f |\n", s.name, (long long)rows,
-                  g.schedule.c_str(), cell(gen).c_str(), cell(xsmm).c_str(), cell(whole).c_str(),
-                  cell(ob).c_str(), gen / best, gen / peak);
+      double best = std::max({xsmm, pk, whole});
+      std::printf("| %s | %lld | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n", s.name,
+                  (long long)rows, g.schedule.c_str(), cell(gen).c_str(), cell(xsmm).c_str(),
+                  cell(pk).c_str(), cell(whole).c_str(), cell(ob).c_str(), gen / best, gen / peak,
+                  std::max(xsmm, pk) / peak);
       std::fflush(stdout);
     }
   }

@@ -60,6 +60,21 @@ Tensor run_op(OpId o, std::vector<Tensor> args, const ops::Attr& attr, uint32_t 
   return std::move(out[k]);
 }
 
+// dX = dY · W^T for a weight W [N,K] that every group of a plan run multiplies by: W^T is
+// packed once per run (kernels::pack_b transposes while packing) and kept in `packed` under
+// W's address + 1 byte (never dereferenced; the address itself keys the plain W^T that other
+// shapes use); the map is cleared when the parameters may change.
+Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w,
+                        std::unordered_map<const void*, Tensor>& packed) {
+  const int64_t k = w.dim(1), n = w.dim(0);
+  Tensor& p = packed[static_cast<const char*>(w.raw()) + 1];
+  if (!p.defined()) {
+    p = Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
+    kernels::pack_b(true, k, n, w.f32(), k, p.f32());
+  }
+  return kernels::matmul_packed(gy, p, n);
+}
+
 std::optional<jit::ElementwiseOp> jit_op(const Node& n) {
   using E = jit::ElementwiseOp;
   if (n.kind == Kind::Op) {
@@ -711,9 +726,12 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
     return grad2(go, x, like, ops::Attr{{ax + 1}});
   }
   case GradOp::MatMulGradA:
+    if (st.transposed != nullptr && in[2].rank() == 2 && in[0].rank() == 2 &&
+        in[0].dim(1) == in[2].dim(1) && in[0].dtype() == DType::F32 && in[2].dtype() == DType::F32)
+      // A GEMM without a transposed operand, on W^T packed once per run for every group,
+      // instead of transposing W for each level's small GEMM.
+      return matmul_packed_wt(in[0], in[2], *st.transposed);
     if (st.transposed != nullptr && in[2].rank() == 2) {
-      // dX = dY · W^T with W^T made once per run and shared by every group (a GEMM without
-      // a transposed operand, instead of transposing W for each level's small GEMM).
       Tensor& wt = (*st.transposed)[in[2].raw()];
       if (!wt.defined())
         wt = run_op(OpId::Transpose, {in[2]}, {});

@@ -260,32 +260,21 @@ struct PlanExecutor::Impl {
         order.push_back(d.param);
     for (int p : order) {
       auto t0 = tick();
+      // One GEMM over all the groups' rows, read where the groups left them (no stacking).
       int64_t rows = 0, k = 0, m = 0;
-      std::vector<const GraphRunner::DeferredGemm*> parts;
+      std::vector<kernels::GemmStretch> parts;
       for (const auto& d : deferred)
         if (d.param == p) {
-          parts.push_back(&d);
+          parts.push_back({d.a.f32(), d.gy.f32(), d.a.dim(0)});
           rows += d.a.dim(0);
           k = d.a.dim(1);
           m = d.gy.dim(1);
         }
-      Tensor a = parts[0]->a, gy = parts[0]->gy;
-      if (parts.size() > 1) { // stack the rows
-        a = Tensor::empty(DType::F32, Shape{rows, k});
-        gy = Tensor::empty(DType::F32, Shape{rows, m});
-        int64_t at = 0;
-        for (const auto* d : parts) {
-          int64_t r = d->a.dim(0);
-          std::memcpy(a.f32() + at * k, d->a.f32(), static_cast<size_t>(r * k) * 4);
-          std::memcpy(gy.f32() + at * m, d->gy.f32(), static_cast<size_t>(r * m) * 4);
-          at += r;
-        }
-      }
       auto& dst = grads[static_cast<size_t>(p)].dense;
       float beta = dst.defined() ? 1.0f : 0.0f;
       if (!dst.defined())
         dst = Tensor::empty(DType::F32, Shape{k, m});
-      kernels::sgemm(true, false, k, m, rows, 1.0f, a.f32(), k, gy.f32(), m, beta, dst.f32(), m);
+      kernels::sgemm_tn_stretches(k, m, parts.data(), parts.size(), beta, dst.f32(), m);
       stats.weight_grad_gemms++;
       tock(stats, Family::GemmWeightGrad, t0, 2.0 * static_cast<double>(k * m * rows));
     }

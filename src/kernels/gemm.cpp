@@ -1,20 +1,27 @@
-// Row-major SGEMM over libxsmm, and matmul on Tensors.
-// libxsmm is column-major, so row-major C = op(A)·op(B) runs as column-major
+// Row-major SGEMM and matmul on Tensors. Built for AVX-512 (the native default on hosts that
+// have it), C (+)= op(A)·B runs on this file's register-blocked kernels (design note at
+// namespace avx512), A·B^T too once B is transposed into per-thread scratch (a few rows: row
+// dot products), and a right operand packed once (pack_b) feeds the same kernels.
+// Elsewhere, libxsmm: it is column-major, so row-major C = op(A)·op(B) runs as column-major
 // C^T = op(B)^T·op(A)^T: the operands swap and a row-major transpose flag becomes the other
 // operand's column-major one. One JIT kernel per (shape, leading dims, flags, beta 0/1) comes
 // from libxsmm_smmdispatch and is remembered in a per-thread map (no lock on the hot path;
-// libxsmm's own registry is thread-safe). libxsmm kernels take alpha = 1 and beta in {0, 1};
-// other alpha/beta go through a scratch product. Where libxsmm has no kernel (transposes it
-// does not generate), small-m A·B^T uses row dot products and everything else transposes the
-// operand into per-thread scratch first; a plain loop is the last resort.
+// libxsmm's own registry is thread-safe). Where libxsmm has no kernel (transposes it does not
+// generate), the operand is transposed into scratch first; a plain loop is the last resort.
+// Both take alpha = 1 and beta in {0, 1}; other alpha/beta go through a scratch product.
 #include "kernels/kernels.h"
 
 #include "kernels/row_ops.h"
 #include "kernels/transpose.h"
 #include "util/check.h"
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include <libxsmm.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include <climits>
 #include <cstring>
@@ -138,6 +145,154 @@ void gemm_nn_loops(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
   }
 }
 
+#ifdef __AVX512F__
+// Register-blocked AVX-512 kernels for C (+)= op(A)·B with B not transposed (forward X·W,
+// dX = dY·W^T on a W^T made once per run, and weight gradients X^T·dY, whose transposed A is
+// read in place by broadcasts, without a copy). A block of C (kMr rows x 32 columns, or a few
+// rows x 128 columns for the GEMV-like levels) stays in registers over a chunk of the summed
+// dimension; C is loaded into the accumulators first, so every element is summed over k in
+// order, the same for any blocking or row count (deterministic, and beta 1 is exact).
+namespace avx512 {
+
+constexpr int kMr = 12;           // rows per block: 24 accumulators with 2 vectors
+constexpr int kWideRows = 3;      // up to this many rows: blocks of 8 vectors (128 columns)
+constexpr int64_t kChunk = 320;   // most k per pass over a B panel (2 vectors: 40 KB)
+constexpr int64_t kPrefetch = 16; // rows of B fetched ahead
+
+// C[MR, NV vectors] (+)= sum over the stretches s of op(A_s)[MR, k_s] · B_s[k_s, NV vectors],
+// where A_s = s.a + a_off and B_s = s.b + b_off (one stretch but for weight gradients over rows
+// kept in several buffers); `last` masks the columns of the last vector (all set except at the
+// right edge). TA: A is stored [k, rows] (lda between k).
+template <int MR, int NV, bool TA>
+void block(const GemmStretch* st, size_t nst, int64_t a_off, int64_t lda, int64_t b_off,
+           int64_t ldb, float* c, int64_t ldc, bool beta0, __mmask16 last) {
+  __m512 acc[MR][NV];
+  if (beta0) // C's lines are written at the end: ask for them now (a plan's C is cold)
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16 * v), _MM_HINT_ET0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16 * NV - 1), _MM_HINT_ET0);
+    }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = beta0 ? _mm512_setzero_ps()
+                        : _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, c + r * ldc + 16 * v);
+  for (size_t s = 0; s < nst; ++s) {
+    const float* a = st[s].a + a_off;
+    const float* b = st[s].b + b_off;
+    const int64_t k = st[s].k;
+    for (int64_t p = 0; p < k; ++p) {
+      // B's rows are far apart (ldb floats): the hardware prefetchers miss them when B comes
+      // from L3, as it does in a plan run, where other kernels' data pass through L2 between
+      // GEMMs. Prefetches past the end are harmless.
+      const float* ahead = b + (p + kPrefetch) * ldb;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * v), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * NV - 1), _MM_HINT_T0);
+      if (TA) { // A's rows too (weight gradients: X [k, rows], lda apart), 0-7% there
+        const float* a_ahead = a + (p + kPrefetch) * lda;
+        _mm_prefetch(reinterpret_cast<const char*>(a_ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a_ahead + MR - 1), _MM_HINT_T0);
+      }
+      __m512 bv[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v)
+        bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, b + p * ldb + 16 * v)
+                            : _mm512_loadu_ps(b + p * ldb + 16 * v);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        __m512 av = _mm512_set1_ps(TA ? a[p * lda + r] : a[r * lda + p]);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v)
+          acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v)
+      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, v == NV - 1 ? last : 0xFFFF, acc[r][v]);
+}
+
+using BlockFn = void (*)(const GemmStretch*, size_t, int64_t, int64_t, int64_t, int64_t, float*,
+                         int64_t, bool, __mmask16);
+
+// The blocks of MR rows: 1..2 vectors, and up to 8 for MR <= kWideRows (the others are null and
+// never instantiated).
+template <bool TA, int MR, int... NV>
+constexpr std::array<BlockFn, 8> row_of_blocks(std::integer_sequence<int, NV...>) {
+  return {((NV < 2 || MR <= kWideRows) ? &block<MR, (NV < 2 || MR <= kWideRows ? NV + 1 : 1), TA>
+                                       : nullptr)...};
+}
+
+// kTable<TA>[rows - 1][vectors - 1]: 12 x 2 + 3 x 6 kernels per TA, whatever the shapes.
+template <bool TA, int... MR>
+constexpr std::array<std::array<BlockFn, 8>, sizeof...(MR)>
+table(std::integer_sequence<int, MR...>) {
+  return {row_of_blocks<TA, MR + 1>(std::make_integer_sequence<int, 8>())...};
+}
+
+template <bool TA> constexpr auto kTable = table<TA>(std::make_integer_sequence<int, kMr>());
+
+// C (+)= op(A)·B, row-major, B not transposed; m, n, k > 0. With `packed`, b is pack_b's
+// layout: panel j / kPackedWidth at b + j * k, kPackedWidth floats between rows.
+template <bool TA>
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          bool beta0, float* c, int64_t ldc, bool packed = false) {
+  const int nvec = packed ? static_cast<int>(kPackedWidth / 16) : m <= kWideRows ? 8 : 2;
+  const int64_t width = 16 * nvec;
+  if (packed)
+    ldb = kPackedWidth;
+  // Row blocks of near-equal size (13 rows: 7 + 6, not 12 + 1), and k chunks likewise.
+  const int64_t nblocks = (m + kMr - 1) / kMr;
+  const int64_t nchunks = (k + kChunk - 1) / kChunk;
+  for (int64_t j = 0; j < n; j += width) {
+    const int64_t nj = std::min(width, n - j);
+    const int nv = static_cast<int>((nj + 15) / 16);
+    const auto last = static_cast<__mmask16>(0xFFFFu >> (16 * nv - nj));
+    for (int64_t q = 0; q < nchunks; ++q) {
+      const int64_t p0 = k * q / nchunks;
+      const GemmStretch st{TA ? a + p0 * lda : a + p0,
+                           packed ? b + j * k + p0 * ldb : b + p0 * ldb + j,
+                           k * (q + 1) / nchunks - p0};
+      for (int64_t bi = 0; bi < nblocks; ++bi) {
+        const int64_t i0 = m * bi / nblocks, mi = m * (bi + 1) / nblocks - i0;
+        kTable<TA>[static_cast<size_t>(mi - 1)][static_cast<size_t>(nv - 1)](
+            &st, 1, TA ? i0 : i0 * lda, lda, 0, ldb, c + i0 * ldc + j, ldc, beta0 && q == 0, last);
+      }
+    }
+  }
+}
+
+// C (+)= sum over the stretches of A_s^T · B_s, A_s [k_s, m] and B_s [k_s, n] dense; m, n > 0.
+// Each block of C runs through every stretch in registers: the same sums as over the stacked
+// rows, without stacking them.
+void gemm_tn_stretches(int64_t m, int64_t n, const GemmStretch* st, size_t nst, bool beta0,
+                       float* c, int64_t ldc) {
+  const int nvec = m <= kWideRows ? 8 : 2;
+  const int64_t width = 16 * nvec;
+  const int64_t nblocks = (m + kMr - 1) / kMr;
+  for (int64_t j = 0; j < n; j += width) {
+    const int64_t nj = std::min(width, n - j);
+    const int nv = static_cast<int>((nj + 15) / 16);
+    const auto last = static_cast<__mmask16>(0xFFFFu >> (16 * nv - nj));
+    for (int64_t bi = 0; bi < nblocks; ++bi) {
+      const int64_t i0 = m * bi / nblocks, mi = m * (bi + 1) / nblocks - i0;
+      kTable<true>[static_cast<size_t>(mi - 1)][static_cast<size_t>(nv - 1)](
+          st, nst, i0, m, j, n, c + i0 * ldc + j, ldc, beta0, last);
+    }
+  }
+}
+
+} // namespace avx512
+#endif
+
 // C = op(A)·op(B) (beta0) or C += op(A)·op(B); row-major; m, n, k > 0.
 void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                  const float* b, int64_t ldb, bool beta0, float* c, int64_t ldc);
@@ -150,6 +305,21 @@ constexpr int64_t kPanel = 64;
 
 void gemm_core(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, bool beta0, float* c, int64_t ldc) {
+#ifdef __AVX512F__
+  if (!tb || m > 8) {
+    if (tb) { // dY·W^T per call (a plan run packs W^T once per run instead: sgemm_packed)
+      float* bt = scratch(3, static_cast<size_t>(k * n));
+      detail::transpose32(b, n, k, ldb, bt, n);
+      b = bt;
+      ldb = n;
+    }
+    if (ta)
+      avx512::gemm<true>(m, n, k, a, lda, b, ldb, beta0, c, ldc);
+    else
+      avx512::gemm<false>(m, n, k, a, lda, b, ldb, beta0, c, ldc);
+    return;
+  }
+#endif
   if (tb && m > 8) {
     // A·B^T (the input gradient dX = dY·W^T) without a libxsmm kernel for it: transpose B once
     // here, not once per panel.
@@ -249,6 +419,83 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
       for (int64_t j = 0; j < n; ++j)
         cr[j] = alpha * tr[j] + beta * cr[j];
   }
+}
+
+int64_t packed_size(int64_t k, int64_t n) {
+  return (n + kPackedWidth - 1) / kPackedWidth * kPackedWidth * k;
+}
+
+void pack_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed) {
+  PEJIT_CHECK(k >= 0 && n >= 0 && ldb >= (trans_b ? k : n)) << "pack_b: bad sizes";
+  for (int64_t j = 0; j < n; j += kPackedWidth) {
+    const int64_t nj = std::min(kPackedWidth, n - j);
+    float* panel = packed + j * k;
+    if (trans_b)
+      detail::transpose32(b + j * ldb, nj, k, ldb, panel, kPackedWidth);
+    for (int64_t p = 0; p < k; ++p) {
+      float* row = panel + p * kPackedWidth;
+      if (!trans_b)
+        std::memcpy(row, b + p * ldb + j, static_cast<size_t>(nj) * sizeof(float));
+      std::fill(row + nj, row + kPackedWidth, 0.0f);
+    }
+  }
+}
+
+void sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed,
+                  float beta, float* c, int64_t ldc) {
+  PEJIT_CHECK(m >= 0 && n >= 0 && k >= 0 && lda >= k && ldc >= n) << "sgemm_packed: bad sizes";
+  PEJIT_CHECK(beta == 0.0f || beta == 1.0f) << "sgemm_packed: beta " << beta;
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < m; ++i)
+        std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+#ifdef __AVX512F__
+  avx512::gemm<false>(m, n, k, a, lda, packed, kPackedWidth, beta == 0.0f, c, ldc, true);
+  return;
+#endif
+  // Elsewhere: each panel is a B of kPackedWidth columns with its own leading dimension.
+  for (int64_t j = 0; j < n; j += kPackedWidth)
+    gemm_core(false, false, m, std::min(kPackedWidth, n - j), k, a, lda, packed + j * k,
+              kPackedWidth, beta == 0.0f, c + j, ldc);
+}
+
+void sgemm_tn_stretches(int64_t m, int64_t n, const GemmStretch* stretches, size_t count,
+                        float beta, float* c, int64_t ldc) {
+  PEJIT_CHECK(m >= 0 && n >= 0 && ldc >= n) << "sgemm_tn_stretches: bad sizes";
+  PEJIT_CHECK(beta == 0.0f || beta == 1.0f) << "sgemm_tn_stretches: beta " << beta;
+  std::vector<GemmStretch> st;
+  for (size_t s = 0; s < count; ++s) {
+    PEJIT_CHECK(stretches[s].k >= 0) << "sgemm_tn_stretches: negative rows";
+    if (stretches[s].k > 0)
+      st.push_back(stretches[s]);
+  }
+  if (m == 0 || n == 0)
+    return;
+  if (st.empty()) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < m; ++i)
+        std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+#ifdef __AVX512F__
+  avx512::gemm_tn_stretches(m, n, st.data(), st.size(), beta == 0.0f, c, ldc);
+  return;
+#endif
+  for (size_t s = 0; s < st.size(); ++s)
+    sgemm(true, false, m, n, st[s].k, 1.0f, st[s].a, m, st[s].b, n, s == 0 ? beta : 1.0f, c, ldc);
+}
+
+Tensor matmul_packed(const Tensor& x, const Tensor& packed, int64_t n) {
+  PEJIT_CHECK(x.dtype() == DType::F32 && x.rank() == 2 && packed.dtype() == DType::F32 &&
+              packed.numel() == packed_size(x.dim(1), n))
+      << "matmul_packed: " << x.shape().str() << " by a packed [" << x.dim(1) << "," << n << "]";
+  Tensor y = Tensor::empty(DType::F32, Shape{x.dim(0), n});
+  sgemm_packed(x.dim(0), n, x.dim(1), x.f32(), x.dim(1), packed.f32(), 0.0f, y.f32(), n);
+  return y;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -19,6 +19,35 @@ namespace pejit::kernels {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+/// A right operand B [k,n] packed for sgemm_packed: column panels of kPackedWidth columns, each
+/// panel's k rows contiguous (the last panel zero-padded). Made once per plan run for a weight
+/// that every level multiplies by (forward x·W, and W^T for dX = dY·W^T).
+constexpr int64_t kPackedWidth = 32;
+/// Floats that pack_b writes for a [k,n] B.
+int64_t packed_size(int64_t k, int64_t n);
+/// Packs B = op(b) [k,n]: b is [k,n] (ldb between rows), or with trans_b b is [n,k] and is
+/// transposed while packing.
+void pack_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed);
+/// C = A·B (beta 0, C not read) or C += A·B (beta 1); A [m,k] row-major, B from pack_b. The
+/// same sums in the same order as sgemm(false, false, ...) on the unpacked B where the AVX-512
+/// kernels run (bit for bit), the same up to rounding elsewhere.
+void sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed,
+                  float beta, float* c, int64_t ldc);
+/// x [m,k] · B [k,n] -> [m,n] with B from pack_b (a Tensor of packed_size floats).
+Tensor matmul_packed(const Tensor& x, const Tensor& packed, int64_t n);
+
+/// k rows of a weight gradient's operands: a [k, m] and b [k, n], dense rows.
+struct GemmStretch {
+  const float* a;
+  const float* b;
+  int64_t k;
+};
+/// C = sum over the stretches of a^T·b (beta 0, C not read) or C += that sum (beta 1): the
+/// weight gradient of rows kept in several buffers, as sgemm(true, false, ...) over the stacked
+/// rows gives it (bit for bit where the AVX-512 kernels run, else up to rounding), unstacked.
+void sgemm_tn_stretches(int64_t m, int64_t n, const GemmStretch* stretches, size_t count,
+                        float beta, float* c, int64_t ldc);
+
 /// [m,k]@[k,n] -> [m,n], [k]@[k,n] -> [n], [m,k]@[k] -> [m], [k]@[k] -> []; f32 only.
 Tensor matmul(const Tensor& a, const Tensor& b);
 

@@ -1,5 +1,7 @@
 // sgemm against a naive triple loop over random sizes (m = 1, sizes off multiples of 16, all
-// transpose combinations, alpha/beta variants, padded leading dims) and matmul's shape rules.
+// transpose combinations, alpha/beta variants, padded leading dims) and matmul's shape rules;
+// the packed right operand (pack_b + sgemm_packed) and the unstacked weight gradient
+// (sgemm_tn_stretches) against the same loop and, bit for bit, against sgemm.
 #include "kernels/kernels.h"
 #include "util/check.h"
 
@@ -49,6 +51,85 @@ void check_case(std::mt19937& rng, bool ta, bool tb, int64_t m, int64_t n, int64
   CHECK(err <= 1e-5 * std::sqrt(double(k) + 1) * 4);
 }
 
+std::vector<float> random_vec(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v)
+    x = u(rng);
+  return v;
+}
+
+// sgemm_packed on pack_b(trans_b) of a random B, against the naive loop and against sgemm on
+// the unpacked B.
+void check_packed(std::mt19937& rng, bool trans_b, int64_t m, int64_t n, int64_t k, float beta,
+                  int64_t pad) {
+  int64_t lda = k + pad, ldb = (trans_b ? k : n) + pad, ldc = n + pad;
+  std::vector<float> a = random_vec(rng, m * lda), b = random_vec(rng, (trans_b ? n : k) * ldb);
+  std::vector<float> c = random_vec(rng, m * ldc);
+  if (beta == 0)
+    std::fill(c.begin(), c.end(), NAN); // beta == 0 must not read C
+  std::vector<float> packed(static_cast<size_t>(packed_size(k, n)), NAN);
+  pack_b(trans_b, k, n, b.data(), ldb, packed.data());
+  std::vector<float> ref = c, via_sgemm = c;
+  naive(false, trans_b, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, ref.data(), ldc);
+  sgemm(false, trans_b, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, via_sgemm.data(), ldc);
+  sgemm_packed(m, n, k, a.data(), lda, packed.data(), beta, c.data(), ldc);
+  double err = 0;
+  bool same = true;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      err = std::max(err, double(std::fabs(c[i * ldc + j] - ref[i * ldc + j])));
+      same = same && c[i * ldc + j] == via_sgemm[i * ldc + j];
+    }
+  INFO("trans_b=", trans_b, " m=", m, " n=", n, " k=", k, " beta=", beta, " pad=", pad);
+  CHECK(err <= 1e-5 * std::sqrt(double(k) + 1) * 4);
+#ifdef __AVX512F__
+  if (!trans_b || m > 8) // (sgemm takes a few rows times B^T as row dot products)
+    CHECK(same);         // one kernel, the same sums in the same order
+#endif
+  for (int64_t i = 0; i < m; ++i) // padding between rows untouched
+    for (int64_t j = n; j < ldc; ++j)
+      CHECK(std::isnan(c[i * ldc + j]) == (beta == 0));
+}
+
+// sgemm_tn_stretches over rows cut into random stretches (empty ones included), against the
+// naive loop and sgemm over the stacked rows.
+void check_stretches(std::mt19937& rng, int64_t m, int64_t n, std::vector<int64_t> rows,
+                     float beta) {
+  int64_t k = 0;
+  for (int64_t r : rows)
+    k += r;
+  std::vector<float> a = random_vec(rng, k * m), b = random_vec(rng, k * n);
+  std::vector<float> c = random_vec(rng, m * n);
+  if (beta == 0)
+    std::fill(c.begin(), c.end(), NAN);
+  std::vector<GemmStretch> parts;
+  std::vector<std::vector<float>> copies; // each stretch in its own buffer
+  int64_t at = 0;
+  for (int64_t r : rows) {
+    copies.emplace_back(a.begin() + at * m, a.begin() + (at + r) * m);
+    copies.emplace_back(b.begin() + at * n, b.begin() + (at + r) * n);
+    at += r;
+  }
+  for (size_t s = 0; s < rows.size(); ++s)
+    parts.push_back({copies[2 * s].data(), copies[2 * s + 1].data(), rows[s]});
+  std::vector<float> ref = c, stacked = c;
+  naive(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n, beta, ref.data(), n);
+  sgemm(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n, beta, stacked.data(), n);
+  sgemm_tn_stretches(m, n, parts.data(), parts.size(), beta, c.data(), n);
+  double err = 0;
+  bool same = true;
+  for (size_t i = 0; i < c.size(); ++i) {
+    err = std::max(err, double(std::fabs(c[i] - ref[i])));
+    same = same && c[i] == stacked[i];
+  }
+  INFO("m=", m, " n=", n, " k=", k, " stretches=", rows.size(), " beta=", beta);
+  CHECK(err <= 1e-5 * std::sqrt(double(k) + 1) * 4);
+#ifdef __AVX512F__
+  CHECK(same);
+#endif
+}
+
 } // namespace
 
 TEST_SUITE("kernels") {
@@ -83,6 +164,66 @@ TEST_SUITE("kernels") {
           check_case(rng, ta, tb, 30, 45, 333, 1.0f, beta, 1); // k > 4 panels
           check_case(rng, ta, tb, 70, 9, 700, 0.5f, beta, 0);
         }
+  }
+
+  TEST_CASE("packed right operand: pack_b + sgemm_packed") {
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> sz(1, 90);
+    for (int tb = 0; tb < 2; ++tb)
+      for (float beta : {0.0f, 1.0f}) {
+        check_packed(rng, tb, 1, 750, 300, beta, 0); // a level of one node: dX of the cell
+        check_packed(rng, tb, 13, 300, 750, beta, 0);
+        check_packed(rng, tb, 37, 33, 1, beta, 2); // k = 1, one column past a panel
+        check_packed(rng, tb, 5, 5, 150, beta, 1); // narrower than a vector
+        check_packed(rng, tb, 130, 64, 17, beta, 0);
+        for (int r = 0; r < 5; ++r)
+          check_packed(rng, tb, sz(rng), sz(rng), sz(rng), beta, r % 3);
+      }
+    std::vector<float> c{1, 2}, none;
+    sgemm_packed(1, 2, 0, none.data(), 1, none.data(), 0.0f, c.data(), 2); // k == 0: C = 0
+    CHECK(c == std::vector<float>{0, 0});
+    CHECK_THROWS(sgemm_packed(1, 2, 0, none.data(), 1, none.data(), 0.5f, c.data(), 2));
+  }
+
+  TEST_CASE("weight gradient over unstacked rows: sgemm_tn_stretches") {
+    std::mt19937 rng(12);
+    std::uniform_int_distribution<int> sz(1, 40), cnt(1, 9), rows(0, 30);
+    for (float beta : {0.0f, 1.0f}) {
+      check_stretches(rng, 30, 75, {1}, beta);
+      check_stretches(rng, 1, 17, {3, 0, 5}, beta);
+      check_stretches(rng, 150, 5, {40, 1, 0, 33, 12}, beta); // the classifier's shape
+      check_stretches(rng, 31, 750, {64, 7, 300}, beta);
+      for (int r = 0; r < 6; ++r) {
+        std::vector<int64_t> parts(static_cast<size_t>(cnt(rng)));
+        for (auto& p : parts)
+          p = rows(rng);
+        check_stretches(rng, sz(rng), sz(rng), parts, beta);
+      }
+    }
+    std::vector<float> c{1, 2};
+    check_stretches(rng, 2, 3, {0, 0}, 1.0f); // no rows: C unchanged
+    sgemm_tn_stretches(1, 2, nullptr, 0, 0.0f, c.data(), 2);
+    CHECK(c == std::vector<float>{0, 0});
+  }
+
+  TEST_CASE("a row's result does not depend on the rows beside it") {
+    // Plans batch a different number of rows every time: row i of a product must come out the
+    // same bits for any row count (where one kernel family serves every count).
+    std::mt19937 rng(13);
+    const int64_t k = 300, n = 750;
+    std::vector<float> a = random_vec(rng, 40 * k), b = random_vec(rng, k * n);
+    std::vector<float> one(static_cast<size_t>(n)), many(static_cast<size_t>(40 * n));
+    sgemm(false, false, 40, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, many.data(), n);
+    for (int64_t i : {0, 13, 39}) {
+      sgemm(false, false, 1, n, k, 1.0f, a.data() + i * k, k, b.data(), n, 0.0f, one.data(), n);
+      double err = 0;
+      for (int64_t j = 0; j < n; ++j)
+        err = std::max(err, double(std::fabs(one[j] - many[i * n + j])));
+      CHECK(err <= 1e-4);
+#ifdef __AVX512F__
+      CHECK(std::equal(one.begin(), one.end(), many.begin() + i * n));
+#endif
+    }
   }
 
   TEST_CASE("sgemm degenerate sizes") {
