@@ -1,0 +1,37 @@
+// GraphRunner's elementwise runs (internal to runtime/): a run's description, shared by the
+// code that finds and compiles runs (graph_runs.cpp) and the code that launches them
+// (graph_runner.cpp).
+#pragma once
+
+#include "graph_runner.h"
+
+#include "jit/kernel_cache.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace pejit::runtime {
+
+namespace detail {
+/// A per-row value's rank (its type's rank: node types are per instance).
+size_t rank_of(const graph::Node& n);
+/// The JIT's op for an elementwise node; nullopt for any other node.
+std::optional<jit::ElementwiseOp> jit_op(const graph::Node& n);
+} // namespace detail
+
+// A maximal run of f32 elementwise nodes over rows of one width inside a kernel, compiled.
+struct GraphRunner::Run {
+  size_t first = 0, count = 0;        ///< positions in the kernel's node list
+  std::vector<graph::NodeId> inputs;  ///< values read from outside the run
+  std::vector<graph::NodeId> outputs; ///< run nodes read outside it
+  /// Per input / output: where it is read or written in place instead (kNoNode: its own
+  /// value). An input that is a split's part is read as columns [offset, offset + width) of
+  /// the split's operand; an output read only by a concat is written into the concat's value.
+  std::vector<std::pair<graph::NodeId, int64_t>> in_view, out_view;
+  int64_t width = 0;
+  jit::KernelSpec spec;
+  std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
+};
+
+} // namespace pejit::runtime
