@@ -2,10 +2,11 @@
 // (no execution): the specializer's per-batch cost. Prints the median, quartiles and the
 // instance/group counts, in wall time and in the thread's CPU time (which leaves out the time
 // the thread was preempted: on a shared host, the steadier figure to compare builds by).
-// Usage: pejit_plan_bench [TRAIN_FILE] [BATCHES] [--no-fragments] [--warm]
+// Usage: pejit_plan_bench [TRAIN_FILE] [BATCHES] [--no-fragments] [--warm] [--keep-inputs]
 // (--no-fragments: every inlined call evaluated, as before fragments, for A/B comparisons;
 // --warm: one unmeasured pass over the data in file order first, so that the shuffled batches
-// are measured as in a later epoch of training: every tree seen, in other batches)
+// are measured as in a later epoch of training: every tree seen, in other batches;
+// --keep-inputs: copy the payloads into Residual::inputs, which the engine does not)
 #include "data/synthetic.h"
 #include "data/tree_io.h"
 #include "specializer/partial_eval.h"
@@ -31,10 +32,13 @@ int main(int argc, char** argv) {
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t batches = argc > 2 ? std::stoul(argv[2]) : 200;
   spec::PeOptions pe_opt;
+  pe_opt.keep_inputs = false; // as the engine plans
   bool warm = false;
   for (int a = 3; a < argc; ++a) {
     if (std::string(argv[a]) == "--no-fragments")
       pe_opt.fragment_memo_bytes = 0;
+    if (std::string(argv[a]) == "--keep-inputs")
+      pe_opt.keep_inputs = true;
     warm = warm || std::string(argv[a]) == "--warm";
   }
   auto m = std::make_shared<ir::Module>();

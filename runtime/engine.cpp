@@ -379,7 +379,11 @@ struct Engine::Impl {
     try {
       if (opt.inject_failure == "pe")
         throw InternalError("injected failure in partial evaluation");
-      auto pe = spec::partially_evaluate(*m, dims, entry, batch, templates);
+      // The executor reads this batch's payloads from the batch itself (collect_payloads):
+      // partial evaluation only numbers them.
+      spec::PeOptions pe_opt;
+      pe_opt.keep_inputs = false;
+      auto pe = spec::partially_evaluate(*m, dims, entry, batch, templates, pe_opt);
       if (!pe.ok) {
         why = "refused at " + pe.where.str() + ": " + pe.reason;
         refused[entry] = {cone, why};

@@ -183,6 +183,7 @@ public:
         return fail();
       h = mix(h, v.items().size());
       PoolNode& pn = open(Value::Kind::Tuple, 0, t->elems.size());
+      prefetch_children(v.items().data(), v.items().size());
       for (size_t i = 0; i < t->elems.size() && ok; ++i)
         item(pn, scan(v.items()[i], t->elems[i]));
       return close(pn, Value::Kind::Tuple, 0);
@@ -192,6 +193,8 @@ public:
         return fail();
       h = mix(h, v.list_size());
       PoolNode& pn = open(Value::Kind::List, 0, v.list_size());
+      if (v.list_size() > 0)
+        prefetch_children(&v.list_at(0), v.list_size());
       for (size_t i = 0; i < v.list_size() && ok; ++i)
         item(pn, scan(v.list_at(i), t->elems[0]));
       return close(pn, Value::Kind::List, 0);
@@ -207,6 +210,7 @@ public:
       h = mix(h, static_cast<uint64_t>(v.tag()));
       h = mix(h, v.items().size());
       PoolNode& pn = open(Value::Kind::Adt, v.tag(), c.fields.size());
+      prefetch_children(v.items().data(), v.items().size());
       for (size_t i = 0; i < c.fields.size() && ok; ++i)
         item(pn, scan(v.items()[i], c.fields[i].type));
       return close(pn, Value::Kind::Adt, v.tag());
@@ -294,6 +298,15 @@ private:
     pn.slots = static_cast<int32_t>(be_.num_inputs()) - pn.first_slot;
     last_h1_ = pn.h1, last_h2_ = pn.h2, last_known_ = pn.known;
     return Value::with_items(kind, tag, std::shared_ptr<const Values>(pool_, &pn.items));
+  }
+
+  // The batch's nodes are scattered on the heap and reached through two dependent pointers
+  // (a node's items vector, then its elements): asking for the children's vectors before
+  // walking the first child overlaps those misses with the work on the siblings.
+  static void prefetch_children(const Value* xs, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      if (xs[i].kind() == Value::Kind::Adt || xs[i].kind() == Value::Kind::Tuple)
+        __builtin_prefetch(&xs[i].items());
   }
 
   Value fail() {
@@ -410,6 +423,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
   std::shared_ptr<NodePool> pool = NodePool::of(memo);
   NodePool::Release release{*pool}; // after every Value below
   std::optional<PeBackend> be(std::in_place, m, dims, templates, out.residual);
+  be->set_keep_inputs(opt.keep_inputs);
   be->reserve();
   if (frags)
     be->set_fragments(frags, pool.get());
@@ -422,6 +436,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
     // The batch is fine after all: the separate walks.
     out.residual = Residual{};
     be.emplace(m, dims, templates, out.residual);
+    be->set_keep_inputs(opt.keep_inputs);
     be->reserve();
     if (frags)
       be->set_fragments(frags, pool.get());

@@ -52,6 +52,11 @@ struct PeOptions {
   /// TemplateTable; past it they are dropped before the next batch. 0: no fragments, every
   /// call is evaluated.
   size_t fragment_memo_bytes = size_t{64} << 20;
+  /// Whether Residual::inputs gets a copy of each payload tensor. A caller that plans and then
+  /// runs the plan on the payloads it collects itself (the engine) turns it off: the residual
+  /// then only counts its input slots (Residual::num_inputs) and the batch scan touches no
+  /// tensor's storage.
+  bool keep_inputs = true;
 };
 
 struct PeResult {

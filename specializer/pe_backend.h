@@ -150,15 +150,18 @@ public:
     pool_ = pool;
     memo_fn_.assign(m_.fns().size(), -1);
   }
-  size_t num_inputs() const { return res_.inputs.size(); }
+  size_t num_inputs() const { return static_cast<size_t>(res_.num_inputs); }
+  /// Whether input() keeps each payload tensor in Residual::inputs (PeOptions::keep_inputs).
+  void set_keep_inputs(bool keep) { keep_inputs_ = keep; }
   size_t replayed() const { return replayed_; }
   size_t recorded() const { return recorded_; }
   int32_t sig_of_value(const Value& v) { return sig(v); }
 
   // A fresh input slot for a payload tensor of the batch (of signature sig, if known).
   Value input(const Tensor& t, int32_t sig = -1) {
-    int32_t slot = static_cast<int32_t>(res_.inputs.size());
-    res_.inputs.push_back(t);
+    int32_t slot = res_.num_inputs++;
+    if (keep_inputs_)
+      res_.inputs.push_back(t);
     return residual(Ref{Ref::Kind::Input, slot, 0}, sig >= 0 ? sig : sig_id(t));
   }
 
@@ -167,14 +170,15 @@ public:
   void reserve() {
     res_.instances.reserve(memo_.hint_instances);
     res_.arg_pool.reserve(memo_.hint_args);
-    res_.inputs.reserve(memo_.hint_inputs);
+    if (keep_inputs_)
+      res_.inputs.reserve(memo_.hint_inputs);
     rvals_.reserve(memo_.hint_rvals);
     parts_.reserve(memo_.hint_parts);
   }
   void update_hints() {
     memo_.hint_instances = std::max(memo_.hint_instances, res_.instances.size());
     memo_.hint_args = std::max(memo_.hint_args, res_.arg_pool.size());
-    memo_.hint_inputs = std::max(memo_.hint_inputs, res_.inputs.size());
+    memo_.hint_inputs = std::max(memo_.hint_inputs, num_inputs());
     memo_.hint_rvals = std::max(memo_.hint_rvals, rvals_.size());
     memo_.hint_parts = std::max(memo_.hint_parts, parts_.size());
   }
@@ -440,6 +444,7 @@ private:
   Residual& res_;
   size_t fuel_ = 0;
   size_t used_ = 0;
+  bool keep_inputs_ = true;
   std::vector<RVal> rvals_;
   std::vector<SumPart> parts_;
   std::vector<Value> param_vals_; ///< None until first used

@@ -177,8 +177,11 @@ struct Residual {
   std::vector<Instance> instances;
   std::vector<Ref> arg_pool;       ///< every instance's arguments, in instance order
   std::vector<TensorSig> sum_sigs; ///< SumN instances' signatures (Instance::sum_sig)
-  std::vector<Tensor> inputs;      ///< payload tensors of this batch, by input slot
-  std::vector<Tensor> consts;      ///< constants the program folded
+  /// Payload tensors of this batch, by input slot (a preorder walk of the batch); empty when
+  /// partial evaluation ran without PeOptions::keep_inputs.
+  std::vector<Tensor> inputs;
+  int32_t num_inputs = 0;     ///< input slots (inputs.size() when they are kept)
+  std::vector<Tensor> consts; ///< constants the program folded
   /// The entry's result, flattened: one Ref per tensor leaf, in order.
   std::vector<Ref> outputs;
   /// The result's structure in preorder (static for a skeleton): kResultTensor for a tensor

@@ -3,6 +3,7 @@
 // every call, instance for instance, on seeded random trees and random programs; calls where
 // a replay would be wrong or unbounded (closures, constants, overlapping arguments, fuel and
 // depth bounds) are evaluated, with the same outcome as without fragments.
+// Also: without PeOptions::keep_inputs, the same residual with no payload copies.
 #include "data/synthetic.h"
 #include "pejit/error.h"
 #include "random_programs.h"
@@ -34,7 +35,7 @@ std::string canonical(const spec::PeResult& pe, const spec::TemplateTable& t) {
   std::ostringstream os;
   const spec::Residual& r = pe.residual;
   os << "ok " << pe.ok << " where " << pe.where.str() << " " << pe.reason << "\nkey " << r.key
-     << " fuel " << r.fuel_used << " inputs " << r.inputs.size() << " consts " << r.consts.size()
+     << " fuel " << r.fuel_used << " inputs " << r.num_inputs << " consts " << r.consts.size()
      << "\n";
   auto ref = [&](const spec::Ref& a) {
     os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
@@ -94,9 +95,49 @@ size_t check_same(const Model& md, const std::string& entry,
   return replayed;
 }
 
+// Runs every batch with and without PeOptions::keep_inputs (one table each, so that both
+// replay alike): the same residual but for the payload copies, which only the first keeps.
+void check_inputs_dropped(const Model& md, const std::string& entry,
+                          const std::vector<interp::Value>& batches, spec::PeOptions with = {}) {
+  spec::TemplateTable kept_t, dropped_t;
+  spec::PeOptions drop = with;
+  drop.keep_inputs = false;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    CAPTURE(b);
+    auto kept = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], kept_t, with);
+    auto dropped = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], dropped_t, drop);
+    CHECK(dropped.residual.inputs.empty());
+    CHECK(kept.residual.inputs.size() == static_cast<size_t>(kept.residual.num_inputs));
+    CHECK(dropped.replayed == kept.replayed);
+    kept.residual.inputs.clear();
+    REQUIRE(canonical(dropped, dropped_t) == canonical(kept, kept_t));
+  }
+}
+
 } // namespace
 
 TEST_SUITE("specializer") {
+  TEST_CASE("partial evaluation without keep_inputs: the same input slots, no payload copies") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(40, 11, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
+    std::vector<interp::Value> batches;
+    for (size_t b = 0; b + 10 <= trees.size(); b += 10)
+      batches.push_back(tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+    batches.push_back(batches[1]);
+    for (std::string entry : {"loss", "infer"}) {
+      CAPTURE(entry);
+      check_inputs_dropped(md, entry, batches);
+      check_inputs_dropped(md, entry, batches, no_fragments());
+    }
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      CAPTURE(seed);
+      auto p = testgen::generate(seed);
+      Model rp(p.source, false);
+      check_inputs_dropped(rp, "loss", {p.batch, p.batch});
+    }
+  }
+
   TEST_CASE("fragments: TreeLSTM residuals equal evaluating every call, on seeded random trees") {
     data::Vocab vocab;
     auto trees = data::gen_sst(120, 7, data::Shape::Sst, vocab);
