@@ -5,7 +5,12 @@
 // (ExecOptions::profile); GEMM families report GFLOP/s and the fraction of this machine's
 // SGEMM peak, measured in the same process (the best libxsmm rate over large square shapes).
 //
-//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS]
+//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels]
+//
+// --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
+// (the GEMM whole, then its epilogue run), the two in alternating order, unprofiled; prints
+// the per-batch time of both and the median of the per-batch ratios (paired, so the
+// machine's minute-to-minute speed swings cancel).
 //
 // The default file is ../shared/data/sst/train.txt (generated SST-like trees without it).
 #include "data/synthetic.h"
@@ -60,6 +65,7 @@ int main(int argc, char** argv) {
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t limit = argc > 2 ? std::stoul(argv[2]) : 2000;
   int epochs = argc > 3 ? std::stoi(argv[3]) : 2;
+  const bool ab = argc > 4 && std::string(argv[4]) == "--ab-panels";
   auto m = std::make_shared<ir::Module>();
   Diagnostics d;
   if (!types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok) {
@@ -84,6 +90,11 @@ int main(int argc, char** argv) {
   eo.kernels = &cache;
   eo.profile = true;
   runtime::PlanExecutor exec(m, dims, eo);
+  runtime::ExecOptions on = eo, off = eo;
+  on.profile = off.profile = false;
+  off.panels = false;
+  runtime::PlanExecutor exec_on(m, dims, on), exec_off(m, dims, off);
+  std::vector<double> ab_on, ab_off;
   interp::Params params = interp::init_params(*m, dims, 1);
   optim::Optimizer opt(optim::OptimizerOptions{});
   spec::TemplateTable tt;
@@ -91,7 +102,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> order(encoded.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::mt19937_64 rng(1);
-  double plan_s = 0, run_s = 0, step_s = 0, total_s = 0;
+  double plan_s = 0, run_s = 0, step_s = 0, total_s = 0, ab_s = 0;
   size_t nbatches = 0;
   runtime::Profile first{}; // epoch 0 includes the first batch's compiles: report the last epoch
   for (int ep = 0; ep < epochs; ++ep) {
@@ -113,14 +124,27 @@ int main(int argc, char** argv) {
       auto t1 = Clock::now();
       auto g = exec.value_and_grad(plan, pe.residual, tt, params, &layout);
       auto t2 = Clock::now();
+      if (ab && ep + 1 == epochs) {
+        for (int k = 0; k < 2; ++k) {
+          bool first_on = (b + static_cast<size_t>(k)) % 2 == 0;
+          for (auto* ex : {first_on ? &exec_on : &exec_off, first_on ? &exec_off : &exec_on}) {
+            auto a0 = Clock::now();
+            (void)ex->value_and_grad(plan, pe.residual, tt, params, &layout);
+            (ex == &exec_on ? ab_on : ab_off).push_back(secs(a0, Clock::now()));
+          }
+        }
+      }
+      auto t2s = Clock::now();
       opt.step(params, g.grads);
       auto t3 = Clock::now();
       plan_s += secs(t0, t1);
       run_s += secs(t1, t2);
-      step_s += secs(t2, t3);
+      step_s += secs(t2s, t3);
+      ab_s += secs(t2, t2s);
       ++nbatches;
     }
-    total_s += secs(e0, Clock::now());
+    total_s += secs(e0, Clock::now()) - ab_s; // the A/B runs are not the training's
+    ab_s = 0;
   }
   double peak_after = sgemm_peak();
   double peak = std::max(peak_before, peak_after);
@@ -152,5 +176,18 @@ int main(int argc, char** argv) {
   }
   std::printf("%-28s %9s %11.3f %7.1f%%\n", "(not in a family)", "",
               1e3 * (run_s - profiled) / nbatches, 100 * (run_s - profiled) / run_s);
+  if (ab && !ab_on.empty()) {
+    std::vector<double> ratio;
+    for (size_t i = 0; i < ab_on.size(); ++i)
+      ratio.push_back(ab_on[i] / ab_off[i]);
+    std::sort(ratio.begin(), ratio.end());
+    double on_s = std::accumulate(ab_on.begin(), ab_on.end(), 0.0);
+    double off_s = std::accumulate(ab_off.begin(), ab_off.end(), 0.0);
+    std::printf("A/B plan run, %zu paired runs: panels on %.2f ms, off %.2f ms per run; on/off "
+                "per-run ratio median %.3f (p25 %.3f, p75 %.3f)\n",
+                ab_on.size(), 1e3 * on_s / static_cast<double>(ab_on.size()),
+                1e3 * off_s / static_cast<double>(ab_off.size()), ratio[ratio.size() / 2],
+                ratio[ratio.size() / 4], ratio[3 * ratio.size() / 4]);
+  }
   return 0;
 }

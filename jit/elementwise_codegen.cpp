@@ -15,6 +15,14 @@
 // tests/jit/elementwise_test.cpp: exp rel <= 3e-7, tanh rel <= 5e-7 (abs <= 3e-7),
 // sigmoid rel <= 5e-7 for x >= -87. No FMA contraction is allowed (no fast-math flags).
 //
+// Panel kernels (KernelSpec::panel_rows > 0): the chain fused with a GEMM core. The generated
+// function walks the rows in panels of panel_rows; per panel it calls the core (a C++ GEMM
+// kernel behind PanelCore::fn: src/kernels/gemm.cpp's register-blocked kernels on a weight
+// packed once per plan run) for those rows and runs the chain on them, so the GEMM's rows are
+// read by the epilogue while they are still in cache (forward: core first; backward: the chain
+// makes dY's rows, then the core computes dX's). The chain is the plain kernel's row loop,
+// emitted as an internal always-inline function called with pointers advanced to the panel.
+//
 // Schedule (jit/schedule.h): "default" leaves the inner loop to the vectorizer's cost model;
 // "vWxU" forces W-float vectors and U interleaved copies through llvm.loop metadata. Every
 // element is computed by the same scalar operations in every schedule, so all schedules give
@@ -41,9 +49,80 @@ public:
         i64_(b_.getInt64Ty()) {}
 
   void emit(const std::string& fn_name, const CodegenTarget& target) {
+    if (spec_.panel_rows == 0) {
+      emit_rows(fn_name, llvm::Function::ExternalLinkage, target);
+      return;
+    }
+    // A panel kernel: the chain over a panel's rows is an internal function, inlined into the
+    // loop over panels that calls the GEMM core.
+    // Its name is fixed: inlining leaves it in block labels, which must not depend on fn_name.
+    llvm::Function* rows_fn = emit_rows("chain", llvm::Function::InternalLinkage, target);
+    rows_fn->addFnAttr(llvm::Attribute::AlwaysInline);
+    emit_panels(fn_name, rows_fn, target);
+  }
+
+private:
+  // void name(float** in, float** out, int64_t rows, const PanelCore* core): for each panel of
+  // panel_rows rows at r0, core->fn(core, r0, n) and the chain on rows [r0, r0 + n) (every Full
+  // array's pointer advanced by r0 rows, but a panel's scratch), in the order core_first says.
+  void emit_panels(const std::string& fn_name, llvm::Function* rows_fn,
+                   const CodegenTarget& target) {
+    auto* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64_, ptr}, false);
+    auto* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    fn->addFnAttr("target-cpu", target.cpu);
+    fn->addFnAttr("target-features", target.features);
+    llvm::Value *in = fn->getArg(0), *out = fn->getArg(1), *rows = fn->getArg(2),
+                *core = fn->getArg(3);
+    in->setName("in");
+    out->setName("out");
+    rows->setName("rows");
+    core->setName("core");
+    fn_ = fn;
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    size_t nin = spec_.inputs.size(), nout = spec_.outputs.size();
+    auto* in_arr = b_.CreateAlloca(llvm::ArrayType::get(ptr, nin), nullptr, "panel.in");
+    auto* out_arr = b_.CreateAlloca(llvm::ArrayType::get(ptr, nout), nullptr, "panel.out");
+    std::vector<Value*> ins, outs;
+    for (size_t i = 0; i < nin; ++i)
+      ins.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, in, i), "in.p"));
+    for (size_t j = 0; j < nout; ++j)
+      outs.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, out, j), "out.p"));
+    Value* core_fn = b_.CreateLoad(ptr, core, "core.fn");
+    auto* core_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64_, i64_}, false);
+    Value* height = b_.getInt64(spec_.panel_rows);
+    Value* npanels =
+        b_.CreateUDiv(b_.CreateAdd(rows, b_.getInt64(spec_.panel_rows - 1)), height, "panels");
+    emit_loop(npanels, "panel", [&](Value* p) {
+      Value* r0 = b_.CreateMul(p, height, "r0", true, true);
+      Value* left = b_.CreateSub(rows, r0, "left", true, true);
+      Value* n = b_.CreateSelect(b_.CreateICmpSLT(left, height), left, height, "n");
+      auto call_core = [&] { b_.CreateCall(core_ty, core_fn, {core, r0, n}); };
+      if (spec_.core_first)
+        call_core();
+      for (size_t i = 0; i < nin; ++i) {
+        Value* at = ins[i];
+        if (spec_.inputs[i] == InputShape::Full && !spec_.panel_input(i))
+          at = b_.CreateInBoundsGEP(f32_, at, b_.CreateMul(r0, b_.getInt64(spec_.in_stride(i))));
+        b_.CreateStore(at, b_.CreateConstInBoundsGEP2_64(in_arr->getAllocatedType(), in_arr, 0, i));
+      }
+      for (size_t j = 0; j < nout; ++j)
+        b_.CreateStore(
+            b_.CreateInBoundsGEP(f32_, outs[j], b_.CreateMul(r0, b_.getInt64(spec_.out_stride(j)))),
+            b_.CreateConstInBoundsGEP2_64(out_arr->getAllocatedType(), out_arr, 0, j));
+      b_.CreateCall(rows_fn, {in_arr, out_arr, n});
+      if (!spec_.core_first)
+        call_core();
+    });
+    b_.CreateRetVoid();
+  }
+
+  llvm::Function* emit_rows(const std::string& fn_name, llvm::Function::LinkageTypes linkage,
+                            const CodegenTarget& target) {
     auto* ptr = b_.getPtrTy();
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64_}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
+    fn_ = llvm::Function::Create(fty, linkage, fn_name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     fn_->addFnAttr("target-cpu", target.cpu);
     fn_->addFnAttr("target-features", target.features);
@@ -121,9 +200,9 @@ public:
     b_.CreateRetVoid();
     if (spec_.inject_invalid_ir)
       llvm::BasicBlock::Create(ctx_, "unterminated", fn_); // fails verifyModule
+    return fn_;
   }
 
-private:
   // One scope per array (inputs then outputs); each access is noalias to all the others.
   void make_alias_scopes() {
     llvm::MDBuilder md(ctx_);

@@ -119,10 +119,15 @@ public:
 
   llvm::Expected<CompiledKernel> compile(const KernelSpec& spec) {
     spec.validate();
-    return compile_as<CompiledKernel, ElementwiseFn>(
+    auto k = compile_as<CompiledKernel, ElementwiseFn>(
         "pejit_ew", [&](llvm::LLVMContext& ctx, const std::string& name) {
           return lower_elementwise(spec, ctx, name, target_);
         });
+    if (k && spec.panel_rows > 0) { // the symbol is a PanelFn: never callable as the other
+      k->panel = reinterpret_cast<PanelFn>(k->fn);
+      k->fn = nullptr;
+    }
+    return k;
   }
 
   llvm::Expected<CompiledGemm> compile_gemm(const GemmSpec& spec) {

@@ -17,6 +17,11 @@ namespace pejit::jit {
 /// The compiled form of a family-1 KernelSpec.
 using ElementwiseFn = void (*)(float* const* in, float* const* out, int64_t rows);
 
+/// The compiled form of a family-1 KernelSpec with panel_rows > 0 (a chain fused with a GEMM
+/// core, called per row panel).
+using PanelFn = void (*)(float* const* in, float* const* out, int64_t rows,
+                         const PanelCore* core);
+
 /// Names one compiled kernel's code inside its Jit; 0 is "none".
 struct KernelHandle {
   uint64_t id = 0;
@@ -25,7 +30,8 @@ struct KernelHandle {
 
 /// A kernel ready to call. `fn` stays valid until `Jit::remove(handle)` or the Jit's destruction.
 struct CompiledKernel {
-  ElementwiseFn fn = nullptr;
+  ElementwiseFn fn = nullptr; ///< a plain kernel (panel_rows == 0), else null
+  PanelFn panel = nullptr;    ///< a panel kernel (panel_rows > 0), else null
   KernelHandle handle;
   double compile_ms = 0; ///< lowering + O3 + codegen + link, measured around compile()
   /// ir_text_hash() of the optimized IR that was linked, printed under the kernel's canonical

@@ -59,6 +59,15 @@ std::string KernelSpec::canonical_text() const {
   if (invalid)
     s.resize(s.size() - std::string_view(" invalid").size());
   s += fmt::format(" sched={}", schedule);
+  if (panel_rows > 0) {
+    s += fmt::format(" panel={} core={}", panel_rows, core_first ? "first" : "last");
+    std::string scratch;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (panel_input(i))
+        scratch += fmt::format("{}{}", scratch.empty() ? "" : ",", i);
+    if (!scratch.empty())
+      s += " scratch=" + scratch;
+  }
   if (invalid)
     s += " invalid";
   return s;
@@ -131,6 +140,15 @@ void KernelSpec::validate() const {
     if (out_strides[j] != 0 && out_strides[j] < width)
       throw Error(fmt::format("jit: elementwise output {}: stride {} < width {}", j, out_strides[j],
                               width));
+  if (panel_rows < 0 || panel_rows > 4096)
+    throw Error(fmt::format("jit: elementwise kernel: panel of {} rows (0..4096)", panel_rows));
+  if (!in_panel.empty() && in_panel.size() != inputs.size())
+    throw Error("jit: elementwise kernel: one panel flag per input, or none");
+  for (size_t i = 0; i < in_panel.size(); ++i)
+    if (in_panel[i] && (panel_rows == 0 || inputs[i] != InputShape::Full))
+      throw Error(fmt::format("jit: elementwise input {}: a panel's scratch needs a panel kernel "
+                              "and a full input",
+                              i));
 }
 
 } // namespace pejit::jit

@@ -37,6 +37,13 @@ bool is_binary(ElementwiseOp op);
 /// The op's name in canonical text ("add", "sigmoid_bwd", ...).
 const char* op_name(ElementwiseOp op);
 
+/// The GEMM core a panel kernel calls (KernelSpec::panel_rows): `fn(core, r0, n)` computes rows
+/// [r0, r0 + n) of its product, C rows = A rows · B (forward x·W), or rows of dX = dY · W^T.
+/// Callers derive from it to carry their operands; the generated code only loads `fn`.
+struct PanelCore {
+  void (*fn)(const PanelCore* core, int64_t r0, int64_t n) = nullptr;
+};
+
 /// One op of the chain. Value ids: 0..inputs-1 are the inputs, inputs+i is op i's result.
 struct ElementwiseStep {
   ElementwiseOp op;
@@ -61,6 +68,21 @@ struct KernelSpec {
   /// caller says otherwise) or "vWxU": vectors of W floats, U interleaved (jit/schedule.h).
   std::string schedule = "default";
 
+  /// Fused with a GEMM core (0: a plain kernel). The kernel then compiles to
+  /// `void k(float** in, float** out, int64_t rows, const PanelCore* core)` and works on row
+  /// panels of `panel_rows` rows (the last one shorter): per panel it calls the core for the
+  /// panel's rows and runs the chain on them, core first (`core_first`: forward, the chain is
+  /// the GEMM's epilogue and reads its rows while they are in cache) or last (backward: the
+  /// chain makes dY's rows, then the core multiplies them). Row r of every Full array is at
+  /// r * stride, as in a plain kernel.
+  int64_t panel_rows = 0;
+  bool core_first = true;
+  /// Per Full input of a panel kernel, true: the array holds only the current panel's rows
+  /// (scratch the core refills per panel: the GEMM's product when nothing else reads it), so
+  /// its pointer is not advanced. Empty: none.
+  std::vector<bool> in_panel{};
+  bool panel_input(size_t i) const { return i < in_panel.size() && in_panel[i]; }
+
   /// Testing only: the lowering leaves a basic block without a terminator, so the module fails
   /// llvm::verifyModule. Part of the canonical text so that it never hits a valid cache entry.
   bool inject_invalid_ir = false;
@@ -68,7 +90,9 @@ struct KernelSpec {
   /// Canonical text: equal for specs that compile to the same code (target excluded; the cache
   /// appends it). Example: "ew f32 w=16 in=F,R,S ops=mul(0,1);sigmoid(3) out=4 sched=default".
   std::string canonical_text() const;
-  /// The canonical text without the schedule: what a tuned database is keyed by.
+  /// The canonical text without the schedule and the panel (" panel=48 core=first scratch=0",
+  /// after the schedule in the canonical text): what a tuned database is keyed by
+  /// (a panel kernel's chain takes the schedule tuned for the plain kernel).
   std::string signature() const;
 
   int64_t in_stride(size_t i) const {

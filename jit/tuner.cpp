@@ -197,7 +197,12 @@ std::vector<std::string> tune_candidates(const GemmSpec& spec, int lanes) {
   return out;
 }
 
-ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& spec, const TuneOptions& opt) {
+ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& panel_spec, const TuneOptions& opt) {
+  // A panel kernel's chain is tuned as the plain kernel (a database entry is keyed by the
+  // signature, which leaves the panel out).
+  KernelSpec spec = panel_spec;
+  spec.panel_rows = 0;
+  spec.in_panel.clear();
   if (spec.schedule != "default")
     throw Error("tune: the kernel names a schedule (" + spec.schedule + "); tune its default");
   spec.validate();
@@ -211,13 +216,16 @@ ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& spec, const TuneOptions& o
     int64_t rows = opt.rows[i];
     std::mt19937 rng(static_cast<uint32_t>(1000 + rows));
     Data& d = data[i];
-    for (InputShape s : spec.inputs) {
-      size_t n = s == InputShape::Full           ? static_cast<size_t>(rows * spec.width)
+    for (size_t k = 0; k < spec.inputs.size(); ++k) {
+      InputShape s = spec.inputs[k];
+      // A strided array (a column block of a wider one) spans its whole rows.
+      size_t n = s == InputShape::Full           ? static_cast<size_t>(rows * spec.in_stride(k))
                  : s == InputShape::RowBroadcast ? static_cast<size_t>(spec.width)
                                                  : 1;
       d.in.push_back(random_floats(n, rng));
     }
-    d.out.assign(spec.outputs.size(), std::vector<float>(static_cast<size_t>(rows * spec.width)));
+    for (size_t j = 0; j < spec.outputs.size(); ++j)
+      d.out.emplace_back(static_cast<size_t>(rows * spec.out_stride(j)));
     for (auto& v : d.in)
       d.inp.push_back(v.data());
     for (auto& v : d.out)

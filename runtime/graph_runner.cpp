@@ -430,36 +430,7 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
     if (runs != nullptr && next < runs->size() && (*runs)[next].first == i &&
         (*runs)[next].kernel) {
       const Run& r = (*runs)[next++];
-      ins.clear();
-      outs.clear();
-      for (size_t i = 0; i < r.inputs.size(); ++i) {
-        auto [src, off] = r.in_view[i];
-        ins.push_back(src == graph::kNoNode ? st.vals[static_cast<size_t>(r.inputs[i])].f32()
-                                            : st.vals[static_cast<size_t>(src)].f32() + off);
-      }
-      for (size_t j = 0; j < r.outputs.size(); ++j) {
-        auto [dst, off] = r.out_view[j];
-        if (dst != graph::kNoNode) { // a concat's columns, the concat made here
-          Tensor& c = st.vals[static_cast<size_t>(dst)];
-          if (!c.defined()) {
-            c = Tensor::empty(DType::F32, with_rows(st.rows, tg_.g.node(dst).type.dims));
-            stats.in_place++;
-          }
-          outs.push_back(c.f32() + off);
-          continue;
-        }
-        Tensor& v = st.vals[static_cast<size_t>(r.outputs[j])];
-        if (!v.defined() || v.numel() != st.rows * r.width)
-          v = Tensor::empty(DType::F32, Shape{st.rows, r.width});
-        else
-          stats.in_place++; // the caller's block (bind)
-        outs.push_back(v.f32());
-      }
-      auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
-      r.kernel->kernel.fn(ins.data(), outs.data(), st.rows);
-      if (stats.profile)
-        record(stats.time, Family::ElementwiseJit, t0);
-      stats.jit_launches++;
+      launch(r, ins, outs, st, stats);
       i += r.count;
       continue;
     }
@@ -472,6 +443,8 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       stats.in_place++; // read in place by the runs
       continue;
     }
+    if (st.views && st.panels && fused_[static_cast<size_t>(id)])
+      continue; // its run computes it, panel by panel
     if (st.deferred != nullptr && deferrable_[static_cast<size_t>(id)])
       continue; // the caller does it, with the other groups' rows
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
@@ -482,6 +455,147 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
     }
     stats.ref_nodes++;
   }
+}
+
+namespace {
+
+// The GEMM core of a panel kernel: rows [r0, r0 + n) of C = A · B, B packed (kernels::pack_b).
+struct GemmPanel : jit::PanelCore {
+  const float* a = nullptr;
+  const float* packed = nullptr;
+  float* c = nullptr;
+  int64_t lda = 0, ldc = 0, n = 0, k = 0;
+
+  bool scratch = false;      ///< c holds only the current panel's rows
+  const float* whole = nullptr; ///< copy: the product, already computed, [rows, n]
+
+  static void run(const jit::PanelCore* core, int64_t r0, int64_t rows) {
+    const auto& g = *static_cast<const GemmPanel*>(core);
+    kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
+                          g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
+  }
+  // The product computed whole before (panels off, or no views): its panel rows into scratch.
+  static void copy(const jit::PanelCore* core, int64_t r0, int64_t rows) {
+    const auto& g = *static_cast<const GemmPanel*>(core);
+    std::memcpy(g.c, g.whole + r0 * g.n, static_cast<size_t>(rows * g.n) * sizeof(float));
+  }
+  static void none(const jit::PanelCore*, int64_t, int64_t) {}
+};
+
+// B = w (forward x·W, w [k,n]) or w^T (dX = dY·W^T, w [n,k]) packed once per plan run, kept
+// in `cache` under w's address + 2 or + 1 bytes (the key matmul_packed_wt uses for W^T);
+// without a cache, into `local`.
+const float* packed_weight(const Tensor& w, bool transposed,
+                           std::unordered_map<const void*, Tensor>* cache, Tensor& local) {
+  const int64_t k = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
+  Tensor& p = cache != nullptr ? (*cache)[static_cast<const char*>(w.raw()) + (transposed ? 1 : 2)]
+                               : local;
+  if (!p.defined()) {
+    p = Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
+    kernels::pack_b(transposed, k, n, w.f32(), transposed ? k : n, p.f32());
+  }
+  return p.f32();
+}
+
+} // namespace
+
+void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<float*>& outs,
+                         State& st, GraphRunStats& stats) const {
+  using Clock = ProfileClock;
+  const graph::Graph& g = tg_.g;
+  auto val = [&](NodeId id) -> Tensor& { return st.vals[static_cast<size_t>(id)]; };
+  // A forward core: C = x·W, unless already computed (panels off, or the views not taken).
+  GemmPanel core;
+  core.fn = &GemmPanel::none;
+  Tensor local;
+  auto dense = [&](const Tensor& t, int64_t cols) {
+    return t.defined() && t.dtype() == DType::F32 && t.rank() == 2 && t.dim(0) == st.rows &&
+           t.dim(1) == cols;
+  };
+  auto set_core = [&](const Tensor& a, const Tensor& w, bool transposed, Tensor& c) {
+    core.fn = &GemmPanel::run;
+    core.a = a.f32();
+    core.lda = a.dim(1);
+    core.packed = packed_weight(w, transposed, st.transposed, local);
+    core.c = c.f32();
+    core.n = c.dim(1);
+    core.k = a.dim(1);
+    core.ldc = core.n;
+  };
+  // Forward, the product read only by this run: a scratch of one panel's rows.
+  Tensor scratch;
+  if (r.core != graph::kNoNode && r.spec.core_first) {
+    const Node& m = g.node(r.core);
+    const Tensor &a = val(m.operands[0]), &w = val(m.operands[1]);
+    const int64_t n = m.type.dims[0];
+    const bool to_scratch = !r.spec.in_panel.empty();
+    if (to_scratch)
+      scratch = Tensor::empty(DType::F32, Shape{std::min(st.rows, r.spec.panel_rows), n});
+    if (!val(r.core).defined() && dense(a, w.dim(0)) && w.rank() == 2 && w.dim(1) == n) {
+      Tensor& c = to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
+      set_core(a, w, false, c);
+      core.scratch = to_scratch;
+    } else {
+      if (!val(r.core).defined())
+        val(r.core) = eval(r.core, st);
+      if (to_scratch) {
+        core.fn = &GemmPanel::copy;
+        core.whole = val(r.core).f32();
+        core.c = scratch.f32();
+        core.n = n;
+      }
+    }
+  }
+  ins.clear();
+  outs.clear();
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    auto [src, off] = r.in_view[i];
+    ins.push_back(r.spec.panel_input(i) ? scratch.f32() + off
+                  : src == graph::kNoNode ? val(r.inputs[i]).f32()
+                                          : val(src).f32() + off);
+  }
+  for (size_t j = 0; j < r.outputs.size(); ++j) {
+    auto [dst, off] = r.out_view[j];
+    if (dst != graph::kNoNode) { // a concat's columns, the concat made here
+      Tensor& c = val(dst);
+      if (!c.defined()) {
+        c = Tensor::empty(DType::F32, with_rows(st.rows, g.node(dst).type.dims));
+        stats.in_place++;
+      }
+      outs.push_back(c.f32() + off);
+      continue;
+    }
+    Tensor& v = val(r.outputs[j]);
+    if (!v.defined() || v.numel() != st.rows * r.width)
+      v = Tensor::empty(DType::F32, Shape{st.rows, r.width});
+    else
+      stats.in_place++; // the caller's block (bind)
+    outs.push_back(v.f32());
+  }
+  // A backward core: dX = dY·W^T on the rows the run has just written into dY.
+  if (r.core != graph::kNoNode && !r.spec.core_first && st.panels && !val(r.core).defined()) {
+    const Node& q = g.node(r.core);
+    const Tensor &gy = val(q.operands[0]), &w = val(q.operands[2]);
+    const int64_t k = q.type.dims[0];
+    if (dense(gy, w.dim(1)) && w.rank() == 2 && w.dim(0) == k) {
+      val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, k});
+      set_core(gy, w, true, val(r.core));
+    } // else computed after the run, on its own
+  }
+  auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
+  if (r.spec.panel_rows > 0)
+    r.kernel->kernel.panel(ins.data(), outs.data(), st.rows, &core);
+  else
+    r.kernel->kernel.fn(ins.data(), outs.data(), st.rows);
+  const bool fused = core.fn == &GemmPanel::run;
+  if (stats.profile)
+    record(stats.time,
+           !fused              ? Family::ElementwiseJit
+           : r.spec.core_first ? Family::PanelForward
+                               : Family::PanelInputGrad,
+           t0, fused ? 2.0 * static_cast<double>(st.rows * core.n * core.k) : 0.0);
+  stats.jit_launches++;
+  stats.panel_launches += fused ? 1 : 0;
 }
 
 void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const interp::Params& params,

@@ -16,6 +16,12 @@
 //   once compile() has compiled them they run as one pass over the rows, until then on
 //   reference kernels. Every other node (GEMMs through the library, layout ops, reductions,
 //   losses) runs its reference kernel on all rows.
+// - Panels: a run that reads the rows of an x·W (its gate epilogue), or whose output is the
+//   dY of a dY·W^T (its gate-gradient chain), is compiled as a panel kernel: generated code
+//   that walks the rows in panels of 48 and per panel calls the GEMM core for those rows (the
+//   register-blocked kernels of src/kernels/gemm.cpp on W, or W^T, packed once per plan run)
+//   and runs the chain on them, so a panel's GEMM rows are consumed while in cache. The GEMM
+//   node is then not evaluated on its own. Row results do not depend on the panel split.
 // - Weight gradients x^T·gy that are a parameter's whole gradient can be left to the caller
 //   (State::deferred), which stacks every group's rows into one GEMM per weight.
 // - The embedding gradient stays row-sparse: a parameter gradient that is a TakeGrad of
@@ -49,6 +55,7 @@ struct GraphRunStats {
   int64_t jit_launches = 0; ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;    ///< nodes run on reference kernels
   int64_t in_place = 0;     ///< splits, concats and result copies saved: runs read / wrote in place
+  int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   bool profile = false;     ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
@@ -73,6 +80,9 @@ public:
     std::unordered_map<const void*, Tensor>* transposed = nullptr;
     /// Every run has its kernel: the splits that the runs read in place are not computed.
     bool views = false;
+    /// Runs that have a GEMM core compute it per row panel (false: the GEMM runs whole, on
+    /// its own, and the run's kernel gets a core that does nothing; for comparisons).
+    bool panels = true;
   };
 
   /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs
@@ -131,6 +141,13 @@ private:
   /// place; a bias sum whose columns the runs add themselves).
   std::vector<bool> skip_;
   std::vector<bool> run_output_; ///< by node: a row output of a run, written where bind() says
+  /// By node: a forward GEMM that its run computes per panel (not evaluated on its own).
+  std::vector<bool> fused_;
+  /// The GEMM cores of runs: which runs get one (plan_runs), and launching a run with its core.
+  void find_cores(const std::vector<std::vector<graph::NodeId>>& users,
+                  const std::vector<bool>& kept);
+  void launch(const Run& r, std::vector<float*>& ins, std::vector<float*>& outs, State& st,
+              GraphRunStats& stats) const;
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
 };

@@ -333,6 +333,135 @@ void GraphRunner::plan_runs() {
         r.spec = std::move(s);
       }
   }
+  find_cores(users, kept);
+}
+
+void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
+                             const std::vector<bool>& kept) {
+  const graph::Graph& g = tg_.g;
+  // Rows of a panel: a multiple of the GEMM kernels' 12-row blocks; 48 rows of a 750-wide
+  // product (144 KB) and the epilogue's outputs stay in L2 between the GEMM and the chain.
+  // (Measured in training, paired: 24, 48, 96 rows and whole levels all within 1-2% of each
+  // other; bench/RESULTS.md.)
+  constexpr int64_t kPanelRows = 48;
+  fused_.assign(g.size(), false);
+  auto row_vector = [&](NodeId id) {
+    const Node& n = g.node(id);
+    return cls_[static_cast<size_t>(id)] == RowClass::Rows && n.type.dtype == DType::F32 &&
+           rank_of(n) == 1;
+  };
+  auto weight = [&](NodeId w, int64_t rows, int64_t cols) {
+    const Node& n = g.node(w);
+    return cls_[static_cast<size_t>(w)] == RowClass::Shared && n.type.dtype == DType::F32 &&
+           n.type.dims == std::vector<int64_t>{rows, cols};
+  };
+  auto position = [](const spec::Kernel& k, NodeId id) {
+    return static_cast<size_t>(std::find(k.nodes.begin(), k.nodes.end(), id) - k.nodes.begin());
+  };
+  // Forward: the x·W that the run reads (through a split's view, a bias sum or directly),
+  // with nothing computed between the GEMM and the run but what the views skip.
+  for (size_t ki = 0; ki < fwd_runs_.size(); ++ki)
+    for (Run& r : fwd_runs_[ki]) {
+      NodeId m = graph::kNoNode;
+      bool unique = true;
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        NodeId src = r.in_view[i].first != graph::kNoNode ? r.in_view[i].first : r.inputs[i];
+        const Node& n = g.node(src);
+        if (r.spec.inputs[i] != jit::InputShape::Full || n.kind != Kind::Op ||
+            n.op() != OpId::MatMul)
+          continue;
+        unique = unique && (m == graph::kNoNode || m == src);
+        m = src;
+      }
+      if (m == graph::kNoNode || !unique)
+        continue;
+      const Node& mn = g.node(m);
+      const spec::Kernel& k = tg_.fwd_kernels[ki];
+      size_t pm = position(k, m);
+      bool ok = row_vector(m) && row_vector(mn.operands[0]) && !deferrable_[static_cast<size_t>(m)] &&
+                weight(mn.operands[1], g.node(mn.operands[0]).type.dims[0], mn.type.dims[0]) &&
+                pm < r.first;
+      for (size_t t = pm + 1; ok && t < r.first; ++t)
+        ok = skip_[static_cast<size_t>(k.nodes[t])];
+      if (!ok)
+        continue;
+      r.core = m;
+      r.spec.panel_rows = kPanelRows;
+      r.spec.core_first = true;
+      fused_[static_cast<size_t>(m)] = true;
+      // Nothing but this run reads the product (through its bias sum and split views, which
+      // are not computed): the GEMM writes each panel into scratch, never the whole product.
+      auto reads_m = [&](const Run& o) {
+        for (size_t i = 0; i < o.inputs.size(); ++i)
+          if (o.inputs[i] == m || o.in_view[i].first == m)
+            return true;
+        return false;
+      };
+      bool dead = !kept[static_cast<size_t>(m)];
+      for (NodeId u : users[static_cast<size_t>(m)])
+        dead = dead && (skip_[static_cast<size_t>(u)] ||
+                        std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
+                                  k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count),
+                                  u) != k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
+      for (const auto* all : {&fwd_runs_, &bwd_runs_})
+        for (const auto& runs : *all)
+          for (const Run& o : runs)
+            dead = dead && (&o == &r || !reads_m(o));
+      if (dead) {
+        r.spec.in_panel.assign(r.inputs.size(), false);
+        for (size_t i = 0; i < r.inputs.size(); ++i)
+          r.spec.in_panel[i] = r.inputs[i] == m || r.in_view[i].first == m;
+      }
+    }
+  // Backward: the dY·W^T (MatMulGradA) whose dY is a concat that the run writes, met next
+  // (in this kernel or at the start of the next) with only such concats between.
+  for (size_t ki = 0; ki < bwd_runs_.size(); ++ki)
+    for (Run& r : bwd_runs_[ki]) {
+      std::vector<NodeId> made; // the concats the run writes in place
+      for (auto [dst, off] : r.out_view)
+        if (dst != graph::kNoNode && std::find(made.begin(), made.end(), dst) == made.end())
+          made.push_back(dst);
+      NodeId q = graph::kNoNode;
+      bool unique = true;
+      for (NodeId d : made)
+        for (NodeId u : users[static_cast<size_t>(d)]) {
+          const Node& un = g.node(u);
+          if (un.kind == Kind::Grad && un.grad_op() == GradOp::MatMulGradA &&
+              un.operands[0] == d) {
+            unique = unique && q == graph::kNoNode;
+            q = u;
+          }
+        }
+      if (q == graph::kNoNode || !unique)
+        continue;
+      const Node& qn = g.node(q);
+      NodeId d = qn.operands[0];
+      if (!row_vector(q) || !row_vector(d) || qn.operands.size() < 3 ||
+          !weight(qn.operands[2], qn.type.dims[0], g.node(d).type.dims[0]) ||
+          deferrable_[static_cast<size_t>(q)])
+        continue;
+      bool reached = false, ok = true;
+      size_t t = r.first + r.count;
+      for (size_t kk = ki; kk < tg_.bwd_kernels.size() && kk <= ki + 1 && ok && !reached;
+           ++kk, t = 0) {
+        const auto& nodes = tg_.bwd_kernels[kk].nodes;
+        for (; t < nodes.size(); ++t) {
+          if (nodes[t] == q) {
+            reached = true;
+            break;
+          }
+          if (std::find(made.begin(), made.end(), nodes[t]) == made.end()) {
+            ok = false;
+            break;
+          }
+        }
+      }
+      if (!reached || !ok)
+        continue;
+      r.core = q;
+      r.spec.panel_rows = kPanelRows;
+      r.spec.core_first = false;
+    }
 }
 
 void GraphRunner::bind(std::span<const NodeId> nodes, std::span<Tensor> dest, State& st) const {

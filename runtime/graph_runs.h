@@ -30,6 +30,10 @@ struct GraphRunner::Run {
   /// the split's operand; an output read only by a concat is written into the concat's value.
   std::vector<std::pair<graph::NodeId, int64_t>> in_view, out_view;
   int64_t width = 0;
+  /// A GEMM fused with the run per row panel (spec.panel_rows > 0), or kNoNode. Forward
+  /// (spec.core_first): the x·W whose rows the run reads; backward: the dY·W^T (MatMulGradA)
+  /// that reads the rows the run writes into a concat. Its value is made by the run.
+  graph::NodeId core = graph::kNoNode;
   jit::KernelSpec spec;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };

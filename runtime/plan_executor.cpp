@@ -248,6 +248,7 @@ struct PlanExecutor::Impl {
   static void merge(PlanStats& stats, const GraphRunStats& rs) {
     stats.jit_launches += rs.jit_launches;
     stats.in_place += rs.in_place;
+    stats.panel_launches += rs.panel_launches;
     stats.ref_nodes += rs.ref_nodes;
     accumulate(stats.profile, rs.time);
   }
@@ -444,6 +445,7 @@ struct PlanExecutor::Impl {
       rs.profile = opt.profile;
       gs.gst.transposed = &transposed;
       gs.gst.deferred = train ? &deferred : nullptr;
+      gs.gst.panels = opt.panels;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       merge(stats, rs);
       stats.groups_on_graphs++;

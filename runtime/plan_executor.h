@@ -52,6 +52,7 @@ struct PlanStats {
   int64_t jit_launches = 0;                    ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;                       ///< template-graph nodes run on reference kernels
   int64_t in_place = 0; ///< splits, concats and result copies saved: runs read / wrote in place
+  int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
@@ -75,6 +76,9 @@ struct ExecOptions {
   /// Time every kernel launch, gather and weight-gradient GEMM into PlanStats::profile (two
   /// clock reads each; for benchmarks).
   bool profile = false;
+  /// With compiled kernels: runs fused with a GEMM compute it per row panel (JIT panel
+  /// kernels); false: the GEMM whole, then the run (the same results; for comparisons).
+  bool panels = true;
 };
 
 class PlanExecutor {

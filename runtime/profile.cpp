@@ -21,6 +21,10 @@ const char* family_name(Family f) {
     return "gemm dX (dY@W^T)";
   case Family::GemmWeightGrad:
     return "gemm dW (X^T@dY)";
+  case Family::PanelForward:
+    return "panels x@W + epilogue";
+  case Family::PanelInputGrad:
+    return "panels chain + dY@W^T";
   case Family::ElementwiseJit:
     return "elementwise (JIT)";
   case Family::ElementwiseRef:

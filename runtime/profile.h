@@ -18,6 +18,8 @@ enum class Family : uint8_t {
   GemmForward,    ///< x @ W over a group's rows
   GemmInputGrad,  ///< dX = dY · W^T (W^T made once per plan run, counted here)
   GemmWeightGrad, ///< dW = X^T · dY (one stacked GEMM per weight per run)
+  PanelForward,   ///< x @ W fused per row panel with its epilogue run (JIT panel kernels)
+  PanelInputGrad, ///< a backward run fused per row panel with dX = dY · W^T
   ElementwiseJit, ///< compiled elementwise runs
   ElementwiseRef, ///< elementwise ops on reference kernels
   Layout,         ///< concat, split, slice, take, reshapes and their gradients

@@ -273,8 +273,10 @@ TEST_SUITE("cli") {
     INFO(k.err);
     REQUIRE(k.code == 0);
     CHECK(k.out.find("template cell#") != std::string::npos);
-    CHECK(k.out.find(" sched=default\n      schedule default (source: default)\n") !=
-          std::string::npos);
+    // The gate epilogues run fused with their GEMMs, per panel of 48 rows.
+    CHECK(k.out.find(" sched=default panel=48 core=first scratch=0,2,4,7,10\n      schedule "
+                     "default (source: default)\n") != std::string::npos);
+    CHECK(k.out.find(" sched=default panel=48 core=last\n") != std::string::npos);
     Run l = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit llvm");
     REQUIRE(l.code == 0);
     CHECK(l.out.find("\ndefine void @pejit_ew(") != std::string::npos);
@@ -393,8 +395,8 @@ TEST_SUITE("cli") {
     Run k = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit kernels --tuned " +
                       fdb);
     REQUIRE(k.code == 0);
-    CHECK(k.out.find(" sched=v8x2\n      schedule v8x2 (source: tuned " + fdb + " entry ") !=
-          std::string::npos);
+    CHECK(k.out.find(" sched=v8x2 panel=48 core=first scratch=0,2,4\n      schedule v8x2 (source: "
+                     "tuned " + fdb + " entry ") != std::string::npos);
     CHECK(k.out.find("(source: default)") == std::string::npos);
     Run l =
         run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit llvm --tuned " + fdb);

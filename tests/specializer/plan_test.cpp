@@ -128,6 +128,12 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
       CHECK(st.in_place > 0);
     if (mode != Exec::GraphsJit)
       CHECK(st.in_place == 0);
+    // With compiled runs, the TreeLSTM's gate epilogues run fused with their x·W, and its
+    // gate-gradient chains with their dY·W^T, per row panel.
+    if (mode == Exec::GraphsJit && md.params.index("U") >= 0)
+      CHECK(st.panel_launches > 0);
+    if (mode != Exec::GraphsJit)
+      CHECK(st.panel_launches == 0);
   }
   if (out_plan)
     *out_plan = plan;
@@ -184,6 +190,42 @@ TEST_SUITE("specializer") {
     std::string d = plan.describe(tt);
     CHECK(d.find("launch fwd cell cell.fwd rows=") != std::string::npos);
     CHECK(d.find("launch bwd node_loss node_loss.bwd rows=") != std::string::npos);
+  }
+
+  TEST_CASE("GEMM + epilogue panels: the same loss and gradients as the GEMM whole, then the run") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 31, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+    interp::Value batch = tree_batch(*md.m, trees);
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    interp::Interpreter::Gradients got[2];
+    for (bool panels : {true, false}) {
+      CAPTURE(panels);
+      runtime::ExecOptions o = exec_options(Exec::GraphsJit);
+      o.panels = panels;
+      runtime::PlanExecutor ex(md.m, md.dims, o);
+      got[panels] = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      const auto& st = ex.stats();
+      // leaf and cell: forward x·W + gates, backward gate gradients + dY·W^T, per level.
+      if (panels)
+        CHECK(st.panel_launches == 2 * static_cast<int64_t>(plan.groups.size() - 3));
+      else
+        CHECK(st.panel_launches == 0);
+    }
+    // Row results do not depend on how the rows are split into GEMM calls, so the bits agree
+    // where kernels::sgemm_packed runs our own kernels (AVX-512); elsewhere up to rounding.
+    const double tol = 1e-6;
+    CHECK(std::fabs(got[0].loss - got[1].loss) <= tol * std::fabs(got[1].loss));
+    for (size_t p = 0; p < md.params.values.size(); ++p) {
+      CAPTURE(md.params.names[p]);
+      const Shape& s = md.params.values[p].shape();
+      Tensor a = got[0].grads[p].to_dense(s), b = got[1].grads[p].to_dense(s);
+      for (int64_t i = 0; i < a.numel(); ++i)
+        REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= tol * (1 + std::fabs(b.f32()[i])));
+    }
   }
 
   TEST_CASE("plan == generic path: ListOps and the RNN language model") {
