@@ -468,9 +468,26 @@ struct GemmPanel : jit::PanelCore {
 
   bool scratch = false;      ///< c holds only the current panel's rows
   const float* whole = nullptr; ///< copy: the product, already computed, [rows, n]
+  /// A gathered x: the panel's rows of x (at `x`, lda floats apart) are first assembled from
+  /// these row-vector parts, side by side (a concat, row by row).
+  struct Part {
+    const float* p;
+    int64_t width;
+  };
+  std::array<Part, detail::kMaxGatherParts> parts{};
+  size_t nparts = 0;
+  float* x = nullptr;
 
   static void run(const jit::PanelCore* core, int64_t r0, int64_t rows) {
     const auto& g = *static_cast<const GemmPanel*>(core);
+    for (int64_t r = r0; g.nparts > 0 && r < r0 + rows; ++r) {
+      float* dst = g.x + r * g.lda;
+      for (size_t i = 0; i < g.nparts; ++i) {
+        std::memcpy(dst, g.parts[i].p + r * g.parts[i].width,
+                    static_cast<size_t>(g.parts[i].width) * sizeof(float));
+        dst += g.parts[i].width;
+      }
+    }
     kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
                           g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
   }
@@ -526,15 +543,40 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   Tensor scratch;
   if (r.core != graph::kNoNode && r.spec.core_first) {
     const Node& m = g.node(r.core);
-    const Tensor &a = val(m.operands[0]), &w = val(m.operands[1]);
+    const NodeId xid = m.operands[0];
+    const Tensor& w = val(m.operands[1]);
     const int64_t n = m.type.dims[0];
     const bool to_scratch = !r.spec.in_panel.empty();
     if (to_scratch)
       scratch = Tensor::empty(DType::F32, Shape{std::min(st.rows, r.spec.panel_rows), n});
-    if (!val(r.core).defined() && dense(a, w.dim(0)) && w.rank() == 2 && w.dim(1) == n) {
+    const bool weight_ok = w.rank() == 2 && w.dim(1) == n;
+    // x's concat was skipped (panels on): the core assembles it, if its parts are plain rows.
+    bool gather = r.gather != graph::kNoNode && !val(xid).defined() && !val(r.core).defined() &&
+                  weight_ok;
+    if (gather) {
+      const Node& xn = g.node(xid);
+      int64_t cols = 0;
+      for (NodeId o : xn.operands) {
+        const int64_t pw = g.node(o).type.dims[0];
+        gather = gather && dense(val(o), pw);
+        cols += pw;
+      }
+      gather = gather && cols == w.dim(0);
+    }
+    if (!gather && !val(xid).defined())
+      val(xid) = eval(xid, st);
+    if (gather)
+      val(xid) = Tensor::empty(DType::F32, Shape{st.rows, w.dim(0)});
+    const Tensor& a = val(xid);
+    if (!val(r.core).defined() && dense(a, w.dim(0)) && weight_ok) {
       Tensor& c = to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
       core.scratch = to_scratch;
+      if (gather) {
+        core.x = val(xid).f32();
+        for (NodeId o : g.node(xid).operands)
+          core.parts[core.nparts++] = {val(o).f32(), g.node(o).type.dims[0]};
+      }
     } else {
       if (!val(r.core).defined())
         val(r.core) = eval(r.core, st);

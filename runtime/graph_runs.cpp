@@ -389,6 +389,24 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       r.spec.panel_rows = kPanelRows;
       r.spec.core_first = true;
       fused_[static_cast<size_t>(m)] = true;
+      // x = concat(h_l, h_r) made just before the GEMM: the core assembles each panel's rows of
+      // x right before multiplying them (x is still kept whole: the weight gradient reads it).
+      NodeId x = mn.operands[0];
+      const Node& xn = g.node(x);
+      bool gather = xn.kind == Kind::Op && xn.op() == OpId::Concat && pm > 0 &&
+                    k.nodes[pm - 1] == x && !xn.operands.empty() &&
+                    xn.operands.size() <= detail::kMaxGatherParts;
+      for (NodeId o : xn.operands)
+        gather = gather && row_vector(o);
+      for (const auto* all : {&fwd_runs_, &bwd_runs_}) // not a concat some run writes
+        for (const auto& runs : *all)
+          for (const Run& o : runs)
+            for (auto [dst, off] : o.out_view)
+              gather = gather && dst != x;
+      if (gather) {
+        r.gather = x;
+        fused_[static_cast<size_t>(x)] = true;
+      }
       // Nothing but this run reads the product (through its bias sum and split views, which
       // are not computed): the GEMM writes each panel into scratch, never the whole product.
       auto reads_m = [&](const Run& o) {

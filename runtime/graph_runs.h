@@ -14,6 +14,8 @@
 namespace pejit::runtime {
 
 namespace detail {
+/// The most parts of a concat that a panel core assembles (Run::gather).
+inline constexpr size_t kMaxGatherParts = 8;
 /// A per-row value's rank (its type's rank: node types are per instance).
 size_t rank_of(const graph::Node& n);
 /// The JIT's op for an elementwise node; nullopt for any other node.
@@ -34,6 +36,9 @@ struct GraphRunner::Run {
   /// (spec.core_first): the x·W whose rows the run reads; backward: the dY·W^T (MatMulGradA)
   /// that reads the rows the run writes into a concat. Its value is made by the run.
   graph::NodeId core = graph::kNoNode;
+  /// Forward: the concat of row vectors that makes the core's x, assembled panel by panel by
+  /// the core just before its GEMM reads the rows (kNoNode: x is computed before the run).
+  graph::NodeId gather = graph::kNoNode;
   jit::KernelSpec spec;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };

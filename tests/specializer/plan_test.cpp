@@ -202,6 +202,7 @@ TEST_SUITE("specializer") {
     REQUIRE(pe.ok);
     spec::Plan plan = spec::make_plan(pe.residual, tt);
     interp::Interpreter::Gradients got[2];
+    int64_t ref_nodes[2] = {0, 0};
     for (bool panels : {true, false}) {
       CAPTURE(panels);
       runtime::ExecOptions o = exec_options(Exec::GraphsJit);
@@ -209,12 +210,17 @@ TEST_SUITE("specializer") {
       runtime::PlanExecutor ex(md.m, md.dims, o);
       got[panels] = ex.value_and_grad(plan, pe.residual, tt, md.params);
       const auto& st = ex.stats();
+      ref_nodes[panels] = st.ref_nodes;
       // leaf and cell: forward x·W + gates, backward gate gradients + dY·W^T, per level.
       if (panels)
         CHECK(st.panel_launches == 2 * static_cast<int64_t>(plan.groups.size() - 3));
       else
         CHECK(st.panel_launches == 0);
     }
+    // With panels, no x·W, dY·W^T or cell input concat(h_l, h_r) runs on its own: the cores
+    // compute them (a concat's rows assembled per panel just before its GEMM).
+    const int64_t levels = static_cast<int64_t>(plan.groups.size()) - 3; // leaf + cells
+    CHECK(ref_nodes[false] - ref_nodes[true] == 3 * levels - 1);
     // Row results do not depend on how the rows are split into GEMM calls, so the bits agree
     // where kernels::sgemm_packed runs our own kernels (AVX-512); elsewhere up to rounding.
     const double tol = 1e-6;
