@@ -378,3 +378,17 @@ TEST_CASE("the tuner measures candidates and its entry is what the cache then co
                        doctest::Contains("row count -1"), pejit::Error);
   CHECK_THROWS_AS(tune_kernel(jit, g, TuneOptions{.rows = {}}), pejit::Error);
 }
+
+TEST_CASE("the tuner sizes strided arrays by their stride: every candidate of a strided spec "
+          "gives the default's bits") {
+  // A split's part read in place (stride 450) and a concat's part written in place: arrays of
+  // rows x stride floats. Sized rows x width, the kernels read and wrote past them, the
+  // candidates disagreed and were dropped.
+  Jit jit;
+  TuneOptions opt{.rows = {8, 64}, .min_ms = 0.02, .repeats = 1};
+  KernelSpec spec = gate(150);
+  spec.in_strides = {450, 0, 450};
+  spec.out_strides = {300, 0};
+  ScheduleEntry e = tune_kernel(jit, spec, opt);
+  CHECK(e.candidates == static_cast<int>(tune_candidates(spec, jit.vector_lanes()).size()));
+}
