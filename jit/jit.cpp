@@ -32,6 +32,9 @@ namespace pejit::jit {
 int gemm_lanes(const CodegenTarget& target);
 std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,
                                          const std::string& fn_name, const CodegenTarget& target);
+// Defined in reduce_codegen.cpp: the lowering of a validated ReduceSpec.
+std::unique_ptr<llvm::Module> lower_reduce(const ReduceSpec& spec, llvm::LLVMContext& ctx,
+                                           const std::string& fn_name, const CodegenTarget& target);
 
 namespace {
 
@@ -143,6 +146,14 @@ public:
     return k;
   }
 
+  llvm::Expected<CompiledReduce> compile_reduce(const ReduceSpec& spec) {
+    spec.validate();
+    return compile_as<CompiledReduce, ReduceFn>(
+        "pejit_reduce", [&](llvm::LLVMContext& ctx, const std::string& name) {
+          return lower_reduce(spec, ctx, name, target_);
+        });
+  }
+
   llvm::Error remove(KernelHandle handle) {
     orc::ResourceTrackerSP rt;
     {
@@ -166,6 +177,12 @@ public:
     spec.validate();
     llvm::LLVMContext ctx;
     return optimized_text(*lower_gemm(spec, ctx, "pejit_gemm", target_));
+  }
+
+  llvm::Expected<std::string> optimized_ir(const ReduceSpec& spec) const {
+    spec.validate();
+    llvm::LLVMContext ctx;
+    return optimized_text(*lower_reduce(spec, ctx, "pejit_reduce", target_));
   }
 
   size_t live_kernels() const {
@@ -359,6 +376,14 @@ CompiledGemm Jit::compile_gemm(const GemmSpec& spec) {
 
 std::string Jit::optimized_ir(const GemmSpec& spec) const {
   return unwrap("lowering gemm kernel", impl_->optimized_ir(spec));
+}
+
+CompiledReduce Jit::compile_reduce(const ReduceSpec& spec) {
+  return unwrap("compiling reduce kernel", impl_->compile_reduce(spec));
+}
+
+std::string Jit::optimized_ir(const ReduceSpec& spec) const {
+  return unwrap("lowering reduce kernel", impl_->optimized_ir(spec));
 }
 
 std::string Jit::host_cpu() {

@@ -6,6 +6,7 @@
 
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
+#include "jit/reduce_spec.h"
 
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,19 @@ struct CompiledGemm {
   uint64_t ir_hash = 0; ///< as CompiledKernel::ir_hash, of optimized_ir(GemmSpec)
 };
 
+/// The compiled form of a ReduceSpec (family 3): returns -1, or for cross-entropy the first row
+/// whose label is out of range (reduce_spec.h).
+using ReduceFn = int64_t (*)(const void* const* in, void* const* out, int64_t rows);
+
+/// A row-reduction or loss kernel ready to call, valid until `Jit::remove(handle)` or the Jit's
+/// destruction.
+struct CompiledReduce {
+  ReduceFn fn = nullptr;
+  KernelHandle handle;
+  double compile_ms = 0;
+  uint64_t ir_hash = 0; ///< as CompiledKernel::ir_hash, of optimized_ir(ReduceSpec)
+};
+
 struct JitOptions {
   /// ORC's compile pool; beside training, keep at most 1 (DESIGN.md §7). 0: no pool: each
   /// compile runs on the thread that asks for it, one at a time (what the engine uses: its
@@ -79,13 +93,18 @@ public:
   /// Lowers, verifies, optimizes and links a GEMM kernel (gemm_codegen.h); errors as compile().
   CompiledGemm compile_gemm(const GemmSpec& spec);
 
+  /// Lowers, verifies, optimizes and links a row-reduction or loss kernel (reduce_spec.h);
+  /// errors as compile().
+  CompiledReduce compile_reduce(const ReduceSpec& spec);
+
   /// Frees the kernel's code through its ResourceTracker. Unknown or already removed handles
   /// are ignored. The caller guarantees that no thread is running the kernel.
   void remove(KernelHandle handle);
 
   /// The optimized LLVM IR that compile() would link for `spec` (for tests and `pejit dump`).
   std::string optimized_ir(const KernelSpec& spec) const;
-  std::string optimized_ir(const GemmSpec& spec) const; ///< the same for a GEMM kernel
+  std::string optimized_ir(const GemmSpec& spec) const;   ///< the same for a GEMM kernel
+  std::string optimized_ir(const ReduceSpec& spec) const; ///< the same for a family-3 kernel
 
   const std::string& target_cpu() const; ///< e.g. "sapphirerapids"
   /// What target_cpu() is on this host, without setting up a Jit.

@@ -33,6 +33,10 @@ std::string KernelCache::key(const GemmSpec& spec) const {
   return resolve(spec, source).canonical_text() + " cpu=" + jit_.target_cpu();
 }
 
+std::string KernelCache::key(const ReduceSpec& spec) const {
+  return spec.canonical_text() + " cpu=" + jit_.target_cpu();
+}
+
 std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec& spec) {
   std::string source;
   KernelSpec s = resolve(spec, source);
@@ -59,6 +63,20 @@ std::shared_ptr<const CachedKernel> KernelCache::get_gemm(const GemmSpec& spec) 
     c.kernel.handle = c.gemm.handle;
     c.kernel.compile_ms = c.gemm.compile_ms;
     c.kernel.ir_hash = c.gemm.ir_hash;
+  });
+}
+
+std::shared_ptr<const CachedKernel> KernelCache::get_reduce(const ReduceSpec& spec) {
+  return get_or_compile(key(spec), [&](CachedKernel& c) {
+    c.reduce = jit_.compile_reduce(spec);
+    c.is_reduce = true;
+    c.reduce_spec = spec;
+    c.schedule = spec.schedule;
+    c.schedule_source = "default";
+    c.ir_hash = c.reduce.ir_hash;
+    c.kernel.handle = c.reduce.handle;
+    c.kernel.compile_ms = c.reduce.compile_ms;
+    c.kernel.ir_hash = c.reduce.ir_hash;
   });
 }
 

@@ -1,7 +1,7 @@
-// KernelCache: compiled kernels (elementwise and GEMM) keyed by signature (the spec's canonical
-// text with the schedule it compiles with + target CPU), compiled once even under concurrent
-// requests, bounded with LRU eviction. A spec that names no schedule gets the entry of the
-// cache's tuned database for this CPU if there is one, else its default (jit/schedule.h); the
+// KernelCache: compiled kernels (elementwise, GEMM, reductions) keyed by signature (the spec's
+// canonical text with the schedule it compiles with + target CPU), compiled once even under
+// concurrent requests, bounded with LRU eviction. A spec that names no schedule gets the entry of
+// the cache's tuned database for this CPU if there is one, else its default (jit/schedule.h); the
 // entry records which and where from. An entry is handed out as a shared_ptr; its code is
 // freed (Jit::remove) when it has been evicted and the last holder lets go, so a kernel never
 // disappears under a running caller.
@@ -24,7 +24,8 @@
 namespace pejit::jit {
 
 /// One cached kernel: immutable once published. An elementwise kernel has `kernel` set, a
-/// GEMM kernel `gemm` (the other one's fn is null).
+/// GEMM kernel `gemm`, a row-reduction or loss kernel `reduce` (the others' fn is null;
+/// `kernel.handle`, `compile_ms` and `ir_hash` are filled for every kind).
 struct CachedKernel {
   CompiledKernel kernel;
   std::string key;
@@ -37,6 +38,9 @@ struct CachedKernel {
   KernelSpec spec;    ///< elementwise: the spec compiled (its schedule resolved)
   GemmSpec gemm_spec; ///< gemm: the spec compiled (its block resolved when tuned)
   CompiledGemm gemm;  ///< gemm: the kernel
+  bool is_reduce = false;
+  ReduceSpec reduce_spec; ///< family 3: the spec compiled
+  CompiledReduce reduce;  ///< family 3: the kernel
 };
 
 struct KernelCacheStats {
@@ -65,10 +69,14 @@ public:
   /// The same for a GEMM kernel (family 2): a spec with mr = nr = 0 gets its tuned block or
   /// the default.
   std::shared_ptr<const CachedKernel> get_gemm(const GemmSpec& spec);
+  /// The same for a row-reduction or loss kernel (family 3), whose only schedule is its
+  /// default (source "default").
+  std::shared_ptr<const CachedKernel> get_reduce(const ReduceSpec& spec);
 
   /// The key `get` uses for `spec` (after resolving its schedule).
   std::string key(const KernelSpec& spec) const;
   std::string key(const GemmSpec& spec) const;
+  std::string key(const ReduceSpec& spec) const;
 
   /// The spec `get` compiles for `spec`, and where its schedule comes from (source).
   KernelSpec resolve(const KernelSpec& spec, std::string& source) const;

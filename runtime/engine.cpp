@@ -758,7 +758,7 @@ std::vector<EngineKernel> Engine::kernels() const {
   if (impl_->kernels)
     for (const auto& k : impl_->kernels->entries())
       out.push_back({k->key, k->ir_hash, k->schedule, k->schedule_source, k->kernel.compile_ms,
-                     k->is_gemm, k->spec, k->gemm_spec});
+                     k->is_gemm, k->spec, k->gemm_spec, k->is_reduce, k->reduce_spec});
   return out;
 }
 

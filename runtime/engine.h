@@ -14,6 +14,7 @@
 #include "interp/interpreter.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
+#include "jit/reduce_spec.h"
 
 #include <cstdint>
 #include <map>
@@ -96,6 +97,8 @@ struct EngineKernel {
   bool is_gemm = false;
   jit::KernelSpec spec;    ///< elementwise: what was compiled (its schedule resolved)
   jit::GemmSpec gemm_spec; ///< gemm: what was compiled
+  bool is_reduce = false;
+  jit::ReduceSpec reduce_spec; ///< row reduction or loss: what was compiled
 };
 
 class Engine {

@@ -110,8 +110,10 @@ GraphRunner::GraphRunner(spec::TemplateGraph tg, bool jit_runs) : tg_(std::move(
         std::count(tg_.bwd_param_grads.begin(), tg_.bwd_param_grads.end(), o) == 1)
       deferrable_[static_cast<size_t>(o)] = true;
   }
-  if (supported() && jit_runs)
+  if (supported() && jit_runs) {
     plan_runs();
+    plan_reductions();
+  }
 }
 
 GraphRunner::GraphRunner(const GraphRunner&) = default;
@@ -447,6 +449,8 @@ void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs
       continue; // its run computes it, panel by panel
     if (st.deferred != nullptr && deferrable_[static_cast<size_t>(id)])
       continue; // the caller does it, with the other groups' rows
+    if (run_reduction(id, st, stats))
+      continue; // on its row-reduction kernel
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
     st.vals[static_cast<size_t>(id)] = eval(id, st);
     if (stats.profile) {
@@ -759,7 +763,7 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     Tensor v = st.vals[static_cast<size_t>(o)];
     switch (cls_[static_cast<size_t>(o)]) {
     case RowClass::Rows:
-      v = kernels::sum_axis(v, 0);
+      v = sum_rows(o, v, rows, stats);
       break;
     case RowClass::Shared: // the same gradient for every row
       v = run_op(OpId::Mul, {v, Tensor::scalar_f32(static_cast<float>(rows))}, {});

@@ -14,8 +14,11 @@
 // - Kernels: a fused kernel's maximal runs of f32 elementwise nodes over rows of one width
 //   (the gate epilogue of a TreeLSTM cell, its backward chain) get a JIT kernel spec each;
 //   once compile() has compiled them they run as one pass over the rows, until then on
-//   reference kernels. Every other node (GEMMs through the library, layout ops, reductions,
-//   losses) runs its reference kernel on all rows.
+//   reference kernels. Cross-entropy and its backward over per-row logits and labels, and
+//   the sums over the rows (a bias gradient: a SumToShape summed over the rows, a parameter
+//   gradient that is a per-row value) get a row-reduction kernel (jit/reduce_spec.h) each,
+//   compiled and launched the same way (graph_reductions.cpp). Every other node (GEMMs
+//   through the library, layout ops, other reductions) runs its reference kernel on all rows.
 // - Panels: a run that reads the rows of an x·W (its gate epilogue), or whose output is the
 //   dY of a dY·W^T (its gate-gradient chain), is compiled as a panel kernel: generated code
 //   that walks the rows in panels of 48 and per panel calls the GEMM core for those rows (the
@@ -33,6 +36,7 @@
 #include "interp/params.h"
 #include "interp/tape.h"
 #include "jit/kernel_spec.h"
+#include "jit/reduce_spec.h"
 #include "profile.h"
 #include "specializer/template_graph.h"
 
@@ -56,7 +60,8 @@ struct GraphRunStats {
   int64_t ref_nodes = 0;    ///< nodes run on reference kernels
   int64_t in_place = 0;     ///< splits, concats and result copies saved: runs read / wrote in place
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
-  bool profile = false;     ///< time every launch into `time` (two clock reads per launch)
+  int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) run on JIT kernels
+  bool profile = false;       ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
 
@@ -91,11 +96,11 @@ public:
   GraphRunner(const GraphRunner&);
   ~GraphRunner();
 
-  /// Compiles every elementwise run through `cache` (a miss compiles; a hit reuses). Throws
-  /// pejit::Error on a compile failure (`inject_failure`: a test's invalid IR), leaving the
-  /// runs that did compile in place.
+  /// Compiles every elementwise run and row reduction through `cache` (a miss compiles; a hit
+  /// reuses). Throws pejit::Error on a compile failure (`inject_failure`: a test's invalid IR),
+  /// leaving the runs that did compile in place.
   void compile(jit::KernelCache& cache, bool inject_failure = false);
-  bool compiled() const; ///< every run has its kernel
+  bool compiled() const; ///< every run and row reduction has its kernel
 
   /// One elementwise run: which kernel it is part of, its spec, and the schedule it got.
   struct KernelRun {
@@ -105,6 +110,17 @@ public:
     std::string schedule, schedule_source; ///< empty until compiled
   };
   std::vector<KernelRun> jit_runs() const;
+
+  /// One node run on a row-reduction kernel once compiled: cross-entropy (forward or
+  /// backward), or a sum over the rows (a summed gradient, or a parameter gradient that the
+  /// backward pass sums).
+  struct ReduceRun {
+    graph::NodeId node = graph::kNoNode;
+    jit::ReduceSpec spec;
+    bool param_sum = false; ///< the backward pass's sum of this per-row parameter gradient
+    std::string schedule, schedule_source; ///< empty until compiled
+  };
+  std::vector<ReduceRun> reduce_runs() const;
 
   bool supported() const { return why_.empty(); }
   const std::string& why() const { return why_; }
@@ -127,6 +143,15 @@ private:
   Tensor eval(graph::NodeId id, State& st) const;
   void run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
                   GraphRunStats& stats) const;
+  struct Reduction;
+  void plan_reductions();
+  /// Computes node `id` on its compiled row-reduction kernel into st.vals; false (nothing
+  /// done) when it has none, it is not compiled yet, or the kernel reports a bad label (the
+  /// reference kernel then runs and reports it).
+  bool run_reduction(graph::NodeId id, State& st, GraphRunStats& stats) const;
+  /// The sum over the rows of per-row value `v` of node `id` (a parameter gradient): on its
+  /// kernel when compiled, else kernels::sum_axis(v, 0). The same bits either way.
+  Tensor sum_rows(graph::NodeId id, const Tensor& v, int64_t rows, GraphRunStats& stats) const;
   void classify();
   void plan_runs();
   /// Once every run has its kernel: run outputs that are results (or argument gradients) are
@@ -150,6 +175,8 @@ private:
               GraphRunStats& stats) const;
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
+  std::vector<Reduction> reductions_;
+  std::vector<int32_t> reduction_of_; ///< by node: its index in reductions_, or -1
 };
 
 } // namespace pejit::runtime

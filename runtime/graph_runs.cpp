@@ -70,6 +70,8 @@ void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure) {
         s.inject_invalid_ir = inject_failure;
         r.kernel = cache.get(s);
       }
+  for (auto& r : reductions_)
+    r.kernel = cache.get_reduce(r.spec);
 }
 
 bool GraphRunner::compiled() const {
@@ -78,6 +80,9 @@ bool GraphRunner::compiled() const {
       for (const auto& r : k)
         if (!r.kernel)
           return false;
+  for (const auto& r : reductions_)
+    if (!r.kernel)
+      return false;
   return true;
 }
 

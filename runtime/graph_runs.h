@@ -1,6 +1,6 @@
-// GraphRunner's elementwise runs (internal to runtime/): a run's description, shared by the
-// code that finds and compiles runs (graph_runs.cpp) and the code that launches them
-// (graph_runner.cpp).
+// GraphRunner's elementwise runs and row reductions (internal to runtime/): their
+// descriptions, shared by the code that finds and compiles them (graph_runs.cpp,
+// graph_reductions.cpp) and the code that launches them (graph_runner.cpp).
 #pragma once
 
 #include "graph_runner.h"
@@ -40,6 +40,16 @@ struct GraphRunner::Run {
   /// the core just before its GEMM reads the rows (kNoNode: x is computed before the run).
   graph::NodeId gather = graph::kNoNode;
   jit::KernelSpec spec;
+  std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
+};
+
+// A node run on a row-reduction kernel once compiled (graph_reductions.cpp).
+struct GraphRunner::Reduction {
+  graph::NodeId node = graph::kNoNode;
+  jit::ReduceSpec spec;
+  /// The backward pass's sum over the rows of this per-row parameter gradient (sum_rows()),
+  /// not the node itself.
+  bool param_sum = false;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };
 

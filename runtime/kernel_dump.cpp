@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -60,6 +61,24 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
         }
         d.runs.push_back(std::move(k));
       }
+      const spec::TemplateGraph& tg = runner.graph();
+      for (const auto& r : runner.reduce_runs()) {
+        KernelDumpReduce k;
+        k.node = r.node;
+        k.spec = r.spec;
+        k.where = "param grad";
+        for (int pass = 0; pass < 2 && !r.param_sum; ++pass) {
+          const auto& ks = pass == 0 ? tg.fwd_kernels : tg.bwd_kernels;
+          for (size_t ki = 0; ki < ks.size(); ++ki)
+            if (std::find(ks[ki].nodes.begin(), ks[ki].nodes.end(), r.node) != ks[ki].nodes.end())
+              k.where = fmt::format("{} {}", pass == 0 ? "fwd" : "bwd", ki);
+        }
+        if (with_ir) {
+          k.ir = jit->optimized_ir(k.spec);
+          k.ir_hash = jit::ir_text_hash(k.ir);
+        }
+        d.reductions.push_back(std::move(k));
+      }
     } catch (const std::exception& e) {
       d.why = e.what();
     }
@@ -109,6 +128,9 @@ std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts) {
           s += fmt::format("    run {}: {}\n      schedule {} (source: {})\n", r.run,
                            r.spec.canonical_text(), r.schedule, r.schedule_source);
     }
+    for (const auto& r : t.reductions)
+      s += fmt::format("  reduce %{} ({}): {}\n    schedule {} (source: {})\n", r.node, r.where,
+                       r.spec.canonical_text(), r.schedule, r.schedule_source);
   }
   return s;
 }
@@ -119,6 +141,10 @@ std::string print_kernel_llvm(const std::vector<KernelDumpTemplate>& ts) {
     for (const auto& r : t.runs)
       s += fmt::format("; kernel {}#{} {} {} run {} fnv={:016x}\n{}\n", t.name, t.id,
                        r.forward ? "fwd" : "bwd", r.kernel, r.run, r.ir_hash, r.ir);
+  for (const auto& t : ts)
+    for (const auto& r : t.reductions)
+      s += fmt::format("; reduce {}#{} %{} ({}) fnv={:016x}\n{}\n", t.name, t.id, r.node, r.where,
+                       r.ir_hash, r.ir);
   return s;
 }
 

@@ -1,13 +1,15 @@
 // What the JIT makes of one batch's plan, for `pejit dump --emit kernels|llvm` and for the
 // determinism tests (DESIGN.md §6): per template of the plan, its fused kernels and, under
-// each, the elementwise runs the JIT compiles, with their schedule, its source, and
-// optionally their optimized LLVM IR and its hash. The template graphs are built as the
-// engine builds them (spec::compile_template, GraphRunner with JIT runs), so the specs and
-// the IR are those the engine compiles for the same plan.
+// each, the elementwise runs the JIT compiles, then its row reductions and loss kernels, with
+// their schedule, its source, and optionally their optimized LLVM IR and its hash. The template
+// graphs are built as the engine builds them (spec::compile_template, GraphRunner with JIT runs),
+// so the specs and the IR are those the engine compiles for the same plan.
 #pragma once
 
+#include "graph/graph.h"
 #include "interp/params.h"
 #include "jit/kernel_spec.h"
+#include "jit/reduce_spec.h"
 #include "jit/schedule.h"
 #include "specializer/plan.h"
 #include "specializer/residual.h"
@@ -30,6 +32,18 @@ struct KernelDumpRun {
   uint64_t ir_hash = 0;        ///< jit::ir_text_hash(ir) (with_ir only)
 };
 
+/// One node of a template run on a row-reduction or loss kernel (jit/reduce_spec.h).
+struct KernelDumpReduce {
+  graph::NodeId node = graph::kNoNode;
+  /// The node's kernel as "fwd K" / "bwd K", or "param grad" for the backward pass's sum over
+  /// the rows of a per-row parameter gradient.
+  std::string where;
+  jit::ReduceSpec spec;
+  std::string schedule = "default", schedule_source = "default"; ///< the family's only one
+  std::string ir;       ///< optimized LLVM IR (with_ir only)
+  uint64_t ir_hash = 0; ///< jit::ir_text_hash(ir) (with_ir only)
+};
+
 /// One template of the plan.
 struct KernelDumpTemplate {
   int32_t id = -1;     ///< in the plan's template table
@@ -37,6 +51,7 @@ struct KernelDumpTemplate {
   std::string kernels; ///< spec::print_kernels of its graph: one line per fused kernel
   std::string why;     ///< non-empty: no graph runner (the batching interpreter runs it)
   std::vector<KernelDumpRun> runs;
+  std::vector<KernelDumpReduce> reductions;
 };
 
 /// The templates `plan` launches, in template order. With `with_ir`, a local Jit lowers and
@@ -56,11 +71,13 @@ std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
                                                    const spec::TemplateTable& templates);
 
 /// Per template its kernel lines, each followed by its runs: the spec's canonical text, then
-/// "schedule S (source: SRC)".
+/// "schedule S (source: SRC)"; then its row reductions, "reduce %N (WHERE): TEXT" and their
+/// schedule line.
 std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts);
 
 /// The IR of every run, each preceded by "; kernel NAME#ID fwd|bwd K run R fnv=HASH" (HASH:
-/// 16 hex digits of jit::ir_text_hash, FNV-1a 64). Needs dump_kernels(..., with_ir = true).
+/// 16 hex digits of jit::ir_text_hash, FNV-1a 64), then of every row reduction, preceded by
+/// "; reduce NAME#ID %N (WHERE) fnv=HASH". Needs dump_kernels(..., with_ir = true).
 std::string print_kernel_llvm(const std::vector<KernelDumpTemplate>& ts);
 
 } // namespace pejit::runtime

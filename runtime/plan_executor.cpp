@@ -250,6 +250,7 @@ struct PlanExecutor::Impl {
     stats.in_place += rs.in_place;
     stats.panel_launches += rs.panel_launches;
     stats.ref_nodes += rs.ref_nodes;
+    stats.jit_reductions += rs.jit_reductions;
     accumulate(stats.profile, rs.time);
   }
 

@@ -51,6 +51,7 @@ struct PlanStats {
   int64_t groups_on_graphs = 0;                ///< groups run on their template graph's kernels
   int64_t jit_launches = 0;                    ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;                       ///< template-graph nodes run on reference kernels
+  int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) on JIT kernels
   int64_t in_place = 0; ///< splits, concats and result copies saved: runs read / wrote in place
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)

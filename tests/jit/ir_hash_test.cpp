@@ -66,3 +66,23 @@ TEST_CASE("the kernel cache lists its entries' keys and ir hashes, by key") {
     CHECK(h == (key == cache.key(gate(3)) ? k1->ir_hash : k2->ir_hash));
   CHECK(cache.entries().size() == 2);
 }
+
+TEST_CASE("a reduce kernel's ir_hash is the hash of optimized_ir, from any Jit") {
+  Jit a, b;
+  for (ReduceKind kind :
+       {ReduceKind::SumRows, ReduceKind::CrossEntropy, ReduceKind::CrossEntropyBwd})
+    for (int64_t w : {1, 5, 150}) {
+      CAPTURE(reduce_kind_name(kind));
+      CAPTURE(w);
+      ReduceSpec s{.kind = kind, .width = w};
+      std::string ir = b.optimized_ir(s);
+      CHECK(ir.find("i64 @pejit_reduce(") != std::string::npos);
+      uint64_t h = ir_text_hash(ir);
+      CHECK(a.compile_reduce(s).ir_hash == h);
+      CHECK(a.compile_reduce(s).ir_hash == h); // a second copy, under another unique name
+      CHECK(a.optimized_ir(s) == ir);
+    }
+  // Specs that differ compile to different code.
+  CHECK(a.optimized_ir(ReduceSpec{.kind = ReduceKind::SumRows, .width = 5}) !=
+        a.optimized_ir(ReduceSpec{.kind = ReduceKind::SumRows, .width = 6}));
+}

@@ -82,7 +82,7 @@ TEST_SUITE("kernel_dump") {
   TEST_CASE("sync compile, the pipeline and the dump give the same IR hashes") {
     Batches s(3);
     std::set<uint64_t> dumped;
-    size_t runs = 0;
+    size_t runs = 0, reductions = 0;
     for (const auto& b : s.batches) {
       spec::TemplateTable tt;
       auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", b, tt);
@@ -102,9 +102,17 @@ TEST_SUITE("kernel_dump") {
           dumped.insert(r.ir_hash);
           ++runs;
         }
+        for (const auto& r : t.reductions) {
+          CHECK(r.schedule == "default");
+          CHECK(r.ir.find("i64 @pejit_reduce(") != std::string::npos);
+          CHECK(r.ir_hash == jit::ir_text_hash(r.ir));
+          dumped.insert(r.ir_hash);
+          ++reductions;
+        }
       }
     }
     REQUIRE(runs > 0);
+    REQUIRE(reductions > 0);
     std::set<uint64_t> sync = engine_hashes(s, runtime::Mode::Specialized);
     std::set<uint64_t> pipeline = engine_hashes(s, runtime::Mode::Auto);
     CHECK(!sync.empty());
@@ -142,6 +150,25 @@ TEST_SUITE("kernel_dump") {
     CHECK(checked == 2);
   }
 
+  TEST_CASE("the TreeLSTM's loss, its backward and its bias gradients' sums are JIT kernels") {
+    Batches s(1);
+    auto ts = dump_batch(s, 0, /*with_ir=*/false);
+    // Per template, (where, canonical text) of its row reductions.
+    std::map<std::string, std::set<std::pair<std::string, std::string>>> got;
+    for (const auto& t : ts)
+      for (const auto& r : t.reductions) {
+        CHECK(r.schedule == "default");
+        got[t.name].insert({r.where, r.spec.canonical_text()});
+      }
+    using P = std::pair<std::string, std::string>;
+    CHECK(got["node_loss"] ==
+          std::set<P>{{"fwd 1", "reduce f32 cross_entropy w=5 sched=default"},
+                      {"bwd 0", "reduce f32 cross_entropy_bwd w=5 sched=default"},
+                      {"param grad", "reduce f32 sum_rows w=5 sched=default"}}); // b_out
+    CHECK(got["leaf"] == std::set<P>{{"param grad", "reduce f32 sum_rows w=450 sched=default"}});
+    CHECK(got["cell"] == std::set<P>{{"param grad", "reduce f32 sum_rows w=750 sched=default"}});
+  }
+
   TEST_CASE("the printed dump lists each kernel's runs with their provenance and IR") {
     Batches s(1);
     auto ts = dump_batch(s, 0, /*with_ir=*/false);
@@ -157,5 +184,7 @@ TEST_SUITE("kernel_dump") {
     CHECK(llvm.rfind("; kernel ", 0) == 0);
     CHECK(llvm.find(" run 0 fnv=") != std::string::npos);
     CHECK(llvm.find("define void @pejit_ew(") != std::string::npos);
+    CHECK(llvm.find("; reduce node_loss#") != std::string::npos);
+    CHECK(llvm.find("i64 @pejit_reduce(") != std::string::npos);
   }
 }

@@ -122,6 +122,13 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
       CHECK(st.weight_grad_gemms == 0);
     if (mode != Exec::GraphsJit)
       CHECK(st.jit_launches == 0);
+    // Once compiled, the TreeLSTM's cross-entropy, its backward and its bias gradients' sums
+    // over the rows run on row-reduction kernels (2 per node_loss group, forward and
+    // backward, plus a sum per bias); never without the JIT.
+    if (mode == Exec::GraphsJit && md.params.index("b_out") >= 0)
+      CHECK(st.jit_reductions >= 3);
+    if (mode != Exec::GraphsJit)
+      CHECK(st.jit_reductions == 0);
     // With compiled runs, the TreeLSTM's gate splits are read in place (not computed) and its
     // gate gradients are written into their concat; without, both are computed.
     if (mode == Exec::GraphsJit && md.params.index("U") >= 0)

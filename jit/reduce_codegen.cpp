@@ -1,0 +1,370 @@
+// Lowering of the row reductions and the loss (kernel family 3, jit/reduce_spec.h) with
+// IRBuilder.
+//
+// Design note. Each kind reproduces its reference kernel's order of floating-point operations,
+// so that the specialized path on JIT kernels computes what it computes on reference kernels:
+// - SumRows, width > 1: columns in blocks of U = 4 vectors of the host's width V, each block's
+//   accumulators kept in registers over a loop on the rows (one pass over x per block); then
+//   the leftover whole vectors; then the ragged end as one vector overlapping the last V
+//   columns (a column's sum is the same sequence of adds in whatever lane it is computed, so
+//   rewriting it stores the same bits), or, for width < V, one vector of `width` floats.
+//   Every column is summed from 0 in row order: bit for bit kernels::sum_axis(x, 0).
+// - SumRows, width 1, and the sums of exponentials of cross-entropy: 16 lanes (element i into
+//   lane i mod 16, in order), folded 8, 4, 2, 1, as kernels::detail::row_sum; a partial block
+//   is padded with lanes that add +0. The row max is exact in any order.
+// - e^x is the elementwise family's branch-free Cephes exp (rel. error <= 3e-7), emitted
+//   operation for operation as elementwise_codegen.cpp and src/kernels/fast_math.h do; the log
+//   is llvm.log.f32, i.e. libm's logf, as std::log in the reference. No fast-math flags, no FMA
+//   contraction in the IR; the reference kernels are compiled by GCC, which may contract
+//   multiply-adds, so cross-entropy agrees with them to a few ulps, not bit for bit.
+// Error of the loss (vs exact arithmetic on the f32 inputs): with s = sum of C terms each
+// within 3e-7 relative, and the f32 sum adding at most (C - 1) ulps' worth, log(s) is off by
+// <= (3e-7 + C * 6e-8) absolute, plus logf's and the final subtractions' rounding:
+// |loss - exact| <= 3e-7 + C * 6e-8 + 2 * 6e-8 * (|loss| + |x_label - m|). Its backward's
+// entries are within (3e-7 + C * 6e-8) * |gy| * softmax + 2 ulps. tests/jit/reduce_test.cpp
+// checks both against a double-precision computation.
+// Labels: a label outside [0, C) reads column 0 instead (no out-of-bounds access) and the
+// kernel returns the first such row; the caller reports the error.
+#include "jit/elementwise_codegen.h"
+#include "jit/reduce_spec.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include <vector>
+
+namespace pejit::jit {
+
+int gemm_lanes(const CodegenTarget& target); // gemm_codegen.cpp
+
+namespace {
+
+using llvm::Value;
+
+constexpr unsigned kLanes = 16; // the reference's lanes (src/kernels/row_ops.h)
+constexpr unsigned kBlock = 4;  // SumRows: vectors per column block
+
+class ReduceLowering {
+public:
+  ReduceLowering(const ReduceSpec& spec, int lanes, llvm::LLVMContext& ctx, llvm::Module& m)
+      : spec_(spec), lanes_(static_cast<unsigned>(lanes)), ctx_(ctx), m_(m), b_(ctx),
+        f32_(b_.getFloatTy()), i32_(b_.getInt32Ty()), i64_(b_.getInt64Ty()) {}
+
+  void emit(const std::string& fn_name, const CodegenTarget& target) {
+    auto* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(i64_, {ptr, ptr, i64_}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_->addFnAttr("target-cpu", target.cpu);
+    fn_->addFnAttr("target-features", target.features);
+    for (unsigned i = 0; i < 2; ++i) {
+      fn_->addParamAttr(i, llvm::Attribute::NoCapture);
+      fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
+    }
+    Value *in = fn_->getArg(0), *out = fn_->getArg(1);
+    rows_ = fn_->getArg(2);
+    in->setName("in");
+    out->setName("out");
+    rows_->setName("rows");
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    size_t nin = spec_.kind == ReduceKind::SumRows        ? 1
+                 : spec_.kind == ReduceKind::CrossEntropy ? 2
+                                                          : 3;
+    for (size_t i = 0; i < nin; ++i)
+      in_.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, in, i), "in.p"));
+    out_ = b_.CreateLoad(ptr, out, "out.p");
+    Value* result = b_.getInt64(-1);
+    switch (spec_.kind) {
+    case ReduceKind::SumRows:
+      if (spec_.width == 1)
+        emit_sum_lanes();
+      else
+        emit_sum_columns();
+      break;
+    case ReduceKind::CrossEntropy:
+    case ReduceKind::CrossEntropyBwd:
+      result = emit_cross_entropy(spec_.kind == ReduceKind::CrossEntropyBwd);
+      break;
+    }
+    b_.CreateRet(result);
+  }
+
+private:
+  // A stack slot in the entry block (SROA turns it into registers).
+  llvm::AllocaInst* slot(llvm::Type* t, const char* name) {
+    llvm::IRBuilder<> eb(entry_, entry_->begin());
+    return eb.CreateAlloca(t, nullptr, name);
+  }
+
+  // for (i = 0; i < n; ++i) body(i), as a guarded bottom-tested loop.
+  template <class Body> void emit_loop(Value* n, const char* name, Body body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, name, fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, std::string(name) + ".exit", fn_);
+    Value* zero = b_.getInt64(0);
+    b_.CreateCondBr(b_.CreateICmpSGT(n, zero), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2, std::string(name) + ".i");
+    i->addIncoming(zero, pre);
+    body(i);
+    Value* next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpEQ(next, n), exit, loop);
+    b_.SetInsertPoint(exit);
+  }
+
+  llvm::FixedVectorType* vec(unsigned n) { return llvm::FixedVectorType::get(f32_, n); }
+  Value* at(Value* base, Value* index) { return b_.CreateInBoundsGEP(f32_, base, index); }
+  Value* at(Value* base, int64_t index) { return at(base, b_.getInt64(index)); }
+  Value* load(llvm::Type* t, Value* p) { return b_.CreateAlignedLoad(t, p, llvm::Align(4)); }
+  void store(Value* v, Value* p) { b_.CreateAlignedStore(v, p, llvm::Align(4)); }
+
+  // ---- SumRows ----------------------------------------------------------------------------
+
+  // Columns [col, col + count * n) of y, each summed over the rows in row order.
+  void emit_column_group(Value* col, unsigned n, unsigned count) {
+    llvm::Type* t = vec(n);
+    std::vector<llvm::AllocaInst*> acc;
+    for (unsigned u = 0; u < count; ++u) {
+      acc.push_back(slot(t, "acc"));
+      store(llvm::Constant::getNullValue(t), acc.back());
+    }
+    const int64_t w = spec_.width;
+    emit_loop(rows_, "row", [&](Value* r) {
+      Value* base =
+          b_.CreateAdd(b_.CreateMul(r, b_.getInt64(w), "", true, true), col, "", true, true);
+      for (unsigned u = 0; u < count; ++u) {
+        Value* x = load(t, at(in_[0], b_.CreateAdd(base, b_.getInt64(u * n), "", true, true)));
+        store(b_.CreateFAdd(load(t, acc[u]), x), acc[u]);
+      }
+    });
+    for (unsigned u = 0; u < count; ++u)
+      store(load(t, acc[u]), at(out_, b_.CreateAdd(col, b_.getInt64(u * n), "", true, true)));
+  }
+
+  void emit_sum_columns() {
+    const int64_t w = spec_.width, v = lanes_, block = v * kBlock;
+    if (w / block > 0)
+      emit_loop(b_.getInt64(w / block), "blk", [&](Value* k) {
+        emit_column_group(b_.CreateMul(k, b_.getInt64(block), "", true, true),
+                          static_cast<unsigned>(v), kBlock);
+      });
+    int64_t col = w / block * block;
+    if (int64_t whole = (w - col) / v; whole > 0) {
+      emit_column_group(b_.getInt64(col), static_cast<unsigned>(v), static_cast<unsigned>(whole));
+      col += whole * v;
+    }
+    if (col < w) {
+      if (w >= v)
+        emit_column_group(b_.getInt64(w - v), static_cast<unsigned>(v), 1);
+      else
+        emit_column_group(b_.getInt64(0), static_cast<unsigned>(w), 1);
+    }
+  }
+
+  // lanes[j] + lanes[j + w] for w = 8, 4, 2, 1: the fold of row_sum.
+  Value* fold(Value* lanes) {
+    for (unsigned w = kLanes / 2; w >= 1; w /= 2) {
+      std::vector<int> lo, hi;
+      for (unsigned j = 0; j < w; ++j) {
+        lo.push_back(static_cast<int>(j));
+        hi.push_back(static_cast<int>(j + w));
+      }
+      lanes = b_.CreateFAdd(b_.CreateShuffleVector(lanes, lo), b_.CreateShuffleVector(lanes, hi));
+    }
+    return b_.CreateExtractElement(lanes, uint64_t{0});
+  }
+
+  // y[0] = the 16-lane sum of x[0..rows).
+  void emit_sum_lanes() {
+    llvm::Type* t = vec(kLanes);
+    llvm::AllocaInst* acc = slot(t, "acc");
+    store(llvm::Constant::getNullValue(t), acc);
+    Value* full = b_.CreateAShr(rows_, 4, "full");
+    emit_loop(full, "blk", [&](Value* k) {
+      Value* x = load(t, at(in_[0], b_.CreateShl(k, 4, "", true, true)));
+      store(b_.CreateFAdd(load(t, acc), x), acc);
+    });
+    Value* start = b_.CreateShl(full, 4, "", true, true);
+    emit_loop(b_.CreateSub(rows_, start), "rem", [&](Value* j) {
+      Value* x = load(f32_, at(in_[0], b_.CreateAdd(start, j, "", true, true)));
+      Value* lanes = load(t, acc);
+      Value* lane = b_.CreateExtractElement(lanes, j);
+      store(b_.CreateInsertElement(lanes, b_.CreateFAdd(lane, x), j), acc);
+    });
+    store(fold(load(t, acc)), out_);
+  }
+
+  // ---- cross-entropy ----------------------------------------------------------------------
+
+  // Elements [col, col + n) of a row as a 16-lane vector, the other lanes `pad`.
+  Value* load_partial(Value* row, int64_t col, unsigned n, Value* pad) {
+    Value* v = b_.CreateVectorSplat(kLanes, pad);
+    for (unsigned j = 0; j < n; ++j)
+      v = b_.CreateInsertElement(v, load(f32_, at(row, col + j)), uint64_t{j});
+    return v;
+  }
+
+  // The largest element of a row of C (exact: the order does not matter but for NaNs, whose
+  // handling is unspecified as in row_max).
+  Value* emit_row_max(Value* row) {
+    const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
+    llvm::Type* t = vec(kLanes);
+    Value* x0 = load(f32_, row);
+    llvm::AllocaInst* lanes = slot(t, "max");
+    store(b_.CreateVectorSplat(kLanes, x0), lanes);
+    auto take = [&](Value* x) {
+      Value* l = load(t, lanes);
+      store(b_.CreateSelect(b_.CreateFCmpOGT(x, l), x, l), lanes);
+    };
+    if (whole > 0)
+      emit_loop(b_.getInt64(whole), "max.blk",
+                [&](Value* k) { take(load(t, at(row, b_.CreateShl(k, 4, "", true, true)))); });
+    if (rem > 0)
+      take(load_partial(row, whole * kLanes, static_cast<unsigned>(rem), x0));
+    Value* l = load(t, lanes);
+    Value* m = b_.CreateExtractElement(l, uint64_t{0});
+    for (unsigned j = 1; j < kLanes; ++j) {
+      Value* e = b_.CreateExtractElement(l, uint64_t{j});
+      m = b_.CreateSelect(b_.CreateFCmpOGT(e, m), e, m);
+    }
+    return m;
+  }
+
+  // The 16-lane sum of e^(x_i - m) over a row; with `dst`, each e^(x_i - m) is also stored
+  // there.
+  Value* emit_exp_sum(Value* row, Value* m, Value* dst) {
+    const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
+    llvm::Type* t = vec(kLanes);
+    Value* ms = b_.CreateVectorSplat(kLanes, m);
+    llvm::AllocaInst* acc = slot(t, "sum");
+    store(llvm::Constant::getNullValue(t), acc);
+    if (whole > 0)
+      emit_loop(b_.getInt64(whole), "exp.blk", [&](Value* k) {
+        Value* col = b_.CreateShl(k, 4, "", true, true);
+        Value* e = emit_exp(b_.CreateFSub(load(t, at(row, col)), ms));
+        if (dst != nullptr)
+          store(e, at(dst, col));
+        store(b_.CreateFAdd(load(t, acc), e), acc);
+      });
+    if (rem > 0) {
+      // Padding lanes hold m: e^0 is computed there, then replaced by +0 before the add.
+      Value* e = emit_exp(
+          b_.CreateFSub(load_partial(row, whole * kLanes, static_cast<unsigned>(rem), m), ms));
+      Value* zero = llvm::Constant::getNullValue(t);
+      std::vector<int> mask;
+      for (unsigned j = 0; j < kLanes; ++j)
+        mask.push_back(j < rem ? static_cast<int>(j) : static_cast<int>(kLanes + j));
+      Value* part = b_.CreateShuffleVector(e, zero, mask);
+      for (unsigned j = 0; dst != nullptr && j < rem; ++j)
+        store(b_.CreateExtractElement(part, uint64_t{j}), at(dst, whole * kLanes + j));
+      store(b_.CreateFAdd(load(t, acc), part), acc);
+    }
+    return fold(load(t, acc));
+  }
+
+  Value* emit_cross_entropy(bool backward) {
+    const int64_t c = spec_.width;
+    llvm::AllocaInst* first_bad = slot(i64_, "first_bad");
+    b_.CreateStore(b_.getInt64(-1), first_bad);
+    emit_loop(rows_, "row", [&](Value* r) {
+      Value* row = at(in_[0], b_.CreateMul(r, b_.getInt64(c), "", true, true));
+      Value* label = b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, in_[1], r), "label");
+      // Unsigned: a negative label is out of range too.
+      Value* bad = b_.CreateICmpUGE(label, b_.getInt32(static_cast<uint32_t>(c)), "bad");
+      Value* fb = b_.CreateLoad(i64_, first_bad);
+      Value* is_first = b_.CreateAnd(bad, b_.CreateICmpSLT(fb, b_.getInt64(0)));
+      b_.CreateStore(b_.CreateSelect(is_first, r, fb), first_bad);
+      Value* idx = b_.CreateSExt(b_.CreateSelect(bad, b_.getInt32(0), label), i64_, "idx");
+      Value* m = emit_row_max(row);
+      if (!backward) {
+        Value* s = emit_exp_sum(row, m, nullptr);
+        Value* inf = b_.CreateFCmpOEQ(
+            b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, m),
+            llvm::ConstantFP::getInfinity(f32_)); // all -inf, or a +inf: avoid inf - inf
+        Value* lse = b_.CreateSelect(inf, llvm::ConstantFP::get(f32_, 0.0),
+                                     b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, s));
+        Value* y = b_.CreateFSub(lse, b_.CreateFSub(load(f32_, at(row, idx)), m));
+        store(y, at(out_, r));
+        return;
+      }
+      Value* dst = at(out_, b_.CreateMul(r, b_.getInt64(c), "", true, true));
+      Value* s = emit_exp_sum(row, m, dst);
+      Value* g = load(f32_, at(in_[2], r));
+      Value* scale = b_.CreateFDiv(g, s, "scale");
+      const int64_t whole = c / kLanes;
+      llvm::Type* t = vec(kLanes);
+      if (whole > 0)
+        emit_loop(b_.getInt64(whole), "scale.blk", [&](Value* k) {
+          Value* p = at(dst, b_.CreateShl(k, 4, "", true, true));
+          store(b_.CreateFMul(load(t, p), b_.CreateVectorSplat(kLanes, scale)), p);
+        });
+      for (int64_t i = whole * kLanes; i < c; ++i) {
+        Value* p = at(dst, i);
+        store(b_.CreateFMul(load(f32_, p), scale), p);
+      }
+      Value* p = at(dst, idx);
+      store(b_.CreateFSub(load(f32_, p), g), p);
+    });
+    return b_.CreateLoad(i64_, first_bad);
+  }
+
+  // ---- e^x --------------------------------------------------------------------------------
+
+  // fast_exp of src/kernels/fast_math.h on a float or a vector of them, operation for
+  // operation as ElementwiseLowering::emit_exp emits it.
+  Value* emit_exp(Value* x) {
+    llvm::Type* ft = x->getType();
+    llvm::Type* it = i32_;
+    if (auto* vt = llvm::dyn_cast<llvm::VectorType>(ft))
+      it = llvm::VectorType::get(i32_, vt->getElementCount());
+    auto f = [&](float v) { return llvm::ConstantFP::get(ft, v); };
+    auto i = [&](int32_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v)); };
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0f)), f(-104.0f), x);
+    x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0f)), f(89.0f), x);
+    const float shifter = 12582912.0f;
+    Value* t = b_.CreateFAdd(b_.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
+    Value* n = b_.CreateSub(b_.CreateBitCast(t, it), i(0x4B400000)); // bits(shifter)
+    Value* fn = b_.CreateFSub(t, f(shifter));
+    Value* r = b_.CreateFSub(x, b_.CreateFMul(fn, f(0.693359375f)));
+    r = b_.CreateFSub(r, b_.CreateFMul(fn, f(-2.12194440e-4f)));
+    Value* p = f(1.9875691500e-4f);
+    for (float c :
+         {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+      p = b_.CreateFAdd(b_.CreateFMul(p, r), f(c));
+    Value* y = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(p, b_.CreateFMul(r, r)), r), f(1.0f));
+    Value* n1 = b_.CreateAShr(n, 1);
+    Value* n2 = b_.CreateSub(n, n1);
+    auto scale = [&](Value* k) {
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, i(127)), 23), ft);
+    };
+    return b_.CreateFMul(b_.CreateFMul(y, scale(n1)), scale(n2));
+  }
+
+  const ReduceSpec& spec_;
+  unsigned lanes_; ///< the host's vector width in floats (SumRows' column vectors)
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  llvm::Type *f32_, *i32_, *i64_;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  Value* rows_ = nullptr;
+  std::vector<Value*> in_;
+  Value* out_ = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<llvm::Module> lower_reduce(const ReduceSpec& spec, llvm::LLVMContext& ctx,
+                                           const std::string& fn_name,
+                                           const CodegenTarget& target) {
+  auto m = std::make_unique<llvm::Module>(fn_name, ctx);
+  m->setTargetTriple(target.triple);
+  m->setDataLayout(target.data_layout);
+  ReduceLowering(spec, gemm_lanes(target), ctx, *m).emit(fn_name, target);
+  return m;
+}
+
+} // namespace pejit::jit

@@ -1,0 +1,46 @@
+// ReduceSpec's canonical text and validation: plain C++, no LLVM.
+#include "jit/reduce_spec.h"
+
+#include "pejit/error.h"
+
+#include <fmt/format.h>
+
+namespace pejit::jit {
+
+const char* reduce_kind_name(ReduceKind kind) {
+  switch (kind) {
+  case ReduceKind::SumRows:
+    return "sum_rows";
+  case ReduceKind::CrossEntropy:
+    return "cross_entropy";
+  case ReduceKind::CrossEntropyBwd:
+    return "cross_entropy_bwd";
+  }
+  return "?";
+}
+
+std::string ReduceSpec::signature() const {
+  return fmt::format("reduce {} {} w={}", dtype, reduce_kind_name(kind), width);
+}
+
+std::string ReduceSpec::canonical_text() const {
+  return signature() + " sched=" + schedule;
+}
+
+void ReduceSpec::validate() const {
+  if (width < 1)
+    throw Error(fmt::format("reduce kernel: width {} < 1", width));
+  if (dtype != "f32")
+    throw Error("reduce kernel: unsupported dtype '" + dtype + "' (only f32)");
+  if (schedule != "default")
+    throw Error("reduce kernel: unknown schedule '" + schedule + "' (only \"default\")");
+  switch (kind) {
+  case ReduceKind::SumRows:
+  case ReduceKind::CrossEntropy:
+  case ReduceKind::CrossEntropyBwd:
+    return;
+  }
+  throw Error("reduce kernel: unknown kind");
+}
+
+} // namespace pejit::jit

@@ -1,0 +1,129 @@
+// GraphRunner's row reductions: the nodes of a template graph that run on a family-3 JIT kernel
+// (jit/reduce_spec.h) once compiled: cross-entropy and its backward over per-row logits and
+// labels, a gradient summed over the rows (GradOp::SumToShape of a per-row value to a shared
+// one of the same size: a bias gradient), and the backward pass's sum over the rows of a
+// parameter gradient that is a per-row value. Until compiled (and for a batch with a label out
+// of range, which the reference kernel then reports) the reference kernels run. The sums give
+// the reference's bits; cross-entropy agrees with it to a few ulps (reduce_codegen.cpp).
+#include "graph_runs.h"
+
+#include "kernels/kernels.h"
+
+namespace pejit::runtime {
+
+using graph::Kind;
+using graph::Node;
+using graph::NodeId;
+using ops::GradOp;
+using ops::OpId;
+
+namespace {
+
+Shape with_rows(int64_t rows, std::span<const int64_t> dims) {
+  Shape s{rows};
+  for (auto d : dims)
+    s.push_back(d);
+  return s;
+}
+
+bool dense(const Tensor& t, DType dtype, int64_t numel) {
+  return t.defined() && t.dtype() == dtype && t.numel() == numel;
+}
+
+} // namespace
+
+void GraphRunner::plan_reductions() {
+  const graph::Graph& g = tg_.g;
+  reduction_of_.assign(g.size(), -1);
+  auto rows_of = [&](NodeId o, DType dtype, size_t rank) {
+    const Node& n = g.node(o);
+    return cls_[static_cast<size_t>(o)] == RowClass::Rows && n.type.dtype == dtype &&
+           n.type.dims.size() == rank;
+  };
+  auto add = [&](NodeId id, jit::ReduceKind kind, int64_t width, bool param_sum) {
+    if (width < 1)
+      return;
+    if (!param_sum)
+      reduction_of_[static_cast<size_t>(id)] = static_cast<int32_t>(reductions_.size());
+    reductions_.push_back({id, {.kind = kind, .width = width}, param_sum, nullptr});
+  };
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    const Node& n = g.node(id);
+    RowClass me = cls_[static_cast<size_t>(id)];
+    if (n.kind == Kind::Op && n.op() == OpId::CrossEntropy && me == RowClass::Rows &&
+        rows_of(n.operands[0], DType::F32, 1) && rows_of(n.operands[1], DType::I32, 0))
+      add(id, jit::ReduceKind::CrossEntropy, g.node(n.operands[0]).type.dims[0], false);
+    if (n.kind != Kind::Grad)
+      continue;
+    if (n.grad_op() == GradOp::CrossEntropyBwd && me == RowClass::Rows &&
+        rows_of(n.operands[0], DType::F32, 1) && rows_of(n.operands[1], DType::I32, 0) &&
+        rows_of(n.operands[2], DType::F32, 0))
+      add(id, jit::ReduceKind::CrossEntropyBwd, g.node(n.operands[0]).type.dims[0], false);
+    // A sum over the rows that sum_to_shape then leaves as it is.
+    if (n.grad_op() == GradOp::SumToShape && me == RowClass::Summed && n.type.dtype == DType::F32 &&
+        cls_[static_cast<size_t>(n.operands[0])] == RowClass::Rows &&
+        g.node(n.operands[0]).type.dtype == DType::F32 &&
+        g.node(n.operands[0]).type.dims == n.type.dims)
+      add(id, jit::ReduceKind::SumRows, n.type.numel(), false);
+  }
+  for (NodeId o : tg_.bwd_param_grads)
+    if (o != graph::kNoNode && cls_[static_cast<size_t>(o)] == RowClass::Rows &&
+        g.node(o).type.dtype == DType::F32)
+      add(o, jit::ReduceKind::SumRows, g.node(o).type.numel(), true);
+}
+
+std::vector<GraphRunner::ReduceRun> GraphRunner::reduce_runs() const {
+  std::vector<ReduceRun> out;
+  for (const auto& r : reductions_)
+    out.push_back({r.node, r.spec, r.param_sum, r.kernel ? r.kernel->schedule : std::string(),
+                   r.kernel ? r.kernel->schedule_source : std::string()});
+  return out;
+}
+
+bool GraphRunner::run_reduction(NodeId id, State& st, GraphRunStats& stats) const {
+  if (reduction_of_.empty() || reduction_of_[static_cast<size_t>(id)] < 0)
+    return false;
+  const Reduction& r = reductions_[static_cast<size_t>(reduction_of_[static_cast<size_t>(id)])];
+  if (!r.kernel)
+    return false;
+  const Node& n = tg_.g.node(id);
+  auto val = [&](size_t i) -> const Tensor& { return st.vals[static_cast<size_t>(n.operands[i])]; };
+  const int64_t rows = st.rows, w = r.spec.width;
+  const bool ce = r.spec.kind != jit::ReduceKind::SumRows;
+  // Operands as the kernel reads them (a caller's odd layout goes to the reference kernel).
+  if (!dense(val(0), DType::F32, rows * w) || (ce && !dense(val(1), DType::I32, rows)) ||
+      (r.spec.kind == jit::ReduceKind::CrossEntropyBwd && !dense(val(2), DType::F32, rows)))
+    return false;
+  auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
+  Tensor y = Tensor::empty(DType::F32, ce ? with_rows(rows, n.type.dims) : n.type.shape());
+  const void* in[3] = {val(0).raw(), ce ? val(1).raw() : nullptr,
+                       n.operands.size() > 2 ? val(2).raw() : nullptr};
+  void* out[1] = {y.raw()};
+  if (r.kernel->reduce.fn(in, out, rows) >= 0)
+    return false; // a label out of range: the reference kernel says which
+  st.vals[static_cast<size_t>(id)] = std::move(y);
+  if (stats.profile)
+    record(stats.time, Family::Other, t0);
+  stats.jit_reductions++;
+  return true;
+}
+
+Tensor GraphRunner::sum_rows(NodeId id, const Tensor& v, int64_t rows, GraphRunStats& stats) const {
+  for (const auto& r : reductions_) {
+    if (!r.param_sum || r.node != id || !r.kernel || !dense(v, DType::F32, rows * r.spec.width) ||
+        v.rank() < 1 || v.dim(0) != rows)
+      continue;
+    Shape s;
+    for (size_t d = 1; d < v.rank(); ++d)
+      s.push_back(v.shape()[d]);
+    Tensor y = Tensor::empty(DType::F32, s);
+    const void* in[1] = {v.raw()};
+    void* out[1] = {y.raw()};
+    r.kernel->reduce.fn(in, out, rows);
+    stats.jit_reductions++;
+    return y;
+  }
+  return kernels::sum_axis(v, 0);
+}
+
+} // namespace pejit::runtime
