@@ -96,6 +96,9 @@ std::pair<Family, double> family_of(const graph::Graph& g, NodeId id, std::span<
       return {Family::ElementwiseRef, 0};
     case GradOp::SumToShape:
     case GradOp::UnsumAxis:
+    case GradOp::SoftmaxBwd: // losses' gradients are the losses' family, as the enum says
+    case GradOp::LogSoftmaxBwd:
+    case GradOp::CrossEntropyBwd:
       return {Family::Other, 0};
     default:
       return {Family::Layout, 0};
