@@ -3,6 +3,7 @@
 // and 5), bit for bit for the sums; cross-entropy within the bound stated in reduce_codegen.cpp
 // against double precision, and within a few ulps of the reference; labels out of range.
 #include "jit/kernel_cache.h"
+#include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "pejit/error.h"
 
@@ -45,6 +46,35 @@ double loss_bound(int64_t c, double loss, double xl_minus_m) {
 }
 
 const std::vector<int64_t> kRows = {0, 1, 2, 15, 16, 17, 33, 200};
+
+// The reference kernels' algorithm (src/kernels/reduce.cpp: row_max, 16-lane sums of fast_exp,
+// the 8-4-2-1 fold, logf), compiled here without multiply-add contraction (CMakeLists.txt), as
+// the JIT evaluates it: the JIT must give these bits exactly.
+float lane_sum(const float* e, int64_t n) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < n; ++i)
+    lane[i % 16] += e[i];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j)
+      lane[j] += lane[j + w];
+  return lane[0];
+}
+
+void ce_emulated(const float* x, int32_t label, float gy, int64_t c, float& loss, float* dx) {
+  float m = x[0];
+  for (int64_t i = 1; i < c; ++i)
+    m = x[i] > m ? x[i] : m;
+  std::vector<float> e(static_cast<size_t>(c));
+  for (int64_t i = 0; i < c; ++i)
+    e[static_cast<size_t>(i)] = kernels::fast_exp(x[i] - m);
+  float s = lane_sum(e.data(), c);
+  float lse = std::isinf(m) ? 0.0f : std::log(s);
+  loss = lse - (x[label] - m);
+  float scale = gy / s;
+  for (int64_t i = 0; i < c; ++i)
+    dx[i] = e[static_cast<size_t>(i)] * scale;
+  dx[label] -= gy;
+}
 
 } // namespace
 
@@ -119,6 +149,34 @@ TEST_CASE("cross_entropy: JIT within its stated bound of double precision, near 
     }
     jit.remove(fwd.handle);
     jit.remove(bwd.handle);
+  }
+}
+
+TEST_CASE("cross_entropy: JIT equals the reference algorithm without contraction, bit for bit") {
+  Jit jit;
+  std::mt19937 rng(5);
+  for (int64_t c : {1, 2, 5, 15, 16, 17, 40}) {
+    CAPTURE(c);
+    CompiledReduce fwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropy, .width = c});
+    CompiledReduce bwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropyBwd, .width = c});
+    const int64_t rows = 50;
+    Tensor x = random_f32(Shape{rows, c}, rng, -30.0f, 30.0f);
+    Tensor y = random_labels(rows, c, rng);
+    Tensor gy = random_f32(Shape{rows}, rng, -2.0f, 2.0f);
+    Tensor loss = Tensor::empty(DType::F32, Shape{rows});
+    Tensor dx = Tensor::empty(DType::F32, Shape{rows, c});
+    Tensor want_l = Tensor::empty(DType::F32, Shape{rows});
+    Tensor want_d = Tensor::empty(DType::F32, Shape{rows, c});
+    const void* in[] = {x.raw(), y.raw(), gy.raw()};
+    void* out_l[] = {loss.raw()};
+    void* out_d[] = {dx.raw()};
+    REQUIRE(fwd.fn(in, out_l, rows) == -1);
+    REQUIRE(bwd.fn(in, out_d, rows) == -1);
+    for (int64_t r = 0; r < rows; ++r)
+      ce_emulated(x.f32() + r * c, y.i32()[r], gy.f32()[r], c, want_l.f32()[r],
+                  want_d.f32() + r * c);
+    CHECK(same_bits(loss, want_l));
+    CHECK(same_bits(dx, want_d));
   }
 }
 
