@@ -109,6 +109,7 @@ bool GraphRunner::run_reduction(NodeId id, State& st, GraphRunStats& stats) cons
 }
 
 Tensor GraphRunner::sum_rows(NodeId id, const Tensor& v, int64_t rows, GraphRunStats& stats) const {
+  auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
   for (const auto& r : reductions_) {
     if (!r.param_sum || r.node != id || !r.kernel || !dense(v, DType::F32, rows * r.spec.width) ||
         v.rank() < 1 || v.dim(0) != rows)
@@ -121,9 +122,14 @@ Tensor GraphRunner::sum_rows(NodeId id, const Tensor& v, int64_t rows, GraphRunS
     void* out[1] = {y.raw()};
     r.kernel->reduce.fn(in, out, rows);
     stats.jit_reductions++;
+    if (stats.profile)
+      record(stats.time, Family::Other, t0);
     return y;
   }
-  return kernels::sum_axis(v, 0);
+  Tensor y = kernels::sum_axis(v, 0);
+  if (stats.profile)
+    record(stats.time, Family::Other, t0);
+  return y;
 }
 
 } // namespace pejit::runtime

@@ -150,7 +150,8 @@ private:
   /// reference kernel then runs and reports it).
   bool run_reduction(graph::NodeId id, State& st, GraphRunStats& stats) const;
   /// The sum over the rows of per-row value `v` of node `id` (a parameter gradient): on its
-  /// kernel when compiled, else kernels::sum_axis(v, 0). The same bits either way.
+  /// kernel when compiled, else kernels::sum_axis(v, 0). The same bits either way. Timed as
+  /// "reductions and losses" (Family::Other) when profiling.
   Tensor sum_rows(graph::NodeId id, const Tensor& v, int64_t rows, GraphRunStats& stats) const;
   void classify();
   void plan_runs();
