@@ -4,6 +4,7 @@
 #include "data/synthetic.h"
 #include "interp/interpreter.h"
 #include "jit/kernel_cache.h"
+#include "pejit/error.h"
 #include "plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -170,6 +171,27 @@ TEST_SUITE("specializer") {
     }
     Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
     check_same(md, tree_batch(*md.m, leaves));
+  }
+
+  TEST_CASE("a label out of range is the reference kernel's error on every executor, JIT too") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(6, 21, data::Shape::Sst, vocab);
+    trees[3].nodes[1].label = 7; // C = 5
+    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+    interp::Value batch = tree_batch(*md.m, trees);
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    for (Exec mode : {Exec::Interpreter, Exec::Graphs, Exec::GraphsJit}) {
+      CAPTURE(exec_name(mode));
+      runtime::PlanExecutor ex(md.m, md.dims, exec_options(mode));
+      CHECK_THROWS_WITH_AS(ex.value_and_grad(plan, pe.residual, tt, md.params),
+                           doctest::Contains("label 7 at position"), pejit::Error);
+      CHECK_THROWS_WITH_AS(ex.run(plan, pe.residual, tt, md.params),
+                           doctest::Contains("is outside [0, 5)"), pejit::Error);
+      CHECK(ex.stats().jit_reductions == 0);
+    }
   }
 
   TEST_CASE("plan structure for 25 SST-like trees: leaves in one group, a group per level") {
