@@ -525,7 +525,8 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   using Clock = ProfileClock;
   const graph::Graph& g = tg_.g;
   auto val = [&](NodeId id) -> Tensor& { return st.vals[static_cast<size_t>(id)]; };
-  // A forward core: C = x·W, unless already computed (panels off, or the views not taken).
+  // The run's GEMM core, if it has one and its product is not computed yet (panels off, or
+  // the views not taken: then a core that does nothing, or copies a scratch's rows).
   GemmPanel core;
   core.fn = &GemmPanel::none;
   Tensor local;
@@ -543,7 +544,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
     core.k = a.dim(1);
     core.ldc = core.n;
   };
-  // Forward, the product read only by this run: a scratch of one panel's rows.
+  // Forward: C = x·W, into a scratch of one panel's rows when only this run reads C.
   Tensor scratch;
   if (r.core != graph::kNoNode && r.spec.core_first) {
     const Node& m = g.node(r.core);
@@ -572,7 +573,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
     if (gather)
       val(xid) = Tensor::empty(DType::F32, Shape{st.rows, w.dim(0)});
     const Tensor& a = val(xid);
-    if (!val(r.core).defined() && dense(a, w.dim(0)) && weight_ok) {
+    if (!val(r.core).defined() && weight_ok && dense(a, w.dim(0))) {
       Tensor& c = to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
       core.scratch = to_scratch;
@@ -623,7 +624,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
     const Node& q = g.node(r.core);
     const Tensor &gy = val(q.operands[0]), &w = val(q.operands[2]);
     const int64_t k = q.type.dims[0];
-    if (dense(gy, w.dim(1)) && w.rank() == 2 && w.dim(0) == k) {
+    if (w.rank() == 2 && w.dim(0) == k && dense(gy, w.dim(1))) {
       val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, k});
       set_core(gy, w, true, val(r.core));
     } // else computed after the run, on its own
