@@ -477,6 +477,7 @@ struct GemmPanel : jit::PanelCore {
   struct Part {
     const float* p;
     int64_t width;
+    const float* const* rows; ///< non-null: row r is at rows[r] (an ungathered argument)
   };
   std::array<Part, detail::kMaxGatherParts> parts{};
   size_t nparts = 0;
@@ -487,9 +488,10 @@ struct GemmPanel : jit::PanelCore {
     for (int64_t r = r0; g.nparts > 0 && r < r0 + rows; ++r) {
       float* dst = g.x + r * g.lda;
       for (size_t i = 0; i < g.nparts; ++i) {
-        std::memcpy(dst, g.parts[i].p + r * g.parts[i].width,
-                    static_cast<size_t>(g.parts[i].width) * sizeof(float));
-        dst += g.parts[i].width;
+        const Part& part = g.parts[i];
+        std::memcpy(dst, part.rows != nullptr ? part.rows[r] : part.p + r * part.width,
+                    static_cast<size_t>(part.width) * sizeof(float));
+        dst += part.width;
       }
     }
     kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
@@ -519,6 +521,26 @@ const float* packed_weight(const Tensor& w, bool transposed,
 }
 
 } // namespace
+
+const std::vector<const float*>* GraphRunner::arg_rows(NodeId id, const State& st) const {
+  const Node& n = tg_.g.node(id);
+  if (n.kind != Kind::Input || tg_.slots[n.slot].role != spec::InputSlot::Role::Arg)
+    return nullptr;
+  size_t a = static_cast<size_t>(tg_.slots[n.slot].index);
+  return a < st.arg_rows.size() && !st.arg_rows[a].empty() ? &st.arg_rows[a] : nullptr;
+}
+
+void GraphRunner::fill_arg(NodeId id, State& st) const {
+  const std::vector<const float*>* rows = arg_rows(id, st);
+  if (rows == nullptr)
+    return;
+  Tensor& v = st.vals[static_cast<size_t>(id)];
+  const int64_t width = st.rows > 0 ? v.numel() / st.rows : 0;
+  for (size_t i = 0; i < rows->size(); ++i)
+    std::memcpy(v.f32() + static_cast<int64_t>(i) * width, (*rows)[i],
+                static_cast<size_t>(width) * sizeof(float));
+  st.arg_rows[static_cast<size_t>(tg_.slots[tg_.g.node(id).slot].index)].clear();
+}
 
 void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<float*>& outs,
                          State& st, GraphRunStats& stats) const {
@@ -568,8 +590,11 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       }
       gather = gather && cols == w.dim(0);
     }
-    if (!gather && !val(xid).defined())
+    if (!gather && !val(xid).defined()) {
+      for (NodeId o : g.node(xid).operands)
+        fill_arg(o, st);
       val(xid) = eval(xid, st);
+    }
     if (gather)
       val(xid) = Tensor::empty(DType::F32, Shape{st.rows, w.dim(0)});
     const Tensor& a = val(xid);
@@ -579,8 +604,11 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       core.scratch = to_scratch;
       if (gather) {
         core.x = val(xid).f32();
-        for (NodeId o : g.node(xid).operands)
-          core.parts[core.nparts++] = {val(o).f32(), g.node(o).type.dims[0]};
+        for (NodeId o : g.node(xid).operands) {
+          const std::vector<const float*>* rows = arg_rows(o, st);
+          core.parts[core.nparts++] = {val(o).f32(), g.node(o).type.dims[0],
+                                       rows != nullptr ? rows->data() : nullptr};
+        }
       }
     } else {
       if (!val(r.core).defined())
@@ -676,6 +704,9 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
       break; // bound by backward
     }
   }
+  if (!(st.views && st.panels)) // no core gathers: the concats read the blocks
+    for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
+      fill_arg(id, st);
   bind(tg_.fwd_outputs, results, st);
   for (size_t k = 0; k < tg_.fwd_kernels.size(); ++k)
     run_kernel(tg_.fwd_kernels[k], fwd_runs_.empty() ? nullptr : &fwd_runs_[k], st, stats);

@@ -88,6 +88,11 @@ public:
     /// Runs that have a GEMM core compute it per row panel (false: the GEMM runs whole, on
     /// its own, and the run's kernel gets a core that does nothing; for comparisons).
     bool panels = true;
+    /// By argument: empty, or where its rows are (row i at arg_rows[a][i]) when the caller
+    /// left the argument's block unfilled (lazy_arg(a)): a panel core then gathers the rows
+    /// itself, straight into the concat that is the argument's only reader; any other path
+    /// fills the block first.
+    std::vector<std::vector<const float*>> arg_rows;
   };
 
   /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs
@@ -121,6 +126,10 @@ public:
     std::string schedule, schedule_source; ///< empty until compiled
   };
   std::vector<ReduceRun> reduce_runs() const;
+
+  /// Argument `a` is read only by a concat that a panel core assembles (Run::gather): the
+  /// caller may pass its rows' addresses in State::arg_rows instead of gathering them.
+  bool lazy_arg(size_t a) const { return a < lazy_arg_.size() && lazy_arg_[a]; }
 
   bool supported() const { return why_.empty(); }
   const std::string& why() const { return why_; }
@@ -169,6 +178,11 @@ private:
   std::vector<bool> run_output_; ///< by node: a row output of a run, written where bind() says
   /// By node: a forward GEMM that its run computes per panel (not evaluated on its own).
   std::vector<bool> fused_;
+  std::vector<bool> lazy_arg_; ///< by argument index: see lazy_arg()
+  /// Argument node `id`'s lazily passed rows (State::arg_rows), or null.
+  const std::vector<const float*>* arg_rows(graph::NodeId id, const State& st) const;
+  /// Gathers a lazily passed argument's rows into its block, once.
+  void fill_arg(graph::NodeId id, State& st) const;
   /// The GEMM cores of runs: which runs get one (plan_runs), and launching a run with its core.
   void find_cores(const std::vector<std::vector<graph::NodeId>>& users,
                   const std::vector<bool>& kept);

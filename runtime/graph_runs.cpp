@@ -350,6 +350,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
   // other; bench/RESULTS.md.)
   constexpr int64_t kPanelRows = 48;
   fused_.assign(g.size(), false);
+  lazy_arg_.clear();
   auto row_vector = [&](NodeId id) {
     const Node& n = g.node(id);
     return cls_[static_cast<size_t>(id)] == RowClass::Rows && n.type.dtype == DType::F32 &&
@@ -411,6 +412,17 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       if (gather) {
         r.gather = x;
         fused_[static_cast<size_t>(x)] = true;
+        // A part that is an argument read by nothing else can stay ungathered by the caller.
+        for (NodeId o : xn.operands) {
+          const Node& on = g.node(o);
+          if (on.kind != Kind::Input || tg_.slots[on.slot].role != spec::InputSlot::Role::Arg ||
+              users[static_cast<size_t>(o)].size() != 1 || kept[static_cast<size_t>(o)])
+            continue;
+          size_t a = static_cast<size_t>(tg_.slots[on.slot].index);
+          if (lazy_arg_.size() <= a)
+            lazy_arg_.resize(a + 1, false);
+          lazy_arg_[a] = true;
+        }
       }
       // Nothing but this run reads the product (through its bias sum and split views, which
       // are not computed): the GEMM writes each panel into scratch, never the whole product.

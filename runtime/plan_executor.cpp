@@ -400,12 +400,27 @@ struct PlanExecutor::Impl {
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
     bool shared_args = false;
+    for (const auto& arg : g.args)
+      shared_args = shared_args || arg.shared;
+    gs.graph = shared_args ? nullptr : runner(t, stats);
+    // An argument that a panel core gathers itself (GraphRunner::lazy_arg) gets its rows'
+    // addresses instead of a gathered block.
+    gs.gst.arg_rows.resize(g.args.size());
+    for (auto& rows : gs.gst.arg_rows)
+      rows.clear();
     for (size_t a = 0; a < g.args.size(); ++a) {
-      shared_args = shared_args || g.args[a].shared;
       if (g.args[a].shared)
         continue;
       auto t0 = tick();
-      gather(G.args[a], r, params);
+      if (opt.panels && gs.graph != nullptr && gs.graph->lazy_arg(a) &&
+          g.args[a].sig.dtype == DType::F32) {
+        auto& rows = gs.gst.arg_rows[a];
+        for (const RowSource& s : G.args[a].rows)
+          rows.push_back(reinterpret_cast<const float*>(ptr(s, r, params)));
+        stats.lazy_gathers++;
+      } else {
+        gather(G.args[a], r, params);
+      }
       tock(stats, Family::Gathers, t0);
       xs[a] = block(G.args[a].off, g.args[a].sig, rows);
       if (train && g.args[a].sig.dtype == DType::F32)
@@ -437,7 +452,6 @@ struct PlanExecutor::Impl {
         gs.tape = std::make_unique<interp::Tape>();
       gs.tape->reset(ls);
     };
-    gs.graph = shared_args ? nullptr : runner(t, stats);
     if (gs.graph != nullptr) {
       std::vector<Tensor> results;
       for (size_t k = 0; k < g.results.size(); ++k)

@@ -54,6 +54,8 @@ struct PlanStats {
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) on JIT kernels
   int64_t in_place = 0; ///< splits, concats and result copies saved: runs read / wrote in place
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
+  /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.
+  int64_t lazy_gathers = 0;
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
