@@ -568,6 +568,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   };
   // Forward: C = x·W, into a scratch of one panel's rows when only this run reads C.
   Tensor scratch;
+  std::vector<const float*>* x_arg_gathered = nullptr; ///< x's rows, gathered by the core
   if (r.core != graph::kNoNode && r.spec.core_first) {
     const Node& m = g.node(r.core);
     const NodeId xid = m.operands[0];
@@ -578,9 +579,14 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       scratch = Tensor::empty(DType::F32, Shape{std::min(st.rows, r.spec.panel_rows), n});
     const bool weight_ok = w.rank() == 2 && w.dim(1) == n;
     // x's concat was skipped (panels on): the core assembles it, if its parts are plain rows.
-    bool gather = r.gather != graph::kNoNode && !val(xid).defined() && !val(r.core).defined() &&
-                  weight_ok;
-    if (gather) {
+    // Or x is an argument whose rows the caller left where they are: the core gathers them.
+    const bool x_is_arg = r.gather == xid && g.node(xid).kind == Kind::Input;
+    bool gather = r.gather != graph::kNoNode && !val(r.core).defined() && weight_ok &&
+                  (x_is_arg ? arg_rows(xid, st) != nullptr && dense(val(xid), w.dim(0))
+                            : !val(xid).defined());
+    if (x_is_arg && !gather)
+      fill_arg(xid, st);
+    if (gather && !x_is_arg) {
       const Node& xn = g.node(xid);
       int64_t cols = 0;
       for (NodeId o : xn.operands) {
@@ -595,14 +601,18 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
         fill_arg(o, st);
       val(xid) = eval(xid, st);
     }
-    if (gather)
+    if (gather && !x_is_arg)
       val(xid) = Tensor::empty(DType::F32, Shape{st.rows, w.dim(0)});
     const Tensor& a = val(xid);
     if (!val(r.core).defined() && weight_ok && dense(a, w.dim(0))) {
       Tensor& c = to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
       core.scratch = to_scratch;
-      if (gather) {
+      if (gather && x_is_arg) {
+        core.x = val(xid).f32();
+        x_arg_gathered = const_cast<std::vector<const float*>*>(arg_rows(xid, st));
+        core.parts[core.nparts++] = {nullptr, w.dim(0), x_arg_gathered->data()};
+      } else if (gather) {
         core.x = val(xid).f32();
         for (NodeId o : g.node(xid).operands) {
           const std::vector<const float*>* rows = arg_rows(o, st);
@@ -663,6 +673,8 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   else
     r.kernel->kernel.fn(ins.data(), outs.data(), st.rows);
   const bool fused = core.fn == &GemmPanel::run;
+  if (x_arg_gathered != nullptr) // the block is filled now
+    x_arg_gathered->clear();
   if (stats.profile)
     record(stats.time,
            !fused              ? Family::ElementwiseJit

@@ -409,19 +409,36 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
           for (const Run& o : runs)
             for (auto [dst, off] : o.out_view)
               gather = gather && dst != x;
+      auto mark_lazy = [&](NodeId o) {
+        size_t a = static_cast<size_t>(tg_.slots[g.node(o).slot].index);
+        if (lazy_arg_.size() <= a)
+          lazy_arg_.resize(a + 1, false);
+        lazy_arg_[a] = true;
+      };
+      auto is_arg = [&](NodeId o) {
+        const Node& on = g.node(o);
+        return on.kind == Kind::Input && tg_.slots[on.slot].role == spec::InputSlot::Role::Arg &&
+               !kept[static_cast<size_t>(o)];
+      };
       if (gather) {
         r.gather = x;
         fused_[static_cast<size_t>(x)] = true;
         // A part that is an argument read by nothing else can stay ungathered by the caller.
-        for (NodeId o : xn.operands) {
-          const Node& on = g.node(o);
-          if (on.kind != Kind::Input || tg_.slots[on.slot].role != spec::InputSlot::Role::Arg ||
-              users[static_cast<size_t>(o)].size() != 1 || kept[static_cast<size_t>(o)])
-            continue;
-          size_t a = static_cast<size_t>(tg_.slots[on.slot].index);
-          if (lazy_arg_.size() <= a)
-            lazy_arg_.resize(a + 1, false);
-          lazy_arg_[a] = true;
+        for (NodeId o : xn.operands)
+          if (is_arg(o) && users[static_cast<size_t>(o)].size() == 1)
+            mark_lazy(o);
+      } else if (is_arg(x) && row_vector(x)) {
+        // x is an argument (a leaf's embedding rows): the core gathers each panel's rows into
+        // x's block just before multiplying them, if nothing in the forward pass reads x
+        // before the run (the backward pass, after it, finds the block filled).
+        bool only_m = true;
+        for (const auto& fk : tg_.fwd_kernels)
+          for (NodeId u : fk.nodes)
+            for (NodeId o : g.node(u).operands)
+              only_m = only_m && (o != x || u == m);
+        if (only_m) {
+          r.gather = x;
+          mark_lazy(x);
         }
       }
       // Nothing but this run reads the product (through its bias sum and split views, which

@@ -36,8 +36,9 @@ struct GraphRunner::Run {
   /// (spec.core_first): the x·W whose rows the run reads; backward: the dY·W^T (MatMulGradA)
   /// that reads the rows the run writes into a concat. Its value is made by the run.
   graph::NodeId core = graph::kNoNode;
-  /// Forward: the concat of row vectors that makes the core's x, assembled panel by panel by
-  /// the core just before its GEMM reads the rows (kNoNode: x is computed before the run).
+  /// Forward: the concat of row vectors that makes the core's x, or x itself when it is an
+  /// argument the caller may leave ungathered, assembled panel by panel by the core just
+  /// before its GEMM reads the rows (kNoNode: x is computed before the run).
   graph::NodeId gather = graph::kNoNode;
   jit::KernelSpec spec;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
