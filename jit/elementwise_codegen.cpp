@@ -350,28 +350,7 @@ private:
     return nullptr;
   }
 
-  // fast_exp of src/kernels/fast_math.h.
-  Value* emit_exp(Value* x) {
-    x = select_lt(x, f(-104.0f), f(-104.0f), x);
-    x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0f)), f(89.0f), x);
-    const float shifter = 12582912.0f;
-    Value* t = b_.CreateFAdd(b_.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
-    Value* n = b_.CreateSub(b_.CreateBitCast(t, int_ty_), i32c(0x4B400000)); // bits(shifter)
-    Value* fn = b_.CreateFSub(t, f(shifter));
-    Value* r = b_.CreateFSub(x, b_.CreateFMul(fn, f(0.693359375f)));
-    r = b_.CreateFSub(r, b_.CreateFMul(fn, f(-2.12194440e-4f)));
-    Value* p = f(1.9875691500e-4f);
-    for (float c :
-         {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
-      p = b_.CreateFAdd(b_.CreateFMul(p, r), f(c));
-    Value* y = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(p, b_.CreateFMul(r, r)), r), f(1.0f));
-    Value* n1 = b_.CreateAShr(n, 1);
-    Value* n2 = b_.CreateSub(n, n1);
-    auto scale = [&](Value* k) {
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, i32c(127)), 23), float_ty_);
-    };
-    return b_.CreateFMul(b_.CreateFMul(y, scale(n1)), scale(n2));
-  }
+  Value* emit_exp(Value* x) { return emit_fast_exp(b_, x); }
 
   // fast_tanh of src/kernels/fast_math.h.
   Value* emit_tanh(Value* x) {
@@ -403,6 +382,32 @@ private:
 };
 
 } // namespace
+
+llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x) {
+  llvm::Type* ft = x->getType();
+  llvm::Type* it = b.getInt32Ty();
+  if (auto* vt = llvm::dyn_cast<llvm::VectorType>(ft))
+    it = llvm::VectorType::get(it, vt->getElementCount());
+  auto f = [&](float v) { return llvm::ConstantFP::get(ft, v); };
+  auto i = [&](int32_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v)); };
+  x = b.CreateSelect(b.CreateFCmpOLT(x, f(-104.0f)), f(-104.0f), x);
+  x = b.CreateSelect(b.CreateFCmpOGT(x, f(89.0f)), f(89.0f), x);
+  const float shifter = 12582912.0f;
+  Value* t = b.CreateFAdd(b.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
+  Value* n = b.CreateSub(b.CreateBitCast(t, it), i(0x4B400000)); // bits(shifter)
+  Value* fn = b.CreateFSub(t, f(shifter));
+  Value* r = b.CreateFSub(x, b.CreateFMul(fn, f(0.693359375f)));
+  r = b.CreateFSub(r, b.CreateFMul(fn, f(-2.12194440e-4f)));
+  Value* p = f(1.9875691500e-4f);
+  for (float c :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    p = b.CreateFAdd(b.CreateFMul(p, r), f(c));
+  Value* y = b.CreateFAdd(b.CreateFAdd(b.CreateFMul(p, b.CreateFMul(r, r)), r), f(1.0f));
+  Value* n1 = b.CreateAShr(n, 1);
+  Value* n2 = b.CreateSub(n, n1);
+  auto scale = [&](Value* k) { return b.CreateBitCast(b.CreateShl(b.CreateAdd(k, i(127)), 23), ft); };
+  return b.CreateFMul(b.CreateFMul(y, scale(n1)), scale(n2));
+}
 
 std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec& spec, llvm::LLVMContext& ctx,
                                                 const std::string& fn_name,

@@ -3,6 +3,7 @@
 
 #include "jit/kernel_spec.h"
 
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
@@ -19,6 +20,11 @@ struct CodegenTarget {
   std::string cpu;
   std::string features;
 };
+
+/// e^x as src/kernels/fast_math.h's fast_exp (Cephes expf, degree-6 polynomial, rel. error
+/// <= 3e-7), operation for operation, on a float or a vector of floats `x`: the one emitter
+/// behind the elementwise and the reduction families' exp.
+llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x);
 
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop); with spec.panel_rows > 0, `void fn_name(float** in,

@@ -12,8 +12,8 @@
 // - SumRows, width 1, and the sums of exponentials of cross-entropy: 16 lanes (element i into
 //   lane i mod 16, in order), folded 8, 4, 2, 1, as kernels::detail::row_sum; a partial block
 //   is padded with lanes that add +0. The row max is exact in any order.
-// - e^x is the elementwise family's branch-free Cephes exp (rel. error <= 3e-7), emitted
-//   operation for operation as elementwise_codegen.cpp and src/kernels/fast_math.h do; the log
+// - e^x is the elementwise family's branch-free Cephes exp (rel. error <= 3e-7), from the same
+//   emitter (emit_fast_exp, elementwise_codegen.h), as src/kernels/fast_math.h; the log
 //   is llvm.log.f32, i.e. libm's logf, as std::log in the reference. No fast-math flags, no FMA
 //   contraction in the IR; the reference kernels are compiled by GCC, which contracts
 //   multiply-adds with -march=native, so cross-entropy agrees with them to ~1e-6 relative, and
@@ -319,35 +319,8 @@ private:
 
   // ---- e^x --------------------------------------------------------------------------------
 
-  // fast_exp of src/kernels/fast_math.h on a float or a vector of them, operation for
-  // operation as ElementwiseLowering::emit_exp emits it.
-  Value* emit_exp(Value* x) {
-    llvm::Type* ft = x->getType();
-    llvm::Type* it = i32_;
-    if (auto* vt = llvm::dyn_cast<llvm::VectorType>(ft))
-      it = llvm::VectorType::get(i32_, vt->getElementCount());
-    auto f = [&](float v) { return llvm::ConstantFP::get(ft, v); };
-    auto i = [&](int32_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v)); };
-    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(-104.0f)), f(-104.0f), x);
-    x = b_.CreateSelect(b_.CreateFCmpOGT(x, f(89.0f)), f(89.0f), x);
-    const float shifter = 12582912.0f;
-    Value* t = b_.CreateFAdd(b_.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
-    Value* n = b_.CreateSub(b_.CreateBitCast(t, it), i(0x4B400000)); // bits(shifter)
-    Value* fn = b_.CreateFSub(t, f(shifter));
-    Value* r = b_.CreateFSub(x, b_.CreateFMul(fn, f(0.693359375f)));
-    r = b_.CreateFSub(r, b_.CreateFMul(fn, f(-2.12194440e-4f)));
-    Value* p = f(1.9875691500e-4f);
-    for (float c :
-         {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
-      p = b_.CreateFAdd(b_.CreateFMul(p, r), f(c));
-    Value* y = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(p, b_.CreateFMul(r, r)), r), f(1.0f));
-    Value* n1 = b_.CreateAShr(n, 1);
-    Value* n2 = b_.CreateSub(n, n1);
-    auto scale = [&](Value* k) {
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, i(127)), 23), ft);
-    };
-    return b_.CreateFMul(b_.CreateFMul(y, scale(n1)), scale(n2));
-  }
+  // e^x: the elementwise family's emitter (src/kernels/fast_math.h's fast_exp).
+  Value* emit_exp(Value* x) { return emit_fast_exp(b_, x); }
 
   const ReduceSpec& spec_;
   unsigned lanes_; ///< the host's vector width in floats (SumRows' column vectors)

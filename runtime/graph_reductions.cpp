@@ -18,14 +18,9 @@ using graph::NodeId;
 using ops::GradOp;
 using ops::OpId;
 
-namespace {
+using detail::with_rows;
 
-Shape with_rows(int64_t rows, std::span<const int64_t> dims) {
-  Shape s{rows};
-  for (auto d : dims)
-    s.push_back(d);
-  return s;
-}
+namespace {
 
 bool dense(const Tensor& t, DType dtype, int64_t numel) {
   return t.defined() && t.dtype() == dtype && t.numel() == numel;

@@ -22,15 +22,9 @@ using ops::OpId;
 
 using detail::jit_op;
 using detail::rank_of;
+using detail::with_rows;
 
 namespace {
-
-Shape with_rows(int64_t rows, std::span<const int64_t> dims) {
-  Shape s{rows};
-  for (auto d : dims)
-    s.push_back(d);
-  return s;
-}
 
 // [rows, d...] as [rows, 1, ..., 1, d...] with per-row rank r.
 Tensor expand_rows(const Tensor& t, size_t r) {

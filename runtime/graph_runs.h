@@ -8,12 +8,20 @@
 #include "jit/kernel_cache.h"
 
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 namespace pejit::runtime {
 
 namespace detail {
+/// [rows, dims...].
+inline Shape with_rows(int64_t rows, std::span<const int64_t> dims) {
+  Shape s{rows};
+  for (auto d : dims)
+    s.push_back(d);
+  return s;
+}
 /// The most parts of a concat that a panel core assembles (Run::gather).
 inline constexpr size_t kMaxGatherParts = 8;
 /// A per-row value's rank (its type's rank: node types are per instance).
