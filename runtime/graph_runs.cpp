@@ -106,6 +106,26 @@ void GraphRunner::plan_runs() {
            rank_of(n) == 1 && jit_op(n).has_value();
   };
   std::vector<int32_t> run_of(g.size(), -1); // global run number
+  // A lone elementwise node is a run too when it is a GEMM's whole epilogue (the classifier's
+  // logits = h·W + b), so that it gets a panel kernel; not when a split reads it (a bias sum
+  // that the gate runs add themselves).
+  std::vector<std::vector<NodeId>> readers(g.size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
+    for (NodeId o : g.node(id).operands)
+      readers[static_cast<size_t>(o)].push_back(id);
+  auto epilogue_of_gemm = [&](NodeId id) {
+    bool gemm = false;
+    for (NodeId o : g.node(id).operands) {
+      const Node& on = g.node(o);
+      gemm = gemm || (on.kind == Kind::Op && on.op() == OpId::MatMul &&
+                      cls_[static_cast<size_t>(o)] == RowClass::Rows);
+    }
+    for (NodeId u : readers[static_cast<size_t>(id)]) {
+      const Node& un = g.node(u);
+      gemm = gemm && !(un.kind == Kind::Op && un.op() == OpId::Split);
+    }
+    return gemm;
+  };
   int32_t next = 0;
   auto form = [&](const std::vector<spec::Kernel>& ks, std::vector<std::vector<Run>>& out) {
     out.assign(ks.size(), {});
@@ -139,7 +159,7 @@ void GraphRunner::plan_runs() {
           run_of[static_cast<size_t>(nodes[j])] = next;
         }
         r.count = j - i;
-        if (r.count >= 2) {
+        if (r.count >= 2 || (r.count == 1 && epilogue_of_gemm(nodes[i]))) {
           out[ki].push_back(std::move(r));
           ++next;
         } else {

@@ -240,22 +240,25 @@ TEST_SUITE("specializer") {
       got[panels] = ex.value_and_grad(plan, pe.residual, tt, md.params);
       const auto& st = ex.stats();
       ref_nodes[panels] = st.ref_nodes;
-      // A cell's h_l and h_r, and the leaves' embedding rows, are gathered by their panel
-      // cores, not by the executor.
+      // Groups: op.take, leaf, node_loss, sum, and a cell group per level above the leaves.
+      const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
+      // A cell's h_l and h_r, the leaves' embedding rows and the classifier's h are gathered
+      // by their panel cores, not by the executor.
       if (panels)
-        CHECK(st.lazy_gathers == 2 * (static_cast<int64_t>(plan.groups.size()) - 4) + 1);
+        CHECK(st.lazy_gathers == 2 * cells + 2);
       else
         CHECK(st.lazy_gathers == 0);
-      // leaf and cell: forward x·W + gates, backward gate gradients + dY·W^T, per level.
+      // leaf and cell: forward x·W + gates, backward gate gradients + dY·W^T, per level; the
+      // classifier: h·W + b (its backward has no elementwise chain before its dY·W^T).
       if (panels)
-        CHECK(st.panel_launches == 2 * static_cast<int64_t>(plan.groups.size() - 3));
+        CHECK(st.panel_launches == 2 * (cells + 1) + 1);
       else
         CHECK(st.panel_launches == 0);
     }
-    // With panels, no x·W, dY·W^T or cell input concat(h_l, h_r) runs on its own: the cores
-    // compute them (a concat's rows assembled per panel just before its GEMM).
-    const int64_t levels = static_cast<int64_t>(plan.groups.size()) - 3; // leaf + cells
-    CHECK(ref_nodes[false] - ref_nodes[true] == 3 * levels - 1);
+    // With panels, no x·W (leaf, cells, classifier), dY·W^T (leaf, cells) or cell input
+    // concat(h_l, h_r) runs on its own: the cores compute them.
+    const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
+    CHECK(ref_nodes[false] - ref_nodes[true] == (cells + 2) + (cells + 1) + cells);
     // Row results do not depend on how the rows are split into GEMM calls, so the bits agree
     // where kernels::sgemm_packed runs our own kernels (AVX-512); elsewhere up to rounding.
     const double tol = 1e-6;
