@@ -476,6 +476,14 @@ struct GemmPanel : jit::PanelCore {
   std::array<Part, detail::kMaxGatherParts> parts{};
   size_t nparts = 0;
   float* x = nullptr;
+  /// Blocks the chain reads, filled per panel from their rows (ungathered arguments).
+  struct Fill {
+    float* dst;
+    int64_t width;
+    const float* const* rows;
+  };
+  std::array<Fill, detail::kMaxGatherParts> fills{};
+  size_t nfills = 0;
 
   static void run(const jit::PanelCore* core, int64_t r0, int64_t rows) {
     const auto& g = *static_cast<const GemmPanel*>(core);
@@ -490,6 +498,11 @@ struct GemmPanel : jit::PanelCore {
     }
     kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
                           g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
+    for (size_t i = 0; i < g.nfills; ++i) {
+      const Fill& f = g.fills[i];
+      for (int64_t r = r0; r < r0 + rows; ++r)
+        std::memcpy(f.dst + r * f.width, f.rows[r], static_cast<size_t>(f.width) * sizeof(float));
+    }
   }
   // The product computed whole before (panels off, or no views): its panel rows into scratch.
   static void copy(const jit::PanelCore* core, int64_t r0, int64_t rows) {
@@ -563,6 +576,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   // Forward: C = x·W, into a scratch of one panel's rows when only this run reads C.
   Tensor scratch;
   std::vector<const float*>* x_arg_gathered = nullptr; ///< x's rows, gathered by the core
+  std::array<std::vector<const float*>*, detail::kMaxGatherParts> filled{}; ///< the chain's
   if (r.core != graph::kNoNode && r.spec.core_first) {
     const Node& m = g.node(r.core);
     const NodeId xid = m.operands[0];
@@ -625,6 +639,18 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       }
     }
   }
+  // The chain's ungathered argument rows: filled by a running core per panel, else now.
+  for (NodeId o : r.fills) {
+    std::vector<const float*>* rows = const_cast<std::vector<const float*>*>(arg_rows(o, st));
+    if (rows == nullptr)
+      continue;
+    if (core.fn == &GemmPanel::run && val(o).numel() == st.rows * g.node(o).type.dims[0]) {
+      filled[core.nfills] = rows;
+      core.fills[core.nfills++] = {val(o).f32(), g.node(o).type.dims[0], rows->data()};
+    } else {
+      fill_arg(o, st);
+    }
+  }
   ins.clear();
   outs.clear();
   for (size_t i = 0; i < r.inputs.size(); ++i) {
@@ -669,6 +695,8 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   const bool fused = core.fn == &GemmPanel::run;
   if (x_arg_gathered != nullptr) // the block is filled now
     x_arg_gathered->clear();
+  for (size_t i = 0; i < core.nfills; ++i) // those blocks are filled now
+    filled[i]->clear();
   if (stats.profile)
     record(stats.time,
            !fused              ? Family::ElementwiseJit

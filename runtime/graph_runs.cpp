@@ -461,6 +461,30 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
           mark_lazy(x);
         }
       }
+      // The run's other per-row inputs that are arguments read in the forward pass by this
+      // run alone (a cell's c_l, c_r): the core gathers each panel's rows into their blocks
+      // too, before the chain reads them (the backward pass finds the blocks filled).
+      for (size_t i = 0; i < r.inputs.size(); ++i) {
+        NodeId o = r.inputs[i];
+        if (r.spec.inputs[i] != jit::InputShape::Full || r.in_view[i].first != graph::kNoNode ||
+            !is_arg(o) || !row_vector(o) || o == x ||
+            std::find(r.fills.begin(), r.fills.end(), o) != r.fills.end())
+          continue;
+        bool only_run = true;
+        for (const auto& fk : tg_.fwd_kernels)
+          for (NodeId u : fk.nodes)
+            for (NodeId p : g.node(u).operands)
+              only_run = only_run &&
+                         (p != o || std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
+                                              k.nodes.begin() +
+                                                  static_cast<std::ptrdiff_t>(r.first + r.count),
+                                              u) != k.nodes.begin() + static_cast<std::ptrdiff_t>(
+                                                                          r.first + r.count));
+        if (only_run && r.fills.size() < detail::kMaxGatherParts) {
+          r.fills.push_back(o);
+          mark_lazy(o);
+        }
+      }
       // Nothing but this run reads the product (through its bias sum and split views, which
       // are not computed): the GEMM writes each panel into scratch, never the whole product.
       auto reads_m = [&](const Run& o) {

@@ -48,6 +48,9 @@ struct GraphRunner::Run {
   /// argument the caller may leave ungathered, assembled panel by panel by the core just
   /// before its GEMM reads the rows (kNoNode: x is computed before the run).
   graph::NodeId gather = graph::kNoNode;
+  /// Forward: arguments the chain reads (not the GEMM) that the core gathers per panel into
+  /// their blocks, before the chain reads those rows, when the caller left them ungathered.
+  std::vector<graph::NodeId> fills;
   jit::KernelSpec spec;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };

@@ -242,10 +242,10 @@ TEST_SUITE("specializer") {
       ref_nodes[panels] = st.ref_nodes;
       // Groups: op.take, leaf, node_loss, sum, and a cell group per level above the leaves.
       const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
-      // A cell's h_l and h_r, the leaves' embedding rows and the classifier's h are gathered
-      // by their panel cores, not by the executor.
+      // A cell's h_l, h_r (into x) and c_l, c_r (for its chain), the leaves' embedding rows
+      // and the classifier's h are gathered by their panel cores, not by the executor.
       if (panels)
-        CHECK(st.lazy_gathers == 2 * cells + 2);
+        CHECK(st.lazy_gathers == 4 * cells + 2);
       else
         CHECK(st.lazy_gathers == 0);
       // leaf and cell: forward x·W + gates, backward gate gradients + dY·W^T, per level; the
