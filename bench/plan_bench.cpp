@@ -6,7 +6,9 @@
 // (--no-fragments: every inlined call evaluated, as before fragments, for A/B comparisons;
 // --warm: one unmeasured pass over the data in file order first, so that the shuffled batches
 // are measured as in a later epoch of training: every tree seen, in other batches;
-// --keep-inputs: copy the payloads into Residual::inputs, which the engine does not)
+// --keep-inputs: copy the payloads into Residual::inputs, which the engine does not;
+// --dump FILE: every measured batch's residual and plan, in full, to FILE, to check that a
+// change to the specializer leaves plans as they were)
 #include "data/synthetic.h"
 #include "data/tree_io.h"
 #include "specializer/partial_eval.h"
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <time.h>
 
 using namespace pejit;
@@ -28,13 +31,72 @@ static double thread_cpu_us() {
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
 }
 
+// Everything a residual and its plan say (template ids included: the same table history).
+static void dump_batch(std::ostream& os, const spec::PeResult& pe, const spec::Plan& p) {
+  const spec::Residual& r = pe.residual;
+  auto ref = [&](const spec::Ref& a) {
+    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
+  };
+  auto row = [&](const spec::RowRef& a) {
+    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out << "." << a.row;
+  };
+  os << "batch ok " << pe.ok << " key " << r.key << " fuel " << r.fuel_used << " inputs "
+     << r.num_inputs << " kept " << r.inputs.size() << " consts " << r.consts.size() << "\n";
+  for (size_t i = 0; i < r.instances.size(); ++i) {
+    const auto& in = r.instances[i];
+    os << "i " << in.tmpl;
+    if (in.tmpl == spec::Instance::kSumN)
+      os << " " << r.sum_sigs[static_cast<size_t>(in.sum_sig)].str();
+    for (const auto& a : r.args(i))
+      ref(a);
+    os << "\n";
+  }
+  os << "outputs";
+  for (const auto& o : r.outputs)
+    ref(o);
+  os << "\nshape";
+  for (auto s : r.result_shape)
+    os << " " << s;
+  os << "\nplan key " << p.key << " levels " << p.levels << "\n";
+  for (const auto& g : p.groups) {
+    os << "g " << g.tmpl << " level " << g.level << " rows";
+    for (auto i : g.instances)
+      os << " " << i;
+    os << " results";
+    for (const auto& s : g.results)
+      os << " " << s.str();
+    os << "\n";
+    for (const auto& a : g.args) {
+      os << " a " << a.sig.str() << (a.shared ? " shared" : " rows");
+      if (a.shared)
+        ref(a.shared_ref);
+      for (const auto& x : a.rows)
+        row(x);
+      os << "\n";
+    }
+  }
+  os << "pout";
+  for (const auto& o : p.outputs)
+    row(o);
+  os << "\ngroup_of";
+  for (auto g : p.group_of)
+    os << " " << g;
+  os << "\nrow_of";
+  for (auto g : p.row_of)
+    os << " " << g;
+  os << "\n";
+}
+
 int main(int argc, char** argv) {
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t batches = argc > 2 ? std::stoul(argv[2]) : 200;
   spec::PeOptions pe_opt;
   pe_opt.keep_inputs = false; // as the engine plans
   bool warm = false;
+  std::string dump;
   for (int a = 3; a < argc; ++a) {
+    if (std::string(argv[a]) == "--dump" && a + 1 < argc)
+      dump = argv[++a];
     if (std::string(argv[a]) == "--no-fragments")
       pe_opt.fragment_memo_bytes = 0;
     if (std::string(argv[a]) == "--keep-inputs")
@@ -71,6 +133,9 @@ int main(int argc, char** argv) {
       xs.push_back(enc.encode(trees[i]));
     (void)spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt, pe_opt);
   }
+  std::ofstream out;
+  if (!dump.empty())
+    out.open(dump);
   std::vector<double> pe_us, plan_us, cpu_us;
   size_t instances = 0, groups = 0;
   for (size_t b = 0; b < batches && (b + 1) * 25 <= trees.size(); ++b) {
@@ -87,9 +152,14 @@ int main(int argc, char** argv) {
     cpu_us.push_back(thread_cpu_us() - c0);
     pe_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     plan_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    if (out.is_open())
+      dump_batch(out, pe, plan);
     instances += pe.residual.instances.size();
     groups += plan.groups.size();
   }
+  if (out.is_open())
+    for (size_t t = 0; t < tt.size(); ++t)
+      out << "template " << t << " " << tt.at(static_cast<int32_t>(t)).key() << "\n";
   auto q = [](std::vector<double> v, double f) {
     std::sort(v.begin(), v.end());
     return v[static_cast<size_t>(f * static_cast<double>(v.size() - 1))];

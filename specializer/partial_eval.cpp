@@ -149,25 +149,63 @@ public:
   size_t count = 0;
   bool ok = true;
 
+  /// The batch rebuilt (payloads replaced by input slots), or None after a mismatch.
   Value scan(const Value& v, const ir::Type& t) {
+    Values top;
+    top.reserve(1);
+    scan(v, info(t.get()), top);
+    return ok ? std::move(top[0]) : Value();
+  }
+
+private:
+  // What the scan needs of one type node, the nodes it is made of linked in: found once per
+  // node, not per value.
+  struct TypeInfo {
+    const ir::TypeNode* type = nullptr;
+    ir::TypeKind kind = ir::TypeKind::Error;
+    const ir::TypeDecl* adt = nullptr;         ///< Adt
+    std::vector<std::vector<TypeInfo*>> ctors; ///< Adt: each constructor's field types
+    std::vector<TypeInfo*> elems;              ///< Tuple: its elements; List: its element
+    DType dtype = DType::F32;                  ///< Tensor
+    Shape shape;                               ///< Tensor
+    int32_t sig = -1;                          ///< Tensor: its signature id, once seen
+  };
+  PeBackend& be_;
+  const ir::Module& m_;
+  const interp::DimBindings& dims_;
+  std::shared_ptr<NodePool> pool_;
+  FragmentMemo* frags_;
+  std::vector<std::unique_ptr<TypeInfo>> infos_; ///< the few type nodes of the batch's type
+  // What the value scanned last adds to its parent's skeleton (fold): its code (see mix2;
+  // 0 for none), and its value or its skeleton.
+  int last_code_ = 0;
+  uint64_t last_v_ = 0;
+  uint64_t last_h1_ = 0, last_h2_ = 0;
+  bool last_known_ = false;
+
+  // Checks v against the type, hashes it, and appends its rebuilt value to `out`.
+  void scan(const Value& v, TypeInfo& ti, Values& out) {
     ++count;
     h = mix(h, static_cast<uint64_t>(v.kind()));
-    switch (t->kind) {
+    switch (ti.kind) {
     case ir::TypeKind::Int:
       if (v.kind() != Value::Kind::Int)
         return fail();
       h = mix(h, static_cast<uint64_t>(v.as_int()));
-      return v;
+      last_code_ = 3, last_v_ = static_cast<uint64_t>(v.as_int());
+      out.push_back(v);
+      return;
     case ir::TypeKind::Bool:
       if (v.kind() != Value::Kind::Bool)
         return fail();
       h = mix(h, static_cast<uint64_t>(v.as_bool()));
-      return v;
+      last_code_ = 4, last_v_ = v.as_bool() ? 1 : 0;
+      out.push_back(v);
+      return;
     case ir::TypeKind::Tensor: {
       if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined())
         return fail();
       const Tensor& x = v.as_tensor();
-      TypeInfo& ti = info(t);
       if (x.dtype() != ti.dtype || x.shape() != ti.shape)
         return fail();
       h = mix(h, static_cast<uint64_t>(x.dtype()));
@@ -176,70 +214,61 @@ public:
       h = mix(h, x.rank());
       if (ti.sig < 0)
         ti.sig = be_.sig_id(x);
-      return be_.input(x, ti.sig);
+      last_code_ = 2, last_v_ = static_cast<uint64_t>(ti.sig);
+      out.push_back(be_.input(x, ti.sig));
+      return;
     }
     case ir::TypeKind::Tuple: {
-      if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size())
+      if (v.kind() != Value::Kind::Tuple || v.items().size() != ti.elems.size())
         return fail();
       h = mix(h, v.items().size());
-      PoolNode& pn = open(Value::Kind::Tuple, 0, t->elems.size());
-      prefetch_children(v.items().data(), v.items().size());
-      for (size_t i = 0; i < t->elems.size() && ok; ++i)
-        item(pn, scan(v.items()[i], t->elems[i]));
-      return close(pn, Value::Kind::Tuple, 0);
+      return node(v.items().data(), ti.elems.size(), ti.elems.data(), Value::Kind::Tuple, 0, out);
     }
     case ir::TypeKind::List: {
       if (v.kind() != Value::Kind::List)
         return fail();
-      h = mix(h, v.list_size());
-      PoolNode& pn = open(Value::Kind::List, 0, v.list_size());
-      if (v.list_size() > 0)
-        prefetch_children(&v.list_at(0), v.list_size());
-      for (size_t i = 0; i < v.list_size() && ok; ++i)
-        item(pn, scan(v.list_at(i), t->elems[0]));
-      return close(pn, Value::Kind::List, 0);
+      size_t n = v.list_size();
+      h = mix(h, n);
+      return node(n ? &v.list_at(0) : nullptr, n, nullptr, Value::Kind::List, 0, out, ti.elems[0]);
     }
     case ir::TypeKind::Adt: {
-      const ir::TypeDecl* adt = info(t).adt;
-      if (!adt || v.kind() != Value::Kind::Adt || v.tag() < 0 ||
-          static_cast<size_t>(v.tag()) >= adt->ctors.size())
+      if (!ti.adt || v.kind() != Value::Kind::Adt || v.tag() < 0 ||
+          static_cast<size_t>(v.tag()) >= ti.ctors.size())
         return fail();
-      const auto& c = adt->ctors[static_cast<size_t>(v.tag())];
-      if (v.items().size() != c.fields.size())
+      const auto& fields = ti.ctors[static_cast<size_t>(v.tag())];
+      if (v.items().size() != fields.size())
         return fail();
       h = mix(h, static_cast<uint64_t>(v.tag()));
       h = mix(h, v.items().size());
-      PoolNode& pn = open(Value::Kind::Adt, v.tag(), c.fields.size());
-      prefetch_children(v.items().data(), v.items().size());
-      for (size_t i = 0; i < c.fields.size() && ok; ++i)
-        item(pn, scan(v.items()[i], c.fields[i].type));
-      return close(pn, Value::Kind::Adt, v.tag());
+      return node(v.items().data(), fields.size(), fields.data(), Value::Kind::Adt, v.tag(), out);
     }
     case ir::TypeKind::Func:
       if (v.kind() != Value::Kind::Closure)
         return fail();
-      return v;
+      last_code_ = 0;
+      out.push_back(v);
+      return;
     default:
       return fail();
     }
   }
 
-private:
-  struct TypeInfo {
-    const void* type = nullptr;
-    const ir::TypeDecl* adt = nullptr; ///< Adt
-    DType dtype = DType::F32;          ///< Tensor
-    Shape shape;                       ///< Tensor
-    int32_t sig = -1;                  ///< Tensor: its signature id, once seen
-  };
-  PeBackend& be_;
-  const ir::Module& m_;
-  const interp::DimBindings& dims_;
-  std::shared_ptr<NodePool> pool_;
-  FragmentMemo* frags_;
-  std::vector<TypeInfo> infos_;        ///< the few type nodes a batch's type is made of
-  uint64_t last_h1_ = 0, last_h2_ = 0; ///< the skeleton of the node scanned last
-  bool last_known_ = false;
+  // A Tuple, List or ADT node: its items xs[0, n) of types types[0, n) (a list's: all `same`),
+  // rebuilt into a pool node.
+  void node(const Value* xs, size_t n, TypeInfo* const* types, Value::Kind kind, int32_t tag,
+            Values& out, TypeInfo* same = nullptr) {
+    PoolNode& pn = open(kind, tag, n);
+    if (n > 0)
+      prefetch_children(xs, n);
+    for (size_t i = 0; i < n && ok; ++i) {
+      if (i + 1 < n)
+        prefetch_items(xs[i + 1]);
+      scan(xs[i], same ? *same : *types[i], pn.items);
+      if (ok)
+        fold(pn);
+    }
+    close(pn, kind, tag, out);
+  }
 
   // Skeletons are two independent 64-bit hashes of (kind, tag, items) with each item as
   // (code, value): code 1 a node's skeleton, 2 a payload's signature id, 3 Int, 4 Bool; a
@@ -264,70 +293,79 @@ private:
     return pn;
   }
 
-  void item(PoolNode& pn, Value x) {
-    if (frags_) {
-      switch (x.kind()) {
-      case Value::Kind::Tuple:
-      case Value::Kind::List:
-      case Value::Kind::Adt:
-        mix2(pn, 1);
-        mix2(pn, last_h1_);
-        mix2(pn, last_h2_);
-        pn.known = pn.known && last_known_;
-        break;
-      case Value::Kind::Tensor:
-        mix2(pn, 2);
-        mix2(pn, static_cast<uint64_t>(be_.sig_of_value(x)));
-        break;
-      case Value::Kind::Int:
-        mix2(pn, 3);
-        mix2(pn, static_cast<uint64_t>(x.as_int()));
-        break;
-      case Value::Kind::Bool:
-        mix2(pn, 4);
-        mix2(pn, x.as_bool() ? 1 : 0);
-        break;
-      default:
-        pn.known = false;
-      }
+  // Folds the item scanned last into its node's skeleton.
+  void fold(PoolNode& pn) {
+    if (!frags_)
+      return;
+    if (last_code_ == 1) {
+      mix2(pn, 1);
+      mix2(pn, last_h1_);
+      mix2(pn, last_h2_);
+      pn.known = pn.known && last_known_;
+    } else if (last_code_ >= 2) {
+      mix2(pn, static_cast<uint64_t>(last_code_));
+      mix2(pn, last_v_);
+    } else {
+      pn.known = false;
     }
-    pn.items.push_back(std::move(x));
   }
 
-  Value close(PoolNode& pn, Value::Kind kind, int32_t tag) {
+  void close(PoolNode& pn, Value::Kind kind, int32_t tag, Values& out) {
     pn.slots = static_cast<int32_t>(be_.num_inputs()) - pn.first_slot;
-    last_h1_ = pn.h1, last_h2_ = pn.h2, last_known_ = pn.known;
-    return Value::with_items(kind, tag, std::shared_ptr<const Values>(pool_, &pn.items));
+    last_code_ = 1, last_h1_ = pn.h1, last_h2_ = pn.h2, last_known_ = pn.known;
+    // Borrowed, not owned (NodePool): the pool outlives every Value of the batch.
+    out.push_back(Value::with_items(
+        kind, tag, std::shared_ptr<const Values>(std::shared_ptr<const Values>(), &pn.items)));
   }
 
   // The batch's nodes are scattered on the heap and reached through two dependent pointers
-  // (a node's items vector, then its elements): asking for the children's vectors before
-  // walking the first child overlaps those misses with the work on the siblings.
+  // (a node's items vector, then its elements): asking for the children's vectors (and the
+  // second cache line of each child, where a tensor's dtype is) before walking the first
+  // child overlaps those misses with the work on the siblings; prefetch_items asks, one
+  // sibling ahead, for the elements the next child's walk reads first.
   static void prefetch_children(const Value* xs, size_t n) {
+    const char* p = reinterpret_cast<const char*>(xs);
+    for (size_t o = 64; o < n * sizeof(Value); o += 64)
+      __builtin_prefetch(p + o);
     for (size_t i = 0; i < n; ++i)
       if (xs[i].kind() == Value::Kind::Adt || xs[i].kind() == Value::Kind::Tuple)
         __builtin_prefetch(&xs[i].items());
   }
-
-  Value fail() {
-    ok = false;
-    return Value();
+  static void prefetch_items(const Value& x) {
+    if (x.kind() != Value::Kind::Adt && x.kind() != Value::Kind::Tuple)
+      return;
+    const Values& xs = x.items();
+    const char* p = reinterpret_cast<const char*>(xs.data());
+    for (size_t o = 0; o < xs.size() * sizeof(Value); o += 64)
+      __builtin_prefetch(p + o);
   }
 
-  TypeInfo& info(const ir::Type& t) {
+  void fail() { ok = false; }
+
+  // The info of a type node, made (with the nodes it is made of) on first use.
+  TypeInfo& info(const ir::TypeNode* t) {
     for (auto& i : infos_)
-      if (i.type == t.get())
-        return i;
-    TypeInfo i;
-    i.type = t.get();
-    if (t->kind == ir::TypeKind::Adt)
+      if (i->type == t)
+        return *i;
+    TypeInfo& i = *infos_.emplace_back(std::make_unique<TypeInfo>());
+    i.type = t;
+    i.kind = t->kind;
+    if (t->kind == ir::TypeKind::Adt) {
       i.adt = m_.adt(t->name);
-    if (t->kind == ir::TypeKind::Tensor) {
+      if (i.adt) {
+        i.ctors.resize(i.adt->ctors.size());
+        for (size_t c = 0; c < i.adt->ctors.size(); ++c)
+          for (const auto& f : i.adt->ctors[c].fields)
+            i.ctors[c].push_back(&info(f.type.get()));
+      }
+    } else if (t->kind == ir::TypeKind::Tuple || t->kind == ir::TypeKind::List) {
+      for (const auto& e : t->elems)
+        i.elems.push_back(&info(e.get()));
+    } else if (t->kind == ir::TypeKind::Tensor) {
       i.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
-      i.shape = interp::concrete_shape(t, dims_);
+      i.shape = interp::concrete_shape(ir::Type(std::shared_ptr<const ir::TypeNode>(), t), dims_);
     }
-    infos_.push_back(i);
-    return infos_.back();
+    return i;
   }
 };
 

@@ -74,10 +74,13 @@ struct PoolNode {
 
 // The nodes of a batch's rebuilt structure, kept in the TemplateTable's memo and reused from
 // batch to batch, so that rebuilding a batch allocates nothing in steady state. A rebuilt node
-// shares the pool's ownership (shared_ptr's aliasing constructor) and points to one of its
-// nodes' items; partial evaluation clears the nodes it used when it ends, when no Value of the
-// batch is left (Release), which also breaks the cycle of vectors holding Values that share
-// the pool. Nodes live in fixed chunks, so that a Value's items can be told to be a node.
+// points to one of its nodes' items without owning anything (shared_ptr's aliasing
+// constructor over an empty owner): copying or dropping one, which the evaluator does at every
+// match, touches no reference count. That is safe because no Value of a batch outlives its
+// partial evaluation (the residual, the fragments and the memo keep none), and the pool lives
+// as long as the memo; partial evaluation clears the nodes it used when it ends, after every
+// Value of the batch is gone (Release). Nodes live in fixed chunks, so that a Value's items
+// can be told to be a node.
 struct NodePool {
   static constexpr size_t kChunk = 256;
   std::vector<std::unique_ptr<PoolNode[]>> chunks;
@@ -107,7 +110,7 @@ struct NodePool {
     return nullptr;
   }
 
-  /// The pool of a memo: its own, unless a Value of an earlier batch still holds that one.
+  /// The pool of a memo: its own, unless a partial evaluation in progress holds that one.
   static std::shared_ptr<NodePool> of(PeMemo& memo) {
     if (!memo.scratch.p || memo.scratch.p.use_count() != 1)
       memo.scratch.p = std::make_shared<NodePool>();
@@ -139,7 +142,23 @@ public:
   PeBackend(const ir::Module& m, const interp::DimBindings& dims, TemplateTable& templates,
             Residual& res)
       : m_(m), dims_(dims), templates_(templates), memo_(templates.pe_memo()), res_(res),
-        param_vals_(m.params().size()), eligible_(m.fns().size(), -1) {}
+        param_vals_(m.params().size()), eligible_(m.fns().size(), -1) {
+    Scratch& sc = scratch();
+    if (!sc.in_use) { // a second backend on this thread (none today) would grow its own
+      sc.in_use = owns_scratch_ = true;
+      exchange(sc);
+    }
+  }
+  ~PeBackend() {
+    if (!owns_scratch_)
+      return;
+    Scratch& sc = scratch();
+    exchange(sc);
+    sc.clear();
+    sc.in_use = false;
+  }
+  PeBackend(const PeBackend&) = delete;
+  PeBackend& operator=(const PeBackend&) = delete;
 
   void set_fuel(size_t fuel) { fuel_ = fuel; }
 
@@ -499,6 +518,40 @@ private:
   std::vector<size_t> rcalls_; ///< replay: per nested call, where its sums are in rsums_
   std::vector<int32_t> sum_tmp_;
   std::vector<int64_t> call_of_; ///< recording: the uids of its Call steps, by call #
+
+  // The working vectors above, kept per thread and reused from batch to batch (as make_plan
+  // keeps its own): a batch then allocates only what its residual keeps, and writes to memory
+  // that the last batch left in the cache rather than to fresh heap.
+  struct Scratch {
+    bool in_use = false;
+    std::vector<RVal> rvals;
+    std::vector<SumPart> parts;
+    std::vector<int64_t> key, fkey, call_of;
+    std::vector<int32_t> stack, rconsts, local_consts, sums_built, rsums, sum_tmp;
+    std::vector<FrameArg> frames;
+    std::vector<RawStep> raw;
+    std::vector<Rec> recs;
+    std::vector<std::pair<int32_t, int32_t>> sum_ids;
+    std::vector<Ref> terms;
+    std::vector<size_t> rcalls;
+    void clear() {
+      rvals.clear(), parts.clear(), key.clear(), fkey.clear(), call_of.clear(), stack.clear();
+      rconsts.clear(), local_consts.clear(), sums_built.clear(), rsums.clear(), sum_tmp.clear();
+      frames.clear(), raw.clear(), recs.clear(), sum_ids.clear(), terms.clear(), rcalls.clear();
+    }
+  };
+  bool owns_scratch_ = false;
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+  }
+  void exchange(Scratch& s) {
+    rvals_.swap(s.rvals), parts_.swap(s.parts), key_.swap(s.key), fkey_.swap(s.fkey);
+    call_of_.swap(s.call_of), stack_.swap(s.stack), rconsts_.swap(s.rconsts);
+    local_consts_.swap(s.local_consts), sums_built_.swap(s.sums_built), rsums_.swap(s.rsums);
+    sum_tmp_.swap(s.sum_tmp), frames_.swap(s.frames), raw_.swap(s.raw), recs_.swap(s.recs);
+    sum_ids_.swap(s.sum_ids), terms_.swap(s.terms), rcalls_.swap(s.rcalls);
+  }
 
   static bool memo_candidate(const ir::FnDecl& f) {
     if (f.is_entry)

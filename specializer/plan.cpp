@@ -1,7 +1,6 @@
 // The batching schedule: levels, groups and row maps (see plan.h).
 #include "specializer/plan.h"
 
-#include "specializer/key_map.h"
 #include "util/check.h"
 
 #include <algorithm>
@@ -24,17 +23,17 @@ int64_t shared_code(const Ref& r) {
 // allocates only what the Plan keeps.
 struct Scratch {
   std::vector<uint8_t> flags;
-  std::vector<int32_t> level, latest, next_variant, perm, new_id, counts;
+  std::vector<int32_t> level, latest, next_variant, perm, new_id, counts, heads;
   std::vector<Group> groups;
-  KeyMap ids;
 };
 
 } // namespace
 
 // Cost (DESIGN.md §5): a few linear passes over the instances and their arguments and one
-// hash lookup per instance, keyed by (level, template) only: instances of one template at one
-// level whose shared arguments differ are told apart by walking that key's few groups. A
-// SumN instance is its own group.
+// table lookup per instance, indexed by (level, template) only (no instance's final level
+// exceeds the live instances' highest ASAP level, see below): instances of one template at
+// one level whose shared arguments differ are told apart by walking that key's few groups.
+// A SumN instance is its own group.
 Plan make_plan(const Residual& r, const TemplateTable& templates) {
   const size_t n = r.instances.size();
   const Instance* insts = r.instances.data();
@@ -90,8 +89,13 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
   // window, the others to the start. In the same pass, instances are grouped in (level, first
   // appearance) order.
-  KeyMap& ids = sc.ids;
-  ids.reset();
+  // The first group of each (level, template): an instance's final level is at most
+  // max_level - its height (by induction in instance order: a producer's height exceeds its
+  // consumer's), so a table of (max_level + 1) x templates covers every key.
+  const size_t num_tmpl = templates.size();
+  const size_t num_levels = static_cast<size_t>(max_level) + 1;
+  std::vector<int32_t>& heads = sc.heads;
+  heads.assign(num_levels * num_tmpl, -1);
   std::vector<Group>& groups = sc.groups;
   groups.clear();
   // Per group: the next group of its (level, template), and its instances so far.
@@ -117,9 +121,13 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     // This instance's group: of its (level, template), the one whose shared arguments are
     // its shared arguments.
     int32_t gid = -1, head = -1;
+    int32_t* head_slot = nullptr;
     if (!sum) {
-      int64_t key[2] = {level[i], inst.tmpl};
-      head = ids.find(key);
+      PEJIT_CHECK(static_cast<size_t>(level[i]) < num_levels &&
+                  static_cast<size_t>(inst.tmpl) < num_tmpl)
+          << "instance level or template out of range";
+      head_slot = &heads[static_cast<size_t>(level[i]) * num_tmpl + static_cast<size_t>(inst.tmpl)];
+      head = *head_slot;
       for (int32_t g = head; g >= 0 && gid < 0; g = next_variant[static_cast<size_t>(g)]) {
         const auto& gargs = groups[static_cast<size_t>(g)].args;
         bool same = true;
@@ -154,8 +162,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       counts.push_back(0);
       if (!sum) {
         if (head < 0) {
-          int64_t key[2] = {level[i], inst.tmpl};
-          ids.emplace(key, gid);
+          *head_slot = gid;
         } else { // second in its chain
           next_variant.back() = next_variant[static_cast<size_t>(head)];
           next_variant[static_cast<size_t>(head)] = gid;

@@ -80,6 +80,12 @@ template <class Backend> class Evaluator {
 public:
   Evaluator(const Module& m, Backend& backend, int max_depth)
       : m_(m), backend_(backend), max_depth_(max_depth) {
+    Spare& sp = spare();
+    if (!sp.in_use) { // the value stack and argument vectors of the last evaluation here
+      sp.in_use = owns_spare_ = true;
+      stack_.swap(sp.stack);
+      args_pool_.swap(sp.args);
+    }
     stack_.reserve(1024);
     // Native stack left to this evaluation: recursion stops with an error well before it
     // runs out, whatever the thread's stack size.
@@ -110,6 +116,20 @@ public:
     return low;
   }
 
+  ~Evaluator() {
+    if (!owns_spare_)
+      return;
+    Spare& sp = spare();
+    stack_.clear();
+    if (args_pool_.size() > 64)
+      args_pool_.resize(64);
+    stack_.swap(sp.stack);
+    args_pool_.swap(sp.args);
+    sp.in_use = false;
+  }
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
+
   Value call_entry(const FnDecl& f, const Values& args) { return call_fn(f, args, Span{}); }
 
   /// Evaluates a function body on `args` (what a backend calls to inline a call).
@@ -126,6 +146,19 @@ private:
   uintptr_t stack_top_ = 0;
   size_t stack_budget_ = 0;
   std::vector<Value> stack_;
+
+  // Memory kept per thread from one evaluation to the next (the partial evaluator runs one
+  // per batch): the value stack's capacity and the pooled argument vectors, all empty.
+  struct Spare {
+    bool in_use = false;
+    std::vector<Value> stack;
+    std::vector<Values> args;
+  };
+  bool owns_spare_ = false;
+  static Spare& spare() {
+    thread_local Spare s;
+    return s;
+  }
 
   struct Frame {
     size_t base;
