@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <sstream>
+#include <thread>
 
 using namespace pejit;
 
@@ -247,5 +248,44 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
                          doctest::Contains("recursion deeper than"), pejit::Error);
     auto again = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     CHECK(again.replayed == 1); // under the loose bound the whole chain replays
+  }
+
+  TEST_CASE("partial evaluation after a refusal or an error on the same thread equals one on a "
+            "fresh thread (the per-thread scratch of the backend and the evaluator)") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(30, 5, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
+    auto a = tree_batch(*md.m, {trees.begin(), trees.begin() + 10});
+    auto b = tree_batch(*md.m, {trees.begin() + 10, trees.begin() + 20});
+    // The reference: batch b twice through one table (recorded, then replayed whole), on a
+    // thread that never ran partial evaluation before.
+    auto b_twice = [&] {
+      spec::TemplateTable t;
+      std::string s = canonical(spec::partially_evaluate(*md.m, md.dims, "loss", b, t), t);
+      auto again = spec::partially_evaluate(*md.m, md.dims, "loss", b, t);
+      CHECK(again.replayed > 0);
+      return s + "\n--\n" + canonical(again, t);
+    };
+    std::string want;
+    std::thread([&] { want = b_twice(); }).join();
+    // Here: a batch, a refusal in the middle of an evaluation, a batch that fails the entry's
+    // type in the middle of the scan, then b; each stops with the scratch in use.
+    spec::TemplateTable ta;
+    (void)spec::partially_evaluate(*md.m, md.dims, "loss", a, ta);
+    Model bad("type T = L(word: i32[], label: i32[]) | N(left: T, right: T, label: i32[])\n"
+              "param E : f32[100, 2] = normal(0.0, 1.0)\n"
+              "fn f(t: T) -> f32[] { match t { L(w, y) => if to_bool(sum(take(E, w)) > 0.0) "
+              "{ 1.0 } else { 0.0 }, N(l, r, y) => f(l) + f(r) } }\n"
+              "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n",
+              false);
+    spec::TemplateTable tb;
+    auto refused = spec::partially_evaluate(*bad.m, bad.dims, "loss",
+                                            tree_batch(*bad.m, {trees[0], trees[1]}, "T"), tb);
+    CHECK(!refused.ok);
+    interp::Values mixed = {tree_batch(*md.m, {trees[2]}).list_at(0), interp::Value::integer(3)};
+    CHECK_THROWS_AS(spec::partially_evaluate(*md.m, md.dims, "loss",
+                                             interp::Value::list(std::move(mixed)), ta),
+                    pejit::Error);
+    CHECK(b_twice() == want);
   }
 }
