@@ -9,6 +9,7 @@
 // of a replay, so that one fragment serves every batch whose structure contains that call.
 #pragma once
 
+#include "specializer/huge_pages.h"
 #include "specializer/key_map.h"
 #include "specializer/residual.h"
 
@@ -71,10 +72,11 @@ struct FragmentMemo {
   /// (function, Int/Bool arguments, skeletons of structured ones, signatures of tensor ones)
   /// -> fragment
   KeyMap keys;
-  std::vector<Fragment> fragments;
-  std::vector<Step> steps;
-  std::vector<LocalRef> refs;
-  std::vector<Node> nodes;
+  /// Megabytes after a pass over a data set, grown a little with every batch: on huge pages.
+  std::vector<Fragment, HugePageAllocator<Fragment>> fragments;
+  std::vector<Step, HugePageAllocator<Step>> steps;
+  std::vector<LocalRef, HugePageAllocator<LocalRef>> refs;
+  std::vector<Node, HugePageAllocator<Node>> nodes;
   std::vector<Tensor> tensors;
   uint32_t run = 0; ///< partial evaluations so far
 

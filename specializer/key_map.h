@@ -4,6 +4,8 @@
 // use it on every instance, where std::map of vectors cost an allocation per lookup.
 #pragma once
 
+#include "specializer/huge_pages.h"
+
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -79,8 +81,9 @@ private:
     uint32_t offset = 0, len = 0;
     int32_t value = -1; ///< -1: empty
   };
-  std::vector<Slot> slots_;
-  std::vector<int64_t> keys_;
+  // The fragment memo's map holds hundreds of thousands of keys: large tables on huge pages.
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
+  std::vector<int64_t, HugePageAllocator<int64_t>> keys_;
   size_t size_ = 0;
 
   // A loop, not memcmp: keys are a few words, shorter than a library call.
@@ -95,7 +98,7 @@ private:
   }
 
   void grow() {
-    std::vector<Slot> old = std::move(slots_);
+    std::vector<Slot, HugePageAllocator<Slot>> old = std::move(slots_);
     slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
     size_t mask = slots_.size() - 1;
     for (const Slot& s : old) {
