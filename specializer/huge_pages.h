@@ -27,8 +27,8 @@ template <class T> struct HugePageAllocator {
       return static_cast<T*>(::operator new(bytes));
     size_t len = round_up(bytes);
     // Over-map by one huge page and trim both ends, so that the block is 2 MiB-aligned.
-    void* p = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       throw std::bad_alloc();
     auto a = reinterpret_cast<uintptr_t>(p);

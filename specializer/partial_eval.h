@@ -25,8 +25,9 @@
 //   per module state and dims, signature ids, the template each (callee, statics, argument
 //   signatures) resolved to, and the entry's cone version (Module::cone_version builds a
 //   graph), so a call seen before costs one hash lookup and no Template is built. Instances'
-//   arguments go to one flat pool (Residual::arg_pool), and the batch's rebuilt structure to
-//   vectors the memo keeps (pe_backend.h, NodePool): a batch allocates next to nothing. A
+//   arguments go to one flat pool (Residual::arg_pool), the batch's rebuilt structure to
+//   vectors the memo keeps (pe_backend.h, NodePool), and the backend's and the evaluator's
+//   working vectors are kept per thread: a batch allocates little beyond its residual. A
 //   call that is not a template, on a subtree whose skeleton was seen before (an SST leaf, a
 //   small subtree, a whole repeated tree), is not evaluated but replayed from its fragment
 //   (the design note in partial_eval.cpp).

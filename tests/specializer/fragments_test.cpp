@@ -283,9 +283,9 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
                                             tree_batch(*bad.m, {trees[0], trees[1]}, "T"), tb);
     CHECK(!refused.ok);
     interp::Values mixed = {tree_batch(*md.m, {trees[2]}).list_at(0), interp::Value::integer(3)};
-    CHECK_THROWS_AS(spec::partially_evaluate(*md.m, md.dims, "loss",
-                                             interp::Value::list(std::move(mixed)), ta),
-                    pejit::Error);
+    CHECK_THROWS_AS(
+        spec::partially_evaluate(*md.m, md.dims, "loss", interp::Value::list(std::move(mixed)), ta),
+        pejit::Error);
     CHECK(b_twice() == want);
   }
 }
