@@ -184,7 +184,7 @@ private:
   bool last_known_ = false;
 
   // Checks v against the type, hashes it, and appends its rebuilt value to `out`.
-  void scan(const Value& v, TypeInfo& ti, Values& out) {
+  [[gnu::flatten]] void scan(const Value& v, TypeInfo& ti, Values& out) {
     ++count;
     h = mix(h, static_cast<uint64_t>(v.kind()));
     switch (ti.kind) {

@@ -304,7 +304,7 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
   }
 }
 
-void PeBackend::replay(int32_t id, size_t frame, size_t c0) {
+[[gnu::flatten]] void PeBackend::replay(int32_t id, size_t frame, size_t c0) {
   const FragmentMemo& fm = *frags_;
   const FragmentMemo::Fragment& fr = fm.fragments[static_cast<size_t>(id)];
   const uint32_t i0 = static_cast<uint32_t>(res_.instances.size());
