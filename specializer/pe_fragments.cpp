@@ -5,7 +5,7 @@
 
 namespace pejit::spec::pe {
 
-int32_t PeBackend::inline_begin(const ir::FnDecl& f, int fn_index, const Values& args,
+[[gnu::flatten]] int32_t PeBackend::inline_begin(const ir::FnDecl& f, int fn_index, const Values& args,
                                 int depth_left, Values& out, bool flat) {
   if (!frags_)
     return -1;
@@ -200,7 +200,7 @@ bool PeBackend::local(const Ref& a, const Rec& r, LocalRef& out) const {
   return false;
 }
 
-bool PeBackend::convert_steps(const Rec& r) {
+[[gnu::flatten]] bool PeBackend::convert_steps(const Rec& r) {
   FragmentMemo& fm = *frags_;
   using K = FragmentMemo::Step::Kind;
   local_consts_.clear();
@@ -362,7 +362,7 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
   sum_tmp_.resize(sum_tmp_.size() - fr.num_sums);
 }
 
-void PeBackend::build_sums(const FragmentMemo::Fragment& fr, uint32_t i0, size_t frame, size_t c0,
+[[gnu::flatten]] void PeBackend::build_sums(const FragmentMemo::Fragment& fr, uint32_t i0, size_t frame, size_t c0,
                            size_t calls0) {
   const FragmentMemo& fm = *frags_;
   const FragmentMemo::Node* nd = fm.nodes.data() + fr.first_node;
