@@ -405,7 +405,9 @@ llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x) {
   Value* y = b.CreateFAdd(b.CreateFAdd(b.CreateFMul(p, b.CreateFMul(r, r)), r), f(1.0f));
   Value* n1 = b.CreateAShr(n, 1);
   Value* n2 = b.CreateSub(n, n1);
-  auto scale = [&](Value* k) { return b.CreateBitCast(b.CreateShl(b.CreateAdd(k, i(127)), 23), ft); };
+  auto scale = [&](Value* k) {
+    return b.CreateBitCast(b.CreateShl(b.CreateAdd(k, i(127)), 23), ft);
+  };
   return b.CreateFMul(b.CreateFMul(y, scale(n1)), scale(n2));
 }
 

@@ -29,7 +29,8 @@ llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x);
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop); with spec.panel_rows > 0, `void fn_name(float** in,
 /// float** out, int64_t rows, const PanelCore* core)`: the loop over row panels that calls
-/// the GEMM core and the chain (an internal always-inline function) per panel. The spec must have passed validate().
+/// the GEMM core and the chain (an internal always-inline function) per panel. The spec must
+/// have passed validate().
 std::unique_ptr<llvm::Module> lower_elementwise(const KernelSpec& spec, llvm::LLVMContext& ctx,
                                                 const std::string& fn_name,
                                                 const CodegenTarget& target);

@@ -20,8 +20,7 @@ using ElementwiseFn = void (*)(float* const* in, float* const* out, int64_t rows
 
 /// The compiled form of a family-1 KernelSpec with panel_rows > 0 (a chain fused with a GEMM
 /// core, called per row panel).
-using PanelFn = void (*)(float* const* in, float* const* out, int64_t rows,
-                         const PanelCore* core);
+using PanelFn = void (*)(float* const* in, float* const* out, int64_t rows, const PanelCore* core);
 
 /// Names one compiled kernel's code inside its Jit; 0 is "none".
 struct KernelHandle {

@@ -464,7 +464,7 @@ struct GemmPanel : jit::PanelCore {
   float* c = nullptr;
   int64_t lda = 0, ldc = 0, n = 0, k = 0;
 
-  bool scratch = false;      ///< c holds only the current panel's rows
+  bool scratch = false;         ///< c holds only the current panel's rows
   const float* whole = nullptr; ///< copy: the product, already computed, [rows, n]
   /// A gathered x: the panel's rows of x (at `x`, lda floats apart) are first assembled from
   /// these row-vector parts, side by side (a concat, row by row).
@@ -518,8 +518,8 @@ struct GemmPanel : jit::PanelCore {
 const float* packed_weight(const Tensor& w, bool transposed,
                            std::unordered_map<const void*, Tensor>* cache, Tensor& local) {
   const int64_t k = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
-  Tensor& p = cache != nullptr ? (*cache)[static_cast<const char*>(w.raw()) + (transposed ? 1 : 2)]
-                               : local;
+  Tensor& p =
+      cache != nullptr ? (*cache)[static_cast<const char*>(w.raw()) + (transposed ? 1 : 2)] : local;
   if (!p.defined()) {
     p = Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
     kernels::pack_b(transposed, k, n, w.f32(), transposed ? k : n, p.f32());
@@ -613,7 +613,8 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       val(xid) = Tensor::empty(DType::F32, Shape{st.rows, w.dim(0)});
     const Tensor& a = val(xid);
     if (!val(r.core).defined() && weight_ok && dense(a, w.dim(0))) {
-      Tensor& c = to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
+      Tensor& c =
+          to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
       core.scratch = to_scratch;
       if (gather && x_is_arg) {
@@ -655,7 +656,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   outs.clear();
   for (size_t i = 0; i < r.inputs.size(); ++i) {
     auto [src, off] = r.in_view[i];
-    ins.push_back(r.spec.panel_input(i) ? scratch.f32() + off
+    ins.push_back(r.spec.panel_input(i)   ? scratch.f32() + off
                   : src == graph::kNoNode ? val(r.inputs[i]).f32()
                                           : val(src).f32() + off);
   }

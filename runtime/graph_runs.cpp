@@ -404,7 +404,8 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       const Node& mn = g.node(m);
       const spec::Kernel& k = tg_.fwd_kernels[ki];
       size_t pm = position(k, m);
-      bool ok = row_vector(m) && row_vector(mn.operands[0]) && !deferrable_[static_cast<size_t>(m)] &&
+      bool ok = row_vector(m) && row_vector(mn.operands[0]) &&
+                !deferrable_[static_cast<size_t>(m)] &&
                 weight(mn.operands[1], g.node(mn.operands[0]).type.dims[0], mn.type.dims[0]) &&
                 pm < r.first;
       for (size_t t = pm + 1; ok && t < r.first; ++t)
@@ -474,12 +475,12 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
         for (const auto& fk : tg_.fwd_kernels)
           for (NodeId u : fk.nodes)
             for (NodeId p : g.node(u).operands)
-              only_run = only_run &&
-                         (p != o || std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
-                                              k.nodes.begin() +
-                                                  static_cast<std::ptrdiff_t>(r.first + r.count),
-                                              u) != k.nodes.begin() + static_cast<std::ptrdiff_t>(
-                                                                          r.first + r.count));
+              only_run =
+                  only_run &&
+                  (p != o ||
+                   std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
+                             k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count), u) !=
+                       k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
         if (only_run && r.fills.size() < detail::kMaxGatherParts) {
           r.fills.push_back(o);
           mark_lazy(o);
@@ -495,10 +496,11 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       };
       bool dead = !kept[static_cast<size_t>(m)];
       for (NodeId u : users[static_cast<size_t>(m)])
-        dead = dead && (skip_[static_cast<size_t>(u)] ||
-                        std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
-                                  k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count),
-                                  u) != k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
+        dead = dead &&
+               (skip_[static_cast<size_t>(u)] ||
+                std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
+                          k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count),
+                          u) != k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
       for (const auto* all : {&fwd_runs_, &bwd_runs_})
         for (const auto& runs : *all)
           for (const Run& o : runs)
@@ -522,8 +524,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       for (NodeId d : made)
         for (NodeId u : users[static_cast<size_t>(d)]) {
           const Node& un = g.node(u);
-          if (un.kind == Kind::Grad && un.grad_op() == GradOp::MatMulGradA &&
-              un.operands[0] == d) {
+          if (un.kind == Kind::Grad && un.grad_op() == GradOp::MatMulGradA && un.operands[0] == d) {
             unique = unique && q == graph::kNoNode;
             q = u;
           }

@@ -12,8 +12,9 @@
 
 namespace pejit::spec::pe {
 
-[[gnu::flatten]] int32_t PeBackend::inline_begin(const ir::FnDecl& f, int fn_index, const Values& args,
-                                int depth_left, Values& out, bool flat) {
+[[gnu::flatten]] int32_t PeBackend::inline_begin(const ir::FnDecl& f, int fn_index,
+                                                 const Values& args, int depth_left, Values& out,
+                                                 bool flat) {
   if (!frags_)
     return -1;
   int8_t& cand = memo_fn_[static_cast<size_t>(fn_index)];
@@ -369,8 +370,8 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
   sum_tmp_.resize(sum_tmp_.size() - fr.num_sums);
 }
 
-[[gnu::flatten]] void PeBackend::build_sums(const FragmentMemo::Fragment& fr, uint32_t i0, size_t frame, size_t c0,
-                           size_t calls0) {
+[[gnu::flatten]] void PeBackend::build_sums(const FragmentMemo::Fragment& fr, uint32_t i0,
+                                            size_t frame, size_t c0, size_t calls0) {
   const FragmentMemo& fm = *frags_;
   const FragmentMemo::Node* nd = fm.nodes.data() + fr.first_node;
   for (uint32_t k = 0; k < fr.num_nodes; ++k, ++nd) {

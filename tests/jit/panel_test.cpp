@@ -32,7 +32,7 @@ KernelSpec epilogue(int64_t panel_rows) {
 
 struct Recorder : PanelCore {
   std::vector<std::pair<int64_t, int64_t>> calls;
-  float* c = nullptr;      // the product's rows, written by the core (forward)
+  float* c = nullptr;       // the product's rows, written by the core (forward)
   const float* y = nullptr; // rows the chain wrote, read by the core (backward)
   int64_t rows = 0;
   bool chain_rows_ready = true; // backward: the panel's rows were written before the call
@@ -76,7 +76,8 @@ TEST_CASE("panel kernel, core first: the core fills each panel's rows, then the 
       CHECK((pk.fn == nullptr));
       REQUIRE((plain.fn != nullptr));
       CHECK((plain.panel == nullptr));
-      std::vector<float> c(static_cast<size_t>((rows + 1) * kStride), nan), bias{0.1f, -0.2f, 0.3f, 0, 1};
+      std::vector<float> c(static_cast<size_t>((rows + 1) * kStride), nan),
+          bias{0.1f, -0.2f, 0.3f, 0, 1};
       std::vector<float> o0(static_cast<size_t>((rows + 1) * 5), nan), o1(o0);
       Recorder rec;
       rec.fn = &write_rows;
