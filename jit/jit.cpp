@@ -127,7 +127,9 @@ public:
           return lower_elementwise(spec, ctx, name, target_);
         });
     if (k && spec.panel_rows > 0) { // the symbol is a PanelFn: never callable as the other
-      k->panel = reinterpret_cast<PanelFn>(k->fn);
+      // Through void (*)(): the generic function pointer type, which -Wcast-function-type
+      // accepts as the go-between; the address is the PanelFn the lowering defined.
+      k->panel = reinterpret_cast<PanelFn>(reinterpret_cast<void (*)()>(k->fn));
       k->fn = nullptr;
     }
     return k;
