@@ -9,13 +9,6 @@
 using namespace pejit;
 
 namespace {
-std::string read(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 types::AddResult add(ir::Module& m, const std::string& src, Diagnostics& d) {
   return types::add_source(m, src, "test.pe", d);
 }
