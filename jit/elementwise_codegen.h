@@ -26,6 +26,27 @@ struct CodegenTarget {
 /// behind the elementwise and the reduction families' exp.
 llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x);
 
+/// for (i = 0; i < n; ++i) body(i) in `fn`, as a guarded bottom-tested loop (i64 counter named
+/// `name`.i); returns its latch. The loop every lowering in jit/ builds.
+template <class Body>
+llvm::BranchInst* emit_counted_loop(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* n,
+                                    const char* name, Body body) {
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  auto* loop = llvm::BasicBlock::Create(b.getContext(), name, fn);
+  auto* exit = llvm::BasicBlock::Create(b.getContext(), std::string(name) + ".exit", fn);
+  llvm::Value* zero = b.getInt64(0);
+  b.CreateCondBr(b.CreateICmpSGT(n, zero), loop, exit);
+  b.SetInsertPoint(loop);
+  llvm::PHINode* i = b.CreatePHI(b.getInt64Ty(), 2, std::string(name) + ".i");
+  i->addIncoming(zero, pre);
+  body(i);
+  llvm::Value* next = b.CreateAdd(i, b.getInt64(1), "", true, true);
+  i->addIncoming(next, b.GetInsertBlock());
+  llvm::BranchInst* latch = b.CreateCondBr(b.CreateICmpEQ(next, n), exit, loop);
+  b.SetInsertPoint(exit);
+  return latch;
+}
+
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop); with spec.panel_rows > 0, `void fn_name(float** in,
 /// float** out, int64_t rows, const PanelCore* core)`: the loop over row panels that calls

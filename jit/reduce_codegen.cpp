@@ -99,21 +99,8 @@ private:
     return eb.CreateAlloca(t, nullptr, name);
   }
 
-  // for (i = 0; i < n; ++i) body(i), as a guarded bottom-tested loop.
   template <class Body> void emit_loop(Value* n, const char* name, Body body) {
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx_, name, fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, std::string(name) + ".exit", fn_);
-    Value* zero = b_.getInt64(0);
-    b_.CreateCondBr(b_.CreateICmpSGT(n, zero), loop, exit);
-    b_.SetInsertPoint(loop);
-    llvm::PHINode* i = b_.CreatePHI(i64_, 2, std::string(name) + ".i");
-    i->addIncoming(zero, pre);
-    body(i);
-    Value* next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
-    i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpEQ(next, n), exit, loop);
-    b_.SetInsertPoint(exit);
+    emit_counted_loop(b_, fn_, n, name, body);
   }
 
   llvm::FixedVectorType* vec(unsigned n) { return llvm::FixedVectorType::get(f32_, n); }

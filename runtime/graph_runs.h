@@ -1,6 +1,7 @@
 // GraphRunner's elementwise runs and row reductions (internal to runtime/): their
 // descriptions, shared by the code that finds and compiles them (graph_runs.cpp,
-// graph_reductions.cpp) and the code that launches them (graph_runner.cpp).
+// graph_reductions.cpp, graph_panels.cpp for the GEMM cores) and the code that launches them
+// (graph_runner.cpp, graph_panels.cpp).
 #pragma once
 
 #include "graph_runner.h"
