@@ -4,7 +4,8 @@
 // kernels, B^T transposed into scratch; else libxsmm's per-shape kernels in row panels of 64),
 // (b'') kernels::sgemm_packed on B packed once (NN: W; NT: W^T, as a plan run's dX does),
 // (b') libxsmm_smmdispatch for the whole shape where it gives a kernel, (c) OpenBLAS
-// cblas_sgemm when built with it. One thread.
+// cblas_sgemm when built with it. One thread. With --packed, (a) is the panel kernels'
+// generated core on the packed B of (b'').
 //
 // Per (shape, rows, implementation): one untimed call, then --reps repetitions, interleaved
 // across implementations; each repetition times back-to-back calls on the same operands for at
@@ -189,6 +190,7 @@ int main(int argc, char** argv) {
   int mr = 0, nr = 0;
   bool no_openblas = false;
   bool dump_ir = false;
+  bool packed_core = false;
   app.add_option("--reps", reps, "repetitions per (shape, rows, implementation); median shown");
   app.add_option("--min-ms", min_ms, "minimum time of one repetition");
   app.add_option("--rows", rows_list, "row counts M (K for weight gradients)")->delimiter(',');
@@ -196,6 +198,9 @@ int main(int argc, char** argv) {
   app.add_option("--mr", mr, "generated kernel: block rows (with --nr; 0: default)");
   app.add_option("--nr", nr, "generated kernel: block vectors (NT: columns)");
   app.add_flag("--no-openblas", no_openblas, "skip OpenBLAS");
+  app.add_flag("--packed", packed_core,
+               "generated kernel: the panel kernels' core (GemmSpec::packed_b) on B packed as "
+               "for sgemm_packed (NN and NT shapes; NT as NN on W^T)");
   app.add_flag("--ir", dump_ir, "print the generated kernels' optimized IR instead of timing");
   CLI11_PARSE(app, argc, argv);
 
@@ -247,6 +252,8 @@ int main(int argc, char** argv) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos)
       continue;
     bool tn = s.layout == jit::GemmLayout::TN;
+    if (packed_core && tn)
+      continue;
     jit::GemmSpec spec{.layout = s.layout,
                        .m = tn ? s.m_or_k : 0,
                        .n = s.n,
@@ -254,6 +261,10 @@ int main(int argc, char** argv) {
                        .accumulate = tn,
                        .mr = mr,
                        .nr = nr};
+    if (packed_core) {
+      spec.layout = jit::GemmLayout::NN;
+      spec.packed_b = true;
+    }
     if (dump_ir) {
       std::printf("; %s\n%s\n", s.name, jit.optimized_ir(spec).c_str());
       continue;
@@ -264,9 +275,12 @@ int main(int argc, char** argv) {
     for (int64_t rows : rows_list) {
       Problem p = make_problem(s, rows, rng);
       double flops = 2.0 * double(p.m) * double(p.n) * double(p.k);
+      std::vector<float> packed;
+      Call packed_call = packed_sgemm(p, packed);
+      const float* gen_b = packed_core ? packed.data() : p.b.data();
       // Sanity: the generated kernel and libxsmm agree (on a copy of C).
       std::vector<float> c0 = p.c;
-      g.fn(p.a.data(), p.b.data(), p.c.data(), rows);
+      g.fn(p.a.data(), gen_b, p.c.data(), rows);
       std::vector<float> c_gen = p.c;
       p.c = c0;
       xsmm_sgemm(p)();
@@ -275,11 +289,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "  WARNING %s M=%lld: generated differs from libxsmm by %.2e\n",
                      s.name, (long long)rows, diff);
       std::vector<std::pair<std::string, Call>> impls;
-      impls.emplace_back("gen", [&] { g.fn(p.a.data(), p.b.data(), p.c.data(), rows); });
+      impls.emplace_back("gen", [&] { g.fn(p.a.data(), gen_b, p.c.data(), rows); });
       impls.emplace_back("xsmm", xsmm_sgemm(p));
-      std::vector<float> packed;
-      if (Call pk = packed_sgemm(p, packed))
-        impls.emplace_back("packed", pk);
+      if (packed_call)
+        impls.emplace_back("packed", packed_call);
       if (Call w = xsmm_whole(p))
         impls.emplace_back("whole", w);
 #ifdef PEJIT_HAVE_OPENBLAS

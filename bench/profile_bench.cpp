@@ -5,12 +5,14 @@
 // (ExecOptions::profile); GEMM families report GFLOP/s and the fraction of this machine's
 // SGEMM peak, measured in the same process (the best libxsmm rate over large square shapes).
 //
-//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels]
+//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels | --ab-core]
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
 // (the GEMM whole, then its epilogue run), the two in alternating order, unprofiled; prints
 // the per-batch time of both and the median of the per-batch ratios (paired, so the
-// machine's minute-to-minute speed swings cancel).
+// machine's minute-to-minute speed swings cancel). --ab-core: the same with
+// ExecOptions::jit_gemm off instead (the panel kernels' GEMM rows on the C++ kernels of
+// src/kernels/gemm.cpp, not on the kernels' generated core).
 //
 // The default file is ../shared/data/sst/train.txt (generated SST-like trees without it).
 #include "data/synthetic.h"
@@ -65,7 +67,12 @@ int main(int argc, char** argv) {
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t limit = argc > 2 ? std::stoul(argv[2]) : 2000;
   int epochs = argc > 3 ? std::stoi(argv[3]) : 2;
-  const bool ab = argc > 4 && std::string(argv[4]) == "--ab-panels";
+  const std::string ab_mode = argc > 4 ? argv[4] : "";
+  const bool ab = ab_mode == "--ab-panels" || ab_mode == "--ab-core";
+  if (argc > 4 && !ab) {
+    std::fprintf(stderr, "pejit_profile_bench: unknown option %s\n", argv[4]);
+    return 2;
+  }
   auto m = std::make_shared<ir::Module>();
   Diagnostics d;
   if (!types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok) {
@@ -92,7 +99,10 @@ int main(int argc, char** argv) {
   runtime::PlanExecutor exec(m, dims, eo);
   runtime::ExecOptions on = eo, off = eo;
   on.profile = off.profile = false;
-  off.panels = false;
+  if (ab_mode == "--ab-core")
+    off.jit_gemm = false;
+  else
+    off.panels = false;
   runtime::PlanExecutor exec_on(m, dims, on), exec_off(m, dims, off);
   std::vector<double> ab_on, ab_off;
   interp::Params params = interp::init_params(*m, dims, 1);
@@ -183,9 +193,10 @@ int main(int argc, char** argv) {
     std::sort(ratio.begin(), ratio.end());
     double on_s = std::accumulate(ab_on.begin(), ab_on.end(), 0.0);
     double off_s = std::accumulate(ab_off.begin(), ab_off.end(), 0.0);
-    std::printf("A/B plan run, %zu paired runs: panels on %.2f ms, off %.2f ms per run; on/off "
+    std::printf("A/B plan run, %zu paired runs: %s on %.2f ms, off %.2f ms per run; on/off "
                 "per-run ratio median %.3f (p25 %.3f, p75 %.3f)\n",
-                ab_on.size(), 1e3 * on_s / static_cast<double>(ab_on.size()),
+                ab_on.size(), ab_mode == "--ab-core" ? "generated GEMM core" : "panels",
+                1e3 * on_s / static_cast<double>(ab_on.size()),
                 1e3 * off_s / static_cast<double>(ab_off.size()), ratio[ratio.size() / 2],
                 ratio[ratio.size() / 4], ratio[3 * ratio.size() / 4]);
   }

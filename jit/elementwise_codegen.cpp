@@ -29,6 +29,7 @@
 // bitwise identical results; only speed differs.
 #include "jit/elementwise_codegen.h"
 
+#include "jit/gemm_codegen.h"
 #include "jit/schedule.h"
 
 #include <llvm/IR/IRBuilder.h>
@@ -91,6 +92,22 @@ private:
       outs.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, out, j), "out.p"));
     Value* core_fn = b_.CreateLoad(ptr, core, "core.fn");
     auto* core_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64_, i64_}, false);
+    // The generated GEMM core (gemm_n > 0): PanelCore's gemm_* fields, read once.
+    llvm::Function* gemm = nullptr;
+    Value *gemm_a = nullptr, *gemm_b = nullptr, *gemm_c = nullptr, *gemm_step = nullptr;
+    if (spec_.gemm_n > 0) {
+      GemmSpec gs{.layout = GemmLayout::NN, .n = spec_.gemm_n, .k = spec_.gemm_k};
+      gs.packed_b = true;
+      gemm = emit_packed_gemm(gs, m_, "gemm", target, llvm::Function::InternalLinkage);
+      auto* core_struct = llvm::StructType::get(ctx_, {ptr, ptr, ptr, ptr, i64_});
+      auto field = [&](unsigned i, llvm::Type* t, const char* name) {
+        return b_.CreateLoad(t, b_.CreateStructGEP(core_struct, core, i), name);
+      };
+      gemm_a = field(1, ptr, "gemm.a");
+      gemm_b = field(2, ptr, "gemm.b");
+      gemm_c = field(3, ptr, "gemm.c");
+      gemm_step = field(4, i64_, "gemm.step");
+    }
     Value* height = b_.getInt64(spec_.panel_rows);
     Value* npanels =
         b_.CreateUDiv(b_.CreateAdd(rows, b_.getInt64(spec_.panel_rows - 1)), height, "panels");
@@ -98,7 +115,20 @@ private:
       Value* r0 = b_.CreateMul(p, height, "r0", true, true);
       Value* left = b_.CreateSub(rows, r0, "left", true, true);
       Value* n = b_.CreateSelect(b_.CreateICmpSLT(left, height), left, height, "n");
-      auto call_core = [&] { b_.CreateCall(core_ty, core_fn, {core, r0, n}); };
+      auto call_core = [&] {
+        b_.CreateCall(core_ty, core_fn, {core, r0, n});
+        if (gemm == nullptr)
+          return;
+        auto* run = llvm::BasicBlock::Create(ctx_, "gemm.run", fn);
+        auto* next = llvm::BasicBlock::Create(ctx_, "gemm.next", fn);
+        b_.CreateCondBr(b_.CreateIsNotNull(gemm_b), run, next);
+        b_.SetInsertPoint(run);
+        b_.CreateCall(
+            gemm, {b_.CreateInBoundsGEP(f32_, gemm_a, b_.CreateMul(r0, b_.getInt64(spec_.gemm_k))),
+                   gemm_b, b_.CreateInBoundsGEP(f32_, gemm_c, b_.CreateMul(r0, gemm_step)), n});
+        b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+      };
       if (spec_.core_first)
         call_core();
       for (size_t i = 0; i < nin; ++i) {

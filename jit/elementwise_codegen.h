@@ -47,6 +47,18 @@ llvm::BranchInst* emit_counted_loop(llvm::IRBuilder<>& b, llvm::Function* fn, ll
   return latch;
 }
 
+/// Floats per vector register that the GEMM family uses on `target` (16 with AVX-512;
+/// gemm_codegen.cpp).
+int gemm_lanes(const CodegenTarget& target);
+
+/// Adds to `m` the function `void fn_name(const float* a, const float* b, float* c, int64_t
+/// rows)` computing `spec`, a validated GemmSpec with packed_b (gemm_panel_codegen.cpp): a
+/// panel kernel's GEMM core (internal linkage) or a kernel of its own (external).
+struct GemmSpec;
+llvm::Function* emit_packed_gemm(const GemmSpec& spec, llvm::Module& m, const std::string& fn_name,
+                                 const CodegenTarget& target,
+                                 llvm::GlobalValue::LinkageTypes linkage);
+
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop); with spec.panel_rows > 0, `void fn_name(float** in,
 /// float** out, int64_t rows, const PanelCore* core)`: the loop over row panels that calls

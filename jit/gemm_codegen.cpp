@@ -56,7 +56,12 @@ GemmSpec GemmSpec::resolved(int lanes) const {
   if (s.ldc == 0)
     s.ldc = n;
   bool wide = lanes >= 16; // 32 vector registers (AVX-512) rather than 16
-  if (s.mr == 0 || s.nr == 0) {
+  if (s.packed_b) {
+    s.ldb = kPackedCols;
+    s.nr = static_cast<int>(std::max<int64_t>(1, kPackedCols / lanes));
+    if (s.mr == 0)
+      s.mr = std::max(1, (wide ? 24 : 12) / s.nr);
+  } else if (s.mr == 0 || s.nr == 0) {
     if (s.packs_b_transposed(lanes)) {
       s.nr = static_cast<int>(n);
       s.mr = static_cast<int>(std::clamp<int64_t>(24 / n, 1, 8));
@@ -74,13 +79,14 @@ GemmSpec GemmSpec::resolved(int lanes) const {
 }
 
 bool GemmSpec::packs_b_transposed(int lanes) const {
-  return layout == GemmLayout::NN && 2 * n <= lanes && n * k <= kMaxPackedB;
+  return layout == GemmLayout::NN && !packed_b && 2 * n <= lanes && n * k <= kMaxPackedB;
 }
 
 std::string GemmSpec::signature() const {
   auto dim = [](int64_t v) { return v == 0 ? std::string("?") : std::to_string(v); };
-  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={}", layout_name(layout),
-                     dim(m), dim(n), dim(k), lda, ldb, ldc, accumulate ? 1 : 0);
+  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={}{}",
+                     layout_name(layout), dim(m), dim(n), dim(k), lda, ldb, ldc, accumulate ? 1 : 0,
+                     packed_b ? " b=packed" : "");
 }
 
 std::string GemmSpec::canonical_text() const {
@@ -102,13 +108,17 @@ void GemmSpec::validate() const {
   }
   if (lda < 0 || ldb < 0 || ldc < 0)
     fail("negative leading dimension");
+  if (packed_b && (layout != GemmLayout::NN || ldb != 0))
+    fail("a packed B needs layout nn and ldb = 0");
   GemmSpec r = resolved(16);
-  int64_t a_row = layout == GemmLayout::TN ? m : k, b_row = layout == GemmLayout::NT ? k : n;
+  int64_t a_row = layout == GemmLayout::TN ? m : k;
+  int64_t b_row = packed_b ? kPackedCols : layout == GemmLayout::NT ? k : n;
   if (r.lda < a_row || r.ldb < b_row || r.ldc < n)
     fail("a leading dimension is smaller than its row");
-  if ((mr == 0) != (nr == 0))
+  if ((mr == 0) != (nr == 0) && !packed_b)
     fail("give both mr and nr, or neither");
-  if (mr < 0 || nr < 0 || mr > 32 || nr > 32 || mr * nr > 28)
+  const int vecs = packed_b ? static_cast<int>(kPackedCols / 16) : nr;
+  if (mr < 0 || nr < 0 || mr > 32 || nr > 32 || mr * vecs > 28)
     fail("block must be at most 32 x 32 with at most 28 accumulators");
 }
 
@@ -421,7 +431,10 @@ std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext
   auto m = std::make_unique<llvm::Module>(fn_name, ctx);
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
-  GemmLowering(spec, gemm_lanes(target), ctx, *m).emit(fn_name, target);
+  if (spec.packed_b)
+    emit_packed_gemm(spec, *m, fn_name, target, llvm::Function::ExternalLinkage);
+  else
+    GemmLowering(spec, gemm_lanes(target), ctx, *m).emit(fn_name, target);
   return m;
 }
 

@@ -33,6 +33,13 @@ struct GemmSpec {
   /// Register block (the schedule): NN/TN: `mr` rows x `nr` vectors of C; NT: `mr` rows x
   /// `nr` columns of C, each a dot product over k. 0 picks the default for the shape.
   int mr = 0, nr = 0;
+  /// NN only, ldb 0: B is a weight packed once per plan run (kernels::pack_b's layout): column
+  /// panels of kPackedCols columns, panel p at b + p*kPackedCols*k, kPackedCols floats between
+  /// its rows, the last one zero-padded. The block is then `mr` rows x one panel (nr is the
+  /// panel's vectors, kPackedCols / lanes, whatever is given). This is the GEMM core of panel
+  /// kernels (KernelSpec::gemm_n), lowered by gemm_panel_codegen.cpp.
+  bool packed_b = false;
+  static constexpr int64_t kPackedCols = 32;
 
   /// Largest B (floats) that a narrow NN copies transposed to the stack.
   static constexpr int64_t kMaxPackedB = 16384;

@@ -22,19 +22,24 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <mutex>
 #include <unordered_map>
 
 namespace pejit::jit {
 
 // Defined in gemm_codegen.cpp. Declared here rather than in gemm_codegen.h, which shows no LLVM
-// type: the float lanes of the target's vectors, and the lowering of a validated GemmSpec.
-int gemm_lanes(const CodegenTarget& target);
+// type: the lowering of a validated GemmSpec.
 std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,
                                          const std::string& fn_name, const CodegenTarget& target);
 // Defined in reduce_codegen.cpp: the lowering of a validated ReduceSpec.
 std::unique_ptr<llvm::Module> lower_reduce(const ReduceSpec& spec, llvm::LLVMContext& ctx,
                                            const std::string& fn_name, const CodegenTarget& target);
+
+// The generated panel kernels read PanelCore as {ptr, ptr, ptr, ptr, i64}
+// (elementwise_codegen.cpp).
+static_assert(offsetof(PanelCore, gemm_a) == 8 && offsetof(PanelCore, gemm_b) == 16 &&
+              offsetof(PanelCore, gemm_c) == 24 && offsetof(PanelCore, gemm_c_step) == 32);
 
 namespace {
 

@@ -67,6 +67,8 @@ std::string KernelSpec::canonical_text() const {
         scratch += fmt::format("{}{}", scratch.empty() ? "" : ",", i);
     if (!scratch.empty())
       s += " scratch=" + scratch;
+    if (gemm_n > 0)
+      s += fmt::format(" gemm={}x{}", gemm_n, gemm_k);
   }
   if (invalid)
     s += " invalid";
@@ -149,6 +151,10 @@ void KernelSpec::validate() const {
       throw Error(fmt::format("jit: elementwise input {}: a panel's scratch needs a panel kernel "
                               "and a full input",
                               i));
+  if (gemm_n < 0 || gemm_k < 0 || (gemm_n == 0) != (gemm_k == 0) || (gemm_n > 0 && panel_rows == 0))
+    throw Error(fmt::format("jit: elementwise kernel: GEMM core {}x{} (both > 0, and a panel "
+                            "kernel; or both 0)",
+                            gemm_n, gemm_k));
 }
 
 } // namespace pejit::jit

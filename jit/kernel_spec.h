@@ -40,8 +40,17 @@ const char* op_name(ElementwiseOp op);
 /// The GEMM core a panel kernel calls (KernelSpec::panel_rows): `fn(core, r0, n)` computes rows
 /// [r0, r0 + n) of its product, C rows = A rows · B (forward x·W), or rows of dX = dY · W^T.
 /// Callers derive from it to carry their operands; the generated code only loads `fn`.
+/// A kernel with KernelSpec::gemm_n > 0 computes the product itself, after `fn`, when
+/// `gemm_b` is set: rows [r0, r0 + n) of C [rows, gemm_n] = A [rows, gemm_k] · B, with A's
+/// row r at gemm_a + r * gemm_k, B packed (GemmSpec::packed_b) at gemm_b and C's row r at
+/// gemm_c + r * gemm_c_step (0: C holds one panel's rows, a scratch). The generated code
+/// reads these fields at fixed offsets (static_assert in jit.cpp).
 struct PanelCore {
   void (*fn)(const PanelCore* core, int64_t r0, int64_t n) = nullptr;
+  const float* gemm_a = nullptr;
+  const float* gemm_b = nullptr; ///< null: no product here (fn makes it, or none is needed)
+  float* gemm_c = nullptr;
+  int64_t gemm_c_step = 0;
 };
 
 /// One op of the chain. Value ids: 0..inputs-1 are the inputs, inputs+i is op i's result.
@@ -82,6 +91,10 @@ struct KernelSpec {
   /// its pointer is not advanced. Empty: none.
   std::vector<bool> in_panel{};
   bool panel_input(size_t i) const { return i < in_panel.size() && in_panel[i]; }
+  /// A panel kernel's GEMM core as generated code (0, 0: none; the core's fn does it all):
+  /// C [rows, gemm_n] = A [rows, gemm_k] · B packed, per panel after the core's fn, when the
+  /// core sets PanelCore::gemm_b. Lowered as GemmSpec{nn, n, k, packed_b} into the kernel.
+  int64_t gemm_n = 0, gemm_k = 0;
 
   /// Testing only: the lowering leaves a basic block without a terminator, so the module fails
   /// llvm::verifyModule. Part of the canonical text so that it never hits a valid cache entry.

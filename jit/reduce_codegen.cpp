@@ -36,9 +36,6 @@
 #include <vector>
 
 namespace pejit::jit {
-
-int gemm_lanes(const CodegenTarget& target); // gemm_codegen.cpp
-
 namespace {
 
 using llvm::Value;

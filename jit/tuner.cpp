@@ -203,6 +203,7 @@ ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& panel_spec, const TuneOpti
   KernelSpec spec = panel_spec;
   spec.panel_rows = 0;
   spec.in_panel.clear();
+  spec.gemm_n = spec.gemm_k = 0;
   if (spec.schedule != "default")
     throw Error("tune: the kernel names a schedule (" + spec.schedule + "); tune its default");
   spec.validate();

@@ -76,6 +76,8 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       r.core = m;
       r.spec.panel_rows = kPanelRows;
       r.spec.core_first = true;
+      r.spec.gemm_n = mn.type.dims[0];
+      r.spec.gemm_k = g.node(mn.operands[0]).type.dims[0];
       fused_[static_cast<size_t>(m)] = true;
       // x = concat(h_l, h_r) made just before the GEMM: the core assembles each panel's rows of
       // x right before multiplying them (x is still kept whole: the weight gradient reads it).
@@ -219,6 +221,8 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       r.core = q;
       r.spec.panel_rows = kPanelRows;
       r.spec.core_first = false;
+      r.spec.gemm_n = qn.type.dims[0];
+      r.spec.gemm_k = g.node(d).type.dims[0];
     }
 }
 
@@ -263,8 +267,9 @@ struct GemmPanel : jit::PanelCore {
         dst += part.width;
       }
     }
-    kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
-                          g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
+    if (g.gemm_b == nullptr) // else the kernel's generated core computes the rows next
+      kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
+                            g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
     for (size_t i = 0; i < g.nfills; ++i) {
       const Fill& f = g.fills[i];
       for (int64_t r = r0; r < r0 + rows; ++r)
@@ -455,6 +460,14 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       set_core(gy, w, true, val(r.core));
     } // else computed after the run, on its own
   }
+  // The kernel's generated GEMM core takes the product, when it has one of these sizes.
+  if (core.fn == &GemmPanel::run && st.jit_gemm && r.spec.gemm_n == core.n &&
+      r.spec.gemm_k == core.k && core.lda == core.k && core.ldc == core.n) {
+    core.gemm_a = core.a;
+    core.gemm_b = core.packed;
+    core.gemm_c = core.c;
+    core.gemm_c_step = core.scratch ? 0 : core.ldc;
+  }
   auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
   if (r.spec.panel_rows > 0)
     r.kernel->kernel.panel(ins.data(), outs.data(), st.rows, &core);
@@ -473,6 +486,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
            t0, fused ? 2.0 * static_cast<double>(st.rows * core.n * core.k) : 0.0);
   stats.jit_launches++;
   stats.panel_launches += fused ? 1 : 0;
+  stats.jit_gemm_cores += fused && core.gemm_b != nullptr ? 1 : 0;
 }
 
 } // namespace pejit::runtime

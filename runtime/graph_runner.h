@@ -21,10 +21,12 @@
 //   through the library, layout ops, other reductions) runs its reference kernel on all rows.
 // - Panels: a run that reads the rows of an x·W (its gate epilogue), or whose output is the
 //   dY of a dY·W^T (its gate-gradient chain), is compiled as a panel kernel: generated code
-//   that walks the rows in panels of 48 and per panel calls the GEMM core for those rows (the
-//   register-blocked kernels of src/kernels/gemm.cpp on W, or W^T, packed once per plan run)
+//   that walks the rows in panels of 48 and per panel gathers the rows the GEMM reads (a C++
+//   callback: PanelCore::fn), computes those rows of the product with the kernel's own
+//   generated GEMM core (jit/gemm_panel_codegen.cpp, on W or W^T packed once per plan run)
 //   and runs the chain on them, so a panel's GEMM rows are consumed while in cache. The GEMM
-//   node is then not evaluated on its own. Row results do not depend on the panel split.
+//   node is then not evaluated on its own. Row results do not depend on the panel split, and
+//   the generated core gives the bits of src/kernels/gemm.cpp's kernels (State::jit_gemm).
 // - Weight gradients x^T·gy that are a parameter's whole gradient can be left to the caller
 //   (State::deferred), which stacks every group's rows into one GEMM per weight.
 // - The embedding gradient stays row-sparse: a parameter gradient that is a TakeGrad of
@@ -60,6 +62,7 @@ struct GraphRunStats {
   int64_t ref_nodes = 0;    ///< nodes run on reference kernels
   int64_t in_place = 0;     ///< splits, concats and result copies saved: runs read / wrote in place
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
+  int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) run on JIT kernels
   bool profile = false;       ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
@@ -88,6 +91,9 @@ public:
     /// Runs that have a GEMM core compute it per row panel (false: the GEMM runs whole, on
     /// its own, and the run's kernel gets a core that does nothing; for comparisons).
     bool panels = true;
+    /// Panel kernels compute their GEMM rows with their generated core (false: the C++
+    /// kernels of src/kernels/gemm.cpp, called by the core's fn; the same bits, for A/B).
+    bool jit_gemm = true;
     /// By argument: empty, or where its rows are (row i at arg_rows[a][i]) when the caller
     /// left the argument's block unfilled (lazy_arg(a)): a panel core then gathers the rows
     /// itself, straight into the concat that is the argument's only reader; any other path

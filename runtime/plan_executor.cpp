@@ -249,6 +249,7 @@ struct PlanExecutor::Impl {
     stats.jit_launches += rs.jit_launches;
     stats.in_place += rs.in_place;
     stats.panel_launches += rs.panel_launches;
+    stats.jit_gemm_cores += rs.jit_gemm_cores;
     stats.ref_nodes += rs.ref_nodes;
     stats.jit_reductions += rs.jit_reductions;
     accumulate(stats.profile, rs.time);
@@ -461,6 +462,7 @@ struct PlanExecutor::Impl {
       gs.gst.transposed = &transposed;
       gs.gst.deferred = train ? &deferred : nullptr;
       gs.gst.panels = opt.panels;
+      gs.gst.jit_gemm = opt.jit_gemm;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       merge(stats, rs);
       stats.groups_on_graphs++;

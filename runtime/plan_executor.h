@@ -54,6 +54,7 @@ struct PlanStats {
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) on JIT kernels
   int64_t in_place = 0; ///< splits, concats and result copies saved: runs read / wrote in place
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
+  int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.
   int64_t lazy_gathers = 0;
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
@@ -82,6 +83,9 @@ struct ExecOptions {
   /// With compiled kernels: runs fused with a GEMM compute it per row panel (JIT panel
   /// kernels); false: the GEMM whole, then the run (the same results; for comparisons).
   bool panels = true;
+  /// Panel kernels run their generated GEMM core; false: the C++ GEMM kernels do (the same
+  /// bits; for comparisons).
+  bool jit_gemm = true;
 };
 
 class PlanExecutor {

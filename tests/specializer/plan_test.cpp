@@ -230,45 +230,52 @@ TEST_SUITE("specializer") {
     auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
     spec::Plan plan = spec::make_plan(pe.residual, tt);
-    interp::Interpreter::Gradients got[2];
-    int64_t ref_nodes[2] = {0, 0};
-    for (bool panels : {true, false}) {
-      CAPTURE(panels);
+    // 0: panels, their GEMM rows on the kernels' generated cores; 1: panels, the GEMM rows on
+    // the C++ kernels; 2: no panels (the GEMM whole, then the run).
+    interp::Interpreter::Gradients got[3];
+    int64_t ref_nodes[3] = {0, 0, 0};
+    for (int mode : {0, 1, 2}) {
+      CAPTURE(mode);
+      const bool panels = mode < 2;
       runtime::ExecOptions o = exec_options(Exec::GraphsJit);
       o.panels = panels;
+      o.jit_gemm = mode == 0;
       runtime::PlanExecutor ex(md.m, md.dims, o);
-      got[panels] = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      got[mode] = ex.value_and_grad(plan, pe.residual, tt, md.params);
       const auto& st = ex.stats();
-      ref_nodes[panels] = st.ref_nodes;
+      ref_nodes[mode] = st.ref_nodes;
       // Groups: op.take, leaf, node_loss, sum, and a cell group per level above the leaves.
       const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
       // A cell's h_l, h_r (into x) and c_l, c_r (for its chain), the leaves' embedding rows
       // and the classifier's h are gathered by their panel cores, not by the executor.
-      if (panels)
-        CHECK(st.lazy_gathers == 4 * cells + 2);
-      else
-        CHECK(st.lazy_gathers == 0);
+      CHECK(st.lazy_gathers == (panels ? 4 * cells + 2 : 0));
       // leaf and cell: forward x·W + gates, backward gate gradients + dY·W^T, per level; the
       // classifier: h·W + b (its backward has no elementwise chain before its dY·W^T).
-      if (panels)
-        CHECK(st.panel_launches == 2 * (cells + 1) + 1);
-      else
-        CHECK(st.panel_launches == 0);
+      CHECK(st.panel_launches == (panels ? 2 * (cells + 1) + 1 : 0));
+      CHECK(st.jit_gemm_cores == (mode == 0 ? st.panel_launches : 0));
     }
     // With panels, no x·W (leaf, cells, classifier), dY·W^T (leaf, cells) or cell input
     // concat(h_l, h_r) runs on its own: the cores compute them.
     const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
-    CHECK(ref_nodes[false] - ref_nodes[true] == (cells + 2) + (cells + 1) + cells);
-    // Row results do not depend on how the rows are split into GEMM calls, so the bits agree
-    // where kernels::sgemm_packed runs our own kernels (AVX-512); elsewhere up to rounding.
+    CHECK(ref_nodes[2] - ref_nodes[0] == (cells + 2) + (cells + 1) + cells);
+    CHECK(ref_nodes[1] == ref_nodes[0]);
+    // Row results do not depend on how the rows are split into GEMM calls, and the generated
+    // core sums as src/kernels/gemm.cpp's AVX-512 kernels do, so the bits agree where
+    // kernels::sgemm_packed runs those (AVX-512); elsewhere up to rounding.
     const double tol = 1e-6;
-    CHECK(std::fabs(got[0].loss - got[1].loss) <= tol * std::fabs(got[1].loss));
-    for (size_t p = 0; p < md.params.values.size(); ++p) {
-      CAPTURE(md.params.names[p]);
-      const Shape& s = md.params.values[p].shape();
-      Tensor a = got[0].grads[p].to_dense(s), b = got[1].grads[p].to_dense(s);
-      for (int64_t i = 0; i < a.numel(); ++i)
-        REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= tol * (1 + std::fabs(b.f32()[i])));
+    for (int mode : {0, 1}) {
+      CAPTURE(mode);
+#ifdef __AVX512F__
+      CHECK(got[mode].loss == got[2].loss);
+#endif
+      CHECK(std::fabs(got[mode].loss - got[2].loss) <= tol * std::fabs(got[2].loss));
+      for (size_t p = 0; p < md.params.values.size(); ++p) {
+        CAPTURE(md.params.names[p]);
+        const Shape& s = md.params.values[p].shape();
+        Tensor a = got[mode].grads[p].to_dense(s), b = got[2].grads[p].to_dense(s);
+        for (int64_t i = 0; i < a.numel(); ++i)
+          REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= tol * (1 + std::fabs(b.f32()[i])));
+      }
     }
   }
 

@@ -1,0 +1,253 @@
+// The generated GEMM core of panel kernels (GemmSpec::packed_b, KernelSpec::gemm_n): on its own
+// against kernels::sgemm_packed at the TreeLSTM's shapes and at edge sizes (bit for bit where
+// the reference kernels are the AVX-512 ones: the same fma in the same k order; else within
+// rounding), and inside a panel kernel: core first (into the product or a panel scratch) and
+// core last, against the product made whole and the plain kernel.
+#include "jit/jit.h"
+#include "kernels/kernels.h"
+#include "pejit/error.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace pejit::jit;
+namespace kernels = pejit::kernels;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v)
+    x = dist(rng);
+  return v;
+}
+
+std::vector<float> packed(const std::vector<float>& b, int64_t k, int64_t n) {
+  std::vector<float> p(static_cast<size_t>(kernels::packed_size(k, n)));
+  kernels::pack_b(false, k, n, b.data(), n, p.data());
+  return p;
+}
+
+// Bitwise on AVX-512 builds (the reference is the same algorithm); elsewhere the reference
+// sums in another order.
+void check_same(const std::vector<float>& got, const std::vector<float>& want, int64_t k) {
+  REQUIRE(got.size() == want.size());
+#ifdef __AVX512F__
+  (void)k;
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    differ += got[i] == want[i] ? 0 : 1;
+  CHECK(differ == 0);
+#else
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  CHECK(worst <= 1e-6 * double(k));
+#endif
+}
+
+GemmSpec packed_spec(int64_t n, int64_t k, bool accumulate = false) {
+  GemmSpec s{.layout = GemmLayout::NN, .n = n, .k = k, .accumulate = accumulate};
+  s.packed_b = true;
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("generated GEMM core on a packed B == kernels::sgemm_packed") {
+  Jit jit;
+  std::mt19937 rng(7);
+  struct Shape {
+    int64_t n, k;
+  };
+  // Forward x·W (cell, leaf), dX = dY·W^T (cell, leaf), the classifier; then edge sizes: a
+  // masked last vector, a k over one chunk, k = 1, one column.
+  for (Shape sh : {Shape{750, 300}, Shape{450, 300}, Shape{300, 750}, Shape{300, 450},
+                   Shape{5, 150}, Shape{33, 321}, Shape{16, 1}, Shape{1, 5}})
+    for (bool acc : {false, true}) {
+      CAPTURE(sh.n);
+      CAPTURE(sh.k);
+      CAPTURE(acc);
+      CompiledGemm g = jit.compile_gemm(packed_spec(sh.n, sh.k, acc));
+      REQUIRE((g.fn != nullptr));
+      std::vector<float> b = random_floats(static_cast<size_t>(sh.k * sh.n), rng);
+      std::vector<float> bp = packed(b, sh.k, sh.n);
+      for (int64_t rows : {0, 1, 2, 3, 7, 12, 13, 25, 48, 49, 130}) {
+        CAPTURE(rows);
+        std::vector<float> a =
+            random_floats(static_cast<size_t>(std::max<int64_t>(rows, 1) * sh.k), rng);
+        std::vector<float> c = random_floats(static_cast<size_t>(rows * sh.n), rng), want = c;
+        g.fn(a.data(), bp.data(), c.data(), rows);
+        kernels::sgemm_packed(rows, sh.n, sh.k, a.data(), sh.k, bp.data(), acc ? 1.0f : 0.0f,
+                              want.data(), sh.n);
+        check_same(c, want, sh.k);
+      }
+      jit.remove(g.handle);
+    }
+}
+
+TEST_CASE("packed GEMM spec: canonical text, default block, validation") {
+  GemmSpec s = packed_spec(750, 300);
+  CHECK(s.canonical_text() ==
+        "gemm f32 nn m=? n=750 k=300 lda=0 ldb=0 ldc=0 acc=0 b=packed block=default");
+  GemmSpec r = s.resolved(16);
+  CHECK(r.mr == 12);
+  CHECK(r.nr == 2);
+  CHECK(r.ldb == GemmSpec::kPackedCols);
+  CHECK(s.resolved(8).nr == 4);
+  CHECK_NOTHROW(s.validate());
+  s.ldb = 750;
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s.ldb = 0;
+  s.layout = GemmLayout::NT;
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s.layout = GemmLayout::NN;
+  s.mr = 15; // 15 x 2 vectors: more than 28 accumulators
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s.mr = 4; // rows alone; the panel fixes the vectors
+  CHECK_NOTHROW(s.validate());
+  CHECK(s.resolved(16).mr == 4);
+}
+
+namespace {
+
+constexpr int64_t kN = 9, kK = 7; // the product [rows, 9] = x [rows, 7] · W [7, 9]
+
+// Forward-like: in 0 = columns [2, 2 + 5) of the product, in 1 a bias row; sigmoid(in0 + in1).
+KernelSpec epilogue(int64_t panel_rows, bool gemm) {
+  KernelSpec s{.width = 5,
+               .inputs = {InputShape::Full, InputShape::RowBroadcast},
+               .ops = {{ElementwiseOp::Add, 0, 1}, {ElementwiseOp::Sigmoid, 2}},
+               .outputs = {3}};
+  s.in_strides = {kN, 0};
+  s.panel_rows = panel_rows;
+  if (gemm) {
+    s.gemm_n = kN;
+    s.gemm_k = kK;
+  }
+  return s;
+}
+
+struct Counter : PanelCore {
+  std::vector<std::pair<int64_t, int64_t>> calls;
+};
+
+void count(const PanelCore* p, int64_t r0, int64_t n) {
+  const_cast<Counter*>(static_cast<const Counter*>(p))->calls.emplace_back(r0, n);
+}
+
+} // namespace
+
+TEST_CASE("panel kernel with a generated GEMM core: the same bits as the product made whole") {
+  Jit jit;
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CompiledKernel plain = jit.compile(epilogue(0, false));
+  std::vector<float> w = random_floats(static_cast<size_t>(kK * kN), rng);
+  std::vector<float> wp = packed(w, kK, kN);
+  std::vector<float> bias{0.1f, -0.2f, 0.3f, 0, 1};
+  for (bool scratch : {false, true})
+    for (int64_t panel : {1, 4, 48}) {
+      KernelSpec s = epilogue(panel, true);
+      if (scratch)
+        s.in_panel = {true, false};
+      CHECK(s.canonical_text().find(" gemm=9x7") != std::string::npos);
+      CompiledKernel pk = jit.compile(s);
+      REQUIRE((pk.panel != nullptr));
+      for (int64_t rows : {1, 3, 4, 13, 49, 100}) {
+        CAPTURE(scratch);
+        CAPTURE(panel);
+        CAPTURE(rows);
+        std::vector<float> x = random_floats(static_cast<size_t>(rows * kK), rng);
+        // The reference: the whole product, then the plain kernel.
+        std::vector<float> whole(static_cast<size_t>(rows * kN));
+        kernels::sgemm_packed(rows, kN, kK, x.data(), kK, wp.data(), 0.0f, whole.data(), kN);
+        std::vector<float> want(static_cast<size_t>(rows * 5), nan), got(want);
+        float* pin[] = {whole.data() + 2, bias.data()};
+        float* pout[] = {want.data()};
+        plain.fn(pin, pout, rows);
+        // The panel kernel computes the product's rows itself, panel by panel.
+        std::vector<float> c(static_cast<size_t>((scratch ? std::min(rows, panel) : rows) * kN),
+                             nan);
+        Counter core;
+        core.fn = &count;
+        core.gemm_a = x.data();
+        core.gemm_b = wp.data();
+        core.gemm_c = c.data();
+        core.gemm_c_step = scratch ? 0 : kN;
+        float* in[] = {c.data() + 2, bias.data()};
+        float* out[] = {got.data()};
+        pk.panel(in, out, rows, &core);
+        CHECK(core.calls.size() == static_cast<size_t>((rows + panel - 1) / panel));
+        check_same(got, want, kK);
+        if (!scratch)
+          check_same(c, whole, kK);
+        // Without gemm_b the kernel leaves the product to the core's fn: nothing is written.
+        std::fill(c.begin(), c.end(), nan);
+        core.gemm_b = nullptr;
+        pk.panel(in, out, rows, &core);
+        CHECK(std::all_of(c.begin(), c.end(), [](float v) { return std::isnan(v); }));
+      }
+      jit.remove(pk.handle);
+    }
+}
+
+TEST_CASE("panel kernel, core last: the generated GEMM multiplies the rows the chain wrote") {
+  Jit jit;
+  std::mt19937 rng(13);
+  // dY = in0 * in1 over 5 columns, then dX [rows, 3] = dY · B [5, 3].
+  KernelSpec s{.width = 5,
+               .inputs = {InputShape::Full, InputShape::Full},
+               .ops = {{ElementwiseOp::Mul, 0, 1}},
+               .outputs = {2}};
+  KernelSpec plain_spec = s;
+  s.panel_rows = 8;
+  s.core_first = false;
+  s.gemm_n = 3;
+  s.gemm_k = 5;
+  CompiledKernel pk = jit.compile(s), plain = jit.compile(plain_spec);
+  std::vector<float> b = random_floats(15, rng);
+  std::vector<float> bp = packed(b, 5, 3);
+  for (int64_t rows : {1, 8, 9, 30}) {
+    CAPTURE(rows);
+    std::vector<float> x = random_floats(static_cast<size_t>(rows * 5), rng);
+    std::vector<float> y = random_floats(static_cast<size_t>(rows * 5), rng);
+    std::vector<float> dy(static_cast<size_t>(rows * 5)), want_dy(dy);
+    std::vector<float> dx(static_cast<size_t>(rows * 3)), want_dx(dx);
+    float* pin[] = {x.data(), y.data()};
+    float* pout[] = {want_dy.data()};
+    plain.fn(pin, pout, rows);
+    kernels::sgemm_packed(rows, 3, 5, want_dy.data(), 5, bp.data(), 0.0f, want_dx.data(), 3);
+    Counter core;
+    core.fn = &count;
+    core.gemm_a = dy.data();
+    core.gemm_b = bp.data();
+    core.gemm_c = dx.data();
+    core.gemm_c_step = 3;
+    float* out[] = {dy.data()};
+    pk.panel(pin, out, rows, &core);
+    check_same(dy, want_dy, 5);
+    check_same(dx, want_dx, 5);
+  }
+}
+
+TEST_CASE("panel kernel's GEMM core: validation") {
+  KernelSpec s = epilogue(48, true);
+  CHECK_NOTHROW(s.validate());
+  s.gemm_k = 0;
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s = epilogue(0, true); // a GEMM core needs a panel kernel
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s = epilogue(48, true);
+  s.gemm_n = -1;
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  // The core is part of the kernel: another canonical text, the same tuning signature.
+  CHECK(epilogue(48, true).canonical_text() != epilogue(48, false).canonical_text());
+  CHECK(epilogue(48, true).signature() == epilogue(48, false).signature());
+}
