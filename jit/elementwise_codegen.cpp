@@ -99,6 +99,8 @@ private:
       GemmSpec gs{.layout = GemmLayout::NN, .n = spec_.gemm_n, .k = spec_.gemm_k};
       gs.packed_b = true;
       gemm = emit_packed_gemm(gs, m_, "gemm", target, llvm::Function::InternalLinkage);
+      // Called once per panel: inlining it would only make O3 work on one huge function.
+      gemm->addFnAttr(llvm::Attribute::NoInline);
       auto* core_struct = llvm::StructType::get(ctx_, {ptr, ptr, ptr, ptr, i64_});
       auto field = [&](unsigned i, llvm::Type* t, const char* name) {
         return b_.CreateLoad(t, b_.CreateStructGEP(core_struct, core, i), name);

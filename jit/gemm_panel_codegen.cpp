@@ -10,10 +10,9 @@
 //   for each block of rows, a block keeps its rows x (32 / lanes) vectors of C in registers
 //   over the chunk: per k it loads one packed row of B (prefetched kPrefetch rows ahead) and
 //   broadcasts one element of A per row.
-// - Blocks of rows: mr (12 with AVX-512), then of 4, then at most one of 2 and one of 1. The
-//   avx512 kernels split rows into near-equal blocks instead (13 = 7 + 6); that needs a body
-//   per height 1..12, and compile time grows with the sum of the bodies' heights (measured:
-//   ~65 ms for the 12-row body alone, ~400 ms with all twelve, for x·W at n 750, k 300).
+// - Blocks of rows of a few heights (emit_row_blocks), one straight-line body each.
+// - Every panel runs the whole panel's vectors; the last panel's columns past n are masked on
+//   C (B is zero-padded there), so there is one set of bodies, not one more for that panel.
 // - The first chunk starts from zero (or from C with `accumulate`), the others from C, and
 //   each element is summed over k in order with fma: the same bits as the avx512 kernels, and
 //   for any row count or blocking (tests/jit/gemm_panel_test.cpp compares them bit for bit).
@@ -70,25 +69,28 @@ public:
     b_.SetInsertPoint(llvm::BasicBlock::Create(m_.getContext(), "entry", fn_));
     for (int i = 0; i < s_.mr * s_.nr; ++i)
       acc_.push_back(b_.CreateAlloca(vec_, nullptr, "acc"));
-    // Row blocks: ceil(rows / mr), none for rows <= 0.
     Value* positive = b_.CreateICmpSGT(rows, b_.getInt64(0));
-    Value* m = b_.CreateSelect(positive, rows, b_.getInt64(0), "m");
-    // Rows: blocks of mr, then of q (the largest power of two <= mr / 2) and at most one
-    // each of the powers of two below q (12 rows: 12, 4, 2, 1): four bodies to compile, not
-    // twelve (compile time grows with the sum of their heights).
-    q_ = 1;
-    while (2 * q_ <= s_.mr / 2)
-      q_ *= 2;
-    full_ = b_.CreateUDiv(m, b_.getInt64(s_.mr), "full");
-    Value* left = b_.CreateSub(m, mul(full_, s_.mr), "left", true, true);
-    nq_ = b_.CreateUDiv(left, b_.getInt64(q_), "nq");
-    rest_ = b_.CreateSub(left, mul(nq_, q_), "rest", true, true);
-    const int64_t full = s_.n / GemmSpec::kPackedCols;
-    emit_counted_loop(b_, fn_, b_.getInt64(full), "panel",
-                      [&](Value* p) { emit_panel(p, s_.nr, lanes_); });
-    if (int64_t rest = s_.n - full * GemmSpec::kPackedCols) {
-      int vecs = static_cast<int>((rest + lanes_ - 1) / lanes_);
-      emit_panel(b_.getInt64(full), vecs, static_cast<int>(rest - int64_t{vecs - 1} * lanes_));
+    m_rows_ = b_.CreateSelect(positive, rows, b_.getInt64(0), "m");
+    const int64_t cols = GemmSpec::kPackedCols;
+    if (s_.n < cols) { // one panel, its vectors and the last one's mask known here
+      int vecs = static_cast<int>((s_.n + lanes_ - 1) / lanes_);
+      std::vector<Value*> masks(static_cast<size_t>(vecs), lane_mask(lanes_));
+      masks.back() = lane_mask(static_cast<int>(s_.n - int64_t{vecs - 1} * lanes_));
+      emit_panel(b_.getInt64(0), masks);
+    } else { // every panel with the whole panel's vectors, the last one's columns masked
+      emit_counted_loop(b_, fn_, b_.getInt64((s_.n + cols - 1) / cols), "panel", [&](Value* p) {
+        Value* valid = b_.CreateSub(b_.getInt64(s_.n), mul(p, cols), "valid", true, true);
+        std::vector<llvm::Constant*> lane;
+        for (int l = 0; l < lanes_; ++l)
+          lane.push_back(b_.getInt64(l));
+        Value* lanes = llvm::ConstantVector::get(lane);
+        std::vector<Value*> masks;
+        for (int v = 0; v < s_.nr; ++v)
+          masks.push_back(b_.CreateICmpSLT(
+              b_.CreateAdd(lanes, b_.CreateVectorSplat(lanes_, b_.getInt64(int64_t{v} * lanes_))),
+              b_.CreateVectorSplat(lanes_, valid), "mask"));
+        emit_panel(p, masks);
+      });
     }
     b_.CreateRetVoid();
     return fn_;
@@ -112,9 +114,9 @@ private:
                        {p, b_.getInt32(write ? 1 : 0), b_.getInt32(3), b_.getInt32(1)});
   }
 
-  // Column panel `p` (vecs vectors, the last with `last` valid lanes): every chunk of k, and
-  // in it every block of rows.
-  void emit_panel(Value* p, int vecs, int last) {
+  // Column panel `p` (one vector per mask, each storing its mask's lanes of C): every chunk
+  // of k, and in it every block of rows.
+  void emit_panel(Value* p, const std::vector<Value*>& masks) {
     const int64_t cols = GemmSpec::kPackedCols;
     Value* bpanel = gep(bm_, mul(p, cols * s_.k));
     Value* cpanel = gep(c_, mul(p, cols));
@@ -125,50 +127,77 @@ private:
       Value* kq = b_.CreateSub(p1, p0, "kq", true, true);
       Value* first = b_.CreateICmpEQ(q, b_.getInt64(0), "first");
       Value* bchunk = gep(bpanel, mul(p0, cols));
-      auto block_at = [&](Value* i0, int rows) {
-        emit_block(rows, vecs, last, gep(a_, b_.CreateAdd(mul(i0, s_.lda), p0)), bchunk,
+      emit_row_blocks([&](Value* i0, int rows) {
+        emit_block(rows, masks, gep(a_, b_.CreateAdd(mul(i0, s_.lda), p0)), bchunk,
                    gep(cpanel, mul(i0, s_.ldc)), kq, first);
-      };
-      emit_counted_loop(b_, fn_, full_, "rb", [&](Value* bi) { block_at(mul(bi, s_.mr), s_.mr); });
-      Value* base = mul(full_, s_.mr);
-      if (q_ < s_.mr)
-        emit_counted_loop(b_, fn_, nq_, "rq", [&](Value* bi) {
-          block_at(b_.CreateAdd(base, mul(bi, q_)), static_cast<int>(q_));
-        });
-      base = b_.CreateAdd(base, mul(nq_, q_));
-      for (int64_t h = q_ / 2; h >= 1; h /= 2) { // the bits of rest, high to low
-        auto* run = llvm::BasicBlock::Create(m_.getContext(), "rp", fn_);
-        auto* next = llvm::BasicBlock::Create(m_.getContext(), "rp.next", fn_);
-        Value* bit = b_.CreateAnd(rest_, b_.getInt64(h));
-        b_.CreateCondBr(b_.CreateIsNotNull(bit), run, next);
-        b_.SetInsertPoint(run);
-        block_at(b_.CreateAdd(base, b_.CreateAnd(rest_, b_.getInt64(~(2 * h - 1)))),
-                 static_cast<int>(h));
-        b_.CreateBr(next);
-        b_.SetInsertPoint(next);
-      }
+      });
     });
   }
 
-  // C[rows, vecs vectors] (+)= A[rows, kq] · B[kq, vecs vectors]; A at `a` (lda apart), B's
-  // packed rows at `b` (kPackedCols apart), C at `c` (ldc apart). `first`: the chunk that
-  // starts from zero (unless the spec accumulates).
-  void emit_block(int rows, int vecs, int last, Value* a, Value* b, Value* c, Value* kq,
-                  Value* first) {
+  // Blocks of rows over [0, m), each `body(i0, height)`. Heights: mr (12 with AVX-512) and
+  // 1..mr/2, one body each, chosen per block by what is left (l): mr when l == mr or
+  // l >= mr + 4; l itself when l <= mr/2; else min(mr/2, l - 4). So every block has at least
+  // 4 rows when m >= 4 (8 independent fma chains: what two fma ports of latency 4 need), and
+  // 7 rows are 3 + 4, 13 are 6 + 3 + 4. The avx512 kernels use a body per height 1..12
+  // instead; compile time grows with the sum of the heights (measured: ~65 ms for the 12-row
+  // body alone, ~400 ms for all twelve, x·W at n 750, k 300).
+  template <class Body> void emit_row_blocks(Body body) {
+    const int64_t half = std::max(1, s_.mr / 2), small = std::min<int64_t>(4, half);
+    llvm::LLVMContext& ctx = m_.getContext();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx, "rows", fn_);
+    auto* latch = llvm::BasicBlock::Create(ctx, "rows.next", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx, "rows.exit", fn_);
+    b_.CreateCondBr(b_.CreateICmpSGT(m_rows_, b_.getInt64(0)), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* i0 = b_.CreatePHI(i64_, 2, "i0");
+    i0->addIncoming(b_.getInt64(0), pre);
+    Value* left = b_.CreateSub(m_rows_, i0, "left", true, true);
+    Value* whole = b_.CreateOr(b_.CreateICmpEQ(left, b_.getInt64(s_.mr)),
+                               b_.CreateICmpSGE(left, b_.getInt64(s_.mr + small)));
+    Value* part = b_.CreateSelect(
+        b_.CreateICmpSLE(left, b_.getInt64(half)), left,
+        b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(half), add(left, -small)));
+    Value* height = b_.CreateSelect(whole, b_.getInt64(s_.mr), part, "height");
+    auto* full = llvm::BasicBlock::Create(ctx, "block.full", fn_);
+    llvm::SwitchInst* sw = b_.CreateSwitch(height, full, static_cast<unsigned>(half));
+    for (int64_t h = 1; h <= half; ++h) {
+      if (h == s_.mr)
+        break; // mr <= 1: the full block
+      auto* bb = llvm::BasicBlock::Create(ctx, "block", fn_);
+      sw->addCase(b_.getInt64(h), bb);
+      b_.SetInsertPoint(bb);
+      body(i0, static_cast<int>(h));
+      b_.CreateBr(latch);
+    }
+    b_.SetInsertPoint(full);
+    body(i0, s_.mr);
+    b_.CreateBr(latch);
+    b_.SetInsertPoint(latch);
+    Value* next = b_.CreateAdd(i0, height, "i0.next", true, true);
+    i0->addIncoming(next, latch);
+    b_.CreateCondBr(b_.CreateICmpSLT(next, m_rows_), loop, exit);
+    b_.SetInsertPoint(exit);
+  }
+
+  // C[rows, vectors] (+)= A[rows, kq] · B[kq, vectors]; A at `a` (lda apart), B's packed
+  // rows at `b` (kPackedCols apart), C at `c` (ldc apart), each vector of C stored under its
+  // mask. `first`: the chunk that starts from zero (unless the spec accumulates).
+  void emit_block(int rows, const std::vector<Value*>& masks, Value* a, Value* b, Value* c,
+                  Value* kq, Value* first) {
     const int64_t cols = GemmSpec::kPackedCols;
-    auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    const int vecs = static_cast<int>(masks.size());
     auto cptr = [&](int r, int v) { return gep(c, b_.getInt64(r * s_.ldc + int64_t{v} * lanes_)); };
     auto slot = [&](int r, int v) { return acc_[static_cast<size_t>(r * s_.nr + v)]; };
     Value* zero = llvm::Constant::getNullValue(vec_);
     for (int r = 0; r < rows; ++r) {
       if (!s_.accumulate) { // C's lines are written at the end: ask for them now (cold in a plan)
         for (int v = 0; v < vecs; ++v)
-          prefetch(cptr(r, v), true);
-        prefetch(gep(c, b_.getInt64(r * s_.ldc + int64_t{vecs} * lanes_ - 1)), true);
+          prefetch(b_.CreateGEP(f32_, c, b_.getInt64(r * s_.ldc + int64_t{v} * lanes_)), true);
+        prefetch(b_.CreateGEP(f32_, c, b_.getInt64(r * s_.ldc + int64_t{vecs} * lanes_ - 1)), true);
       }
       for (int v = 0; v < vecs; ++v) {
-        Value* old =
-            b_.CreateMaskedLoad(vec_, cptr(r, v), llvm::Align(4), lane_mask(valid(v)), zero);
+        Value* old = b_.CreateMaskedLoad(vec_, cptr(r, v), llvm::Align(4), masks[v], zero);
         b_.CreateStore(s_.accumulate ? old : b_.CreateSelect(first, zero, old), slot(r, v));
       }
     }
@@ -193,13 +222,8 @@ private:
       }
     });
     for (int r = 0; r < rows; ++r)
-      for (int v = 0; v < vecs; ++v) {
-        Value* acc = b_.CreateLoad(vec_, slot(r, v));
-        if (valid(v) == lanes_)
-          b_.CreateAlignedStore(acc, cptr(r, v), llvm::Align(4));
-        else
-          b_.CreateMaskedStore(acc, cptr(r, v), llvm::Align(4), lane_mask(valid(v)));
-      }
+      for (int v = 0; v < vecs; ++v)
+        b_.CreateMaskedStore(b_.CreateLoad(vec_, slot(r, v)), cptr(r, v), llvm::Align(4), masks[v]);
   }
 
   GemmSpec s_;
@@ -213,10 +237,7 @@ private:
   Value* a_ = nullptr;
   Value* bm_ = nullptr;
   Value* c_ = nullptr;
-  int64_t q_ = 1;         // the height of the blocks after the full ones
-  Value* full_ = nullptr; // blocks of mr rows
-  Value* nq_ = nullptr;   // then blocks of q_ rows
-  Value* rest_ = nullptr; // then rows < q_, one block per bit
+  Value* m_rows_ = nullptr; // the row count, 0 if negative
   std::vector<llvm::AllocaInst*> acc_;
 };
 

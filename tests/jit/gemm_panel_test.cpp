@@ -78,7 +78,8 @@ TEST_CASE("generated GEMM core on a packed B == kernels::sgemm_packed") {
       REQUIRE((g.fn != nullptr));
       std::vector<float> b = random_floats(static_cast<size_t>(sh.k * sh.n), rng);
       std::vector<float> bp = packed(b, sh.k, sh.n);
-      for (int64_t rows : {0, 1, 2, 3, 7, 12, 13, 25, 48, 49, 130}) {
+      for (int64_t rows :
+           {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 25, 48, 49, 130}) {
         CAPTURE(rows);
         std::vector<float> a =
             random_floats(static_cast<size_t>(std::max<int64_t>(rows, 1) * sh.k), rng);
