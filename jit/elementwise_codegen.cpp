@@ -16,12 +16,16 @@
 // sigmoid rel <= 5e-7 for x >= -87. No FMA contraction is allowed (no fast-math flags).
 //
 // Panel kernels (KernelSpec::panel_rows > 0): the chain fused with a GEMM core. The generated
-// function walks the rows in panels of panel_rows; per panel it calls the core (a C++ GEMM
-// kernel behind PanelCore::fn: src/kernels/gemm.cpp's register-blocked kernels on a weight
-// packed once per plan run) for those rows and runs the chain on them, so the GEMM's rows are
-// read by the epilogue while they are still in cache (forward: core first; backward: the chain
-// makes dY's rows, then the core computes dX's). The chain is the plain kernel's row loop,
-// emitted as an internal always-inline function called with pointers advanced to the panel.
+// function walks the rows in panels of panel_rows; per panel it assembles the rows the GEMM
+// reads from their parts (gather_widths: a cell's x = [h_l | h_r], from row pointers or dense
+// blocks) and copies in the rows of the chain's filled inputs (fill_inputs), calls the core's
+// C++ callback (PanelCore::fn: nothing, or the C++ GEMM for comparisons), computes the panel's
+// GEMM rows with its generated core (gemm_n: gemm_panel_codegen.cpp, on a weight packed once
+// per plan run) and runs the chain on them, so the GEMM's rows are read by the epilogue while
+// they are still in cache (forward: core first; backward: the chain makes dY's rows, then the
+// core computes dX's). The chain is the plain kernel's row loop, emitted as an internal
+// always-inline function called with pointers advanced to the panel; the GEMM core is an
+// internal function of the same module, not inlined.
 //
 // Schedule (jit/schedule.h): "default" leaves the inner loop to the vectorizer's cost model;
 // "vWxU" forces W-float vectors and U interleaved copies through llvm.loop metadata. Every
@@ -92,7 +96,20 @@ private:
       outs.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, out, j), "out.p"));
     Value* core_fn = b_.CreateLoad(ptr, core, "core.fn");
     auto* core_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64_, i64_}, false);
-    // The generated GEMM core (gemm_n > 0): PanelCore's gemm_* fields, read once.
+    // PanelCore's fields (kernel_spec.h), read once.
+    auto* slots = llvm::ArrayType::get(ptr, PanelCore::kMaxParts);
+    auto* core_struct =
+        llvm::StructType::get(ctx_, {ptr, ptr, ptr, ptr, i64_, ptr, slots, slots, slots});
+    auto field = [&](unsigned i, llvm::Type* t, const char* name) {
+      return b_.CreateLoad(t, b_.CreateStructGEP(core_struct, core, i), name);
+    };
+    auto slot = [&](unsigned i, size_t j, const char* name) {
+      Value* at = b_.CreateInBoundsGEP(
+          core_struct, core,
+          {b_.getInt32(0), b_.getInt32(i), b_.getInt32(static_cast<uint32_t>(j))});
+      return b_.CreateLoad(ptr, at, name);
+    };
+    // The generated GEMM core (gemm_n > 0).
     llvm::Function* gemm = nullptr;
     Value *gemm_a = nullptr, *gemm_b = nullptr, *gemm_c = nullptr, *gemm_step = nullptr;
     if (spec_.gemm_n > 0) {
@@ -101,15 +118,21 @@ private:
       gemm = emit_packed_gemm(gs, m_, "gemm", target, llvm::Function::InternalLinkage);
       // Called once per panel: inlining it would only make O3 work on one huge function.
       gemm->addFnAttr(llvm::Attribute::NoInline);
-      auto* core_struct = llvm::StructType::get(ctx_, {ptr, ptr, ptr, ptr, i64_});
-      auto field = [&](unsigned i, llvm::Type* t, const char* name) {
-        return b_.CreateLoad(t, b_.CreateStructGEP(core_struct, core, i), name);
-      };
       gemm_a = field(1, ptr, "gemm.a");
       gemm_b = field(2, ptr, "gemm.b");
       gemm_c = field(3, ptr, "gemm.c");
       gemm_step = field(4, i64_, "gemm.step");
     }
+    // The gathers: the GEMM's A rows from their parts, the filled inputs' rows.
+    Value* gather_dst = spec_.gather_widths.empty() ? nullptr : field(5, ptr, "gather.dst");
+    std::vector<Value*> part_src, part_rows, fill_rows;
+    for (size_t i = 0; i < spec_.gather_widths.size(); ++i) {
+      part_src.push_back(slot(6, i, "part.src"));
+      part_rows.push_back(slot(7, i, "part.rows"));
+    }
+    for (size_t j = 0; j < spec_.fill_inputs.size(); ++j)
+      fill_rows.push_back(slot(8, j, "fill.rows"));
+    const int lanes = gemm_lanes(target);
     Value* height = b_.getInt64(spec_.panel_rows);
     Value* npanels =
         b_.CreateUDiv(b_.CreateAdd(rows, b_.getInt64(spec_.panel_rows - 1)), height, "panels");
@@ -117,6 +140,22 @@ private:
       Value* r0 = b_.CreateMul(p, height, "r0", true, true);
       Value* left = b_.CreateSub(rows, r0, "left", true, true);
       Value* n = b_.CreateSelect(b_.CreateICmpSLT(left, height), left, height, "n");
+      if (gather_dst != nullptr)
+        when(b_.CreateIsNotNull(gather_dst), [&] {
+          int64_t col = 0;
+          for (size_t i = 0; i < spec_.gather_widths.size(); ++i) {
+            const int64_t w = spec_.gather_widths[i];
+            copy_rows(b_.CreateInBoundsGEP(f32_, gather_dst, b_.getInt64(col)), spec_.gemm_k,
+                      part_src[i], part_rows[i], w, r0, n, lanes);
+            col += w;
+          }
+        });
+      for (size_t j = 0; j < spec_.fill_inputs.size(); ++j) {
+        const size_t t = static_cast<size_t>(spec_.fill_inputs[j]);
+        when(b_.CreateIsNotNull(fill_rows[j]), [&] {
+          copy_rows(ins[t], spec_.in_stride(t), nullptr, fill_rows[j], spec_.width, r0, n, lanes);
+        });
+      }
       auto call_core = [&] {
         b_.CreateCall(core_ty, core_fn, {core, r0, n});
         if (gemm == nullptr)
@@ -148,6 +187,67 @@ private:
         call_core();
     });
     b_.CreateRetVoid();
+  }
+
+  // if (cond) then() in the current function.
+  template <class Then> void when(Value* cond, Then then) {
+    auto* yes = llvm::BasicBlock::Create(ctx_, "if", fn_);
+    auto* next = llvm::BasicBlock::Create(ctx_, "if.next", fn_);
+    b_.CreateCondBr(cond, yes, next);
+    b_.SetInsertPoint(yes);
+    then();
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
+  }
+
+  // Rows [r0, r0 + n) of `width` floats into dst (row r at dst + r * dst_stride), row r read
+  // from rows[r] when `rows` is not null, else from src + r * width (src may be null when
+  // rows never is). Vectors of `lanes` floats, the last one masked.
+  void copy_rows(Value* dst, int64_t dst_stride, Value* src, Value* rows, int64_t width, Value* r0,
+                 Value* n, int lanes) {
+    auto* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(lanes));
+    auto* ptr = b_.getPtrTy();
+    auto copy_loop = [&](bool indirect) {
+      emit_loop(n, indirect ? "gather.ind" : "gather.dense", [&](Value* i) {
+        Value* r = b_.CreateAdd(r0, i, "", true, true);
+        Value* from = indirect
+                          ? b_.CreateLoad(ptr, b_.CreateInBoundsGEP(ptr, rows, r), "row")
+                          : b_.CreateInBoundsGEP(f32_, src, b_.CreateMul(r, b_.getInt64(width)));
+        Value* to = b_.CreateInBoundsGEP(f32_, dst, b_.CreateMul(r, b_.getInt64(dst_stride)));
+        for (int64_t c = 0; c < width; c += lanes) {
+          Value* at = b_.getInt64(c);
+          const int64_t valid = std::min<int64_t>(lanes, width - c);
+          if (valid == lanes) {
+            b_.CreateAlignedStore(
+                b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32_, from, at), llvm::Align(4)),
+                b_.CreateInBoundsGEP(f32_, to, at), llvm::Align(4));
+            continue;
+          }
+          std::vector<llvm::Constant*> bits;
+          for (int l = 0; l < lanes; ++l)
+            bits.push_back(b_.getInt1(l < valid));
+          Value* mask = llvm::ConstantVector::get(bits);
+          b_.CreateMaskedStore(
+              b_.CreateMaskedLoad(vec, b_.CreateInBoundsGEP(f32_, from, at), llvm::Align(4), mask),
+              b_.CreateInBoundsGEP(f32_, to, at), llvm::Align(4), mask);
+        }
+      });
+    };
+    if (src == nullptr) {
+      copy_loop(true);
+      return;
+    }
+    auto* ind = llvm::BasicBlock::Create(ctx_, "rows.ind", fn_);
+    auto* dense = llvm::BasicBlock::Create(ctx_, "rows.dense", fn_);
+    auto* next = llvm::BasicBlock::Create(ctx_, "rows.next", fn_);
+    b_.CreateCondBr(b_.CreateIsNotNull(rows), ind, dense);
+    b_.SetInsertPoint(ind);
+    copy_loop(true);
+    b_.CreateBr(next);
+    b_.SetInsertPoint(dense);
+    copy_loop(false);
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
   }
 
   llvm::Function* emit_rows(const std::string& fn_name, llvm::Function::LinkageTypes linkage,

@@ -36,10 +36,13 @@ std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext
 std::unique_ptr<llvm::Module> lower_reduce(const ReduceSpec& spec, llvm::LLVMContext& ctx,
                                            const std::string& fn_name, const CodegenTarget& target);
 
-// The generated panel kernels read PanelCore as {ptr, ptr, ptr, ptr, i64}
+// The generated panel kernels read PanelCore as {ptr, ptr, ptr, ptr, i64, ptr, [8 x ptr] x 3}
 // (elementwise_codegen.cpp).
 static_assert(offsetof(PanelCore, gemm_a) == 8 && offsetof(PanelCore, gemm_b) == 16 &&
-              offsetof(PanelCore, gemm_c) == 24 && offsetof(PanelCore, gemm_c_step) == 32);
+              offsetof(PanelCore, gemm_c) == 24 && offsetof(PanelCore, gemm_c_step) == 32 &&
+              offsetof(PanelCore, gather_dst) == 40 && offsetof(PanelCore, part_src) == 48 &&
+              offsetof(PanelCore, part_rows) == 48 + 8 * PanelCore::kMaxParts &&
+              offsetof(PanelCore, fill_rows) == 48 + 16 * PanelCore::kMaxParts);
 
 namespace {
 

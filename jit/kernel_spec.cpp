@@ -5,6 +5,7 @@
 #include "pejit/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string_view>
 
@@ -69,6 +70,10 @@ std::string KernelSpec::canonical_text() const {
       s += " scratch=" + scratch;
     if (gemm_n > 0)
       s += fmt::format(" gemm={}x{}", gemm_n, gemm_k);
+    if (!gather_widths.empty())
+      s += fmt::format(" gather={}", fmt::join(gather_widths, ","));
+    if (!fill_inputs.empty())
+      s += fmt::format(" fill={}", fmt::join(fill_inputs, ","));
   }
   if (invalid)
     s += " invalid";
@@ -155,6 +160,22 @@ void KernelSpec::validate() const {
     throw Error(fmt::format("jit: elementwise kernel: GEMM core {}x{} (both > 0, and a panel "
                             "kernel; or both 0)",
                             gemm_n, gemm_k));
+  int64_t gathered = 0;
+  for (int64_t w : gather_widths)
+    gathered += w > 0 ? w : -1;
+  if (!gather_widths.empty() &&
+      (gemm_n == 0 || !core_first || gather_widths.size() > PanelCore::kMaxParts ||
+       gathered != gemm_k))
+    throw Error(fmt::format("jit: elementwise kernel: gather of {} parts into the GEMM's {} "
+                            "columns (widths >= 1 summing to gemm_k, at most {} parts, a "
+                            "core-first GEMM core)",
+                            gather_widths.size(), gemm_k, PanelCore::kMaxParts));
+  if (fill_inputs.size() > PanelCore::kMaxParts || (!fill_inputs.empty() && panel_rows == 0))
+    throw Error("jit: elementwise kernel: filled inputs need a panel kernel (at most 8)");
+  for (int t : fill_inputs)
+    if (t < 0 || static_cast<size_t>(t) >= inputs.size() ||
+        inputs[static_cast<size_t>(t)] != InputShape::Full || panel_input(static_cast<size_t>(t)))
+      throw Error(fmt::format("jit: elementwise kernel: filled input {} is not a full input", t));
 }
 
 } // namespace pejit::jit

@@ -4,6 +4,7 @@
 // code); `rows` is an argument of the compiled function. No LLVM type here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,17 +41,30 @@ const char* op_name(ElementwiseOp op);
 /// The GEMM core a panel kernel calls (KernelSpec::panel_rows): `fn(core, r0, n)` computes rows
 /// [r0, r0 + n) of its product, C rows = A rows · B (forward x·W), or rows of dX = dY · W^T.
 /// Callers derive from it to carry their operands; the generated code only loads `fn`.
-/// A kernel with KernelSpec::gemm_n > 0 computes the product itself, after `fn`, when
-/// `gemm_b` is set: rows [r0, r0 + n) of C [rows, gemm_n] = A [rows, gemm_k] · B, with A's
-/// row r at gemm_a + r * gemm_k, B packed (GemmSpec::packed_b) at gemm_b and C's row r at
-/// gemm_c + r * gemm_c_step (0: C holds one panel's rows, a scratch). The generated code
-/// reads these fields at fixed offsets (static_assert in jit.cpp).
+/// What a panel kernel is given besides its arrays (KernelSpec::panel_rows). Per panel of rows
+/// [r0, r0 + n) the generated code, in this order:
+/// 1. with KernelSpec::gather_widths and gather_dst set, assembles rows r of the GEMM's A at
+///    gather_dst (gemm_k floats apart) from its parts side by side: part i's row r is at
+///    part_rows[i][r], or where part_rows[i] is null at part_src[i] + r * width;
+/// 2. for each KernelSpec::fill_inputs[j] whose fill_rows[j] is set, copies row r from
+///    fill_rows[j][r] into that input's array (before the chain reads it);
+/// 3. calls fn(core, r0, n) (and, for a core-last kernel, runs the chain first, from here on);
+/// 4. with KernelSpec::gemm_n > 0 and gemm_b set, computes rows of C [rows, gemm_n] =
+///    A [rows, gemm_k] · B: A's row r at gemm_a + r * gemm_k, B packed (GemmSpec::packed_b) at
+///    gemm_b, C's row r at gemm_c + r * gemm_c_step (0: C holds one panel's rows, a scratch).
+/// The generated code reads the fields at fixed offsets (static_assert in jit.cpp); callers
+/// derive from it to carry what their fn needs.
 struct PanelCore {
+  static constexpr size_t kMaxParts = 8;
   void (*fn)(const PanelCore* core, int64_t r0, int64_t n) = nullptr;
   const float* gemm_a = nullptr;
   const float* gemm_b = nullptr; ///< null: no product here (fn makes it, or none is needed)
   float* gemm_c = nullptr;
   int64_t gemm_c_step = 0;
+  float* gather_dst = nullptr; ///< null: A is not assembled here
+  const float* part_src[kMaxParts] = {};
+  const float* const* part_rows[kMaxParts] = {};
+  const float* const* fill_rows[kMaxParts] = {};
 };
 
 /// One op of the chain. Value ids: 0..inputs-1 are the inputs, inputs+i is op i's result.
@@ -95,6 +109,12 @@ struct KernelSpec {
   /// C [rows, gemm_n] = A [rows, gemm_k] · B packed, per panel after the core's fn, when the
   /// core sets PanelCore::gemm_b. Lowered as GemmSpec{nn, n, k, packed_b} into the kernel.
   int64_t gemm_n = 0, gemm_k = 0;
+  /// With a GEMM core, core first: the widths of the parts the kernel assembles A's rows from
+  /// (PanelCore step 1; they sum to gemm_k). Empty: A is given.
+  std::vector<int64_t> gather_widths{};
+  /// Full inputs (not a panel's scratch) whose rows the kernel may copy in per panel
+  /// (PanelCore step 2).
+  std::vector<int> fill_inputs{};
 
   /// Testing only: the lowering leaves a basic block without a terminator, so the module fails
   /// llvm::verifyModule. Part of the canonical text so that it never hits a valid cache entry.

@@ -204,6 +204,8 @@ ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& panel_spec, const TuneOpti
   spec.panel_rows = 0;
   spec.in_panel.clear();
   spec.gemm_n = spec.gemm_k = 0;
+  spec.gather_widths.clear();
+  spec.fill_inputs.clear();
   if (spec.schedule != "default")
     throw Error("tune: the kernel names a schedule (" + spec.schedule + "); tune its default");
   spec.validate();

@@ -106,6 +106,8 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       };
       if (gather) {
         r.gather = x;
+        for (NodeId o : xn.operands)
+          r.spec.gather_widths.push_back(g.node(o).type.dims[0]);
         fused_[static_cast<size_t>(x)] = true;
         // A part that is an argument read by nothing else can stay ungathered by the caller.
         for (NodeId o : xn.operands)
@@ -122,6 +124,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
               only_m = only_m && (o != x || u == m);
         if (only_m) {
           r.gather = x;
+          r.spec.gather_widths = {xn.type.dims[0]};
           mark_lazy(x);
         }
       }
@@ -146,6 +149,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
                        k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
         if (only_run && r.fills.size() < detail::kMaxGatherParts) {
           r.fills.push_back(o);
+          r.spec.fill_inputs.push_back(static_cast<int>(i));
           mark_lazy(o);
         }
       }
@@ -228,53 +232,23 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
 
 namespace {
 
-// The GEMM core of a panel kernel: rows [r0, r0 + n) of C = A · B, B packed (kernels::pack_b).
+// The C++ side of a panel kernel's core (jit::PanelCore): the generated code gathers the rows
+// and computes the product's rows; `run` computes them instead when the generated core is not
+// used (ExecOptions::jit_gemm off: C++ GEMM kernels, for comparison), `copy` takes them from a
+// product computed whole before.
 struct GemmPanel : jit::PanelCore {
   const float* a = nullptr;
   const float* packed = nullptr;
   float* c = nullptr;
   int64_t lda = 0, ldc = 0, n = 0, k = 0;
-
   bool scratch = false;         ///< c holds only the current panel's rows
   const float* whole = nullptr; ///< copy: the product, already computed, [rows, n]
-  /// A gathered x: the panel's rows of x (at `x`, lda floats apart) are first assembled from
-  /// these row-vector parts, side by side (a concat, row by row).
-  struct Part {
-    const float* p;
-    int64_t width;
-    const float* const* rows; ///< non-null: row r is at rows[r] (an ungathered argument)
-  };
-  std::array<Part, detail::kMaxGatherParts> parts{};
-  size_t nparts = 0;
-  float* x = nullptr;
-  /// Blocks the chain reads, filled per panel from their rows (ungathered arguments).
-  struct Fill {
-    float* dst;
-    int64_t width;
-    const float* const* rows;
-  };
-  std::array<Fill, detail::kMaxGatherParts> fills{};
-  size_t nfills = 0;
 
   static void run(const jit::PanelCore* core, int64_t r0, int64_t rows) {
     const auto& g = *static_cast<const GemmPanel*>(core);
-    for (int64_t r = r0; g.nparts > 0 && r < r0 + rows; ++r) {
-      float* dst = g.x + r * g.lda;
-      for (size_t i = 0; i < g.nparts; ++i) {
-        const Part& part = g.parts[i];
-        std::memcpy(dst, part.rows != nullptr ? part.rows[r] : part.p + r * part.width,
-                    static_cast<size_t>(part.width) * sizeof(float));
-        dst += part.width;
-      }
-    }
     if (g.gemm_b == nullptr) // else the kernel's generated core computes the rows next
       kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
                             g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
-    for (size_t i = 0; i < g.nfills; ++i) {
-      const Fill& f = g.fills[i];
-      for (int64_t r = r0; r < r0 + rows; ++r)
-        std::memcpy(f.dst + r * f.width, f.rows[r], static_cast<size_t>(f.width) * sizeof(float));
-    }
   }
   // The product computed whole before (panels off, or no views): its panel rows into scratch.
   static void copy(const jit::PanelCore* core, int64_t r0, int64_t rows) {
@@ -389,16 +363,18 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
           to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
       core.scratch = to_scratch;
+      // The kernel assembles x's rows per panel (its spec's gather_widths, set with r.gather).
       if (gather && x_is_arg) {
-        core.x = val(xid).f32();
+        core.gather_dst = val(xid).f32();
         x_arg_gathered = const_cast<std::vector<const float*>*>(arg_rows(xid, st));
-        core.parts[core.nparts++] = {nullptr, w.dim(0), x_arg_gathered->data()};
+        core.part_rows[0] = x_arg_gathered->data();
       } else if (gather) {
-        core.x = val(xid).f32();
+        core.gather_dst = val(xid).f32();
+        size_t i = 0;
         for (NodeId o : g.node(xid).operands) {
           const std::vector<const float*>* rows = arg_rows(o, st);
-          core.parts[core.nparts++] = {val(o).f32(), g.node(o).type.dims[0],
-                                       rows != nullptr ? rows->data() : nullptr};
+          core.part_src[i] = val(o).f32();
+          core.part_rows[i++] = rows != nullptr ? rows->data() : nullptr;
         }
       }
     } else {
@@ -412,14 +388,16 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       }
     }
   }
-  // The chain's ungathered argument rows: filled by a running core per panel, else now.
-  for (NodeId o : r.fills) {
+  // The chain's ungathered argument rows: filled per panel by a kernel whose core runs (its
+  // spec's fill_inputs, in r.fills' order), else now.
+  for (size_t j = 0; j < r.fills.size(); ++j) {
+    const NodeId o = r.fills[j];
     std::vector<const float*>* rows = const_cast<std::vector<const float*>*>(arg_rows(o, st));
     if (rows == nullptr)
       continue;
     if (core.fn == &GemmPanel::run && val(o).numel() == st.rows * g.node(o).type.dims[0]) {
-      filled[core.nfills] = rows;
-      core.fills[core.nfills++] = {val(o).f32(), g.node(o).type.dims[0], rows->data()};
+      filled[j] = rows;
+      core.fill_rows[j] = rows->data();
     } else {
       fill_arg(o, st);
     }
@@ -476,8 +454,9 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   const bool fused = core.fn == &GemmPanel::run;
   if (x_arg_gathered != nullptr) // the block is filled now
     x_arg_gathered->clear();
-  for (size_t i = 0; i < core.nfills; ++i) // those blocks are filled now
-    filled[i]->clear();
+  for (std::vector<const float*>* f : filled) // those blocks are filled now
+    if (f != nullptr)
+      f->clear();
   if (stats.profile)
     record(stats.time,
            !fused              ? Family::ElementwiseJit

@@ -21,10 +21,11 @@
 //   through the library, layout ops, other reductions) runs its reference kernel on all rows.
 // - Panels: a run that reads the rows of an x·W (its gate epilogue), or whose output is the
 //   dY of a dY·W^T (its gate-gradient chain), is compiled as a panel kernel: generated code
-//   that walks the rows in panels of 48 and per panel gathers the rows the GEMM reads (a C++
-//   callback: PanelCore::fn), computes those rows of the product with the kernel's own
-//   generated GEMM core (jit/gemm_panel_codegen.cpp, on W or W^T packed once per plan run)
-//   and runs the chain on them, so a panel's GEMM rows are consumed while in cache. The GEMM
+//   that walks the rows in panels of 48 and per panel gathers the rows the GEMM reads (and
+//   the chain's ungathered argument rows), computes those rows of the product with the
+//   kernel's own generated GEMM core (jit/gemm_panel_codegen.cpp, on W or W^T packed once per
+//   plan run) and runs the chain on them, so a panel's GEMM rows are consumed while in cache,
+//   all in one generated function (jit::PanelCore says what it is given). The GEMM
 //   node is then not evaluated on its own. Row results do not depend on the panel split, and
 //   the generated core gives the bits of src/kernels/gemm.cpp's kernels (State::jit_gemm).
 // - Weight gradients x^T·gy that are a parameter's whole gradient can be left to the caller

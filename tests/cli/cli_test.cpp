@@ -275,11 +275,13 @@ TEST_SUITE("cli") {
     CHECK(k.out.find("template cell#") != std::string::npos);
     // The gate epilogues run fused with their GEMMs (generated: the x·W and dY·W^T cores),
     // per panel of 48 rows.
-    CHECK(k.out.find(" sched=default panel=48 core=first scratch=0,2,4,7,10 gemm=750x300\n"
-                     "      schedule default (source: default)\n") != std::string::npos);
+    CHECK(k.out.find(" sched=default panel=48 core=first scratch=0,2,4,7,10 gemm=750x300 "
+                     "gather=150,150 fill=6,9\n      schedule default (source: default)\n") !=
+          std::string::npos);
     CHECK(k.out.find(" sched=default panel=48 core=last gemm=300x750\n") != std::string::npos);
-    CHECK(k.out.find(" out=2 sched=default panel=48 core=first scratch=0 gemm=5x150\n") !=
-          std::string::npos); // the classifier's logits = h·W + b
+    CHECK(
+        k.out.find(" out=2 sched=default panel=48 core=first scratch=0 gemm=5x150 gather=150\n") !=
+        std::string::npos); // the classifier's logits = h·W + b
     // The loss and its backward, and the bias gradients' sums over the rows, on their kernels.
     CHECK(k.out.find("(fwd 1): reduce f32 cross_entropy w=5 sched=default\n") != std::string::npos);
     CHECK(k.out.find("(bwd 0): reduce f32 cross_entropy_bwd w=5 sched=default\n") !=

@@ -252,3 +252,98 @@ TEST_CASE("panel kernel's GEMM core: validation") {
   CHECK(epilogue(48, true).canonical_text() != epilogue(48, false).canonical_text());
   CHECK(epilogue(48, true).signature() == epilogue(48, false).signature());
 }
+
+TEST_CASE("panel kernel gathers A's rows from its parts and fills an input, per panel") {
+  Jit jit;
+  std::mt19937 rng(17);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // sigmoid(product[:, 2:7] + bias) * z, the product = x · W with x = [p0 | p1] (3 + 4 columns)
+  // assembled by the kernel: p0 a dense block, p1's rows scattered; z's rows copied in too.
+  KernelSpec s{
+      .width = 5,
+      .inputs = {InputShape::Full, InputShape::RowBroadcast, InputShape::Full},
+      .ops = {{ElementwiseOp::Add, 0, 1}, {ElementwiseOp::Sigmoid, 3}, {ElementwiseOp::Mul, 4, 2}},
+      .outputs = {5}};
+  s.in_strides = {kN, 0, 0};
+  KernelSpec plain_spec = s;
+  s.panel_rows = 4;
+  s.gemm_n = kN;
+  s.gemm_k = kK;
+  s.gather_widths = {3, 4};
+  s.fill_inputs = {2};
+  CHECK(s.canonical_text().ends_with(" panel=4 core=first gemm=9x7 gather=3,4 fill=2"));
+  CompiledKernel pk = jit.compile(s), plain = jit.compile(plain_spec);
+  std::vector<float> w = random_floats(static_cast<size_t>(kK * kN), rng);
+  std::vector<float> wp = packed(w, kK, kN);
+  std::vector<float> bias = random_floats(5, rng);
+  for (int64_t rows : {1, 4, 9, 30}) {
+    CAPTURE(rows);
+    const auto n = static_cast<size_t>(rows);
+    std::vector<float> p0 = random_floats(n * 3, rng);
+    std::vector<float> p1_store = random_floats(n * 4 + 8, rng),
+                       z_store = random_floats(n * 5 + 5, rng);
+    std::vector<const float*> p1_rows, z_rows;
+    for (size_t r = 0; r < n; ++r) { // rows in reverse order, apart
+      p1_rows.push_back(p1_store.data() + (n - 1 - r) * 4 + 8);
+      z_rows.push_back(z_store.data() + (n - 1 - r) * 5 + 5);
+    }
+    // The reference: x and z assembled, the product whole, the plain kernel.
+    std::vector<float> x(n * kK), z(n * 5);
+    for (size_t r = 0; r < n; ++r) {
+      std::copy(p0.begin() + static_cast<std::ptrdiff_t>(r * 3),
+                p0.begin() + static_cast<std::ptrdiff_t>(r * 3 + 3),
+                x.begin() + static_cast<std::ptrdiff_t>(r * kK));
+      std::copy(p1_rows[r], p1_rows[r] + 4, x.begin() + static_cast<std::ptrdiff_t>(r * kK + 3));
+      std::copy(z_rows[r], z_rows[r] + 5, z.begin() + static_cast<std::ptrdiff_t>(r * 5));
+    }
+    std::vector<float> whole(n * kN), want(n * 5), got(n * 5, nan);
+    kernels::sgemm_packed(rows, kN, kK, x.data(), kK, wp.data(), 0.0f, whole.data(), kN);
+    float* pin[] = {whole.data() + 2, bias.data(), z.data()};
+    float* pout[] = {want.data()};
+    plain.fn(pin, pout, rows);
+    // The panel kernel: x, z and the product start as NaN.
+    std::vector<float> gx(n * kK, nan), gz(n * 5, nan), c(n * kN, nan);
+    Counter core;
+    core.fn = &count;
+    core.gemm_a = gx.data();
+    core.gemm_b = wp.data();
+    core.gemm_c = c.data();
+    core.gemm_c_step = kN;
+    core.gather_dst = gx.data();
+    core.part_src[0] = p0.data();
+    core.part_rows[1] = p1_rows.data();
+    core.fill_rows[0] = z_rows.data();
+    float* in[] = {c.data() + 2, bias.data(), gz.data()};
+    float* out[] = {got.data()};
+    pk.panel(in, out, rows, &core);
+    CHECK(gx == x);
+    CHECK(gz == z);
+    check_same(got, want, kK);
+  }
+}
+
+TEST_CASE("panel kernel gathers and fills: validation") {
+  KernelSpec s = epilogue(48, true);
+  s.gather_widths = {3, 4};
+  CHECK_NOTHROW(s.validate());
+  s.gather_widths = {3, 3}; // 6 columns, not gemm_k = 7
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s.gather_widths = {7, 0};
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s.gather_widths = {7};
+  s.core_first = false; // a core-last kernel has no A to assemble before its chain
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s = epilogue(48, false);
+  s.gather_widths = {7}; // no GEMM core
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s = epilogue(48, true);
+  s.fill_inputs = {1}; // a broadcast row
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s.fill_inputs = {0};
+  CHECK_NOTHROW(s.validate());
+  s.in_panel = {true, false}; // a panel's scratch is the core's, not filled
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+  s = epilogue(0, false);
+  s.fill_inputs = {0}; // not a panel kernel
+  CHECK_THROWS_AS(s.validate(), pejit::Error);
+}
