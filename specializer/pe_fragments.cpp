@@ -232,6 +232,9 @@ bool PeBackend::local(const Ref& a, const Rec& r, LocalRef& out) const {
         fm.refs.push_back(l);
       }
     } else {
+      const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(rs.id)];
+      st.callee_step = callee.first_step;
+      st.callee_ref = callee.num_steps ? fm.steps[callee.first_step].first : 0;
       for (uint32_t k = 0; k < rs.count; ++k) {
         const FrameArg& f = frames_[rs.first + k];
         LocalRef l{LocalRef::Kind::Slot, 0, -1}; // no payloads: any slot
@@ -318,13 +321,22 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
   const uint32_t i0 = static_cast<uint32_t>(res_.instances.size());
   const size_t calls0 = rcalls_.size(), sums0 = rsums_.size();
   const FragmentMemo::Step* st = fm.steps.data() + fr.first_step;
-  // The memo is megabytes, read here at random: ask for the nested calls' records (and their
-  // own steps and result nodes, in replay's first lines) before walking the first of them.
+  // The memo is megabytes, read here at random: ask for the nested calls' records, steps and
+  // references (and their result nodes, in replay's first lines) before walking the first of
+  // them, so that their misses overlap.
   if (fr.num_nodes)
     __builtin_prefetch(fm.nodes.data() + fr.first_node);
   for (uint32_t k = 0; k < fr.num_steps; ++k)
-    if (st[k].kind == FragmentMemo::Step::Kind::Call)
+    if (st[k].kind == FragmentMemo::Step::Kind::Call) {
       __builtin_prefetch(fm.fragments.data() + st[k].id);
+      const char* cs = reinterpret_cast<const char*>(fm.steps.data() + st[k].callee_step);
+      __builtin_prefetch(cs);
+      __builtin_prefetch(cs + 64);
+      const char* cr = reinterpret_cast<const char*>(fm.refs.data() + st[k].callee_ref);
+      __builtin_prefetch(cr);
+      __builtin_prefetch(cr + 64);
+      __builtin_prefetch(cr + 128);
+    }
   for (uint32_t k = 0; k < fr.num_steps; ++k, ++st) {
     const LocalRef* refs = fm.refs.data() + st->first;
     switch (st->kind) {
@@ -345,8 +357,6 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
       break;
     }
     case FragmentMemo::Step::Kind::Call: {
-      const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(st->id)];
-      __builtin_prefetch(fm.steps.data() + callee.first_step);
       size_t child = frames_.size();
       for (uint32_t a = 0; a < st->count; ++a)
         frames_.push_back(FrameArg{resolve(refs[a], i0, frame, c0), 0, false});
