@@ -85,7 +85,27 @@ namespace pejit::spec::pe {
   w.run = fm.run;
   recs_.push_back(Rec{id, static_cast<uint32_t>(res_.instances.size()), used_, raw_.size(), frame,
                       static_cast<uint32_t>(frames_.size() - frame)});
+  if (f.params.size() == 1 && fkey_.size() == 3)
+    prefetch_child_keys(fn_index, args[0]);
   return static_cast<int32_t>(recs_.size() - 1);
+}
+
+// A recursion over a structure (a tree encoder) calls itself on the node's children next: the
+// lookups of those calls' keys (the same function on each child's skeleton) miss the cache
+// (the memo's table is megabytes), so ask for their slots now, while the body is evaluated.
+// Only a hint: a call of another form looks its key up as any other.
+void PeBackend::prefetch_child_keys(int fn_index, const Value& node) {
+  int64_t key[3] = {fn_index, 0, 0};
+  for (const Value& x : node.items()) {
+    if (x.kind() != Value::Kind::Adt && x.kind() != Value::Kind::Tuple)
+      continue;
+    const PoolNode* p = pool_->find(&x.items());
+    if (!p || !p->known)
+      continue;
+    key[1] = static_cast<int64_t>(p->h1);
+    key[2] = static_cast<int64_t>(p->h2);
+    frags_->keys.prefetch(key);
+  }
 }
 
 void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool flat, int depth) {
