@@ -64,6 +64,9 @@ struct FragmentMemo {
     /// is recorded again); Ok: replayed; No: evaluated, never recorded.
     enum class State : uint8_t { Recording, Ok, No };
     State state = State::Recording;
+    /// Ok: only a few Inst steps and no pending sum in its result, so that a fragment
+    /// recording a call of it takes its instances as its own (PeBackend::inlined).
+    bool flat = false;
     uint32_t run = 0;
     uint32_t first_step = 0, num_steps = 0;
     uint32_t first_node = 0, num_nodes = 0;

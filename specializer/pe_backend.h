@@ -418,7 +418,8 @@ private:
   };
   // What a recording saw, in order: an instance appended (id: its index; sig: a SumN's
   // signature), a constant used (id: its index in res_.consts), a nested call replayed or
-  // recorded (id: its fragment; its arguments are frames_[first, first + count)).
+  // recorded (id: its fragment; sig: its first instance; its arguments are
+  // frames_[first, first + count)).
   struct RawStep {
     FragmentMemo::Step::Kind kind;
     int32_t id;
@@ -517,6 +518,17 @@ private:
   // r's raw steps as fragment steps (appended to the memo); false if a reference names
   // nothing the fragment can be replayed with.
   bool convert_steps(const Rec& r);
+  // Instance `index` of the residual as an Inst step of r (its arguments appended to the
+  // memo's references); false as convert_steps.
+  bool convert_inst(const Rec& r, int32_t index, int32_t sum_sig, FragmentMemo::Step& st);
+
+  // Whether a nested call of fragment `frag` is recorded as the callee's instances rather than
+  // as a Call step: a callee of a few instances and nothing else (no nested calls, constants
+  // or pending sums in its result, such as a tree encoder on a leaf), which a replay would
+  // otherwise reach through its own record, steps and references. Its instances are the same
+  // either way; a SumOf counts only the Call steps that remain.
+  static constexpr uint32_t kInlineSteps = 8;
+  bool inlined(int32_t frag) const;
 
   static bool within(const FrameArg& outer, const FrameArg& inner) {
     return inner.ref.index >= outer.ref.index &&

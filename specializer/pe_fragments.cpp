@@ -67,8 +67,9 @@ namespace pejit::spec::pe {
     int64_t uid = -1;
     if (!recs_.empty()) {
       uid = ++call_uids_;
-      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Call, id, -1, static_cast<uint32_t>(frame),
-                             static_cast<uint32_t>(frames_.size() - frame), uid});
+      raw_.push_back(RawStep{
+          FragmentMemo::Step::Kind::Call, id, static_cast<int32_t>(res_.instances.size()),
+          static_cast<uint32_t>(frame), static_cast<uint32_t>(frames_.size() - frame), uid});
     }
     replay_call(id, frame, out, flat, uid);
     ++replayed_;
@@ -118,7 +119,7 @@ void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool f
   sum_ids_.clear();
   call_of_.clear();
   for (size_t i = r.first_raw; i < raw_.size(); ++i)
-    if (raw_[i].kind == FragmentMemo::Step::Kind::Call)
+    if (raw_[i].kind == FragmentMemo::Step::Kind::Call && !inlined(raw_[i].id))
       call_of_.push_back(raw_[i].uid);
   bool ok = convert_steps(r);
   if (ok && flat)
@@ -138,6 +139,11 @@ void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool f
     fr.num_sums = static_cast<uint32_t>(sum_ids_.size());
     fr.fuel = used_ - r.used0;
     fr.depth = depth;
+    fr.flat = fr.num_sums == 0 && fr.num_steps <= kInlineSteps &&
+              std::all_of(fm.steps.begin() + static_cast<ptrdiff_t>(s0), fm.steps.end(),
+                          [](const FragmentMemo::Step& st) {
+                            return st.kind == FragmentMemo::Step::Kind::Inst;
+                          });
   } else {
     fm.steps.resize(s0);
     fm.refs.resize(r0);
@@ -149,7 +155,7 @@ void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool f
     if (ok) { // the enclosing recording replays it; a failed one's steps become its own
       raw_.resize(r.first_raw);
       int64_t uid = ++call_uids_;
-      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Call, r.frag, -1,
+      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Call, r.frag, static_cast<int32_t>(r.i0),
                              static_cast<uint32_t>(r.frame), r.num_frame, uid});
       for (const auto& [rid, k] : sum_ids_) { // its result's pending sums, as describe saw them
         SumPart& p = parts_[static_cast<size_t>(rvals_[static_cast<size_t>(rid)].sum)];
@@ -242,15 +248,21 @@ bool PeBackend::local(const Ref& a, const Rec& r, LocalRef& out) const {
       st.id = static_cast<int32_t>(fm.tensors.size());
       fm.tensors.push_back(res_.consts[static_cast<size_t>(rs.id)]);
     } else if (rs.kind == K::Inst) {
-      const Instance& inst = res_.instances[static_cast<size_t>(rs.id)];
-      st.id = inst.tmpl;
-      st.sum_sig = rs.sig;
-      for (const Ref& a : res_.args(inst)) {
-        LocalRef l;
-        if (!local(a, r, l))
+      if (!convert_inst(r, rs.id, rs.sig, st))
+        return false;
+    } else if (inlined(rs.id)) {
+      // The callee's instances as this fragment's own (they are in the residual from rs.sig
+      // on, one per step of the callee), so that a replay does not jump to the callee.
+      const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(rs.id)];
+      for (uint32_t k = 0; k < callee.num_steps; ++k) {
+        FragmentMemo::Step in{K::Inst, 0, -1, static_cast<uint32_t>(fm.refs.size()), 0};
+        if (!convert_inst(r, rs.sig + static_cast<int32_t>(k),
+                          fm.steps[callee.first_step + k].sum_sig, in))
           return false;
-        fm.refs.push_back(l);
+        in.count = static_cast<uint32_t>(fm.refs.size() - in.first);
+        fm.steps.push_back(in);
       }
+      continue;
     } else {
       const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(rs.id)];
       st.callee_step = callee.first_step;
@@ -273,6 +285,24 @@ bool PeBackend::local(const Ref& a, const Rec& r, LocalRef& out) const {
     fm.steps.push_back(st);
   }
   return true;
+}
+
+bool PeBackend::convert_inst(const Rec& r, int32_t index, int32_t sum_sig, FragmentMemo::Step& st) {
+  const Instance& inst = res_.instances[static_cast<size_t>(index)];
+  st.id = inst.tmpl;
+  st.sum_sig = sum_sig;
+  for (const Ref& a : res_.args(inst)) {
+    LocalRef l;
+    if (!local(a, r, l))
+      return false;
+    frags_->refs.push_back(l);
+  }
+  return true;
+}
+
+bool PeBackend::inlined(int32_t frag) const {
+  const FragmentMemo::Fragment& c = frags_->fragments[static_cast<size_t>(frag)];
+  return c.state == FragmentMemo::Fragment::State::Ok && c.flat;
 }
 
 bool PeBackend::describe(const Value& v, const Rec& r) {

@@ -117,7 +117,8 @@ void check_inputs_dropped(const Model& md, const std::string& entry,
 }
 
 // Every Call step of the table's fragments names where its callee's steps and their
-// references start (what a replay asks the cache for ahead); returns the Call steps checked.
+// references start (what a replay asks the cache for ahead), and calls no flat fragment (one
+// whose instances a recording takes as its own); returns the Call steps checked.
 size_t check_call_steps(spec::TemplateTable& tt) {
   const auto* fm = tt.pe_memo().fragments.p.get();
   REQUIRE(fm != nullptr);
@@ -131,6 +132,7 @@ size_t check_call_steps(spec::TemplateTable& tt) {
         continue;
       const auto& callee = fm->fragments[static_cast<size_t>(st.id)];
       REQUIRE(callee.state == spec::FragmentMemo::Fragment::State::Ok);
+      CHECK(!callee.flat);
       CHECK(st.callee_step == callee.first_step);
       if (callee.num_steps > 0)
         CHECK(st.callee_ref == fm->steps[callee.first_step].first);
@@ -186,6 +188,12 @@ TEST_SUITE("specializer") {
     CHECK(again.recorded == 0);
     CHECK(again.replayed == 10); // one per tree
     CHECK(check_call_steps(tt) > 0);
+    // A tree encoder on a leaf is flat: the fragments of the nodes above leaves hold the
+    // leaves' instances themselves.
+    size_t flat = 0;
+    for (const auto& fr : tt.pe_memo().fragments.p->fragments)
+      flat += fr.flat ? 1 : 0;
+    CHECK(flat > 0);
   }
 
   TEST_CASE("fragments: a Call step names where its callee's steps and references start") {
