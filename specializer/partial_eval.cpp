@@ -34,6 +34,9 @@
 //   than copying their terms, so a fragment holds only its own work: memory is linear in the
 //   distinct subtrees seen, and a replay rebuilds a tree's loss sum in O(1) per node. Terms
 //   stay in the order the evaluation gave them, so a SumN made later has the same terms.
+//   A flat callee (a few instances and nothing else: the encoder on a leaf) is the exception:
+//   its instances are copied in as the caller's own steps, so that a replay does not reach
+//   every leaf through its own record (the memory is a few steps per leaf).
 // - Skeletons are 128 bits of two independent hashes computed bottom-up as BatchScan walks the
 //   batch (no table lookup per node): exact up to a 2^-128-per-pair collision, far below the
 //   64-bit skeleton key that already identifies a batch's plan.
