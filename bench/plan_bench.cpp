@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   if (!dump.empty())
     out.open(dump);
   std::vector<double> pe_us, plan_us, cpu_us;
-  size_t instances = 0, groups = 0;
+  size_t instances = 0, groups = 0, replayed = 0, recorded = 0;
   for (size_t b = 0; b < batches && (b + 1) * 25 <= trees.size(); ++b) {
     interp::Values xs;
     for (size_t i = b * 25; i < (b + 1) * 25; ++i)
@@ -155,6 +155,8 @@ int main(int argc, char** argv) {
     if (out.is_open())
       dump_batch(out, pe, plan);
     instances += pe.residual.instances.size();
+    replayed += pe.replayed;
+    recorded += pe.recorded;
     groups += plan.groups.size();
   }
   if (out.is_open())
@@ -172,6 +174,9 @@ int main(int argc, char** argv) {
               total.size(), q(pe_us, 0.5), q(plan_us, 0.5), q(total, 0.5), q(total, 0.25),
               q(total, 0.75), static_cast<double>(instances) / static_cast<double>(total.size()),
               static_cast<double>(groups) / static_cast<double>(total.size()));
+  std::printf("fragments per batch: %.1f replayed, %.1f recorded\n",
+              static_cast<double>(replayed) / static_cast<double>(total.size()),
+              static_cast<double>(recorded) / static_cast<double>(total.size()));
   std::printf("thread CPU time: total median %.0f us (p25 %.0f, p75 %.0f)\n", q(cpu_us, 0.5),
               q(cpu_us, 0.25), q(cpu_us, 0.75));
   return 0;

@@ -41,6 +41,10 @@ struct FragmentMemo {
     int32_t sum_sig = -1; ///< Inst of a SumN: its signature id (PeMemo::sigs)
     uint32_t first = 0;   ///< Inst: its arguments; Call: the callee's arguments, in refs
     uint32_t count = 0;
+    /// Call: where the callee's steps and their references start (its Fragment's first_step,
+    /// and that step's `first`), so that a replay can ask for them as it starts, without
+    /// waiting for the callee's record: the memo is megabytes, read at random.
+    uint32_t callee_step = 0, callee_ref = 0;
   };
   /// The call's result in preorder: Tuple/List (n), Adt (tag, n), Int/Bool (v), Value (a
   /// constant tensor: tensors[v]), Ref (refs[v], sig), Sum (a pending sum: its terms in order
@@ -60,6 +64,9 @@ struct FragmentMemo {
     /// is recorded again); Ok: replayed; No: evaluated, never recorded.
     enum class State : uint8_t { Recording, Ok, No };
     State state = State::Recording;
+    /// Ok: only a few Inst steps and no pending sum in its result, so that a fragment
+    /// recording a call of it takes its instances as its own (PeBackend::inlined).
+    bool flat = false;
     uint32_t run = 0;
     uint32_t first_step = 0, num_steps = 0;
     uint32_t first_node = 0, num_nodes = 0;

@@ -39,6 +39,12 @@ public:
     }
   }
 
+  /// Asks the cache for the slot where a lookup of `k` starts (a hint: no effect on results).
+  void prefetch(std::span<const int64_t> k) const {
+    if (!slots_.empty())
+      __builtin_prefetch(slots_.data() + (hash(k) & (slots_.size() - 1)));
+  }
+
   /// Inserts `k` -> `v` unless present; returns the value now stored and whether it was new.
   std::pair<int32_t, bool> emplace(std::span<const int64_t> k, int32_t v) {
     uint64_t h = hash(k);

@@ -34,6 +34,9 @@
 //   than copying their terms, so a fragment holds only its own work: memory is linear in the
 //   distinct subtrees seen, and a replay rebuilds a tree's loss sum in O(1) per node. Terms
 //   stay in the order the evaluation gave them, so a SumN made later has the same terms.
+//   A flat callee (a few instances and nothing else: the encoder on a leaf) is the exception:
+//   its instances are copied in as the caller's own steps, so that a replay does not reach
+//   every leaf through its own record (the memory is a few steps per leaf).
 // - Skeletons are 128 bits of two independent hashes computed bottom-up as BatchScan walks the
 //   batch (no table lookup per node): exact up to a 2^-128-per-pair collision, far below the
 //   64-bit skeleton key that already identifies a batch's plan.
@@ -257,7 +260,9 @@ private:
   // rebuilt into a pool node.
   void node(const Value* xs, size_t n, TypeInfo* const* types, Value::Kind kind, int32_t tag,
             Values& out, TypeInfo* same = nullptr) {
-    PoolNode& pn = open(kind, tag, n);
+    PoolNode& pn = pool_->take(n);
+    pn.first_slot = static_cast<int32_t>(be_.num_inputs());
+    Skeleton sk = open(kind, tag, n);
     if (n > 0)
       prefetch_children(xs, n);
     for (size_t i = 0; i < n && ok; ++i) {
@@ -265,54 +270,57 @@ private:
         prefetch_items(xs[i + 1]);
       scan(xs[i], same ? *same : *types[i], pn.items);
       if (ok)
-        fold(pn);
+        fold(sk);
     }
-    close(pn, kind, tag, out);
+    close(pn, sk, kind, tag, out);
   }
 
   // Skeletons are two independent 64-bit hashes of (kind, tag, items) with each item as
   // (code, value): code 1 a node's skeleton, 2 a payload's signature id, 3 Int, 4 Bool; a
   // closure leaves the node without one. Computed as the scan goes: no table to look up.
-  static void mix2(PoolNode& pn, uint64_t v) {
-    pn.h1 = mix(pn.h1, v);
-    pn.h2 = (pn.h2 ^ v) * 0x9fb21c651e98df25ull;
-    pn.h2 ^= pn.h2 >> 29;
+  // Kept in registers while a node's items are scanned, and stored once into its PoolNode:
+  // reading back hashes just stored piecewise made the CPU wait for its store buffer to drain.
+  struct Skeleton {
+    uint64_t h1, h2;
+    bool known;
+  };
+  static void mix2(Skeleton& s, uint64_t v) {
+    s.h1 = mix(s.h1, v);
+    s.h2 = (s.h2 ^ v) * 0x9fb21c651e98df25ull;
+    s.h2 ^= s.h2 >> 29;
   }
 
-  PoolNode& open(Value::Kind kind, int32_t tag, size_t n) {
-    PoolNode& pn = pool_->take(n);
-    pn.first_slot = static_cast<int32_t>(be_.num_inputs());
-    pn.known = frags_ != nullptr;
-    pn.h1 = 0x6a09e667f3bcc909ull;
-    pn.h2 = 0xbb67ae8584caa73bull;
+  Skeleton open(Value::Kind kind, int32_t tag, size_t n) const {
+    Skeleton sk{0x6a09e667f3bcc909ull, 0xbb67ae8584caa73bull, frags_ != nullptr};
     if (frags_) {
-      mix2(pn, static_cast<uint64_t>(kind));
-      mix2(pn, static_cast<uint64_t>(tag));
-      mix2(pn, n);
+      mix2(sk, static_cast<uint64_t>(kind));
+      mix2(sk, static_cast<uint64_t>(tag));
+      mix2(sk, n);
     }
-    return pn;
+    return sk;
   }
 
   // Folds the item scanned last into its node's skeleton.
-  void fold(PoolNode& pn) {
+  void fold(Skeleton& sk) const {
     if (!frags_)
       return;
     if (last_code_ == 1) {
-      mix2(pn, 1);
-      mix2(pn, last_h1_);
-      mix2(pn, last_h2_);
-      pn.known = pn.known && last_known_;
+      mix2(sk, 1);
+      mix2(sk, last_h1_);
+      mix2(sk, last_h2_);
+      sk.known = sk.known && last_known_;
     } else if (last_code_ >= 2) {
-      mix2(pn, static_cast<uint64_t>(last_code_));
-      mix2(pn, last_v_);
+      mix2(sk, static_cast<uint64_t>(last_code_));
+      mix2(sk, last_v_);
     } else {
-      pn.known = false;
+      sk.known = false;
     }
   }
 
-  void close(PoolNode& pn, Value::Kind kind, int32_t tag, Values& out) {
+  void close(PoolNode& pn, const Skeleton& sk, Value::Kind kind, int32_t tag, Values& out) {
     pn.slots = static_cast<int32_t>(be_.num_inputs()) - pn.first_slot;
-    last_code_ = 1, last_h1_ = pn.h1, last_h2_ = pn.h2, last_known_ = pn.known;
+    pn.h1 = sk.h1, pn.h2 = sk.h2, pn.known = sk.known;
+    last_code_ = 1, last_h1_ = sk.h1, last_h2_ = sk.h2, last_known_ = sk.known;
     // Borrowed, not owned (NodePool): the pool outlives every Value of the batch.
     out.push_back(Value::with_items(
         kind, tag, std::shared_ptr<const Values>(std::shared_ptr<const Values>(), &pn.items)));

@@ -1,5 +1,6 @@
-// The partial evaluator's backend for the shared evaluator (interp/evaluator.h), and the
-// memory of the batch's rebuilt structure it reads. Internal to partial_eval.cpp.
+// The partial evaluator's backend for the shared evaluator (interp/evaluator.h). Internal to
+// partial_eval.cpp and pe_fragments.cpp; the batch's rebuilt structure it reads is in
+// node_pool.h.
 //
 // The design note of fragments (the memo of inlined calls) is at the top of partial_eval.cpp.
 #pragma once
@@ -7,6 +8,7 @@
 #include "interp/evaluator.h"
 #include "ops/emitter.h"
 #include "specializer/fragments.h"
+#include "specializer/node_pool.h"
 #include "specializer/partial_eval.h"
 
 #include <algorithm>
@@ -61,72 +63,6 @@ inline void flatten_type(const ir::Type& t, std::vector<ir::Type>& out) {
     for (const auto& e : t->elems)
       flatten_type(e, out);
 }
-
-/// A node of a batch's rebuilt structure (BatchScan in partial_eval.cpp): its items, and what
-/// fragments key and replay a call on it by.
-struct PoolNode {
-  Values items;
-  uint64_t h1 = 0, h2 = 0; ///< its skeleton (BatchScan): 128 bits of hash
-  bool known = false;      ///< whether it has one (no closure inside; fragments on)
-  int32_t first_slot = 0;  ///< its payloads are the input slots [first_slot, first_slot + slots)
-  int32_t slots = 0;
-};
-
-// The nodes of a batch's rebuilt structure, kept in the TemplateTable's memo and reused from
-// batch to batch, so that rebuilding a batch allocates nothing in steady state. A rebuilt node
-// points to one of its nodes' items without owning anything (shared_ptr's aliasing
-// constructor over an empty owner): copying or dropping one, which the evaluator does at every
-// match, touches no reference count. That is safe because no Value of a batch outlives its
-// partial evaluation (the residual, the fragments and the memo keep none), and the pool lives
-// as long as the memo; partial evaluation clears the nodes it used when it ends, after every
-// Value of the batch is gone (Release). Nodes live in fixed chunks, so that a Value's items
-// can be told to be a node.
-struct NodePool {
-  static constexpr size_t kChunk = 256;
-  std::vector<std::unique_ptr<PoolNode[]>> chunks;
-  size_t used = 0; ///< nodes [0, used) belong to the current batch
-
-  /// An empty node for `n` items.
-  PoolNode& take(size_t n) {
-    if (used == chunks.size() * kChunk)
-      chunks.push_back(std::make_unique<PoolNode[]>(kChunk));
-    PoolNode& p = chunks[used / kChunk][used % kChunk];
-    ++used;
-    p.items.reserve(n);
-    return p;
-  }
-
-  /// The node of the current batch whose items are `items`, or null.
-  const PoolNode* find(const Values* items) const {
-    auto a = reinterpret_cast<uintptr_t>(items);
-    for (size_t c = 0; c * kChunk < used; ++c) {
-      auto b = reinterpret_cast<uintptr_t>(&chunks[c][0].items);
-      if (a < b || a >= b + kChunk * sizeof(PoolNode))
-        continue;
-      size_t k = (a - b) / sizeof(PoolNode);
-      const PoolNode& p = chunks[c][k];
-      return &p.items == items && c * kChunk + k < used ? &p : nullptr;
-    }
-    return nullptr;
-  }
-
-  /// The pool of a memo: its own, unless a partial evaluation in progress holds that one.
-  static std::shared_ptr<NodePool> of(PeMemo& memo) {
-    if (!memo.scratch.p || memo.scratch.p.use_count() != 1)
-      memo.scratch.p = std::make_shared<NodePool>();
-    return std::static_pointer_cast<NodePool>(memo.scratch.p);
-  }
-
-  /// Clears the nodes the batch used (at scope exit, after every Value of the batch).
-  struct Release {
-    NodePool& pool;
-    ~Release() {
-      for (size_t i = 0; i < pool.used; ++i)
-        pool.chunks[i / kChunk][i % kChunk].items.clear();
-      pool.used = 0;
-    }
-  };
-};
 
 // The partial evaluator's backend: residual tensors are Value::tensor(undefined, rid), where
 // rid indexes rvals_; known constants are ordinary defined tensors.
@@ -482,7 +418,8 @@ private:
   };
   // What a recording saw, in order: an instance appended (id: its index; sig: a SumN's
   // signature), a constant used (id: its index in res_.consts), a nested call replayed or
-  // recorded (id: its fragment; its arguments are frames_[first, first + count)).
+  // recorded (id: its fragment; sig: its first instance; its arguments are
+  // frames_[first, first + count)).
   struct RawStep {
     FragmentMemo::Step::Kind kind;
     int32_t id;
@@ -581,6 +518,17 @@ private:
   // r's raw steps as fragment steps (appended to the memo); false if a reference names
   // nothing the fragment can be replayed with.
   bool convert_steps(const Rec& r);
+  // Instance `index` of the residual as an Inst step of r (its arguments appended to the
+  // memo's references); false as convert_steps.
+  bool convert_inst(const Rec& r, int32_t index, int32_t sum_sig, FragmentMemo::Step& st);
+
+  // Whether a nested call of fragment `frag` is recorded as the callee's instances rather than
+  // as a Call step: a callee of a few instances and nothing else (no nested calls, constants
+  // or pending sums in its result, such as a tree encoder on a leaf), which a replay would
+  // otherwise reach through its own record, steps and references. Its instances are the same
+  // either way; a SumOf counts only the Call steps that remain.
+  static constexpr uint32_t kInlineSteps = 8;
+  bool inlined(int32_t frag) const;
 
   static bool within(const FrameArg& outer, const FrameArg& inner) {
     return inner.ref.index >= outer.ref.index &&
@@ -616,6 +564,9 @@ private:
       return Ref{Ref::Kind::Const, rconsts_[c0 + static_cast<size_t>(l.index)], 0};
     return frames_[frame + static_cast<size_t>(l.index)].ref; // Arg (SumOf: build_sums)
   }
+
+  // Asks for the memo slots of `fn_index` called on each child node of `node`.
+  void prefetch_child_keys(int fn_index, const Value& node);
 
   // Appends fragment id's instances for the arguments frames_[frame, ...); leaves its
   // constants' indices on rconsts_ from c0 (its caller pops them).

@@ -67,8 +67,9 @@ namespace pejit::spec::pe {
     int64_t uid = -1;
     if (!recs_.empty()) {
       uid = ++call_uids_;
-      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Call, id, -1, static_cast<uint32_t>(frame),
-                             static_cast<uint32_t>(frames_.size() - frame), uid});
+      raw_.push_back(RawStep{
+          FragmentMemo::Step::Kind::Call, id, static_cast<int32_t>(res_.instances.size()),
+          static_cast<uint32_t>(frame), static_cast<uint32_t>(frames_.size() - frame), uid});
     }
     replay_call(id, frame, out, flat, uid);
     ++replayed_;
@@ -85,7 +86,27 @@ namespace pejit::spec::pe {
   w.run = fm.run;
   recs_.push_back(Rec{id, static_cast<uint32_t>(res_.instances.size()), used_, raw_.size(), frame,
                       static_cast<uint32_t>(frames_.size() - frame)});
+  if (f.params.size() == 1 && fkey_.size() == 3)
+    prefetch_child_keys(fn_index, args[0]);
   return static_cast<int32_t>(recs_.size() - 1);
+}
+
+// A recursion over a structure (a tree encoder) calls itself on the node's children next: the
+// lookups of those calls' keys (the same function on each child's skeleton) miss the cache
+// (the memo's table is megabytes), so ask for their slots now, while the body is evaluated.
+// Only a hint: a call of another form looks its key up as any other.
+void PeBackend::prefetch_child_keys(int fn_index, const Value& node) {
+  int64_t key[3] = {fn_index, 0, 0};
+  for (const Value& x : node.items()) {
+    if (x.kind() != Value::Kind::Adt && x.kind() != Value::Kind::Tuple)
+      continue;
+    const PoolNode* p = pool_->find(&x.items());
+    if (!p || !p->known)
+      continue;
+    key[1] = static_cast<int64_t>(p->h1);
+    key[2] = static_cast<int64_t>(p->h2);
+    frags_->keys.prefetch(key);
+  }
 }
 
 void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool flat, int depth) {
@@ -98,7 +119,7 @@ void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool f
   sum_ids_.clear();
   call_of_.clear();
   for (size_t i = r.first_raw; i < raw_.size(); ++i)
-    if (raw_[i].kind == FragmentMemo::Step::Kind::Call)
+    if (raw_[i].kind == FragmentMemo::Step::Kind::Call && !inlined(raw_[i].id))
       call_of_.push_back(raw_[i].uid);
   bool ok = convert_steps(r);
   if (ok && flat)
@@ -118,6 +139,11 @@ void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool f
     fr.num_sums = static_cast<uint32_t>(sum_ids_.size());
     fr.fuel = used_ - r.used0;
     fr.depth = depth;
+    fr.flat = fr.num_sums == 0 && fr.num_steps <= kInlineSteps &&
+              std::all_of(fm.steps.begin() + static_cast<ptrdiff_t>(s0), fm.steps.end(),
+                          [](const FragmentMemo::Step& st) {
+                            return st.kind == FragmentMemo::Step::Kind::Inst;
+                          });
   } else {
     fm.steps.resize(s0);
     fm.refs.resize(r0);
@@ -129,7 +155,7 @@ void PeBackend::inline_end(int32_t token, const Value* results, size_t n, bool f
     if (ok) { // the enclosing recording replays it; a failed one's steps become its own
       raw_.resize(r.first_raw);
       int64_t uid = ++call_uids_;
-      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Call, r.frag, -1,
+      raw_.push_back(RawStep{FragmentMemo::Step::Kind::Call, r.frag, static_cast<int32_t>(r.i0),
                              static_cast<uint32_t>(r.frame), r.num_frame, uid});
       for (const auto& [rid, k] : sum_ids_) { // its result's pending sums, as describe saw them
         SumPart& p = parts_[static_cast<size_t>(rvals_[static_cast<size_t>(rid)].sum)];
@@ -222,16 +248,25 @@ bool PeBackend::local(const Ref& a, const Rec& r, LocalRef& out) const {
       st.id = static_cast<int32_t>(fm.tensors.size());
       fm.tensors.push_back(res_.consts[static_cast<size_t>(rs.id)]);
     } else if (rs.kind == K::Inst) {
-      const Instance& inst = res_.instances[static_cast<size_t>(rs.id)];
-      st.id = inst.tmpl;
-      st.sum_sig = rs.sig;
-      for (const Ref& a : res_.args(inst)) {
-        LocalRef l;
-        if (!local(a, r, l))
+      if (!convert_inst(r, rs.id, rs.sig, st))
+        return false;
+    } else if (inlined(rs.id)) {
+      // The callee's instances as this fragment's own (they are in the residual from rs.sig
+      // on, one per step of the callee), so that a replay does not jump to the callee.
+      const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(rs.id)];
+      for (uint32_t k = 0; k < callee.num_steps; ++k) {
+        FragmentMemo::Step in{K::Inst, 0, -1, static_cast<uint32_t>(fm.refs.size()), 0};
+        if (!convert_inst(r, rs.sig + static_cast<int32_t>(k),
+                          fm.steps[callee.first_step + k].sum_sig, in))
           return false;
-        fm.refs.push_back(l);
+        in.count = static_cast<uint32_t>(fm.refs.size() - in.first);
+        fm.steps.push_back(in);
       }
+      continue;
     } else {
+      const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(rs.id)];
+      st.callee_step = callee.first_step;
+      st.callee_ref = callee.num_steps ? fm.steps[callee.first_step].first : 0;
       for (uint32_t k = 0; k < rs.count; ++k) {
         const FrameArg& f = frames_[rs.first + k];
         LocalRef l{LocalRef::Kind::Slot, 0, -1}; // no payloads: any slot
@@ -250,6 +285,24 @@ bool PeBackend::local(const Ref& a, const Rec& r, LocalRef& out) const {
     fm.steps.push_back(st);
   }
   return true;
+}
+
+bool PeBackend::convert_inst(const Rec& r, int32_t index, int32_t sum_sig, FragmentMemo::Step& st) {
+  const Instance& inst = res_.instances[static_cast<size_t>(index)];
+  st.id = inst.tmpl;
+  st.sum_sig = sum_sig;
+  for (const Ref& a : res_.args(inst)) {
+    LocalRef l;
+    if (!local(a, r, l))
+      return false;
+    frags_->refs.push_back(l);
+  }
+  return true;
+}
+
+bool PeBackend::inlined(int32_t frag) const {
+  const FragmentMemo::Fragment& c = frags_->fragments[static_cast<size_t>(frag)];
+  return c.state == FragmentMemo::Fragment::State::Ok && c.flat;
 }
 
 bool PeBackend::describe(const Value& v, const Rec& r) {
@@ -318,13 +371,22 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
   const uint32_t i0 = static_cast<uint32_t>(res_.instances.size());
   const size_t calls0 = rcalls_.size(), sums0 = rsums_.size();
   const FragmentMemo::Step* st = fm.steps.data() + fr.first_step;
-  // The memo is megabytes, read here at random: ask for the nested calls' records (and their
-  // own steps and result nodes, in replay's first lines) before walking the first of them.
+  // The memo is megabytes, read here at random: ask for the nested calls' records, steps and
+  // references (and their result nodes, in replay's first lines) before walking the first of
+  // them, so that their misses overlap.
   if (fr.num_nodes)
     __builtin_prefetch(fm.nodes.data() + fr.first_node);
   for (uint32_t k = 0; k < fr.num_steps; ++k)
-    if (st[k].kind == FragmentMemo::Step::Kind::Call)
+    if (st[k].kind == FragmentMemo::Step::Kind::Call) {
       __builtin_prefetch(fm.fragments.data() + st[k].id);
+      const char* cs = reinterpret_cast<const char*>(fm.steps.data() + st[k].callee_step);
+      __builtin_prefetch(cs);
+      __builtin_prefetch(cs + 64);
+      const char* cr = reinterpret_cast<const char*>(fm.refs.data() + st[k].callee_ref);
+      __builtin_prefetch(cr);
+      __builtin_prefetch(cr + 64);
+      __builtin_prefetch(cr + 128);
+    }
   for (uint32_t k = 0; k < fr.num_steps; ++k, ++st) {
     const LocalRef* refs = fm.refs.data() + st->first;
     switch (st->kind) {
@@ -345,8 +407,6 @@ bool PeBackend::describe(const Value& v, const Rec& r) {
       break;
     }
     case FragmentMemo::Step::Kind::Call: {
-      const FragmentMemo::Fragment& callee = fm.fragments[static_cast<size_t>(st->id)];
-      __builtin_prefetch(fm.steps.data() + callee.first_step);
       size_t child = frames_.size();
       for (uint32_t a = 0; a < st->count; ++a)
         frames_.push_back(FrameArg{resolve(refs[a], i0, frame, c0), 0, false});

@@ -70,11 +70,16 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       flags[static_cast<size_t>(o.index)] = kLive;
   latest.assign(n, 0); // heights, until the depth is known
   int32_t max_level = 0;
+  // Whether a sum feeds a template call: only then can an instance that feeds a template start
+  // later than its ASAP level (below).
+  bool sum_feeds_template = false;
   for (size_t i = n; i-- > 0;) {
     if (!(flags[i] & kLive))
       continue;
     max_level = std::max(max_level, level[i]);
-    const uint8_t feeds = insts[i].tmpl == Instance::kSumN ? kLive : kLive | kFeedsTemplate;
+    const bool sum = insts[i].tmpl == Instance::kSumN;
+    sum_feeds_template = sum_feeds_template || (sum && (flags[i] & kFeedsTemplate));
+    const uint8_t feeds = sum ? kLive : kLive | kFeedsTemplate;
     for (const auto& a : args_of(i))
       if (a.kind == Ref::Kind::Inst) {
         auto ai = static_cast<size_t>(a.index);
@@ -88,7 +93,11 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
   // window, the others to the start. In the same pass, instances are grouped in (level, first
-  // appearance) order.
+  // appearance) order. The start of a template instance's window is its ASAP level unless a
+  // sum that was moved feeds a template upstream of it: a template instance's producers feed
+  // a template, so they are at their own window's start, which by induction is their ASAP
+  // level when no sum feeds a template. Only then, and for sums, are the producers' final
+  // levels read again.
   // The first group of each (level, template): an instance's final level is at most
   // max_level - its height (by induction in instance order: a producer's height exceeds its
   // consumer's), so a table of (max_level + 1) x templates covers every key.
@@ -110,12 +119,15 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       continue;
     const Instance& inst = insts[i];
     auto args = args_of(i);
-    int32_t l = 0;
-    for (const auto& a : args)
-      if (a.kind == Ref::Kind::Inst)
-        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-    level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, latest[i]);
     const bool sum = inst.tmpl == Instance::kSumN;
+    int32_t l = level[i];
+    if (sum || sum_feeds_template) {
+      l = 0;
+      for (const auto& a : args)
+        if (a.kind == Ref::Kind::Inst)
+          l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
+    }
+    level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, latest[i]);
     if (!sum)
       max_level = std::max(max_level, level[i]);
     // This instance's group: of its (level, template), the one whose shared arguments are

@@ -7,6 +7,7 @@
 #include "data/synthetic.h"
 #include "pejit/error.h"
 #include "random_programs.h"
+#include "specializer/fragments.h"
 #include "specializer/partial_eval.h"
 #include "train/encode.h"
 #include "types/check.h"
@@ -115,6 +116,32 @@ void check_inputs_dropped(const Model& md, const std::string& entry,
   }
 }
 
+// Every Call step of the table's fragments names where its callee's steps and their
+// references start (what a replay asks the cache for ahead), and calls no flat fragment (one
+// whose instances a recording takes as its own); returns the Call steps checked.
+size_t check_call_steps(spec::TemplateTable& tt) {
+  const auto* fm = tt.pe_memo().fragments.p.get();
+  REQUIRE(fm != nullptr);
+  size_t calls = 0;
+  for (const auto& fr : fm->fragments) {
+    if (fr.state != spec::FragmentMemo::Fragment::State::Ok)
+      continue;
+    for (uint32_t k = 0; k < fr.num_steps; ++k) {
+      const auto& st = fm->steps[fr.first_step + k];
+      if (st.kind != spec::FragmentMemo::Step::Kind::Call)
+        continue;
+      const auto& callee = fm->fragments[static_cast<size_t>(st.id)];
+      REQUIRE(callee.state == spec::FragmentMemo::Fragment::State::Ok);
+      CHECK(!callee.flat);
+      CHECK(st.callee_step == callee.first_step);
+      if (callee.num_steps > 0)
+        CHECK(st.callee_ref == fm->steps[callee.first_step].first);
+      ++calls;
+    }
+  }
+  return calls;
+}
+
 } // namespace
 
 TEST_SUITE("specializer") {
@@ -160,6 +187,26 @@ TEST_SUITE("specializer") {
     CHECK(second.replayed > 0);
     CHECK(again.recorded == 0);
     CHECK(again.replayed == 10); // one per tree
+    CHECK(check_call_steps(tt) > 0);
+    // A tree encoder on a leaf is flat: the fragments of the nodes above leaves hold the
+    // leaves' instances themselves.
+    size_t flat = 0;
+    for (const auto& fr : tt.pe_memo().fragments.p->fragments)
+      flat += fr.flat ? 1 : 0;
+    CHECK(flat > 0);
+  }
+
+  TEST_CASE("fragments: a Call step names where its callee's steps and references start") {
+    for (uint64_t seed = 1; seed <= 30; ++seed) {
+      CAPTURE(seed);
+      auto p = testgen::generate(seed);
+      Model rp(p.source, false);
+      spec::TemplateTable tt;
+      for (int i = 0; i < 2; ++i)
+        (void)spec::partially_evaluate(*rp.m, rp.dims, "loss", p.batch, tt);
+      if (tt.pe_memo().fragments.p)
+        check_call_steps(tt);
+    }
   }
 
   TEST_CASE("fragments: random programs on permuted and repeated batches equal evaluation") {
