@@ -18,9 +18,19 @@ enum class GemmLayout {
 
 const char* layout_name(GemmLayout layout); ///< "nn", "nt", "tn"
 
+/// One stretch of a weight gradient's rows (GemmSpec::stretches): A [k, m] and B [k, n] with
+/// the spec's leading dimensions. The layout of kernels::GemmStretch.
+struct GemmStretch {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t k = 0; ///< rows in this stretch (0 is allowed: nothing to add)
+};
+
 /// A GEMM kernel. Compiled to `void g(const float* a, const float* b, float* c, int64_t rows)`
-/// where `rows` is the run-time dimension: M for NN and NT, K for TN. Callers must not pass
-/// a C that overlaps A or B (the arguments are `noalias`).
+/// where `rows` is the run-time dimension: M for NN and NT, K for TN; a TN spec with
+/// `stretches` compiles to `void g(const GemmStretch* st, int64_t count, float* c, int64_t
+/// accumulate)` instead (whether C is accumulated is then chosen per call).
+/// Callers must not pass a C that overlaps A or B (the arguments are `noalias`).
 struct GemmSpec {
   GemmLayout layout = GemmLayout::NN;
   int64_t m = 0; ///< rows of C: 0 (run time) for NN and NT; static (> 0) for TN
@@ -33,6 +43,10 @@ struct GemmSpec {
   /// Register block (the schedule): NN/TN: `mr` rows x `nr` vectors of C; NT: `mr` rows x
   /// `nr` columns of C, each a dot product over k. 0 picks the default for the shape.
   int mr = 0, nr = 0;
+  /// TN only: C (+)= the sum over `count` stretches of A_s^T · B_s, in order (the rows of one
+  /// weight gradient kept in several buffers), as if they were stacked; GemmStretchesFn.
+  /// `accumulate` is then a run-time argument and must be left false here.
+  bool stretches = false;
 
   /// Largest B (floats) that a narrow NN copies transposed to the stack.
   static constexpr int64_t kMaxPackedB = 16384;
@@ -47,7 +61,8 @@ struct GemmSpec {
 
   /// Canonical text, equal for specs that compile to the same code on one target (the cache
   /// appends the target, which fixes a default block). Example:
-  /// "gemm f32 nn m=? n=450 k=300 lda=300 ldb=450 ldc=450 acc=0 block=default".
+  /// "gemm f32 nn m=? n=450 k=300 lda=300 ldb=450 ldc=450 acc=0 block=default"; a TN spec
+  /// with stretches reads "acc=? st=1" (accumulation chosen per call).
   std::string canonical_text() const;
   /// The canonical text without the block: what a tuned database is keyed by.
   std::string signature() const;
