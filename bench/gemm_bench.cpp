@@ -205,8 +205,8 @@ void run_dw_table(jit::Jit& jit, const std::vector<int64_t>& rows_list, int nst_
                   double min_ms, const std::string& only, int mr, int nr, double peak,
                   std::mt19937& rng) {
   std::printf("\n| shape | K | stretches | block | generated | sgemm_tn_stretches | libxsmm "
-              "(whole, stacked) | OpenBLAS (stacked) | gen / tn_stretches | gen / libxsmm | "
-              "gen / peak | bits |\n");
+              "(whole, stacked) | OpenBLAS (stacked) | gen / tn_stretches (paired) | gen / "
+              "libxsmm (paired) | gen / peak | bits |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   for (const DwShape& s : kDwShapes) {
@@ -275,14 +275,24 @@ void run_dw_table(jit::Jit& jit, const std::vector<int64_t>& rows_list, int nst_
         for (int r = 0; r < reps; ++r)
           for (size_t i = 0; i < impls.size(); ++i)
             res[i].push_back(measure(impls[i].second, flops, min_ms));
-        double gen = median(res[0]), tn = median(res[1]), xsmm = 0, ob = 0;
-        for (size_t i = 2; i < impls.size(); ++i)
+        // Ratios paired per repetition (gen and the others timed back to back), so that the
+        // machine's speed swings between repetitions cancel.
+        auto paired = [&](size_t i) {
+          std::vector<double> r;
+          for (int q = 0; q < reps; ++q)
+            r.push_back(res[0][size_t(q)] / res[i][size_t(q)]);
+          return median(r);
+        };
+        double gen = median(res[0]), tn = median(res[1]), xsmm = 0, ob = 0, gen_xsmm = 0;
+        for (size_t i = 2; i < impls.size(); ++i) {
           (impls[i].first == "xsmm" ? xsmm : ob) = median(res[i]);
+          if (impls[i].first == "xsmm")
+            gen_xsmm = paired(i);
+        }
         std::printf("| %s | %lld | %d | %s | %s | %s | %s | %s | %.3f | %s | %.2f | %s |\n", s.name,
                     (long long)k, nst, g.schedule.c_str(), cell(gen).c_str(), cell(tn).c_str(),
-                    cell(xsmm).c_str(), cell(ob).c_str(), gen / tn,
-                    xsmm > 0 ? ratio(gen / xsmm).c_str() : "-", gen / peak,
-                    same ? "same" : "DIFFER");
+                    cell(xsmm).c_str(), cell(ob).c_str(), paired(1),
+                    xsmm > 0 ? ratio(gen_xsmm).c_str() : "-", gen / peak, same ? "same" : "DIFFER");
         std::fflush(stdout);
       }
   }

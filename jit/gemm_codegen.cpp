@@ -63,7 +63,11 @@ namespace {
 void tn_default_block(GemmSpec& s, int lanes) {
   bool wide = lanes >= 16;
   int64_t vecs = (s.n + lanes - 1) / lanes;
-  if (s.m <= 3) {
+  if (s.tn_transposed(lanes)) { // all columns x as many vectors of rows as fit in 24
+    int64_t mvecs = (s.m + lanes - 1) / lanes;
+    s.mr = static_cast<int>(s.n);
+    s.nr = static_cast<int>(std::clamp<int64_t>(24 / s.n, 1, mvecs));
+  } else if (s.m <= 3) {
     s.mr = static_cast<int>(std::max<int64_t>(s.m, 1));
     s.nr = static_cast<int>(std::min<int64_t>(vecs, wide ? 8 : 4));
   } else {
@@ -100,6 +104,10 @@ GemmSpec GemmSpec::resolved(int lanes) const {
     }
   }
   return s;
+}
+
+bool GemmSpec::tn_transposed(int lanes) const {
+  return layout == GemmLayout::TN && 2 * n <= lanes && m >= lanes;
 }
 
 bool GemmSpec::packs_b_transposed(int lanes) const {
@@ -470,6 +478,11 @@ private:
       k_->setName("rows");
     }
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+    if (s_.tn_transposed(lanes_)) {
+      emit_tn_transposed();
+      b_.CreateRetVoid();
+      return;
+    }
     // Column panels of nr vectors, then the leftover vectors (the last one masked).
     const int64_t width = int64_t{s_.nr} * lanes_;
     const int64_t full = s_.n / width;
@@ -483,6 +496,24 @@ private:
                     static_cast<int>(rest - int64_t{vecs - 1} * lanes_));
     }
     b_.CreateRetVoid();
+  }
+
+  // A narrow C (n <= lanes/2) as C^T: per block of mr columns, the rows in blocks of nr
+  // vectors, the last block holding the last (masked) vector.
+  void emit_tn_transposed() {
+    const int64_t vm = (s_.m + lanes_ - 1) / lanes_;
+    const int last = static_cast<int>(s_.m - (vm - 1) * lanes_);
+    const int64_t full = (vm - 1) / s_.nr;
+    const int rest = static_cast<int>(vm - full * s_.nr);
+    for (int64_t j0 = 0; j0 < s_.n; j0 += s_.mr) {
+      const int cols = static_cast<int>(std::min<int64_t>(s_.mr, s_.n - j0));
+      emit_loop(b_.getInt64(full), "tb", {}, false, [&](Value* ib, const Carried&) {
+        Value* i0 = b_.CreateMul(ib, b_.getInt64(int64_t{s_.nr} * lanes_), "", true, true);
+        emit_tile_tn(i0, cols, b_.getInt64(j0), s_.nr, lanes_, true);
+        return Carried{};
+      });
+      emit_tile_tn(b_.getInt64(full * s_.nr * lanes_), cols, b_.getInt64(j0), rest, last, true);
+    }
   }
 
   // All rows of C for one column panel: ceil(m / mr) blocks of near-equal size, the larger
@@ -511,17 +542,36 @@ private:
 
   // C[i0 .. i0+rows, j0 .. j0+vecs vectors] (+)= sum over the stretches (or the one A, B) of
   // A^T·B; the last vector has `last` valid lanes.
-  void emit_tile_tn(Value* i0, int rows, Value* j0, int vecs, int last) {
+  // Transposed (`t`, tn_transposed): columns j0 .. j0+rows of C, rows i0 .. i0+vecs vectors,
+  // accumulator (r, v) holding column j0+r of C for a vector of rows.
+  void emit_tile_tn(Value* i0, int rows, Value* j0, int vecs, int last, bool t = false) {
     auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    // Transposed: element l of accumulator (r, v) is C[i0 + v*lanes + l, j0 + r]: a vector of
+    // pointers for a gather and a scatter (one instruction each with AVX-512).
+    auto c_elems = [&](int r, int v) {
+      std::vector<llvm::Constant*> offs;
+      for (int l = 0; l < lanes_; ++l)
+        offs.push_back(b_.getInt64(int64_t{l} * s_.ldc));
+      Value* base = add(idx(add(i0, int64_t{v} * lanes_), s_.ldc, j0), r);
+      Value* ix = b_.CreateAdd(b_.CreateVectorSplat(lanes_, base), llvm::ConstantVector::get(offs));
+      return b_.CreateGEP(f32_, c_, ix);
+    };
     auto load_c = [&] {
       Carried acc;
       for (int r = 0; r < rows; ++r)
-        for (int v = 0; v < vecs; ++v)
-          acc.push_back(load_vec(c_ptr(i0, r, j0, v), valid(v)));
+        for (int v = 0; v < vecs; ++v) {
+          if (!t) {
+            acc.push_back(load_vec(c_ptr(i0, r, j0, v), valid(v)));
+            continue;
+          }
+          acc.push_back(b_.CreateMaskedGather(vec_, c_elems(r, v), llvm::Align(4),
+                                              lane_mask(valid(v)),
+                                              llvm::Constant::getNullValue(vec_)));
+        }
       return acc;
     };
     auto zero_c = [&] { // C's lines are written at the end: ask for them now
-      for (int r = 0; r < rows; ++r) {
+      for (int r = 0; r < rows && !t; ++r) {
         Value* row = idx(add(i0, r), s_.ldc, j0);
         for (int v = 0; v < vecs; ++v)
           prefetch(c_, add(row, int64_t{v} * lanes_), true);
@@ -560,14 +610,52 @@ private:
         Value* b =
             b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateStructGEP(rec, r, 1), llvm::Align(8));
         Value* k = b_.CreateAlignedLoad(i64_, b_.CreateStructGEP(rec, r, 2), llvm::Align(8));
-        return emit_tn_k(a, b, k, i0, rows, j0, vecs, last, in);
+        return t ? emit_tn_k_transposed(a, b, k, i0, rows, j0, vecs, last, in)
+                 : emit_tn_k(a, b, k, i0, rows, j0, vecs, last, in);
       });
     } else {
-      acc = emit_tn_k(a_, bm_, k_, i0, rows, j0, vecs, last, acc);
+      acc = t ? emit_tn_k_transposed(a_, bm_, k_, i0, rows, j0, vecs, last, acc)
+              : emit_tn_k(a_, bm_, k_, i0, rows, j0, vecs, last, acc);
     }
     for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < vecs; ++v) {
+        if (!t) {
+          store_vec(acc[r * vecs + v], c_ptr(i0, r, j0, v), valid(v));
+          continue;
+        }
+        b_.CreateMaskedScatter(acc[r * vecs + v], c_elems(r, v), llvm::Align(4),
+                               lane_mask(valid(v)));
+      }
+  }
+
+  // Transposed: per k, `vecs` vectors of A's row k (rows i0.. of C) times a broadcast of
+  // B(k, j0 + c) for each of the `cols` columns: fma(B, A, acc), the same exact product as
+  // fma(A, B, acc), so the bits of the untransposed kernel.
+  Carried emit_tn_k_transposed(Value* a, Value* b, Value* k, Value* i0, int cols, Value* j0,
+                               int vecs, int last, const Carried& init) {
+    auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    Value* a0 = gep(a, i0);
+    Value* b0 = gep(b, j0);
+    return emit_loop(k, "k", init, false, [&](Value* p, const Carried& in) {
+      Value* arow = b_.CreateMul(p, b_.getInt64(s_.lda), "", true, true);
+      Value* brow = b_.CreateMul(p, b_.getInt64(s_.ldb), "", true, true);
+      Value* aahead = add(arow, kPrefetchRows * s_.lda);
       for (int v = 0; v < vecs; ++v)
-        store_vec(acc[r * vecs + v], c_ptr(i0, r, j0, v), valid(v));
+        prefetch(a0, add(aahead, int64_t{v} * lanes_), false);
+      prefetch(a0, add(aahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
+      prefetch(b0, add(brow, kPrefetchRows * s_.ldb), false);
+      std::vector<Value*> av;
+      for (int v = 0; v < vecs; ++v)
+        av.push_back(load_vec(gep(a0, add(arow, int64_t{v} * lanes_)), valid(v)));
+      Carried out(in.size());
+      for (int c = 0; c < cols; ++c) {
+        Value* x = b_.CreateAlignedLoad(f32_, gep(b0, add(brow, c)), llvm::Align(4));
+        Value* bc = b_.CreateVectorSplat(lanes_, x);
+        for (int v = 0; v < vecs; ++v)
+          out[c * vecs + v] = fma(bc, av[v], in[c * vecs + v]);
+      }
+      return out;
+    });
   }
 
   // The accumulators after k rows of A [k, lda] and B [k, ldb] (k may be 0).

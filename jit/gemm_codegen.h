@@ -55,6 +55,10 @@ struct GemmSpec {
   /// call; its block is then rows x columns, as for NT.
   bool packs_b_transposed(int lanes) const;
 
+  /// True when a narrow TN (n <= lanes/2, m >= lanes: the classifier's dW [150, 5]) runs on C^T
+  /// = B^T·A, vectors along m; its block is then `mr` columns of C x `nr` vectors of rows.
+  bool tn_transposed(int lanes) const;
+
   /// The same spec with dense strides and, for a target with `lanes`-float vectors, the default
   /// block filled in (what the lowering compiles).
   GemmSpec resolved(int lanes) const;

@@ -187,6 +187,12 @@ std::vector<std::string> tune_candidates(const GemmSpec& spec, int lanes) {
     if (cols <= 28)
       for (int mr : {1, 2, 4})
         add(mr, static_cast<int>(cols));
+  } else if (spec.tn_transposed(lanes)) {
+    // Columns of C x vectors of its rows (C^T).
+    int n = static_cast<int>(spec.n);
+    for (int cols : {n, (n + 1) / 2, 1})
+      for (int nr = 1; nr <= 6; ++nr)
+        add(cols, nr);
   } else {
     // Rows x vectors of C.
     int vecs = static_cast<int>(std::min<int64_t>((spec.n + lanes - 1) / lanes, 4));

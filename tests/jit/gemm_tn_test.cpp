@@ -1,8 +1,9 @@
 // The generated TN gemm (weight gradients dW = X^T·dY, K at run time) in both forms: one A, B
 // and a list of stretches. Results ≡ a double-precision loop at every row count 1..13 (every
 // near-equal row split), widths that are not a multiple of the vector, K = 0, 1 and odd sizes,
-// strided operands; and, where the reference kernels are the AVX-512 ones, bit-identical to
-// kernels::sgemm_tn_stretches (both sum each element in one fma chain over k in order).
+// strided operands, narrow C run transposed; and, where the reference kernels are the AVX-512
+// ones, bit-identical to kernels::sgemm_tn_stretches (both sum each element in one fma chain
+// over k in order).
 #include "jit/jit.h"
 #include "kernels/kernels.h"
 #include "pejit/error.h"
@@ -146,6 +147,25 @@ TEST_CASE("generated TN gemm at the TreeLSTM's weight-gradient shapes") {
       check_spec(jit, {.layout = GemmLayout::TN, .m = m, .n = n, .accumulate = acc}, rng);
 }
 
+TEST_CASE("generated TN gemm, narrow C run transposed: row counts around the vector, blocks") {
+  Jit jit;
+  std::mt19937 rng(24);
+  for (int64_t m : {16, 17, 33, 64, 150})
+    for (int64_t n : {1, 3, 8})
+      check_spec(jit, {.layout = GemmLayout::TN, .m = m, .n = n, .accumulate = m % 2 == 1}, rng);
+  for (auto [mr, nr] : {std::pair{1, 1}, {2, 3}, {5, 5}, {3, 8}})
+    check_spec(jit, {.layout = GemmLayout::TN, .m = 150, .n = 5, .mr = mr, .nr = nr}, rng);
+  check_spec(jit,
+             {.layout = GemmLayout::TN,
+              .m = 40,
+              .n = 6,
+              .lda = 41,
+              .ldb = 9,
+              .ldc = 7,
+              .accumulate = true},
+             rng);
+}
+
 TEST_CASE("generated TN gemm: strided operands, given blocks") {
   Jit jit;
   std::mt19937 rng(23);
@@ -167,7 +187,13 @@ TEST_CASE("TN gemm spec: the default block, stretches in the text, validation") 
   r = GemmSpec{.layout = GemmLayout::TN, .m = 2, .n = 750}.resolved(16);
   CHECK(r.mr == 2);
   CHECK(r.nr == 8);
-  CHECK(GemmSpec{.layout = GemmLayout::TN, .m = 150, .n = 5}.resolved(16).nr == 1);
+  // The classifier's dW [150, 5] runs transposed: all 5 columns x 4 vectors of rows.
+  GemmSpec narrow{.layout = GemmLayout::TN, .m = 150, .n = 5};
+  CHECK(narrow.tn_transposed(16));
+  CHECK(narrow.resolved(16).mr == 5);
+  CHECK(narrow.resolved(16).nr == 4);
+  CHECK_FALSE(GemmSpec{.layout = GemmLayout::TN, .m = 13, .n = 5}.tn_transposed(16));
+  CHECK_FALSE(GemmSpec{.layout = GemmLayout::TN, .m = 150, .n = 9}.tn_transposed(16));
   s.stretches = true;
   CHECK(s.canonical_text() ==
         "gemm f32 tn m=300 n=750 k=? lda=0 ldb=0 ldc=0 acc=? st=1 block=default");
