@@ -10,7 +10,9 @@
 // across implementations; each repetition times back-to-back calls on the same operands for at
 // least --min-ms and gives GFLOP/s = 2*M*N*K / time per call. The table shows medians. The
 // first line is this machine's SGEMM peak in the same run: the best of libxsmm over a few large
-// square-ish shapes.
+// square-ish shapes. `--dw`: the weight gradients alone, as a plan step runs them (K rows in
+// stretches; generated TN vs kernels::sgemm_tn_stretches vs libxsmm and OpenBLAS on the stacked
+// rows; see run_dw_table).
 #include "jit/jit.h"
 #include "kernels/kernels.h"
 
@@ -203,7 +205,8 @@ const DwShape kDwShapes[] = {
 
 void run_dw_table(jit::Jit& jit, const std::vector<int64_t>& rows_list, int nst_max, int reps,
                   double min_ms, const std::string& only, int mr, int nr, double peak,
-                  std::mt19937& rng) {
+                  bool with_openblas, std::mt19937& rng) {
+  (void)with_openblas; // without OpenBLAS in the build
   std::printf("\n| shape | K | stretches | block | generated | sgemm_tn_stretches | libxsmm "
               "(whole, stacked) | OpenBLAS (stacked) | gen / tn_stretches (paired) | gen / "
               "libxsmm (paired) | gen / peak | bits |\n");
@@ -255,10 +258,11 @@ void run_dw_table(jit::Jit& jit, const std::vector<int64_t>& rows_list, int nst_
                 libxsmm_smmdispatch(xm, xn, xk, &xm, &xn, &xm, &alpha, &beta, &flags, &prefetch))
           impls.emplace_back("xsmm", [&, fn] { fn(b_all.data(), a_all.data(), c.data()); });
 #ifdef PEJIT_HAVE_OPENBLAS
-        impls.emplace_back("openblas", [&] {
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(s.m), int(s.n), int(k), 1.0f,
-                      a_all.data(), int(s.m), b_all.data(), int(s.n), 0.0f, c.data(), int(s.n));
-        });
+        if (with_openblas)
+          impls.emplace_back("openblas", [&] {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(s.m), int(s.n), int(k), 1.0f,
+                        a_all.data(), int(s.m), b_all.data(), int(s.n), 0.0f, c.data(), int(s.n));
+          });
 #endif
         // Bits: the generated kernel against the reference kernel it replaces.
         impls[1].second();
@@ -379,7 +383,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (dw) {
-    run_dw_table(jit, rows_list, stretches, reps, min_ms, only, mr, nr, peak, rng);
+    run_dw_table(jit, rows_list, stretches, reps, min_ms, only, mr, nr, peak, have_openblas, rng);
     double after = measure_peak("after");
     std::printf("gen / peak above used %.1f (after: %.1f)\n", peak, after);
     std::printf("\nloadavg at end: %s\n", loadavg().c_str());

@@ -21,7 +21,10 @@
 //   compile time since m is static. A block's C is loaded into registers (or zeroed), then
 //   every stretch's rows are summed into it in order, one fma per (row, vector, k), with A's
 //   and B's rows 16 ahead prefetched; so each element of C is one chain of fmas over k in
-//   order, whatever the blocking or the stretch split.
+//   order, whatever the blocking or the stretch split. A narrow C (n <= lanes/2, m >= lanes:
+//   the classifier's dW [150, 5]) runs as C^T = B^T·A instead: vectors along m, a broadcast
+//   of B(k, j) per column, C gathered and scattered once per block; fma(B, A, acc) is the
+//   same exact product, so the same bits.
 // - NN with n <= lanes/2 (the classifier's n = 5) would waste most of each vector: B^T
 //   (n*k <= kMaxPackedB floats) is copied to the stack once per call and the NT code runs.
 // - Sums over k run in a fixed order for a given spec and target, so results are bitwise
