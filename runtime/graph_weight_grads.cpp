@@ -9,7 +9,6 @@
 
 namespace pejit::runtime {
 
-using graph::Kind;
 using graph::Node;
 using graph::NodeId;
 
