@@ -11,7 +11,9 @@
 // across implementations; each repetition times back-to-back calls on the same operands for at
 // least --min-ms and gives GFLOP/s = 2*M*N*K / time per call. The table shows medians. The
 // first line is this machine's SGEMM peak in the same run: the best of libxsmm over a few large
-// square-ish shapes.
+// square-ish shapes. `--dw`: the weight gradients alone, as a plan step runs them (K rows in
+// stretches; generated TN vs kernels::sgemm_tn_stretches vs libxsmm and OpenBLAS on the stacked
+// rows; see run_dw_table).
 #include "jit/jit.h"
 #include "kernels/kernels.h"
 
@@ -26,6 +28,7 @@ extern "C" void openblas_set_num_threads(int);
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -156,6 +159,12 @@ std::string cell(double gflops) {
   return buf;
 }
 
+std::string ratio(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", r);
+  return buf;
+}
+
 std::string loadavg() {
   std::string s;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -177,6 +186,121 @@ double rel_diff(const std::vector<float>& x, const std::vector<float>& y) {
     s = std::max(s, double(std::abs(y[i])));
   }
   return s > 0 ? d / s : d;
+}
+
+// --dw: weight gradients dW [m, n] = X^T·dY as a plan step runs them: K rows in `nst` stretches
+// (near-equal, each its own buffer, as a step's level groups sit apart in the arena), C not
+// accumulated (beta 0). Generated TN kernel with stretches vs kernels::sgemm_tn_stretches (what
+// plans ran before), libxsmm's whole-shape kernel on the rows stacked (one stretch), and
+// OpenBLAS likewise. Every implementation's result is checked against the reference's bits.
+struct DwShape {
+  const char* name;
+  int64_t m, n;
+};
+
+const DwShape kDwShapes[] = {
+    {"dW cell  [K,300]^Tx[K,750]", 300, 750},
+    {"dW leaf  [K,300]^Tx[K,450]", 300, 450},
+    {"dW class [K,150]^Tx[K,5]", 150, 5},
+};
+
+void run_dw_table(jit::Jit& jit, const std::vector<int64_t>& rows_list, int nst_max, int reps,
+                  double min_ms, const std::string& only, int mr, int nr, double peak,
+                  bool with_openblas, std::mt19937& rng) {
+  (void)with_openblas; // without OpenBLAS in the build
+  std::printf("\n| shape | K | stretches | block | generated | sgemm_tn_stretches | libxsmm "
+              "(whole, stacked) | OpenBLAS (stacked) | gen / tn_stretches (paired) | gen / "
+              "libxsmm (paired) | gen / peak | bits |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (const DwShape& s : kDwShapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos)
+      continue;
+    jit::GemmSpec spec{
+        .layout = jit::GemmLayout::TN, .m = s.m, .n = s.n, .mr = mr, .nr = nr, .stretches = true};
+    jit::CompiledGemm g = jit.compile_gemm(spec);
+    std::fprintf(stderr, "%s: compiled in %.1f ms, block %s\n", s.name, g.compile_ms,
+                 g.schedule.c_str());
+    for (int64_t k : rows_list)
+      for (int nst : nst_max > 1 ? std::vector<int>{1, nst_max} : std::vector<int>{1}) {
+        if (nst > k)
+          continue;
+        // Each stretch in its own buffer; the stacked copy for the whole-shape libraries.
+        std::vector<std::vector<float>> a(static_cast<size_t>(nst)), b(static_cast<size_t>(nst));
+        std::vector<kernels::GemmStretch> st;
+        std::vector<jit::GemmStretch> jst;
+        std::vector<float> a_all, b_all;
+        for (int q = 0; q < nst; ++q) {
+          int64_t kq = k * (q + 1) / nst - k * q / nst;
+          a[size_t(q)].resize(size_t(kq * s.m));
+          b[size_t(q)].resize(size_t(kq * s.n));
+          for (float& x : a[size_t(q)])
+            x = d(rng);
+          for (float& x : b[size_t(q)])
+            x = d(rng);
+          a_all.insert(a_all.end(), a[size_t(q)].begin(), a[size_t(q)].end());
+          b_all.insert(b_all.end(), b[size_t(q)].begin(), b[size_t(q)].end());
+          st.push_back({a[size_t(q)].data(), b[size_t(q)].data(), kq});
+          jst.push_back({a[size_t(q)].data(), b[size_t(q)].data(), kq});
+        }
+        std::vector<float> c(size_t(s.m * s.n), 0.0f), c_ref(c.size());
+        double flops = 2.0 * double(s.m) * double(s.n) * double(k);
+        std::vector<std::pair<std::string, Call>> impls;
+        impls.emplace_back("gen", [&] { g.stretches(jst.data(), nst, c.data(), 0); });
+        impls.emplace_back("tn", [&] {
+          kernels::sgemm_tn_stretches(s.m, s.n, st.data(), st.size(), 0.0f, c.data(), s.n);
+        });
+        libxsmm_blasint xm = libxsmm_blasint(s.n), xn = libxsmm_blasint(s.m),
+                        xk = libxsmm_blasint(k);
+        int flags = LIBXSMM_GEMM_FLAG_TRANS_B | LIBXSMM_GEMM_FLAG_BETA_0;
+        float alpha = 1, beta = 0;
+        int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+        if (libxsmm_smmfunction fn =
+                libxsmm_smmdispatch(xm, xn, xk, &xm, &xn, &xm, &alpha, &beta, &flags, &prefetch))
+          impls.emplace_back("xsmm", [&, fn] { fn(b_all.data(), a_all.data(), c.data()); });
+#ifdef PEJIT_HAVE_OPENBLAS
+        if (with_openblas)
+          impls.emplace_back("openblas", [&] {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(s.m), int(s.n), int(k), 1.0f,
+                        a_all.data(), int(s.m), b_all.data(), int(s.n), 0.0f, c.data(), int(s.n));
+          });
+#endif
+        // Bits: the generated kernel against the reference kernel it replaces.
+        impls[1].second();
+        c_ref = c;
+        impls[0].second();
+        bool same = std::memcmp(c.data(), c_ref.data(), c.size() * sizeof(float)) == 0;
+        for (size_t i = 2; i < impls.size(); ++i) {
+          impls[i].second();
+          if (rel_diff(c, c_ref) > 1e-4)
+            std::fprintf(stderr, "  WARNING %s K=%lld: %s differs by %.2e\n", s.name, (long long)k,
+                         impls[i].first.c_str(), rel_diff(c, c_ref));
+        }
+        std::vector<std::vector<double>> res(impls.size());
+        for (int r = 0; r < reps; ++r)
+          for (size_t i = 0; i < impls.size(); ++i)
+            res[i].push_back(measure(impls[i].second, flops, min_ms));
+        // Ratios paired per repetition (gen and the others timed back to back), so that the
+        // machine's speed swings between repetitions cancel.
+        auto paired = [&](size_t i) {
+          std::vector<double> r;
+          for (int q = 0; q < reps; ++q)
+            r.push_back(res[0][size_t(q)] / res[i][size_t(q)]);
+          return median(r);
+        };
+        double gen = median(res[0]), tn = median(res[1]), xsmm = 0, ob = 0, gen_xsmm = 0;
+        for (size_t i = 2; i < impls.size(); ++i) {
+          (impls[i].first == "xsmm" ? xsmm : ob) = median(res[i]);
+          if (impls[i].first == "xsmm")
+            gen_xsmm = paired(i);
+        }
+        std::printf("| %s | %lld | %d | %s | %s | %s | %s | %s | %.3f | %s | %.2f | %s |\n", s.name,
+                    (long long)k, nst, g.schedule.c_str(), cell(gen).c_str(), cell(tn).c_str(),
+                    cell(xsmm).c_str(), cell(ob).c_str(), paired(1),
+                    xsmm > 0 ? ratio(gen_xsmm).c_str() : "-", gen / peak, same ? "same" : "DIFFER");
+        std::fflush(stdout);
+      }
+  }
 }
 
 } // namespace
@@ -202,6 +326,12 @@ int main(int argc, char** argv) {
                "generated kernel: the panel kernels' core (GemmSpec::packed_b) on B packed as "
                "for sgemm_packed (NN and NT shapes; NT as NN on W^T)");
   app.add_flag("--ir", dump_ir, "print the generated kernels' optimized IR instead of timing");
+  bool dw = false;
+  int stretches = 12;
+  app.add_flag("--dw", dw,
+               "only weight gradients as a plan step runs them: generated TN with stretches vs "
+               "sgemm_tn_stretches vs libxsmm (--rows: K, the step's rows)");
+  app.add_option("--stretches", stretches, "--dw: also time K split into this many stretches");
   CLI11_PARSE(app, argc, argv);
 
 #ifdef PEJIT_HAVE_OPENBLAS
@@ -245,6 +375,25 @@ int main(int argc, char** argv) {
 
   jit::Jit jit;
   std::printf("jit target: %s\n\n", jit.target_cpu().c_str());
+  if (dw && dump_ir) {
+    for (const DwShape& s : kDwShapes)
+      std::printf("; %s\n%s\n", s.name,
+                  jit.optimized_ir(jit::GemmSpec{.layout = jit::GemmLayout::TN,
+                                                 .m = s.m,
+                                                 .n = s.n,
+                                                 .mr = mr,
+                                                 .nr = nr,
+                                                 .stretches = true})
+                      .c_str());
+    return 0;
+  }
+  if (dw) {
+    run_dw_table(jit, rows_list, stretches, reps, min_ms, only, mr, nr, peak, have_openblas, rng);
+    double after = measure_peak("after");
+    std::printf("gen / peak above used %.1f (after: %.1f)\n", peak, after);
+    std::printf("\nloadavg at end: %s\n", loadavg().c_str());
+    return 0;
+  }
   std::printf("| shape | M | block | generated | kernels::sgemm | sgemm_packed | libxsmm (whole) | "
               "OpenBLAS | gen / best other | gen / peak | best sgemm / peak |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -5,7 +5,7 @@
 // (ExecOptions::profile); GEMM families report GFLOP/s and the fraction of this machine's
 // SGEMM peak, measured in the same process (the best libxsmm rate over large square shapes).
 //
-//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels | --ab-core]
+//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels | --ab-core | --ab-wgrad]
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
 // (the GEMM whole, then its epilogue run), the two in alternating order, unprofiled; prints
@@ -13,6 +13,10 @@
 // machine's minute-to-minute speed swings cancel). --ab-core: the same with
 // ExecOptions::jit_gemm off instead (the panel kernels' GEMM rows on the C++ kernels of
 // src/kernels/gemm.cpp, not on the kernels' generated core).
+// --ab-wgrad: the same, with the second executor's weight gradients on
+// kernels::sgemm_tn_stretches instead of their generated TN kernels
+// (ExecOptions::jit_weight_grads off); both profiled, so that the weight-gradient GEMMs' own
+// time is paired too.
 //
 // The default file is ../shared/data/sst/train.txt (generated SST-like trees without it).
 #include "data/synthetic.h"
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
   size_t limit = argc > 2 ? std::stoul(argv[2]) : 2000;
   int epochs = argc > 3 ? std::stoi(argv[3]) : 2;
   const std::string ab_mode = argc > 4 ? argv[4] : "";
-  const bool ab = ab_mode == "--ab-panels" || ab_mode == "--ab-core";
+  const bool ab_wgrad = ab_mode == "--ab-wgrad";
+  const bool ab = ab_mode == "--ab-panels" || ab_mode == "--ab-core" || ab_wgrad;
   if (argc > 4 && !ab) {
     std::fprintf(stderr, "pejit_profile_bench: unknown option %s\n", argv[4]);
     return 2;
@@ -98,13 +103,17 @@ int main(int argc, char** argv) {
   eo.profile = true;
   runtime::PlanExecutor exec(m, dims, eo);
   runtime::ExecOptions on = eo, off = eo;
-  on.profile = off.profile = false;
+  on.profile = off.profile = ab_wgrad;
   if (ab_mode == "--ab-core")
     off.jit_gemm = false;
   else
-    off.panels = false;
+    off.panels = ab_wgrad;
+  off.jit_weight_grads = !ab_wgrad;
   runtime::PlanExecutor exec_on(m, dims, on), exec_off(m, dims, off);
-  std::vector<double> ab_on, ab_off;
+  std::vector<double> ab_on, ab_off, dw_on, dw_off; // dw: the weight-gradient GEMMs alone
+  auto dw_seconds = [](const runtime::PlanExecutor& ex) {
+    return ex.stats().profile[static_cast<size_t>(runtime::Family::GemmWeightGrad)].seconds;
+  };
   interp::Params params = interp::init_params(*m, dims, 1);
   optim::Optimizer opt(optim::OptimizerOptions{});
   spec::TemplateTable tt;
@@ -138,9 +147,11 @@ int main(int argc, char** argv) {
         for (int k = 0; k < 2; ++k) {
           bool first_on = (b + static_cast<size_t>(k)) % 2 == 0;
           for (auto* ex : {first_on ? &exec_on : &exec_off, first_on ? &exec_off : &exec_on}) {
+            double w0 = dw_seconds(*ex);
             auto a0 = Clock::now();
             (void)ex->value_and_grad(plan, pe.residual, tt, params, &layout);
             (ex == &exec_on ? ab_on : ab_off).push_back(secs(a0, Clock::now()));
+            (ex == &exec_on ? dw_on : dw_off).push_back(dw_seconds(*ex) - w0);
           }
         }
       }
@@ -193,12 +204,27 @@ int main(int argc, char** argv) {
     std::sort(ratio.begin(), ratio.end());
     double on_s = std::accumulate(ab_on.begin(), ab_on.end(), 0.0);
     double off_s = std::accumulate(ab_off.begin(), ab_off.end(), 0.0);
+    const char* what = ab_wgrad                 ? "JIT weight gradients"
+                       : ab_mode == "--ab-core" ? "generated GEMM core"
+                                                : "panels";
     std::printf("A/B plan run, %zu paired runs: %s on %.2f ms, off %.2f ms per run; on/off "
                 "per-run ratio median %.3f (p25 %.3f, p75 %.3f)\n",
-                ab_on.size(), ab_mode == "--ab-core" ? "generated GEMM core" : "panels",
-                1e3 * on_s / static_cast<double>(ab_on.size()),
+                ab_on.size(), what, 1e3 * on_s / static_cast<double>(ab_on.size()),
                 1e3 * off_s / static_cast<double>(ab_off.size()), ratio[ratio.size() / 2],
                 ratio[ratio.size() / 4], ratio[3 * ratio.size() / 4]);
+    if (ab_wgrad) {
+      std::vector<double> dr;
+      for (size_t i = 0; i < dw_on.size(); ++i)
+        dr.push_back(dw_on[i] / dw_off[i]);
+      std::sort(dr.begin(), dr.end());
+      std::printf("A/B weight-gradient GEMMs alone: on %.3f ms, off %.3f ms per run; on/off "
+                  "per-run ratio median %.3f (p25 %.3f, p75 %.3f)\n",
+                  1e3 * std::accumulate(dw_on.begin(), dw_on.end(), 0.0) /
+                      static_cast<double>(dw_on.size()),
+                  1e3 * std::accumulate(dw_off.begin(), dw_off.end(), 0.0) /
+                      static_cast<double>(dw_off.size()),
+                  dr[dr.size() / 2], dr[dr.size() / 4], dr[3 * dr.size() / 4]);
+    }
   }
   return 0;
 }

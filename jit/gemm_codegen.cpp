@@ -5,21 +5,33 @@
 // unrolls, hoists and schedules it. No operand is packed: the plan's row panels are
 // contiguous and B is a weight matrix that fits in L2, so a block streams B's rows from L2
 // while its A rows stay in L1.
-// - NN and TN: a block is `mr` rows x `nr` vectors of C held in registers. Per k it loads `nr`
-//   vectors of B's row k and broadcasts one element of A per row (A(i,k) is A[i*lda+k] for NN,
-//   A[k*lda+i] for TN: only the address differs), then mr*nr fmas. Rows run in blocks of `mr`
+// - NN: a block is `mr` rows x `nr` vectors of C held in registers. Per k it loads `nr`
+//   vectors of B's row k and broadcasts one element of A per row (A(i,k) is A[i*lda+k]),
+//   then mr*nr fmas. Rows run in blocks of `mr`
 //   (outer loop, so the A rows are reused across the columns) and columns in blocks of `nr`
 //   vectors; the last column block has the leftover vectors, its last one masked (n % lanes).
 //   Leftover rows (M % mr) run the same code with fewer rows, chosen by a switch on the count.
 // - NT (C = A·B^T, B stored [N,K]): both operands are read along k, so a block is `mr` rows x
 //   `nr` columns of C, each accumulated as a vector of partial sums over k and reduced at the
 //   end; the k tail (k % lanes) is a masked load of both operands (zeros, never garbage).
+// - TN (weight gradients dW = X^T·dY, K = all rows of a step, often in several stretches): the
+//   design of kernels::sgemm_tn_stretches, whose bits it reproduces. Columns outer, in panels
+//   of `nr` vectors (a panel of B, K rows x nr vectors, stays in L1 across the row blocks);
+//   rows inner, in blocks of near-equal size (at most `mr`: 13 rows run as 7 + 6), fixed at
+//   compile time since m is static. A block's C is loaded into registers (or zeroed), then
+//   every stretch's rows are summed into it in order, one fma per (row, vector, k), with A's
+//   and B's rows 16 ahead prefetched; so each element of C is one chain of fmas over k in
+//   order, whatever the blocking or the stretch split. A narrow C (n <= lanes/2, m >= lanes:
+//   the classifier's dW [150, 5]) runs as C^T = B^T·A instead: vectors along m, a broadcast
+//   of B(k, j) per column, C gathered and scattered once per block; fma(B, A, acc) is the
+//   same exact product, so the same bits.
 // - NN with n <= lanes/2 (the classifier's n = 5) would waste most of each vector: B^T
 //   (n*k <= kMaxPackedB floats) is copied to the stack once per call and the NT code runs.
 // - Sums over k run in a fixed order for a given spec and target, so results are bitwise
 //   reproducible. They differ from other GEMMs by rounding only (fma, a different k order).
 // Not handled: run-time strides (a plan gathers rows into contiguous panels); TN with a
-// run-time M (the weight gradient's M is the weight's row count, static).
+// run-time M (the weight gradient's M is the weight's row count, static); stretches with
+// different strides.
 #include "jit/gemm_codegen.h"
 
 #include "jit/elementwise_codegen.h" // CodegenTarget
@@ -47,6 +59,28 @@ const char* layout_name(GemmLayout layout) {
   return "?";
 }
 
+namespace {
+
+// TN: the blocks of kernels::sgemm_tn_stretches: 12 rows x 2 vectors (24 accumulators), or for
+// at most 3 rows up to 8 vectors; with 16 registers, half of each.
+void tn_default_block(GemmSpec& s, int lanes) {
+  bool wide = lanes >= 16;
+  int64_t vecs = (s.n + lanes - 1) / lanes;
+  if (s.tn_transposed(lanes)) { // all columns x as many vectors of rows as fit in 24
+    int64_t mvecs = (s.m + lanes - 1) / lanes;
+    s.mr = static_cast<int>(s.n);
+    s.nr = static_cast<int>(std::clamp<int64_t>(24 / s.n, 1, mvecs));
+  } else if (s.m <= 3) {
+    s.mr = static_cast<int>(std::max<int64_t>(s.m, 1));
+    s.nr = static_cast<int>(std::min<int64_t>(vecs, wide ? 8 : 4));
+  } else {
+    s.mr = wide ? 12 : 6;
+    s.nr = static_cast<int>(std::min<int64_t>(vecs, 2));
+  }
+}
+
+} // namespace
+
 GemmSpec GemmSpec::resolved(int lanes) const {
   GemmSpec s = *this;
   if (s.lda == 0)
@@ -61,6 +95,8 @@ GemmSpec GemmSpec::resolved(int lanes) const {
     s.nr = static_cast<int>(std::max<int64_t>(1, kPackedCols / lanes));
     if (s.mr == 0)
       s.mr = std::max(1, (wide ? 24 : 12) / s.nr);
+  } else if ((s.mr == 0 || s.nr == 0) && layout == GemmLayout::TN) {
+    tn_default_block(s, lanes);
   } else if (s.mr == 0 || s.nr == 0) {
     if (s.packs_b_transposed(lanes)) {
       s.nr = static_cast<int>(n);
@@ -78,15 +114,22 @@ GemmSpec GemmSpec::resolved(int lanes) const {
   return s;
 }
 
+bool GemmSpec::tn_transposed(int lanes) const {
+  return layout == GemmLayout::TN && 2 * n <= lanes && m >= lanes;
+}
+
 bool GemmSpec::packs_b_transposed(int lanes) const {
   return layout == GemmLayout::NN && !packed_b && 2 * n <= lanes && n * k <= kMaxPackedB;
 }
 
 std::string GemmSpec::signature() const {
   auto dim = [](int64_t v) { return v == 0 ? std::string("?") : std::to_string(v); };
-  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={}{}",
-                     layout_name(layout), dim(m), dim(n), dim(k), lda, ldb, ldc, accumulate ? 1 : 0,
-                     packed_b ? " b=packed" : "");
+  return fmt::format("gemm f32 {} m={} n={} k={} lda={} ldb={} ldc={} acc={}{}{}",
+                     layout_name(layout), dim(m), dim(n), dim(k), lda, ldb, ldc,
+                     stretches    ? "?"
+                     : accumulate ? "1"
+                                  : "0",
+                     stretches ? " st=1" : "", packed_b ? " b=packed" : "");
 }
 
 std::string GemmSpec::canonical_text() const {
@@ -106,6 +149,10 @@ void GemmSpec::validate() const {
   } else if (k < 1 || m != 0) {
     fail("nn/nt need a static k >= 1 and m = 0 (m is the run-time row count)");
   }
+  if (stretches && layout != GemmLayout::TN)
+    fail("stretches are for tn only");
+  if (stretches && accumulate)
+    fail("with stretches, accumulate is a run-time argument (leave it false)");
   if (lda < 0 || ldb < 0 || ldc < 0)
     fail("negative leading dimension");
   if (packed_b && (layout != GemmLayout::NN || ldb != 0))
@@ -133,6 +180,10 @@ public:
         i64_(b_.getInt64Ty()), vec_(llvm::FixedVectorType::get(f32_, lanes)) {}
 
   void emit(const std::string& fn_name, const CodegenTarget& target) {
+    if (s_.layout == GemmLayout::TN) {
+      emit_tn(fn_name, target);
+      return;
+    }
     auto* ptr = b_.getPtrTy();
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_}, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
@@ -396,6 +447,264 @@ private:
         b_.CreateAlignedStore(sum, p, llvm::Align(4));
       }
   }
+
+  // ---- TN: weight gradients (design note at the top) ----
+
+  static constexpr int64_t kPrefetchRows = 16; // rows of A and B fetched ahead
+
+  void emit_tn(const std::string& fn_name, const CodegenTarget& target) {
+    auto* ptr = b_.getPtrTy();
+    const bool st = s_.stretches;
+    auto* fty = st ? llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64_, ptr, i64_}, false)
+                   : llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_->addFnAttr("target-cpu", target.cpu);
+    fn_->addFnAttr("target-features", target.features);
+    std::string bits = std::to_string(32 * lanes_); // 512-bit vectors where the CPU has them
+    fn_->addFnAttr("min-legal-vector-width", bits);
+    fn_->addFnAttr("prefer-vector-width", bits);
+    const unsigned c_arg = 2;
+    for (unsigned i : st ? std::vector<unsigned>{0, c_arg} : std::vector<unsigned>{0, 1, c_arg}) {
+      fn_->addParamAttr(i, llvm::Attribute::NoCapture);
+      if (i != c_arg)
+        fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
+      else
+        fn_->addParamAttr(i, llvm::Attribute::NoAlias);
+    }
+    c_ = fn_->getArg(c_arg);
+    c_->setName("c");
+    if (st) {
+      st_ = fn_->getArg(0);
+      nst_ = fn_->getArg(1);
+      acc_arg_ = fn_->getArg(3);
+      st_->setName("st");
+      nst_->setName("count");
+      acc_arg_->setName("accumulate");
+    } else {
+      a_ = fn_->getArg(0);
+      bm_ = fn_->getArg(1);
+      k_ = fn_->getArg(3);
+      a_->setName("a");
+      bm_->setName("b");
+      k_->setName("rows");
+    }
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+    if (s_.tn_transposed(lanes_)) {
+      emit_tn_transposed();
+      b_.CreateRetVoid();
+      return;
+    }
+    // Column panels of nr vectors, then the leftover vectors (the last one masked).
+    const int64_t width = int64_t{s_.nr} * lanes_;
+    const int64_t full = s_.n / width;
+    emit_loop(b_.getInt64(full), "cp", {}, true, [&](Value* jp, const Carried&) {
+      emit_tn_panel(b_.CreateMul(jp, b_.getInt64(width), "j0", true, true), s_.nr, lanes_);
+      return Carried{};
+    });
+    if (int64_t rest = s_.n - full * width) {
+      int vecs = static_cast<int>((rest + lanes_ - 1) / lanes_);
+      emit_tn_panel(b_.getInt64(full * width), vecs,
+                    static_cast<int>(rest - int64_t{vecs - 1} * lanes_));
+    }
+    b_.CreateRetVoid();
+  }
+
+  // A narrow C (n <= lanes/2) as C^T: per block of mr columns, the rows in blocks of nr
+  // vectors, the last block holding the last (masked) vector.
+  void emit_tn_transposed() {
+    const int64_t vm = (s_.m + lanes_ - 1) / lanes_;
+    const int last = static_cast<int>(s_.m - (vm - 1) * lanes_);
+    const int64_t full = (vm - 1) / s_.nr;
+    const int rest = static_cast<int>(vm - full * s_.nr);
+    for (int64_t j0 = 0; j0 < s_.n; j0 += s_.mr) {
+      const int cols = static_cast<int>(std::min<int64_t>(s_.mr, s_.n - j0));
+      emit_loop(b_.getInt64(full), "tb", {}, false, [&](Value* ib, const Carried&) {
+        Value* i0 = b_.CreateMul(ib, b_.getInt64(int64_t{s_.nr} * lanes_), "", true, true);
+        emit_tile_tn(i0, cols, b_.getInt64(j0), s_.nr, lanes_, true);
+        return Carried{};
+      });
+      emit_tile_tn(b_.getInt64(full * s_.nr * lanes_), cols, b_.getInt64(j0), rest, last, true);
+    }
+  }
+
+  // All rows of C for one column panel: ceil(m / mr) blocks of near-equal size, the larger
+  // ones first (their sizes are static: two loops, one per size).
+  void emit_tn_panel(Value* j0, int vecs, int last) {
+    const int64_t blocks = (s_.m + s_.mr - 1) / s_.mr;
+    const int64_t lo = s_.m / blocks, big = s_.m % blocks; // `big` blocks of lo + 1 rows
+    emit_loop(b_.getInt64(big), "rb.big", {}, true, [&](Value* ib, const Carried&) {
+      emit_tile_tn(b_.CreateMul(ib, b_.getInt64(lo + 1), "", true, true), static_cast<int>(lo + 1),
+                   j0, vecs, last);
+      return Carried{};
+    });
+    emit_loop(b_.getInt64(blocks - big), "rb", {}, true, [&](Value* ib, const Carried&) {
+      Value* i0 = add(b_.CreateMul(ib, b_.getInt64(lo), "", true, true), big * (lo + 1));
+      emit_tile_tn(i0, static_cast<int>(lo), j0, vecs, last);
+      return Carried{};
+    });
+  }
+
+  void prefetch(Value* base, Value* index, bool write) {
+    // Not inbounds: rows ahead of the last one are past the array (a prefetch never faults).
+    Value* p = b_.CreateGEP(f32_, base, index);
+    b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {b_.getPtrTy()},
+                       {p, b_.getInt32(write ? 1 : 0), b_.getInt32(3), b_.getInt32(1)});
+  }
+
+  // C[i0 .. i0+rows, j0 .. j0+vecs vectors] (+)= sum over the stretches (or the one A, B) of
+  // A^T·B; the last vector has `last` valid lanes.
+  // Transposed (`t`, tn_transposed): columns j0 .. j0+rows of C, rows i0 .. i0+vecs vectors,
+  // accumulator (r, v) holding column j0+r of C for a vector of rows.
+  void emit_tile_tn(Value* i0, int rows, Value* j0, int vecs, int last, bool t = false) {
+    auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    // Transposed: element l of accumulator (r, v) is C[i0 + v*lanes + l, j0 + r]: a vector of
+    // pointers for a gather and a scatter (one instruction each with AVX-512).
+    auto c_elems = [&](int r, int v) {
+      std::vector<llvm::Constant*> offs;
+      for (int l = 0; l < lanes_; ++l)
+        offs.push_back(b_.getInt64(int64_t{l} * s_.ldc));
+      Value* base = add(idx(add(i0, int64_t{v} * lanes_), s_.ldc, j0), r);
+      Value* ix = b_.CreateAdd(b_.CreateVectorSplat(lanes_, base), llvm::ConstantVector::get(offs));
+      return b_.CreateGEP(f32_, c_, ix);
+    };
+    auto load_c = [&] {
+      Carried acc;
+      for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < vecs; ++v) {
+          if (!t) {
+            acc.push_back(load_vec(c_ptr(i0, r, j0, v), valid(v)));
+            continue;
+          }
+          acc.push_back(b_.CreateMaskedGather(vec_, c_elems(r, v), llvm::Align(4),
+                                              lane_mask(valid(v)),
+                                              llvm::Constant::getNullValue(vec_)));
+        }
+      return acc;
+    };
+    auto zero_c = [&] { // C's lines are written at the end: ask for them now
+      for (int r = 0; r < rows && !t; ++r) {
+        Value* row = idx(add(i0, r), s_.ldc, j0);
+        for (int v = 0; v < vecs; ++v)
+          prefetch(c_, add(row, int64_t{v} * lanes_), true);
+        prefetch(c_, add(row, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), true);
+      }
+      return Carried(size_t(rows) * vecs, llvm::Constant::getNullValue(vec_));
+    };
+    Carried acc;
+    if (!s_.stretches) {
+      acc = s_.accumulate ? load_c() : zero_c();
+    } else { // accumulate or not, as the call says
+      auto* ld = llvm::BasicBlock::Create(ctx_, "c.load", fn_);
+      auto* zr = llvm::BasicBlock::Create(ctx_, "c.zero", fn_);
+      auto* join = llvm::BasicBlock::Create(ctx_, "c.init", fn_);
+      b_.CreateCondBr(b_.CreateICmpNE(acc_arg_, b_.getInt64(0)), ld, zr);
+      b_.SetInsertPoint(ld);
+      Carried loaded = load_c();
+      b_.CreateBr(join);
+      b_.SetInsertPoint(zr);
+      Carried zeros = zero_c();
+      b_.CreateBr(join);
+      b_.SetInsertPoint(join);
+      for (size_t i = 0; i < loaded.size(); ++i) {
+        llvm::PHINode* phi = b_.CreatePHI(vec_, 2);
+        phi->addIncoming(loaded[i], ld);
+        phi->addIncoming(zeros[i], zr);
+        acc.push_back(phi);
+      }
+    }
+    if (s_.stretches) {
+      auto* rec = llvm::StructType::get(ctx_, {b_.getPtrTy(), b_.getPtrTy(), i64_});
+      acc = emit_loop(nst_, "st", acc, false, [&](Value* si, const Carried& in) {
+        Value* r = b_.CreateInBoundsGEP(rec, st_, si);
+        Value* a =
+            b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateStructGEP(rec, r, 0), llvm::Align(8));
+        Value* b =
+            b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateStructGEP(rec, r, 1), llvm::Align(8));
+        Value* k = b_.CreateAlignedLoad(i64_, b_.CreateStructGEP(rec, r, 2), llvm::Align(8));
+        return t ? emit_tn_k_transposed(a, b, k, i0, rows, j0, vecs, last, in)
+                 : emit_tn_k(a, b, k, i0, rows, j0, vecs, last, in);
+      });
+    } else {
+      acc = t ? emit_tn_k_transposed(a_, bm_, k_, i0, rows, j0, vecs, last, acc)
+              : emit_tn_k(a_, bm_, k_, i0, rows, j0, vecs, last, acc);
+    }
+    for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < vecs; ++v) {
+        if (!t) {
+          store_vec(acc[r * vecs + v], c_ptr(i0, r, j0, v), valid(v));
+          continue;
+        }
+        b_.CreateMaskedScatter(acc[r * vecs + v], c_elems(r, v), llvm::Align(4),
+                               lane_mask(valid(v)));
+      }
+  }
+
+  // Transposed: per k, `vecs` vectors of A's row k (rows i0.. of C) times a broadcast of
+  // B(k, j0 + c) for each of the `cols` columns: fma(B, A, acc), the same exact product as
+  // fma(A, B, acc), so the bits of the untransposed kernel.
+  Carried emit_tn_k_transposed(Value* a, Value* b, Value* k, Value* i0, int cols, Value* j0,
+                               int vecs, int last, const Carried& init) {
+    auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    Value* a0 = gep(a, i0);
+    Value* b0 = gep(b, j0);
+    return emit_loop(k, "k", init, false, [&](Value* p, const Carried& in) {
+      Value* arow = b_.CreateMul(p, b_.getInt64(s_.lda), "", true, true);
+      Value* brow = b_.CreateMul(p, b_.getInt64(s_.ldb), "", true, true);
+      Value* aahead = add(arow, kPrefetchRows * s_.lda);
+      for (int v = 0; v < vecs; ++v)
+        prefetch(a0, add(aahead, int64_t{v} * lanes_), false);
+      prefetch(a0, add(aahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
+      prefetch(b0, add(brow, kPrefetchRows * s_.ldb), false);
+      std::vector<Value*> av;
+      for (int v = 0; v < vecs; ++v)
+        av.push_back(load_vec(gep(a0, add(arow, int64_t{v} * lanes_)), valid(v)));
+      Carried out(in.size());
+      for (int c = 0; c < cols; ++c) {
+        Value* x = b_.CreateAlignedLoad(f32_, gep(b0, add(brow, c)), llvm::Align(4));
+        Value* bc = b_.CreateVectorSplat(lanes_, x);
+        for (int v = 0; v < vecs; ++v)
+          out[c * vecs + v] = fma(bc, av[v], in[c * vecs + v]);
+      }
+      return out;
+    });
+  }
+
+  // The accumulators after k rows of A [k, lda] and B [k, ldb] (k may be 0).
+  Carried emit_tn_k(Value* a, Value* b, Value* k, Value* i0, int rows, Value* j0, int vecs,
+                    int last, const Carried& init) {
+    auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
+    Value* a0 = gep(a, i0); // A(i0, p) = a0[p * lda]
+    Value* b0 = gep(b, j0); // B(p, j0) = b0[p * ldb]
+    return emit_loop(k, "k", init, false, [&](Value* p, const Carried& in) {
+      Value* arow = b_.CreateMul(p, b_.getInt64(s_.lda), "", true, true);
+      Value* brow = b_.CreateMul(p, b_.getInt64(s_.ldb), "", true, true);
+      // B's rows are far apart (ldb floats): the hardware prefetchers miss them when B comes
+      // from L3, as in a plan run. A's rows (lda apart) too.
+      Value* bahead = add(brow, kPrefetchRows * s_.ldb);
+      for (int v = 0; v < vecs; ++v)
+        prefetch(b0, add(bahead, int64_t{v} * lanes_), false);
+      prefetch(b0, add(bahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
+      Value* aahead = add(arow, kPrefetchRows * s_.lda);
+      prefetch(a0, aahead, false);
+      prefetch(a0, add(aahead, rows - 1), false);
+      std::vector<Value*> bv;
+      for (int v = 0; v < vecs; ++v)
+        bv.push_back(load_vec(gep(b0, add(brow, int64_t{v} * lanes_)), valid(v)));
+      Carried out(in.size());
+      for (int r = 0; r < rows; ++r) {
+        Value* x = b_.CreateAlignedLoad(f32_, gep(a0, add(arow, r)), llvm::Align(4));
+        Value* av = b_.CreateVectorSplat(lanes_, x);
+        for (int v = 0; v < vecs; ++v)
+          out[r * vecs + v] = fma(av, bv[v], in[r * vecs + v]);
+      }
+      return out;
+    });
+  }
+
+  Value* st_ = nullptr;      // TN with stretches: the records
+  Value* nst_ = nullptr;     // and their count
+  Value* acc_arg_ = nullptr; // and whether C is accumulated
 
   GemmSpec s_;
   int lanes_;

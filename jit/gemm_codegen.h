@@ -18,9 +18,19 @@ enum class GemmLayout {
 
 const char* layout_name(GemmLayout layout); ///< "nn", "nt", "tn"
 
+/// One stretch of a weight gradient's rows (GemmSpec::stretches): A [k, m] and B [k, n] with
+/// the spec's leading dimensions. The layout of kernels::GemmStretch.
+struct GemmStretch {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t k = 0; ///< rows in this stretch (0 is allowed: nothing to add)
+};
+
 /// A GEMM kernel. Compiled to `void g(const float* a, const float* b, float* c, int64_t rows)`
-/// where `rows` is the run-time dimension: M for NN and NT, K for TN. Callers must not pass
-/// a C that overlaps A or B (the arguments are `noalias`).
+/// where `rows` is the run-time dimension: M for NN and NT, K for TN; a TN spec with
+/// `stretches` compiles to `void g(const GemmStretch* st, int64_t count, float* c, int64_t
+/// accumulate)` instead (whether C is accumulated is then chosen per call).
+/// Callers must not pass a C that overlaps A or B (the arguments are `noalias`).
 struct GemmSpec {
   GemmLayout layout = GemmLayout::NN;
   int64_t m = 0; ///< rows of C: 0 (run time) for NN and NT; static (> 0) for TN
@@ -40,6 +50,10 @@ struct GemmSpec {
   /// kernels (KernelSpec::gemm_n), lowered by gemm_panel_codegen.cpp.
   bool packed_b = false;
   static constexpr int64_t kPackedCols = 32;
+  /// TN only: C (+)= the sum over `count` stretches of A_s^T · B_s, in order (the rows of one
+  /// weight gradient kept in several buffers), as if they were stacked; GemmStretchesFn.
+  /// `accumulate` is then a run-time argument and must be left false here.
+  bool stretches = false;
 
   /// Largest B (floats) that a narrow NN copies transposed to the stack.
   static constexpr int64_t kMaxPackedB = 16384;
@@ -48,13 +62,18 @@ struct GemmSpec {
   /// call; its block is then rows x columns, as for NT.
   bool packs_b_transposed(int lanes) const;
 
+  /// True when a narrow TN (n <= lanes/2, m >= lanes: the classifier's dW [150, 5]) runs on C^T
+  /// = B^T·A, vectors along m; its block is then `mr` columns of C x `nr` vectors of rows.
+  bool tn_transposed(int lanes) const;
+
   /// The same spec with dense strides and, for a target with `lanes`-float vectors, the default
   /// block filled in (what the lowering compiles).
   GemmSpec resolved(int lanes) const;
 
   /// Canonical text, equal for specs that compile to the same code on one target (the cache
   /// appends the target, which fixes a default block). Example:
-  /// "gemm f32 nn m=? n=450 k=300 lda=300 ldb=450 ldc=450 acc=0 block=default".
+  /// "gemm f32 nn m=? n=450 k=300 lda=300 ldb=450 ldc=450 acc=0 block=default"; a TN spec
+  /// with stretches reads "acc=? st=1" (accumulation chosen per call).
   std::string canonical_text() const;
   /// The canonical text without the block: what a tuned database is keyed by.
   std::string signature() const;

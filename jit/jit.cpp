@@ -151,6 +151,10 @@ public:
                                               });
     if (!k)
       return k.takeError();
+    if (spec.stretches) { // the symbol is a GemmStretchesFn (through void (*)(), as above)
+      k->stretches = reinterpret_cast<GemmStretchesFn>(reinterpret_cast<void (*)()>(k->fn));
+      k->fn = nullptr;
+    }
     GemmSpec r = spec.resolved(gemm_lanes(target_));
     k->schedule = fmt::format("{}x{} ({})", r.mr, r.nr, spec.mr ? "given" : "default");
     return k;

@@ -47,9 +47,15 @@ uint64_t ir_text_hash(std::string_view text);
 /// The compiled form of a GemmSpec; `rows` is the spec's run-time dimension (M, or K for TN).
 using GemmFn = void (*)(const float* a, const float* b, float* c, int64_t rows);
 
+/// The compiled form of a TN GemmSpec with `stretches`: C = sum of st[s].a^T · st[s].b, or
+/// C += that sum when `accumulate` is nonzero (C is then read).
+using GemmStretchesFn = void (*)(const GemmStretch* st, int64_t count, float* c,
+                                 int64_t accumulate);
+
 /// A GEMM kernel ready to call, valid until `Jit::remove(handle)` or the Jit's destruction.
 struct CompiledGemm {
-  GemmFn fn = nullptr;
+  GemmFn fn = nullptr;                 ///< every spec but a TN with stretches
+  GemmStretchesFn stretches = nullptr; ///< a TN spec with stretches
   KernelHandle handle;
   double compile_ms = 0;
   std::string schedule; ///< the register block it got, e.g. "6x4 (default)"

@@ -187,6 +187,12 @@ std::vector<std::string> tune_candidates(const GemmSpec& spec, int lanes) {
     if (cols <= 28)
       for (int mr : {1, 2, 4})
         add(mr, static_cast<int>(cols));
+  } else if (spec.tn_transposed(lanes)) {
+    // Columns of C x vectors of its rows (C^T).
+    int n = static_cast<int>(spec.n);
+    for (int cols : {n, (n + 1) / 2, 1})
+      for (int nr = 1; nr <= 6; ++nr)
+        add(cols, nr);
   } else {
     // Rows x vectors of C.
     int vecs = static_cast<int>(std::min<int64_t>((spec.n + lanes - 1) / lanes, 4));
@@ -265,6 +271,7 @@ ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneOptions& opt
   bool tn = spec.layout == GemmLayout::TN;
   struct Data {
     std::vector<float> a, b, c, c0;
+    std::vector<GemmStretch> st; ///< TN with stretches: the rows in three stretches
   };
   std::vector<Data> data(opt.rows.size());
   for (size_t i = 0; i < opt.rows.size(); ++i) {
@@ -277,14 +284,25 @@ ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneOptions& opt
     d.b = random_floats(static_cast<size_t>(b_rows * r.ldb), rng);
     d.c0 = random_floats(static_cast<size_t>(m * r.ldc), rng);
     d.c = d.c0;
+    for (int64_t s = 0, p0 = 0; s < 3 && spec.stretches; ++s) { // rows split 1/4, 1/4, 1/2
+      int64_t p1 = s == 2 ? k : k * (s + 1) / 4;
+      d.st.push_back({d.a.data() + p0 * r.lda, d.b.data() + p0 * r.ldb, p1 - p0});
+      p0 = p1;
+    }
   }
   auto compile = [&](const std::string& cand) {
     GemmSpec s = spec;
     parse_gemm_schedule(cand, s.mr, s.nr);
     CompiledGemm g = jit.compile_gemm(s);
-    Runner run = [&data, &opt, fn = g.fn](size_t i) {
-      fn(data[i].a.data(), data[i].b.data(), data[i].c.data(), opt.rows[i]);
-    };
+    Runner run;
+    if (g.stretches != nullptr)
+      run = [&data, fn = g.stretches](size_t i) {
+        fn(data[i].st.data(), static_cast<int64_t>(data[i].st.size()), data[i].c.data(), 1);
+      };
+    else
+      run = [&data, &opt, fn = g.fn](size_t i) {
+        fn(data[i].a.data(), data[i].b.data(), data[i].c.data(), opt.rows[i]);
+      };
     return std::pair{run, g.handle};
   };
   auto outputs = [&](size_t i) {

@@ -107,6 +107,7 @@ GraphRunner::GraphRunner(spec::TemplateGraph tg, bool jit_runs) : tg_(std::move(
   if (supported() && jit_runs) {
     plan_runs();
     plan_reductions();
+    plan_weight_grads();
   }
 }
 
@@ -557,7 +558,7 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     if (st.deferred != nullptr && deferrable_[static_cast<size_t>(o)]) {
       const Node& n = g.node(o);
       st.deferred->push_back({tg_.param_index[j], st.vals[static_cast<size_t>(n.operands[1])],
-                              st.vals[static_cast<size_t>(n.operands[0])]});
+                              st.vals[static_cast<size_t>(n.operands[0])], weight_grad_kernel(o)});
       continue;
     }
     if (sparse[static_cast<size_t>(o)]) {

@@ -29,7 +29,9 @@
 //   node is then not evaluated on its own. Row results do not depend on the panel split, and
 //   the generated core gives the bits of src/kernels/gemm.cpp's kernels (State::jit_gemm).
 // - Weight gradients x^T·gy that are a parameter's whole gradient can be left to the caller
-//   (State::deferred), which stacks every group's rows into one GEMM per weight.
+//   (State::deferred), which sums every group's rows in one GEMM per weight: a generated TN
+//   kernel over the groups' row stretches once compiled (graph_weight_grads.cpp), until then
+//   the reference kernel (the same bits).
 // - The embedding gradient stays row-sparse: a parameter gradient that is a TakeGrad of
 //   per-row ids is returned as the rows and their ids, never densified.
 // Not handled (falls back): arguments shared by all rows of a group, matmuls whose per-row
@@ -38,6 +40,7 @@
 
 #include "interp/params.h"
 #include "interp/tape.h"
+#include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
 #include "profile.h"
@@ -52,7 +55,8 @@
 
 namespace pejit::jit {
 class KernelCache;
-}
+struct CachedKernel;
+} // namespace pejit::jit
 
 namespace pejit::runtime {
 
@@ -76,6 +80,9 @@ public:
   struct DeferredGemm {
     int param = -1;
     Tensor a, gy;
+    /// The compiled TN kernel (GemmSpec::stretches) for this weight's shape; null until
+    /// compiled (or without the JIT).
+    std::shared_ptr<const jit::CachedKernel> kernel;
   };
 
   /// Node values of one group's forward, kept for its backward.
@@ -134,6 +141,16 @@ public:
   };
   std::vector<ReduceRun> reduce_runs() const;
 
+  /// One weight gradient x^T·gy left to the caller (State::deferred), with the TN GEMM kernel
+  /// it runs on once compiled.
+  struct WeightGradRun {
+    graph::NodeId node = graph::kNoNode;
+    int param = -1; ///< module parameter index
+    jit::GemmSpec spec;
+    std::string schedule, schedule_source; ///< empty until compiled
+  };
+  std::vector<WeightGradRun> weight_grad_runs() const;
+
   /// Argument `a` is read only by a concat that a panel core assembles (Run::gather): the
   /// caller may pass its rows' addresses in State::arg_rows instead of gathering them.
   bool lazy_arg(size_t a) const { return a < lazy_arg_.size() && lazy_arg_[a]; }
@@ -171,6 +188,10 @@ private:
   Tensor sum_rows(graph::NodeId id, const Tensor& v, int64_t rows, GraphRunStats& stats) const;
   void classify();
   void plan_runs();
+  struct WeightGrad;
+  void plan_weight_grads(); ///< a TN GEMM spec per deferrable weight gradient
+  /// The compiled kernel of deferrable weight gradient `id`, or null.
+  std::shared_ptr<const jit::CachedKernel> weight_grad_kernel(graph::NodeId id) const;
   /// Once every run has its kernel: run outputs that are results (or argument gradients) are
   /// written by their run straight into the caller's blocks dest[k], not copied there after.
   void bind(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
@@ -198,6 +219,7 @@ private:
   std::string why_;
   std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
   std::vector<Reduction> reductions_;
+  std::vector<WeightGrad> weight_grads_;
   std::vector<int32_t> reduction_of_; ///< by node: its index in reductions_, or -1
 };
 

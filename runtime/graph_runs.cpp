@@ -72,6 +72,8 @@ void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure) {
       }
   for (auto& r : reductions_)
     r.kernel = cache.get_reduce(r.spec);
+  for (auto& w : weight_grads_)
+    w.kernel = cache.get_gemm(w.spec);
 }
 
 bool GraphRunner::compiled() const {
@@ -82,6 +84,9 @@ bool GraphRunner::compiled() const {
           return false;
   for (const auto& r : reductions_)
     if (!r.kernel)
+      return false;
+  for (const auto& w : weight_grads_)
+    if (!w.kernel)
       return false;
   return true;
 }

@@ -66,4 +66,12 @@ struct GraphRunner::Reduction {
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };
 
+// A deferrable weight gradient's TN GEMM (graph_weight_grads.cpp).
+struct GraphRunner::WeightGrad {
+  graph::NodeId node = graph::kNoNode;
+  int param = -1;
+  jit::GemmSpec spec;
+  std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
+};
+
 } // namespace pejit::runtime

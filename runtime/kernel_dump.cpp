@@ -24,9 +24,9 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
   for (const auto& g : plan.groups)
     if (g.tmpl >= 0)
       used[static_cast<size_t>(g.tmpl)] = true;
-  // A tuned entry applies to one CPU: the Jit names this host's, as the engine's does.
-  std::unique_ptr<jit::Jit> jit =
-      with_ir || schedules != nullptr ? std::make_unique<jit::Jit>() : nullptr;
+  // A tuned entry applies to one CPU: the Jit names this host's, as the engine's does; a
+  // GEMM's default block depends on the host's vector width.
+  std::unique_ptr<jit::Jit> jit = std::make_unique<jit::Jit>();
   std::vector<KernelDumpTemplate> out;
   for (size_t id = 0; id < used.size(); ++id) {
     if (!used[id])
@@ -52,8 +52,7 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
         k.kernel = r.kernel;
         k.run = run;
         // Resolved as KernelCache::get resolves it: the same spec, the same IR.
-        k.spec = jit::resolve_schedule(r.spec, schedules, jit ? jit->target_cpu() : std::string(),
-                                       k.schedule_source);
+        k.spec = jit::resolve_schedule(r.spec, schedules, jit->target_cpu(), k.schedule_source);
         k.schedule = k.spec.schedule;
         if (with_ir) {
           k.ir = jit->optimized_ir(k.spec);
@@ -78,6 +77,20 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
           k.ir_hash = jit::ir_text_hash(k.ir);
         }
         d.reductions.push_back(std::move(k));
+      }
+      for (const auto& w : runner.weight_grad_runs()) {
+        KernelDumpGemm k;
+        k.node = w.node;
+        k.param = m.params()[static_cast<size_t>(w.param)]->name;
+        // Resolved as KernelCache::get_gemm resolves it; the block is the one it compiles.
+        k.spec = jit::resolve_schedule(w.spec, schedules, jit->target_cpu(), k.schedule_source);
+        jit::GemmSpec r = k.spec.resolved(jit->vector_lanes());
+        k.schedule = fmt::format("{}x{}", r.mr, r.nr);
+        if (with_ir) {
+          k.ir = jit->optimized_ir(k.spec);
+          k.ir_hash = jit::ir_text_hash(k.ir);
+        }
+        d.gemms.push_back(std::move(k));
       }
     } catch (const std::exception& e) {
       d.why = e.what();
@@ -109,6 +122,27 @@ std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
   return out;
 }
 
+std::vector<jit::GemmSpec> template_gemm_specs(const ir::Module& m, const interp::DimBindings& dims,
+                                               const spec::TemplateTable& templates) {
+  std::vector<jit::GemmSpec> out;
+  std::set<std::string> seen;
+  for (size_t id = 0; id < templates.size(); ++id) {
+    const spec::Template& t = templates.at(static_cast<int32_t>(id));
+    std::unique_ptr<GraphRunner> runner;
+    try {
+      runner = std::make_unique<GraphRunner>(spec::compile_template(m, dims, t), true);
+    } catch (const std::exception&) {
+      continue; // as template_kernel_specs
+    }
+    if (!runner->supported())
+      continue;
+    for (const auto& w : runner->weight_grad_runs())
+      if (seen.insert(w.spec.signature()).second)
+        out.push_back(w.spec);
+  }
+  return out;
+}
+
 std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts) {
   std::string s;
   for (const auto& t : ts) {
@@ -131,6 +165,9 @@ std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts) {
     for (const auto& r : t.reductions)
       s += fmt::format("  reduce %{} ({}): {}\n    schedule {} (source: {})\n", r.node, r.where,
                        r.spec.canonical_text(), r.schedule, r.schedule_source);
+    for (const auto& g : t.gemms)
+      s += fmt::format("  gemm %{} (weight grad {}): {}\n    schedule {} (source: {})\n", g.node,
+                       g.param, g.spec.canonical_text(), g.schedule, g.schedule_source);
   }
   return s;
 }
@@ -145,6 +182,10 @@ std::string print_kernel_llvm(const std::vector<KernelDumpTemplate>& ts) {
     for (const auto& r : t.reductions)
       s += fmt::format("; reduce {}#{} %{} ({}) fnv={:016x}\n{}\n", t.name, t.id, r.node, r.where,
                        r.ir_hash, r.ir);
+  for (const auto& t : ts)
+    for (const auto& g : t.gemms)
+      s += fmt::format("; gemm {}#{} %{} (weight grad {}) fnv={:016x}\n{}\n", t.name, t.id, g.node,
+                       g.param, g.ir_hash, g.ir);
   return s;
 }
 

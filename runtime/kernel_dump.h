@@ -8,6 +8,7 @@
 
 #include "graph/graph.h"
 #include "interp/params.h"
+#include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
 #include "jit/schedule.h"
@@ -44,6 +45,18 @@ struct KernelDumpReduce {
   uint64_t ir_hash = 0; ///< jit::ir_text_hash(ir) (with_ir only)
 };
 
+/// One weight gradient of a template run on a generated TN GEMM kernel (summed over every
+/// group's rows by the plan executor).
+struct KernelDumpGemm {
+  graph::NodeId node = graph::kNoNode;
+  std::string param; ///< the weight's name
+  jit::GemmSpec spec;
+  std::string schedule;        ///< the block it compiles with ("12x2")
+  std::string schedule_source; ///< "default", or "tuned FILE entry N"
+  std::string ir;              ///< optimized LLVM IR (with_ir only)
+  uint64_t ir_hash = 0;        ///< jit::ir_text_hash(ir) (with_ir only)
+};
+
 /// One template of the plan.
 struct KernelDumpTemplate {
   int32_t id = -1;     ///< in the plan's template table
@@ -52,6 +65,7 @@ struct KernelDumpTemplate {
   std::string why;     ///< non-empty: no graph runner (the batching interpreter runs it)
   std::vector<KernelDumpRun> runs;
   std::vector<KernelDumpReduce> reductions;
+  std::vector<KernelDumpGemm> gemms;
 };
 
 /// The templates `plan` launches, in template order. With `with_ir`, a local Jit lowers and
@@ -70,14 +84,19 @@ std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
                                                    const interp::DimBindings& dims,
                                                    const spec::TemplateTable& templates);
 
+/// The weight-gradient GEMM specs (no block named) of the same templates, each once.
+std::vector<jit::GemmSpec> template_gemm_specs(const ir::Module& m, const interp::DimBindings& dims,
+                                               const spec::TemplateTable& templates);
+
 /// Per template its kernel lines, each followed by its runs: the spec's canonical text, then
 /// "schedule S (source: SRC)"; then its row reductions, "reduce %N (WHERE): TEXT" and their
-/// schedule line.
+/// schedule line; then its weight gradients, "gemm %N (weight grad PARAM): TEXT" and theirs.
 std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts);
 
 /// The IR of every run, each preceded by "; kernel NAME#ID fwd|bwd K run R fnv=HASH" (HASH:
 /// 16 hex digits of jit::ir_text_hash, FNV-1a 64), then of every row reduction, preceded by
-/// "; reduce NAME#ID %N (WHERE) fnv=HASH". Needs dump_kernels(..., with_ir = true).
+/// "; reduce NAME#ID %N (WHERE) fnv=HASH", then of every weight-gradient GEMM, preceded by
+/// "; gemm NAME#ID %N (weight grad PARAM) fnv=HASH". Needs dump_kernels(..., with_ir = true).
 std::string print_kernel_llvm(const std::vector<KernelDumpTemplate>& ts);
 
 } // namespace pejit::runtime

@@ -12,6 +12,7 @@
 
 #include "interp/evaluator.h"
 #include "interp/recorded_op.h"
+#include "jit/kernel_cache.h"
 #include "kernels/kernels.h"
 #include "ops/emitter.h"
 #include "specializer/template_graph.h"
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -255,6 +257,25 @@ struct PlanExecutor::Impl {
     accumulate(stats.profile, rs.time);
   }
 
+  std::vector<jit::GemmStretch> jit_parts; // reused by weight_gradients()
+
+  // The generated TN kernel for param p's dW [k, m] = the sum of the groups' x^T·gy when every
+  // group that deferred one has it compiled and it fits; else null (the reference kernel runs).
+  const jit::CachedKernel* jit_weight_grad(int p, int64_t k, int64_t m) const {
+    if (!opt.jit_weight_grads)
+      return nullptr;
+    const jit::CachedKernel* g = nullptr;
+    for (const auto& d : deferred)
+      if (d.param == p) {
+        if (!d.kernel || (g != nullptr && d.kernel.get() != g))
+          return nullptr;
+        g = d.kernel.get();
+      }
+    if (g == nullptr || g->gemm.stretches == nullptr || g->gemm_spec.m != k || g->gemm_spec.n != m)
+      return nullptr;
+    return g;
+  }
+
   // Each weight's deferred gradient as one GEMM over the rows of every group that had one.
   void weight_gradients(std::vector<interp::ParamGrad>& grads, PlanStats& stats) {
     std::vector<int> order;
@@ -277,7 +298,18 @@ struct PlanExecutor::Impl {
       float beta = dst.defined() ? 1.0f : 0.0f;
       if (!dst.defined())
         dst = Tensor::empty(DType::F32, Shape{k, m});
-      kernels::sgemm_tn_stretches(k, m, parts.data(), parts.size(), beta, dst.f32(), m);
+      if (const jit::CachedKernel* g = jit_weight_grad(p, k, m)) {
+        static_assert(sizeof(jit::GemmStretch) == sizeof(kernels::GemmStretch) &&
+                      offsetof(jit::GemmStretch, k) == offsetof(kernels::GemmStretch, k));
+        jit_parts.clear();
+        for (const auto& s : parts)
+          jit_parts.push_back({s.a, s.b, s.k});
+        g->gemm.stretches(jit_parts.data(), static_cast<int64_t>(jit_parts.size()), dst.f32(),
+                          beta != 0.0f);
+        stats.jit_weight_grads++;
+      } else {
+        kernels::sgemm_tn_stretches(k, m, parts.data(), parts.size(), beta, dst.f32(), m);
+      }
       stats.weight_grad_gemms++;
       tock(stats, Family::GemmWeightGrad, t0, 2.0 * static_cast<double>(k * m * rows));
     }

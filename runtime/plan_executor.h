@@ -58,6 +58,7 @@ struct PlanStats {
   /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.
   int64_t lazy_gathers = 0;
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
+  int64_t jit_weight_grads = 0;  ///< of those, run on a generated TN kernel
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
   /// With ExecOptions::profile: time (and GEMM flops) per kernel family, over all runs.
@@ -86,6 +87,9 @@ struct ExecOptions {
   /// Panel kernels run their generated GEMM core; false: the C++ GEMM kernels do (the same
   /// bits; for comparisons).
   bool jit_gemm = true;
+  /// With compiled kernels: weight gradients run on their generated TN kernels; false: on
+  /// kernels::sgemm_tn_stretches (the same bits on AVX-512 builds; for comparisons).
+  bool jit_weight_grads = true;
 };
 
 class PlanExecutor {

@@ -663,7 +663,8 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
       (void)spec::partially_evaluate(*m, dims, e, batch, tt); // a refusal: nothing to tune
   }
   std::vector<jit::KernelSpec> specs = template_kernel_specs(*m, dims, tt);
-  if (specs.empty())
+  std::vector<jit::GemmSpec> gemms = template_gemm_specs(*m, dims, tt);
+  if (specs.empty() && gemms.empty())
     throw Error("tune: '" + opt.model + "' compiles no JIT kernel on '" + opt.data + "'");
 
   jit::Jit jit(jit::JitOptions{0});
@@ -671,7 +672,7 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
   to.rows = opt.rows;
   to.min_ms = opt.min_ms;
   to.repeats = opt.repeats;
-  out << "tuning " << specs.size() << " kernels on " << jit.target_cpu() << " (rows";
+  out << "tuning " << specs.size() + gemms.size() << " kernels on " << jit.target_cpu() << " (rows";
   for (int64_t r : opt.rows)
     out << " " << r;
   out << ")\n";
@@ -682,9 +683,16 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
         << std::flush;
     db.put(std::move(e));
   }
+  for (const auto& spec : gemms) { // weight gradients: their register block
+    jit::ScheduleEntry e = jit::tune_kernel(jit, spec, to);
+    out << fmt::format("{}: {} ({} candidates; default {:.2f} us, chosen {:.2f} us)\n", e.signature,
+                       e.schedule, e.candidates, e.default_us, e.best_us)
+        << std::flush;
+    db.put(std::move(e));
+  }
   db.save(opt.out);
   out << "wrote " << opt.out << " (" << db.size() << " entries)\n";
-  return specs.size();
+  return specs.size() + gemms.size();
 }
 
 } // namespace pejit::runtime

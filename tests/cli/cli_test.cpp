@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <sys/wait.h>
@@ -294,7 +295,8 @@ TEST_SUITE("cli") {
     std::set<std::string> dumped;
     std::istringstream lines(l.out);
     for (std::string line; std::getline(lines, line);)
-      if ((line.rfind("; kernel ", 0) == 0 || line.rfind("; reduce ", 0) == 0) &&
+      if ((line.rfind("; kernel ", 0) == 0 || line.rfind("; reduce ", 0) == 0 ||
+           line.rfind("; gemm ", 0) == 0) &&
           line.find(" fnv=") != std::string::npos)
         dumped.insert(line.substr(line.find(" fnv=") + 5));
     REQUIRE(!dumped.empty());
@@ -310,7 +312,12 @@ TEST_SUITE("cli") {
     REQUIRE(js[1].contains("kernels"));
     std::set<std::string> trained;
     for (const auto& kj : js[1]["kernels"]) {
-      CHECK(kj["schedule"] == "default");
+      // A GEMM (the weight gradients) records the register block its default is.
+      bool gemm = kj["signature"].get<std::string>().rfind("gemm ", 0) == 0;
+      if (gemm)
+        CHECK(std::regex_match(kj["schedule"].get<std::string>(), std::regex("[0-9]+x[0-9]+")));
+      else
+        CHECK(kj["schedule"] == "default");
       CHECK(kj["schedule_source"] == "default");
       CHECK(kj["ir_hash"].get<std::string>().size() == 16);
       trained.insert(kj["ir_hash"].get<std::string>());
@@ -391,7 +398,8 @@ TEST_SUITE("cli") {
     REQUIRE(!tj[0]["kernels"].empty());
     for (const auto& k : tj[0]["kernels"]) {
       std::string key = k["signature"];
-      std::string sig = key.substr(0, key.find(" sched="));
+      bool gemm = key.rfind("gemm ", 0) == 0; // the weight gradients: "... block=B cpu=C"
+      std::string sig = key.substr(0, key.find(gemm ? " block=" : " sched="));
       if (sig.rfind("reduce ", 0) == 0) { // row reductions and losses: one schedule, not tuned
         CHECK(k["schedule_source"] == "default");
         continue;
@@ -402,10 +410,17 @@ TEST_SUITE("cli") {
     }
     CHECK(tj[0]["loss"] == pj[0]["loss"]); // schedules change speed, never results
 
-    // Every entry forced to one schedule: dump shows it, and its IR is what training links.
+    // The weight gradients' GEMMs are tuned too.
+    size_t gemm_entries = 0;
+    for (const auto& e : j["entries"])
+      gemm_entries += e["family"] == "gemm";
+    CHECK(gemm_entries == 3); // W_leaf, U, W_out
+
+    // Every entry forced to one schedule (the GEMMs to a block that is not their default):
+    // dump shows it, and its IR is what training links.
     nlohmann::json forced = j;
     for (auto& e : forced["entries"])
-      e["schedule"] = "v8x2";
+      e["schedule"] = e["family"] == "gemm" ? "6x2" : "v8x2";
     std::string fdb = tmp("forced.json");
     std::ofstream(fdb) << forced.dump(2);
     Run k = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit kernels --tuned " +
@@ -421,8 +436,11 @@ TEST_SUITE("cli") {
     std::set<std::string> dumped;
     std::istringstream lines(l.out);
     for (std::string line; std::getline(lines, line);)
-      if (line.rfind("; kernel ", 0) == 0)
+      if (line.rfind("; kernel ", 0) == 0 || line.rfind("; gemm ", 0) == 0)
         dumped.insert(line.substr(line.find(" fnv=") + 5));
+    CHECK(k.out.find(" (weight grad U): gemm f32 tn m=300 n=750 k=? lda=0 ldb=0 ldc=0 acc=? st=1 "
+                     "block=6x2\n    schedule 6x2 (source: tuned " +
+                     fdb + " entry ") != std::string::npos);
     Run ft = run_pejit(train + " --tuned " + fdb);
     REQUIRE(ft.code == 0);
     std::set<std::string> trained;
@@ -431,7 +449,8 @@ TEST_SUITE("cli") {
     for (const auto& kj : fj[0]["kernels"]) {
       if (kj["signature"].get<std::string>().rfind("reduce ", 0) == 0)
         continue; // one schedule: the same IR as without the database
-      CHECK(kj["schedule"] == "v8x2");
+      bool gemm = kj["signature"].get<std::string>().rfind("gemm ", 0) == 0;
+      CHECK(kj["schedule"] == (gemm ? "6x2" : "v8x2"));
       trained.insert(kj["ir_hash"].get<std::string>());
     }
     CHECK(trained == dumped);

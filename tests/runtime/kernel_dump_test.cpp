@@ -66,10 +66,17 @@ std::set<uint64_t> engine_hashes(const Batches& s, runtime::Mode mode) {
   std::set<uint64_t> hs;
   for (const auto& k : engine.kernels()) {
     CAPTURE(k.signature);
-    CHECK(k.schedule == "default");
     CHECK(k.schedule_source == "default");
     CHECK(k.ir_hash != 0);
-    CHECK(k.signature.find("sched=default") != std::string::npos);
+    if (k.signature.rfind("gemm ", 0) == 0) { // a weight gradient: its default block
+      CHECK(k.signature.find(" tn ") != std::string::npos);
+      CHECK(k.signature.find("block=default") != std::string::npos);
+      CHECK(k.schedule.find('x') != std::string::npos); // "12x2", "5x4", ...
+      CHECK(k.schedule.find_first_not_of("0123456789x") == std::string::npos);
+    } else {
+      CHECK(k.schedule == "default");
+      CHECK(k.signature.find("sched=default") != std::string::npos);
+    }
     hs.insert(k.ir_hash);
   }
   CHECK(static_cast<int64_t>(engine.kernels().size()) == st.kernels_compiled);
@@ -82,7 +89,7 @@ TEST_SUITE("kernel_dump") {
   TEST_CASE("sync compile, the pipeline and the dump give the same IR hashes") {
     Batches s(3);
     std::set<uint64_t> dumped;
-    size_t runs = 0, reductions = 0;
+    size_t runs = 0, reductions = 0, gemms = 0;
     for (const auto& b : s.batches) {
       spec::TemplateTable tt;
       auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", b, tt);
@@ -109,10 +116,18 @@ TEST_SUITE("kernel_dump") {
           dumped.insert(r.ir_hash);
           ++reductions;
         }
+        for (const auto& g : t.gemms) {
+          CHECK(g.schedule_source == "default");
+          CHECK(g.ir.find("define void @pejit_gemm(") != std::string::npos);
+          CHECK(g.ir_hash == jit::ir_text_hash(g.ir));
+          dumped.insert(g.ir_hash);
+          ++gemms;
+        }
       }
     }
     REQUIRE(runs > 0);
     REQUIRE(reductions > 0);
+    REQUIRE(gemms > 0);
     std::set<uint64_t> sync = engine_hashes(s, runtime::Mode::Specialized);
     std::set<uint64_t> pipeline = engine_hashes(s, runtime::Mode::Auto);
     CHECK(!sync.empty());
@@ -167,6 +182,32 @@ TEST_SUITE("kernel_dump") {
                       {"param grad", "reduce f32 sum_rows w=5 sched=default"}}); // b_out
     CHECK(got["leaf"] == std::set<P>{{"param grad", "reduce f32 sum_rows w=450 sched=default"}});
     CHECK(got["cell"] == std::set<P>{{"param grad", "reduce f32 sum_rows w=750 sched=default"}});
+  }
+
+  TEST_CASE("each weight gradient is a generated TN gemm over the step's rows") {
+    Batches s(1);
+    auto ts = dump_batch(s, 0, /*with_ir=*/false);
+    std::map<std::string, std::string> got; // weight -> canonical text
+    for (const auto& t : ts)
+      for (const auto& g : t.gemms) {
+        CHECK(g.schedule_source == "default");
+        jit::GemmSpec r = g.spec.resolved(jit::Jit().vector_lanes());
+        CHECK(g.schedule == std::to_string(r.mr) + "x" + std::to_string(r.nr));
+        got[g.param] = g.spec.canonical_text();
+      }
+    CHECK(got == std::map<std::string, std::string>{
+                     {"W_leaf", "gemm f32 tn m=300 n=450 k=? lda=0 ldb=0 ldc=0 acc=? st=1 "
+                                "block=default"},
+                     {"U", "gemm f32 tn m=300 n=750 k=? lda=0 ldb=0 ldc=0 acc=? st=1 "
+                           "block=default"},
+                     {"W_out", "gemm f32 tn m=150 n=5 k=? lda=0 ldb=0 ldc=0 acc=? st=1 "
+                               "block=default"}});
+    std::string text = runtime::print_kernel_dump(ts);
+    CHECK(text.find(" (weight grad U): gemm f32 tn m=300 n=750 ") != std::string::npos);
+    auto with_ir = dump_batch(s, 0, /*with_ir=*/true);
+    std::string llvm = runtime::print_kernel_llvm(with_ir);
+    CHECK(llvm.find("; gemm cell#") != std::string::npos);
+    CHECK(llvm.find("(weight grad U) fnv=") != std::string::npos);
   }
 
   TEST_CASE("the printed dump lists each kernel's runs with their provenance and IR") {

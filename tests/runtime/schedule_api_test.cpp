@@ -47,22 +47,35 @@ bool is_elementwise(const pejit::KernelInfo& k) {
   return k.signature.rfind("ew ", 0) == 0;
 }
 
-// A database giving every elementwise kernel of `kernels` schedule `schedule` on `cpu` (empty:
-// the CPU each kernel was compiled for). The row reductions and losses have one schedule.
+bool is_gemm(const pejit::KernelInfo& k) { // the weight gradients
+  return k.signature.rfind("gemm ", 0) == 0;
+}
+
+// A GEMM's schedule is its register block: "12x2" by default on AVX-512.
+bool is_block(const std::string& s) {
+  size_t x = s.find('x');
+  return x != std::string::npos && x > 0 && x + 1 < s.size() &&
+         s.find_first_not_of("0123456789x") == std::string::npos;
+}
+
+// A database giving every elementwise kernel of `kernels` schedule `schedule` and every GEMM
+// block `block` on `cpu` (empty: the CPU each kernel was compiled for). The row reductions and
+// losses have one schedule.
 std::string write_db(const std::string& name, const std::vector<pejit::KernelInfo>& kernels,
-                     const std::string& schedule, const std::string& cpu) {
+                     const std::string& schedule, const std::string& block,
+                     const std::string& cpu) {
   nlohmann::json j = {{"format", "pejit-schedules"}, {"version", 1}, {"entries", nullptr}};
   j["entries"] = nlohmann::json::array();
   for (const auto& k : kernels) {
-    if (!is_elementwise(k))
+    if (!is_elementwise(k) && !is_gemm(k))
       continue;
-    // The key is "<signature> sched=<schedule> cpu=<cpu>".
-    std::string sig = k.signature.substr(0, k.signature.find(" sched="));
+    // The key is "<signature> sched=<schedule> cpu=<cpu>" ("block=" for a GEMM).
+    std::string sig = k.signature.substr(0, k.signature.find(is_gemm(k) ? " block=" : " sched="));
     std::string host = k.signature.substr(k.signature.find(" cpu=") + 5);
     j["entries"].push_back({{"signature", sig},
                             {"cpu", cpu.empty() ? host : cpu},
-                            {"family", "elementwise"},
-                            {"schedule", schedule}});
+                            {"family", is_gemm(k) ? "gemm" : "elementwise"},
+                            {"schedule", is_gemm(k) ? block : schedule}});
   }
   std::string path = tmp(name);
   std::ofstream(path) << j.dump(2);
@@ -77,15 +90,21 @@ TEST_SUITE("session") {
     float base = plain.step("loss", batch(plain));
     std::vector<pejit::KernelInfo> ks = plain.kernels();
     REQUIRE(!ks.empty());
+    size_t gemms = 0;
     for (const auto& k : ks) {
-      CHECK(k.schedule == "default");
+      if (!is_gemm(k))
+        CHECK(k.schedule == "default");
+      CHECK(is_gemm(k) == is_block(k.schedule));
       CHECK(k.schedule_source == "default");
+      gemms += is_gemm(k);
     }
+    CHECK(gemms > 0); // the weight gradients run on generated TN kernels
 
-    std::string path = write_db("mine.json", ks, "v8x2", "");
+    std::string path = write_db("mine.json", ks, "v8x2", "5x2", "");
     pejit::ScheduleDB db = pejit::ScheduleDB::load(path);
     CHECK(db.path() == path);
-    CHECK(db.size() == static_cast<size_t>(std::count_if(ks.begin(), ks.end(), is_elementwise)));
+    CHECK(db.size() ==
+          static_cast<size_t>(std::count_if(ks.begin(), ks.end(), is_elementwise)) + gemms);
     CHECK(db.size() > 0);
     CHECK(db.warning().empty());
     pejit::Session tuned = open(db);
@@ -95,6 +114,13 @@ TEST_SUITE("session") {
     REQUIRE(tk.size() == ks.size());
     std::set<std::string> sources;
     for (const auto& k : tk) {
+      if (is_gemm(k)) { // a weight gradient: the block of its entry
+        CHECK(k.schedule == "5x2");
+        CHECK(k.signature.find(" block=5x2 cpu=") != std::string::npos);
+        CHECK(k.schedule_source.rfind("tuned " + path + " entry ", 0) == 0);
+        sources.insert(k.schedule_source);
+        continue;
+      }
       if (!is_elementwise(k)) { // the cross-entropy and row sums: their family's default
         CHECK(k.schedule == "default");
         CHECK(k.schedule_source == "default");
@@ -109,14 +135,16 @@ TEST_SUITE("session") {
     CHECK(sources.size() == db.size()); // each kernel names its own entry
 
     // The same entries measured on another CPU: not used, and the database says why.
-    std::string other = write_db("other.json", ks, "v8x2", "some-other-cpu");
+    std::string other = write_db("other.json", ks, "v8x2", "5x2", "some-other-cpu");
     pejit::ScheduleDB foreign = pejit::ScheduleDB::load(other);
     CHECK(foreign.warning().find("'" + other + "' has no entry for this CPU") != std::string::npos);
     CHECK(foreign.warning().find("some-other-cpu") != std::string::npos);
     pejit::Session elsewhere = open(foreign);
     CHECK(elsewhere.step("loss", batch(elsewhere)) == base);
     for (const auto& k : elsewhere.kernels()) {
-      CHECK(k.schedule == "default");
+      if (!is_gemm(k))
+        CHECK(k.schedule == "default");
+      CHECK(is_gemm(k) == is_block(k.schedule));
       CHECK(k.schedule_source == "default");
     }
   }

@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -121,6 +122,13 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
     }
     if (mode == Exec::Interpreter)
       CHECK(st.weight_grad_gemms == 0);
+    // With the JIT, every one of them runs on its generated TN kernel; never without.
+    if (mode == Exec::GraphsJit)
+      CHECK(st.jit_weight_grads == st.weight_grad_gemms);
+    else
+      CHECK(st.jit_weight_grads == 0);
+    if (mode == Exec::GraphsJit && md.params.index("U") >= 0)
+      CHECK(st.jit_weight_grads > 0);
     if (mode != Exec::GraphsJit)
       CHECK(st.jit_launches == 0);
     // Once compiled, the TreeLSTM's cross-entropy, its backward and its bias gradients' sums
@@ -276,6 +284,49 @@ TEST_SUITE("specializer") {
         for (int64_t i = 0; i < a.numel(); ++i)
           REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= tol * (1 + std::fabs(b.f32()[i])));
       }
+    }
+  }
+
+  TEST_CASE("weight gradients on generated TN kernels: the reference kernel's bits") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 37, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+    interp::Value batch = tree_batch(*md.m, trees);
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    interp::Interpreter::Gradients got[2];
+    for (bool jit_dw : {false, true}) {
+      CAPTURE(jit_dw);
+      runtime::ExecOptions o = exec_options(Exec::GraphsJit);
+      o.jit_weight_grads = jit_dw;
+      runtime::PlanExecutor ex(md.m, md.dims, o);
+      got[jit_dw] = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      // W_leaf, U, W_out: one GEMM each over all their rows (U's over every cell level).
+      CHECK(ex.stats().weight_grad_gemms == 3);
+      CHECK(ex.stats().jit_weight_grads == (jit_dw ? 3 : 0));
+    }
+    CHECK(got[0].loss == got[1].loss);
+    // Each element of dW is one fma chain over the rows in order in both kernels, so the bits
+    // agree where kernels::sgemm_tn_stretches is the AVX-512 kernel; elsewhere (libxsmm) up to
+    // rounding.
+#ifdef __AVX512F__
+    const bool bits = jit::Jit().vector_lanes() == 16;
+#else
+    const bool bits = false;
+#endif
+    for (size_t p = 0; p < md.params.values.size(); ++p) {
+      CAPTURE(md.params.names[p]);
+      const Shape& s = md.params.values[p].shape();
+      Tensor a = got[0].grads[p].to_dense(s), b = got[1].grads[p].to_dense(s);
+      REQUIRE(a.numel() == b.numel());
+      if (bits) {
+        CHECK(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
+        continue;
+      }
+      for (int64_t i = 0; i < a.numel(); ++i)
+        REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= 1e-5 * (1 + std::fabs(b.f32()[i])));
     }
   }
 
