@@ -208,7 +208,7 @@ private:
     auto* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(lanes));
     auto* ptr = b_.getPtrTy();
     auto copy_loop = [&](bool indirect) {
-      emit_loop(n, indirect ? "gather.ind" : "gather.dense", [&](Value* i) {
+      auto body = [&](Value* i) {
         Value* r = b_.CreateAdd(r0, i, "", true, true);
         Value* from = indirect
                           ? b_.CreateLoad(ptr, b_.CreateInBoundsGEP(ptr, rows, r), "row")
@@ -231,7 +231,8 @@ private:
               b_.CreateMaskedLoad(vec, b_.CreateInBoundsGEP(f32_, from, at), llvm::Align(4), mask),
               b_.CreateInBoundsGEP(f32_, to, at), llvm::Align(4), mask);
         }
-      });
+      };
+      keep_loop_as_written(emit_loop(n, indirect ? "gather.ind" : "gather.dense", body));
     };
     if (src == nullptr) {
       copy_loop(true);
@@ -500,6 +501,22 @@ private:
 };
 
 } // namespace
+
+void keep_loop_as_written(llvm::BranchInst* latch) {
+  llvm::LLVMContext& ctx = latch->getContext();
+  auto hint = [&](const char* name, int32_t value) {
+    return llvm::MDNode::get(
+        ctx, {llvm::MDString::get(ctx, name), llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(
+                                                  llvm::Type::getInt32Ty(ctx), value))});
+  };
+  llvm::TempMDNode self = llvm::MDNode::getTemporary(ctx, {});
+  llvm::Metadata* ops[] = {
+      self.get(), llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")}),
+      hint("llvm.loop.vectorize.width", 1), hint("llvm.loop.interleave.count", 1)};
+  llvm::MDNode* id = llvm::MDNode::getDistinct(ctx, ops);
+  id->replaceOperandWith(0, id);
+  latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+}
 
 llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x) {
   llvm::Type* ft = x->getType();

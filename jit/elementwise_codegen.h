@@ -59,6 +59,10 @@ llvm::Function* emit_packed_gemm(const GemmSpec& spec, llvm::Module& m, const st
                                  const CodegenTarget& target,
                                  llvm::GlobalValue::LinkageTypes linkage);
 
+/// Marks the loop whose latch is `latch` (explicit vector code) so that O3 neither unrolls,
+/// vectorizes nor interleaves it: that would only multiply the code to compile.
+void keep_loop_as_written(llvm::BranchInst* latch);
+
 /// Emits `void fn_name(float** in, float** out, int64_t rows)` computing `spec` (unoptimized;
 /// O3 vectorizes its inner loop); with spec.panel_rows > 0, `void fn_name(float** in,
 /// float** out, int64_t rows, const PanelCore* core)`: the loop over row panels that calls

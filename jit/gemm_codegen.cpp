@@ -292,7 +292,7 @@ private:
     i->addIncoming(inext, latch);
     for (size_t j = 0; j < phis.size(); ++j)
       llvm::cast<llvm::PHINode>(phis[j])->addIncoming(next[j], latch);
-    b_.CreateCondBr(b_.CreateICmpEQ(inext, n), exit, loop);
+    keep_loop_as_written(b_.CreateCondBr(b_.CreateICmpEQ(inext, n), exit, loop));
     b_.SetInsertPoint(exit);
     if (positive)
       return next;

@@ -6,16 +6,18 @@
 // code at the speed of the best kernels measured here (bench/RESULTS.md):
 // - B comes packed (GemmSpec::packed_b): column panels of 32 columns whose rows are contiguous,
 //   so a block's loads of B are two cache lines per k, streamed by the prefetcher.
-// - For each column panel, for each chunk of at most kChunk values of k (equal-sized chunks),
-//   for each block of rows, a block keeps its rows x (32 / lanes) vectors of C in registers
-//   over the chunk: per k it loads one packed row of B (prefetched kPrefetch rows ahead) and
-//   broadcasts one element of A per row.
+// - For each column panel, for each block of rows, a block keeps its rows x (32 / lanes)
+//   vectors of C in registers over all of k: per k it loads one packed row of B (prefetched
+//   kPrefetch rows ahead) and broadcasts one element of A per row. (The avx512 kernels also
+//   cut k into chunks of 320 so that a B chunk stays in L1 across row blocks; a panel kernel's
+//   calls have at most 48 rows, and without chunks the dX shapes (k 450, 750) ran as fast or
+//   faster and compiled in half the time.)
 // - Blocks of rows of a few heights (emit_row_blocks), one straight-line body each.
 // - Every panel runs the whole panel's vectors; the last panel's columns past n are masked on
 //   C (B is zero-padded there), so there is one set of bodies, not one more for that panel.
-// - The first chunk starts from zero (or from C with `accumulate`), the others from C, and
-//   each element is summed over k in order with fma: the same bits as the avx512 kernels, and
-//   for any row count or blocking (tests/jit/gemm_panel_test.cpp compares them bit for bit).
+// - C starts from zero (or from C with `accumulate`), and each element is summed over k in
+//   order with fma: the same bits as the avx512 kernels, for any row count or blocking
+//   (tests/jit/gemm_panel_test.cpp compares them bit for bit).
 // - Accumulators live in allocas that SROA turns into registers; O3 only schedules the code.
 // Not handled: run-time n or k (the plan's weights have static shapes).
 #include "jit/elementwise_codegen.h"
@@ -32,7 +34,6 @@ namespace {
 
 using llvm::Value;
 
-constexpr int64_t kChunk = 320;   // most values of k per pass over a B panel (40 KB of it)
 constexpr int64_t kPrefetch = 16; // rows of B fetched ahead
 
 class PackedGemmLowering {
@@ -78,7 +79,7 @@ public:
       masks.back() = lane_mask(static_cast<int>(s_.n - int64_t{vecs - 1} * lanes_));
       emit_panel(b_.getInt64(0), masks);
     } else { // every panel with the whole panel's vectors, the last one's columns masked
-      emit_counted_loop(b_, fn_, b_.getInt64((s_.n + cols - 1) / cols), "panel", [&](Value* p) {
+      loop(b_.getInt64((s_.n + cols - 1) / cols), "panel", [&](Value* p) {
         Value* valid = b_.CreateSub(b_.getInt64(s_.n), mul(p, cols), "valid", true, true);
         std::vector<llvm::Constant*> lane;
         for (int l = 0; l < lanes_; ++l)
@@ -109,6 +110,12 @@ private:
       bits.push_back(b_.getInt1(l < valid));
     return llvm::ConstantVector::get(bits);
   }
+  // A counted loop that O3 must neither unroll nor interleave: its body is already a block of
+  // explicit vector fmas (or a sequence of such blocks); unrolling a loop of 2-3 chunks or
+  // panels, or interleaving a k loop, only multiplies the code to compile (x1.5-3 the time).
+  template <class Body> void loop(Value* n, const char* name, Body body) {
+    keep_loop_as_written(emit_counted_loop(b_, fn_, n, name, body));
+  }
   void prefetch(Value* p, bool write) {
     b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {b_.getPtrTy()},
                        {p, b_.getInt32(write ? 1 : 0), b_.getInt32(3), b_.getInt32(1)});
@@ -120,17 +127,8 @@ private:
     const int64_t cols = GemmSpec::kPackedCols;
     Value* bpanel = gep(bm_, mul(p, cols * s_.k));
     Value* cpanel = gep(c_, mul(p, cols));
-    const int64_t chunks = (s_.k + kChunk - 1) / kChunk;
-    emit_counted_loop(b_, fn_, b_.getInt64(chunks), "chunk", [&](Value* q) {
-      Value* p0 = b_.CreateUDiv(mul(q, s_.k), b_.getInt64(chunks), "p0");
-      Value* p1 = b_.CreateUDiv(mul(add(q, 1), s_.k), b_.getInt64(chunks), "p1");
-      Value* kq = b_.CreateSub(p1, p0, "kq", true, true);
-      Value* first = b_.CreateICmpEQ(q, b_.getInt64(0), "first");
-      Value* bchunk = gep(bpanel, mul(p0, cols));
-      emit_row_blocks([&](Value* i0, int rows) {
-        emit_block(rows, masks, gep(a_, b_.CreateAdd(mul(i0, s_.lda), p0)), bchunk,
-                   gep(cpanel, mul(i0, s_.ldc)), kq, first);
-      });
+    emit_row_blocks([&](Value* i0, int rows) {
+      emit_block(rows, masks, gep(a_, mul(i0, s_.lda)), bpanel, gep(cpanel, mul(i0, s_.ldc)));
     });
   }
 
@@ -176,15 +174,13 @@ private:
     b_.SetInsertPoint(latch);
     Value* next = b_.CreateAdd(i0, height, "i0.next", true, true);
     i0->addIncoming(next, latch);
-    b_.CreateCondBr(b_.CreateICmpSLT(next, m_rows_), loop, exit);
+    keep_loop_as_written(b_.CreateCondBr(b_.CreateICmpSLT(next, m_rows_), loop, exit));
     b_.SetInsertPoint(exit);
   }
 
-  // C[rows, vectors] (+)= A[rows, kq] · B[kq, vectors]; A at `a` (lda apart), B's packed
-  // rows at `b` (kPackedCols apart), C at `c` (ldc apart), each vector of C stored under its
-  // mask. `first`: the chunk that starts from zero (unless the spec accumulates).
-  void emit_block(int rows, const std::vector<Value*>& masks, Value* a, Value* b, Value* c,
-                  Value* kq, Value* first) {
+  // C[rows, vectors] (+)= A[rows, k] · B[k, vectors]; A at `a` (lda apart), B's packed rows at
+  // `b` (kPackedCols apart), C at `c` (ldc apart), each vector of C stored under its mask.
+  void emit_block(int rows, const std::vector<Value*>& masks, Value* a, Value* b, Value* c) {
     const int64_t cols = GemmSpec::kPackedCols;
     const int vecs = static_cast<int>(masks.size());
     auto cptr = [&](int r, int v) { return gep(c, b_.getInt64(r * s_.ldc + int64_t{v} * lanes_)); };
@@ -196,12 +192,13 @@ private:
           prefetch(b_.CreateGEP(f32_, c, b_.getInt64(r * s_.ldc + int64_t{v} * lanes_)), true);
         prefetch(b_.CreateGEP(f32_, c, b_.getInt64(r * s_.ldc + int64_t{vecs} * lanes_ - 1)), true);
       }
-      for (int v = 0; v < vecs; ++v) {
-        Value* old = b_.CreateMaskedLoad(vec_, cptr(r, v), llvm::Align(4), masks[v], zero);
-        b_.CreateStore(s_.accumulate ? old : b_.CreateSelect(first, zero, old), slot(r, v));
-      }
+      for (int v = 0; v < vecs; ++v)
+        b_.CreateStore(s_.accumulate
+                           ? b_.CreateMaskedLoad(vec_, cptr(r, v), llvm::Align(4), masks[v], zero)
+                           : zero,
+                       slot(r, v));
     }
-    emit_counted_loop(b_, fn_, kq, "k", [&](Value* k) {
+    loop(b_.getInt64(s_.k), "k", [&](Value* k) {
       Value* row = mul(k, cols);
       // Past B's end, prefetches are harmless: a plain GEP, not an inbounds one.
       Value* ahead = b_.CreateGEP(f32_, b, add(row, kPrefetch * cols));

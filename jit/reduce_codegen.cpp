@@ -96,8 +96,9 @@ private:
     return eb.CreateAlloca(t, nullptr, name);
   }
 
+  // Loops of explicit vectors: O3 is told not to unroll, vectorize or interleave them again.
   template <class Body> void emit_loop(Value* n, const char* name, Body body) {
-    emit_counted_loop(b_, fn_, n, name, body);
+    keep_loop_as_written(emit_counted_loop(b_, fn_, n, name, body));
   }
 
   llvm::FixedVectorType* vec(unsigned n) { return llvm::FixedVectorType::get(f32_, n); }

@@ -245,6 +245,7 @@ std::string EpochStats::json() const {
       j["kernels"].push_back({{"signature", k.signature},
                               {"schedule", k.schedule},
                               {"schedule_source", k.schedule_source},
+                              {"compile_ms", k.compile_ms},
                               {"ir_hash", fmt::format("{:016x}", k.ir_hash)}});
   }
   return j.dump();
@@ -442,7 +443,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     if (ep + 1 == opt.epochs) {
       st.kernels.emplace();
       for (const auto& k : engine.kernels())
-        st.kernels->push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash});
+        st.kernels->push_back(
+            {k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms});
     }
     if (opt.json)
       out << st.json() << "\n" << std::flush;

@@ -45,6 +45,7 @@ struct KernelProvenance {
   std::string signature; ///< the kernel cache's key
   std::string schedule, schedule_source;
   uint64_t ir_hash = 0; ///< jit::ir_text_hash of its optimized IR
+  double compile_ms = 0; ///< lowering + O3 + code generation + link
 };
 
 struct EpochStats {
