@@ -90,7 +90,13 @@ GemmSpec GemmSpec::resolved(int lanes) const {
   if (s.ldc == 0)
     s.ldc = n;
   bool wide = lanes >= 16; // 32 vector registers (AVX-512) rather than 16
-  if (s.packed_b) {
+  if (s.packed_b && 2 * n <= lanes && n * k <= kMaxPackedB) { // runs as the plain narrow NN
+    s.ldb = kPackedCols;
+    if (s.mr == 0 || s.nr == 0) {
+      s.nr = static_cast<int>(n);
+      s.mr = static_cast<int>(std::clamp<int64_t>(24 / n, 1, 8));
+    }
+  } else if (s.packed_b) {
     s.ldb = kPackedCols;
     s.nr = static_cast<int>(std::max<int64_t>(1, kPackedCols / lanes));
     if (s.mr == 0)
@@ -179,14 +185,15 @@ public:
       : s_(spec.resolved(lanes)), lanes_(lanes), ctx_(ctx), m_(m), b_(ctx), f32_(b_.getFloatTy()),
         i64_(b_.getInt64Ty()), vec_(llvm::FixedVectorType::get(f32_, lanes)) {}
 
-  void emit(const std::string& fn_name, const CodegenTarget& target) {
+  void emit(const std::string& fn_name, const CodegenTarget& target,
+            llvm::GlobalValue::LinkageTypes linkage = llvm::Function::ExternalLinkage) {
     if (s_.layout == GemmLayout::TN) {
       emit_tn(fn_name, target);
       return;
     }
     auto* ptr = b_.getPtrTy();
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, m_);
+    fn_ = llvm::Function::Create(fty, linkage, fn_name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     fn_->addFnAttr("target-cpu", target.cpu);
     fn_->addFnAttr("target-features", target.features);
@@ -249,6 +256,7 @@ private:
   void pack_b_transposed() {
     llvm::AllocaInst* buf = b_.CreateAlloca(f32_, b_.getInt64(s_.n * s_.k), "bt");
     buf->setAlignment(llvm::Align(64));
+    scalar_loop_ = true; // a scalar copy: O3 may vectorize and unroll it
     emit_loop(b_.getInt64(s_.k), "pack.k", {}, true, [&](Value* p, const Carried&) {
       for (int64_t j = 0; j < s_.n; ++j) {
         Value* x = b_.CreateAlignedLoad(f32_, gep(bm_, add(idx(p, s_.ldb, b_.getInt64(0)), j)),
@@ -292,7 +300,10 @@ private:
     i->addIncoming(inext, latch);
     for (size_t j = 0; j < phis.size(); ++j)
       llvm::cast<llvm::PHINode>(phis[j])->addIncoming(next[j], latch);
-    keep_loop_as_written(b_.CreateCondBr(b_.CreateICmpEQ(inext, n), exit, loop));
+    llvm::BranchInst* br = b_.CreateCondBr(b_.CreateICmpEQ(inext, n), exit, loop);
+    if (!scalar_loop_) // explicit vectors: not to be unrolled, vectorized or interleaved again
+      keep_loop_as_written(br);
+    scalar_loop_ = false;
     b_.SetInsertPoint(exit);
     if (positive)
       return next;
@@ -720,8 +731,9 @@ private:
   Value* c_ = nullptr;
   Value* k_ = nullptr;
   bool k_positive_ = true;
-  int64_t ldb_ = 0;  // of bm_, which is B^T on the stack when packed
-  bool dot_ = false; // blocks of dot products along k (NT, or a packed narrow NN)
+  int64_t ldb_ = 0;          // of bm_, which is B^T on the stack when packed
+  bool dot_ = false;         // blocks of dot products along k (NT, or a packed narrow NN)
+  bool scalar_loop_ = false; // the loop being emitted is scalar code (B^T's copy)
 };
 
 } // namespace
@@ -733,6 +745,12 @@ int gemm_lanes(const CodegenTarget& target) {
   if (f.find("+avx") != std::string::npos)
     return 8;
   return 4;
+}
+
+llvm::Function* emit_nn_gemm(const GemmSpec& spec, llvm::Module& m, const std::string& fn_name,
+                             const CodegenTarget& target, llvm::GlobalValue::LinkageTypes linkage) {
+  GemmLowering(spec, gemm_lanes(target), m.getContext(), m).emit(fn_name, target, linkage);
+  return m.getFunction(fn_name);
 }
 
 std::unique_ptr<llvm::Module> lower_gemm(const GemmSpec& spec, llvm::LLVMContext& ctx,

@@ -47,7 +47,9 @@ struct GemmSpec {
   /// panels of kPackedCols columns, panel p at b + p*kPackedCols*k, kPackedCols floats between
   /// its rows, the last one zero-padded. The block is then `mr` rows x one panel (nr is the
   /// panel's vectors, kPackedCols / lanes, whatever is given). This is the GEMM core of panel
-  /// kernels (KernelSpec::gemm_n), lowered by gemm_panel_codegen.cpp.
+  /// kernels (KernelSpec::gemm_n), lowered by gemm_panel_codegen.cpp: the same bits as
+  /// kernels::sgemm_packed on AVX-512 builds, except for a narrow n (2 n <= lanes), which runs
+  /// as dot products along k (packs_b_transposed) and differs from it by rounding.
   bool packed_b = false;
   static constexpr int64_t kPackedCols = 32;
   /// TN only: C (+)= the sum over `count` stretches of A_s^T · B_s, in order (the rows of one

@@ -240,10 +240,32 @@ private:
 
 } // namespace
 
+// Defined in gemm_codegen.cpp: a validated NN or NT GemmSpec (no packed B) into `m`.
+llvm::Function* emit_nn_gemm(const GemmSpec& spec, llvm::Module& m, const std::string& fn_name,
+                             const CodegenTarget& target, llvm::GlobalValue::LinkageTypes linkage);
+
 llvm::Function* emit_packed_gemm(const GemmSpec& spec, llvm::Module& m, const std::string& fn_name,
                                  const CodegenTarget& target,
                                  llvm::GlobalValue::LinkageTypes linkage) {
-  return PackedGemmLowering(spec, gemm_lanes(target), m).emit(fn_name, target, linkage);
+  const int lanes = gemm_lanes(target);
+  if (2 * spec.n <= lanes && spec.n * spec.k <= GemmSpec::kMaxPackedB) {
+    // A narrow C (the classifier's 5 columns) would fill a fraction of each vector: the one
+    // packed panel is B with kPackedCols floats between rows, which the plain NN lowering
+    // runs as dot products along k on B^T copied per call (GemmSpec::packs_b_transposed).
+    // Faster than libxsmm there (bench/RESULTS.md); it sums k in another order than the
+    // avx512 kernels, so its bits differ from theirs by rounding.
+    GemmSpec plain{.layout = GemmLayout::NN,
+                   .n = spec.n,
+                   .k = spec.k,
+                   .lda = spec.lda,
+                   .ldb = GemmSpec::kPackedCols,
+                   .ldc = spec.ldc,
+                   .accumulate = spec.accumulate,
+                   .mr = spec.mr,
+                   .nr = spec.nr};
+    return emit_nn_gemm(plain, m, fn_name, target, linkage);
+  }
+  return PackedGemmLowering(spec, lanes, m).emit(fn_name, target, linkage);
 }
 
 } // namespace pejit::jit

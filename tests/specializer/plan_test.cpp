@@ -267,14 +267,17 @@ TEST_SUITE("specializer") {
     const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
     CHECK(ref_nodes[2] - ref_nodes[0] == (cells + 2) + (cells + 1) + cells);
     CHECK(ref_nodes[1] == ref_nodes[0]);
-    // Row results do not depend on how the rows are split into GEMM calls, and the generated
-    // core sums as src/kernels/gemm.cpp's AVX-512 kernels do, so the bits agree where
-    // kernels::sgemm_packed runs those (AVX-512); elsewhere up to rounding.
+    // Row results do not depend on how the rows are split into GEMM calls, so the bits agree
+    // with the C++ core where kernels::sgemm_packed runs src/kernels/gemm.cpp's AVX-512
+    // kernels; elsewhere up to rounding. The generated cores sum as those kernels do (bit for
+    // bit: tests/jit/gemm_panel_test.cpp) but for the classifier's narrow logits, dot products
+    // summed in another order: up to rounding.
     const double tol = 1e-6;
     for (int mode : {0, 1}) {
       CAPTURE(mode);
 #ifdef __AVX512F__
-      CHECK(got[mode].loss == got[2].loss);
+      if (mode == 1)
+        CHECK(got[mode].loss == got[2].loss);
 #endif
       CHECK(std::fabs(got[mode].loss - got[2].loss) <= tol * std::fabs(got[2].loss));
       for (size_t p = 0; p < md.params.values.size(); ++p) {
