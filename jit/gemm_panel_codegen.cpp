@@ -133,14 +133,15 @@ private:
   }
 
   // Blocks of rows over [0, m), each `body(i0, height)`. Heights: mr (12 with AVX-512) and
-  // 1..mr/2, one body each, chosen per block by what is left (l): mr when l == mr or
-  // l >= mr + 4; l itself when l <= mr/2; else min(mr/2, l - 4). So every block has at least
-  // 4 rows when m >= 4 (8 independent fma chains: what two fma ports of latency 4 need), and
-  // 7 rows are 3 + 4, 13 are 6 + 3 + 4. The avx512 kernels use a body per height 1..12
-  // instead; compile time grows with the sum of the heights (measured: ~65 ms for the 12-row
-  // body alone, ~400 ms for all twelve, x·W at n 750, k 300).
+  // 1..h with h = mr/2 + 1 (7), one body each, chosen per block by what is left (l): mr when
+  // l == mr or l >= mr + 4; l itself when l <= h; else min(h, l - 4). So every block has at
+  // least 4 rows when m >= 4 (8 independent fma chains: what two fma ports of latency 4
+  // need), and 13 rows are 7 + 6, 11 are 7 + 4. The avx512 kernels use a body per height
+  // 1..12 instead; compile time grows with the sum of the heights (measured: ~65 ms for the
+  // 12-row body alone, ~400 ms for all twelve, x·W at n 750, k 300).
   template <class Body> void emit_row_blocks(Body body) {
-    const int64_t half = std::max(1, s_.mr / 2), small = std::min<int64_t>(4, half);
+    const int64_t half = std::max(1, std::min(s_.mr - 1, s_.mr / 2 + 1));
+    const int64_t small = std::min<int64_t>(4, half);
     llvm::LLVMContext& ctx = m_.getContext();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx, "rows", fn_);
