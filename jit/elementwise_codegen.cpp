@@ -223,10 +223,7 @@ private:
                 b_.CreateInBoundsGEP(f32_, to, at), llvm::Align(4));
             continue;
           }
-          std::vector<llvm::Constant*> bits;
-          for (int l = 0; l < lanes; ++l)
-            bits.push_back(b_.getInt1(l < valid));
-          Value* mask = llvm::ConstantVector::get(bits);
+          Value* mask = first_lanes(ctx_, lanes, static_cast<int>(valid));
           b_.CreateMaskedStore(
               b_.CreateMaskedLoad(vec, b_.CreateInBoundsGEP(f32_, from, at), llvm::Align(4), mask),
               b_.CreateInBoundsGEP(f32_, to, at), llvm::Align(4), mask);

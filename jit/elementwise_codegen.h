@@ -51,6 +51,16 @@ llvm::BranchInst* emit_counted_loop(llvm::IRBuilder<>& b, llvm::Function* fn, ll
 /// gemm_codegen.cpp).
 int gemm_lanes(const CodegenTarget& target);
 
+/// Adds to `m` an empty `void name(const float* a, const float* b, float* c, int64_t rows)`
+/// (a, b, c noalias; a, b read-only) for `target`, with vectors of `lanes` floats legal and
+/// preferred: the signature of every GEMM kernel (gemm_codegen.cpp).
+llvm::Function* create_gemm_function(llvm::Module& m, const std::string& name,
+                                     llvm::GlobalValue::LinkageTypes linkage,
+                                     const CodegenTarget& target, int lanes);
+
+/// The mask of a vector of `lanes` floats with its first `valid` lanes on.
+llvm::Constant* first_lanes(llvm::LLVMContext& ctx, int lanes, int valid);
+
 /// Adds to `m` the function `void fn_name(const float* a, const float* b, float* c, int64_t
 /// rows)` computing `spec`, a validated GemmSpec with packed_b (gemm_panel_codegen.cpp): a
 /// panel kernel's GEMM core (internal linkage) or a kernel of its own (external).

@@ -175,6 +175,40 @@ void GemmSpec::validate() const {
     fail("block must be at most 32 x 32 with at most 28 accumulators");
 }
 
+llvm::Function* create_gemm_function(llvm::Module& m, const std::string& name,
+                                     llvm::GlobalValue::LinkageTypes linkage,
+                                     const CodegenTarget& target, int lanes) {
+  llvm::LLVMContext& ctx = m.getContext();
+  auto* ptr = llvm::PointerType::getUnqual(ctx);
+  auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx),
+                                      {ptr, ptr, ptr, llvm::Type::getInt64Ty(ctx)}, false);
+  llvm::Function* fn = llvm::Function::Create(fty, linkage, name, m);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  fn->addFnAttr("target-cpu", target.cpu);
+  fn->addFnAttr("target-features", target.features);
+  // Without these, X86 splits 512-bit vectors on CPUs tuned to prefer 256 bits.
+  std::string bits = std::to_string(32 * lanes);
+  fn->addFnAttr("min-legal-vector-width", bits);
+  fn->addFnAttr("prefer-vector-width", bits);
+  for (unsigned i = 0; i < 3; ++i) {
+    fn->addParamAttr(i, llvm::Attribute::NoAlias);
+    fn->addParamAttr(i, llvm::Attribute::NoCapture);
+    if (i < 2)
+      fn->addParamAttr(i, llvm::Attribute::ReadOnly);
+  }
+  const char* names[] = {"a", "b", "c", "rows"};
+  for (unsigned i = 0; i < 4; ++i)
+    fn->getArg(i)->setName(names[i]);
+  return fn;
+}
+
+llvm::Constant* first_lanes(llvm::LLVMContext& ctx, int lanes, int valid) {
+  std::vector<llvm::Constant*> bits;
+  for (int l = 0; l < lanes; ++l)
+    bits.push_back(llvm::ConstantInt::getBool(ctx, l < valid));
+  return llvm::ConstantVector::get(bits);
+}
+
 namespace {
 
 using llvm::Value;
@@ -191,30 +225,11 @@ public:
       emit_tn(fn_name, target);
       return;
     }
-    auto* ptr = b_.getPtrTy();
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_}, false);
-    fn_ = llvm::Function::Create(fty, linkage, fn_name, m_);
-    fn_->addFnAttr(llvm::Attribute::NoUnwind);
-    fn_->addFnAttr("target-cpu", target.cpu);
-    fn_->addFnAttr("target-features", target.features);
-    // Without these, X86 splits 512-bit vectors on CPUs tuned to prefer 256 bits.
-    std::string bits = std::to_string(32 * lanes_);
-    fn_->addFnAttr("min-legal-vector-width", bits);
-    fn_->addFnAttr("prefer-vector-width", bits);
-    for (unsigned i = 0; i < 3; ++i) {
-      fn_->addParamAttr(i, llvm::Attribute::NoAlias);
-      fn_->addParamAttr(i, llvm::Attribute::NoCapture);
-      if (i < 2)
-        fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
-    }
+    fn_ = create_gemm_function(m_, fn_name, linkage, target, lanes_);
     a_ = fn_->getArg(0);
     bm_ = fn_->getArg(1);
     c_ = fn_->getArg(2);
     Value* rows = fn_->getArg(3);
-    a_->setName("a");
-    bm_->setName("b");
-    c_->setName("c");
-    rows->setName("rows");
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
 
     bool tn = s_.layout == GemmLayout::TN;
@@ -325,13 +340,7 @@ private:
     return c ? b_.CreateAdd(x, b_.getInt64(c), "", true, true) : x;
   }
 
-  // The first `valid` lanes on (valid in 1..lanes).
-  Value* lane_mask(int valid) {
-    std::vector<llvm::Constant*> bits;
-    for (int l = 0; l < lanes_; ++l)
-      bits.push_back(b_.getInt1(l < valid));
-    return llvm::ConstantVector::get(bits);
-  }
+  Value* lane_mask(int valid) { return first_lanes(ctx_, lanes_, valid); }
   Value* load_vec(Value* p, int valid) {
     if (valid == lanes_)
       return b_.CreateAlignedLoad(vec_, p, llvm::Align(4));

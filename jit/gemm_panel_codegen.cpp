@@ -44,29 +44,11 @@ public:
 
   llvm::Function* emit(const std::string& fn_name, const CodegenTarget& target,
                        llvm::GlobalValue::LinkageTypes linkage) {
-    auto* ptr = b_.getPtrTy();
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_}, false);
-    fn_ = llvm::Function::Create(fty, linkage, fn_name, m_);
-    fn_->addFnAttr(llvm::Attribute::NoUnwind);
-    fn_->addFnAttr("target-cpu", target.cpu);
-    fn_->addFnAttr("target-features", target.features);
-    std::string bits = std::to_string(32 * lanes_);
-    fn_->addFnAttr("min-legal-vector-width", bits);
-    fn_->addFnAttr("prefer-vector-width", bits);
-    for (unsigned i = 0; i < 3; ++i) {
-      fn_->addParamAttr(i, llvm::Attribute::NoAlias);
-      fn_->addParamAttr(i, llvm::Attribute::NoCapture);
-      if (i < 2)
-        fn_->addParamAttr(i, llvm::Attribute::ReadOnly);
-    }
+    fn_ = create_gemm_function(m_, fn_name, linkage, target, lanes_);
     a_ = fn_->getArg(0);
     bm_ = fn_->getArg(1);
     c_ = fn_->getArg(2);
     Value* rows = fn_->getArg(3);
-    a_->setName("a");
-    bm_->setName("b");
-    c_->setName("c");
-    rows->setName("rows");
     b_.SetInsertPoint(llvm::BasicBlock::Create(m_.getContext(), "entry", fn_));
     for (int i = 0; i < s_.mr * s_.nr; ++i)
       acc_.push_back(b_.CreateAlloca(vec_, nullptr, "acc"));
@@ -103,13 +85,7 @@ private:
   Value* add(Value* x, int64_t c) {
     return c ? b_.CreateAdd(x, b_.getInt64(c), "", true, true) : x;
   }
-  // The first `valid` lanes on (valid in 1..lanes).
-  Value* lane_mask(int valid) {
-    std::vector<llvm::Constant*> bits;
-    for (int l = 0; l < lanes_; ++l)
-      bits.push_back(b_.getInt1(l < valid));
-    return llvm::ConstantVector::get(bits);
-  }
+  Value* lane_mask(int valid) { return first_lanes(m_.getContext(), lanes_, valid); }
   // A counted loop that O3 must neither unroll nor interleave: its body is already a block of
   // explicit vector fmas (or a sequence of such blocks); unrolling a loop of 2-3 chunks or
   // panels, or interleaving a k loop, only multiplies the code to compile (x1.5-3 the time).

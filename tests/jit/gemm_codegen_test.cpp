@@ -5,6 +5,7 @@
 // blocks, validation, canonical text, and 16-wide fma code on AVX-512 hosts.
 #include "jit/jit.h"
 #include "pejit/error.h"
+#include "random_data.h"
 
 #include <doctest/doctest.h>
 
@@ -14,16 +15,9 @@
 #include <vector>
 
 using namespace pejit::jit;
+using pejit::jit::test::random_floats;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v)
-    x = dist(rng);
-  return v;
-}
 
 // Runs `spec` with `rows` at run time on random A, B (and C when accumulating) and checks
 // max |C - ref| <= 1e-4 * max |ref| + 1e-6 over C's valid entries, and that the padding

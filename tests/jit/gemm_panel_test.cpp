@@ -7,6 +7,7 @@
 #include "jit/jit.h"
 #include "kernels/kernels.h"
 #include "pejit/error.h"
+#include "random_data.h"
 
 #include <doctest/doctest.h>
 
@@ -17,17 +18,10 @@
 #include <vector>
 
 using namespace pejit::jit;
+using pejit::jit::test::random_floats;
 namespace kernels = pejit::kernels;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v)
-    x = dist(rng);
-  return v;
-}
 
 std::vector<float> packed(const std::vector<float>& b, int64_t k, int64_t n) {
   std::vector<float> p(static_cast<size_t>(kernels::packed_size(k, n)));

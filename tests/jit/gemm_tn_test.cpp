@@ -7,6 +7,7 @@
 #include "jit/jit.h"
 #include "kernels/kernels.h"
 #include "pejit/error.h"
+#include "random_data.h"
 
 #include <doctest/doctest.h>
 
@@ -17,16 +18,9 @@
 #include <vector>
 
 using namespace pejit::jit;
+using pejit::jit::test::random_floats;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v)
-    x = dist(rng);
-  return v;
-}
 
 // Stretches of the given row counts, each its own A [k, lda] and B [k, ldb].
 struct Rows {
