@@ -237,23 +237,22 @@ namespace {
 // used (ExecOptions::jit_gemm off: C++ GEMM kernels, for comparison), `copy` takes them from a
 // product computed whole before.
 struct GemmPanel : jit::PanelCore {
-  const float* a = nullptr;
+  // The product's operands are PanelCore's gemm_a, gemm_c and gemm_c_step (dense: A's rows k
+  // apart, C's n); gemm_b is set to `packed` only for a kernel whose generated core runs.
   const float* packed = nullptr;
-  float* c = nullptr;
-  int64_t lda = 0, ldc = 0, n = 0, k = 0;
-  bool scratch = false;         ///< c holds only the current panel's rows
+  int64_t n = 0, k = 0;
   const float* whole = nullptr; ///< copy: the product, already computed, [rows, n]
 
   static void run(const jit::PanelCore* core, int64_t r0, int64_t rows) {
     const auto& g = *static_cast<const GemmPanel*>(core);
     if (g.gemm_b == nullptr) // else the kernel's generated core computes the rows next
-      kernels::sgemm_packed(rows, g.n, g.k, g.a + r0 * g.lda, g.lda, g.packed, 0.0f,
-                            g.scratch ? g.c : g.c + r0 * g.ldc, g.ldc);
+      kernels::sgemm_packed(rows, g.n, g.k, g.gemm_a + r0 * g.k, g.k, g.packed, 0.0f,
+                            g.gemm_c + r0 * g.gemm_c_step, g.n);
   }
   // The product computed whole before (panels off, or no views): its panel rows into scratch.
   static void copy(const jit::PanelCore* core, int64_t r0, int64_t rows) {
     const auto& g = *static_cast<const GemmPanel*>(core);
-    std::memcpy(g.c, g.whole + r0 * g.n, static_cast<size_t>(rows * g.n) * sizeof(float));
+    std::memcpy(g.gemm_c, g.whole + r0 * g.n, static_cast<size_t>(rows * g.n) * sizeof(float));
   }
   static void none(const jit::PanelCore*, int64_t, int64_t) {}
 };
@@ -311,13 +310,12 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   };
   auto set_core = [&](const Tensor& a, const Tensor& w, bool transposed, Tensor& c) {
     core.fn = &GemmPanel::run;
-    core.a = a.f32();
-    core.lda = a.dim(1);
+    core.gemm_a = a.f32();
     core.packed = packed_weight(w, transposed, st.transposed, local);
-    core.c = c.f32();
+    core.gemm_c = c.f32();
     core.n = c.dim(1);
     core.k = a.dim(1);
-    core.ldc = core.n;
+    core.gemm_c_step = core.n;
   };
   // Forward: C = x·W, into a scratch of one panel's rows when only this run reads C.
   Tensor scratch;
@@ -362,7 +360,8 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       Tensor& c =
           to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
-      core.scratch = to_scratch;
+      if (to_scratch) // one panel's rows
+        core.gemm_c_step = 0;
       // The kernel assembles x's rows per panel (its spec's gather_widths, set with r.gather).
       if (gather && x_is_arg) {
         core.gather_dst = val(xid).f32();
@@ -383,7 +382,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
       if (to_scratch) {
         core.fn = &GemmPanel::copy;
         core.whole = val(r.core).f32();
-        core.c = scratch.f32();
+        core.gemm_c = scratch.f32();
         core.n = n;
       }
     }
@@ -440,12 +439,8 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   }
   // The kernel's generated GEMM core takes the product, when it has one of these sizes.
   if (core.fn == &GemmPanel::run && st.jit_gemm && r.spec.gemm_n == core.n &&
-      r.spec.gemm_k == core.k && core.lda == core.k && core.ldc == core.n) {
-    core.gemm_a = core.a;
+      r.spec.gemm_k == core.k)
     core.gemm_b = core.packed;
-    core.gemm_c = core.c;
-    core.gemm_c_step = core.scratch ? 0 : core.ldc;
-  }
   auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
   if (r.spec.panel_rows > 0)
     r.kernel->kernel.panel(ins.data(), outs.data(), st.rows, &core);

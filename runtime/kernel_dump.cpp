@@ -100,25 +100,38 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
   return out;
 }
 
-std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
-                                                   const interp::DimBindings& dims,
-                                                   const spec::TemplateTable& templates) {
-  std::vector<jit::KernelSpec> out;
-  std::set<std::string> seen;
+namespace {
+
+// `each(runner)` for every template with a graph runner (the others run through the batching
+// interpreter: nothing to compile).
+template <class Each>
+void for_each_runner(const ir::Module& m, const interp::DimBindings& dims,
+                     const spec::TemplateTable& templates, Each each) {
   for (size_t id = 0; id < templates.size(); ++id) {
     const spec::Template& t = templates.at(static_cast<int32_t>(id));
     std::unique_ptr<GraphRunner> runner;
     try {
       runner = std::make_unique<GraphRunner>(spec::compile_template(m, dims, t), true);
     } catch (const std::exception&) {
-      continue; // such a template runs through the batching interpreter: nothing to compile
-    }
-    if (!runner->supported())
       continue;
-    for (const auto& r : runner->jit_runs())
+    }
+    if (runner->supported())
+      each(*runner);
+  }
+}
+
+} // namespace
+
+std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
+                                                   const interp::DimBindings& dims,
+                                                   const spec::TemplateTable& templates) {
+  std::vector<jit::KernelSpec> out;
+  std::set<std::string> seen;
+  for_each_runner(m, dims, templates, [&](const GraphRunner& runner) {
+    for (const auto& r : runner.jit_runs())
       if (seen.insert(r.spec.signature()).second)
         out.push_back(r.spec);
-  }
+  });
   return out;
 }
 
@@ -126,20 +139,11 @@ std::vector<jit::GemmSpec> template_gemm_specs(const ir::Module& m, const interp
                                                const spec::TemplateTable& templates) {
   std::vector<jit::GemmSpec> out;
   std::set<std::string> seen;
-  for (size_t id = 0; id < templates.size(); ++id) {
-    const spec::Template& t = templates.at(static_cast<int32_t>(id));
-    std::unique_ptr<GraphRunner> runner;
-    try {
-      runner = std::make_unique<GraphRunner>(spec::compile_template(m, dims, t), true);
-    } catch (const std::exception&) {
-      continue; // as template_kernel_specs
-    }
-    if (!runner->supported())
-      continue;
-    for (const auto& w : runner->weight_grad_runs())
+  for_each_runner(m, dims, templates, [&](const GraphRunner& runner) {
+    for (const auto& w : runner.weight_grad_runs())
       if (seen.insert(w.spec.signature()).second)
         out.push_back(w.spec);
-  }
+  });
   return out;
 }
 

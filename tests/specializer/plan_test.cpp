@@ -157,6 +157,25 @@ void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nu
 
 const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
 
+// The TreeLSTM and the plan of `n` SST-like trees generated with `seed`.
+struct TreeLstmPlan {
+  data::Vocab vocab;
+  std::vector<data::ParseTree> trees;
+  Model md;
+  interp::Value batch;
+  spec::TemplateTable tt;
+  spec::PeResult pe;
+  spec::Plan plan;
+
+  TreeLstmPlan(size_t n, uint64_t seed)
+      : trees(data::gen_sst(n, seed, data::Shape::Sst, vocab)),
+        md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}}), batch(tree_batch(*md.m, trees)),
+        pe(spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt)) {
+    REQUIRE(pe.ok);
+    plan = spec::make_plan(pe.residual, tt);
+  }
+};
+
 } // namespace
 
 TEST_SUITE("specializer") {
@@ -230,14 +249,11 @@ TEST_SUITE("specializer") {
   }
 
   TEST_CASE("GEMM + epilogue panels: the same loss and gradients as the GEMM whole, then the run") {
-    data::Vocab vocab;
-    auto trees = data::gen_sst(25, 31, data::Shape::Sst, vocab);
-    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-    interp::Value batch = tree_batch(*md.m, trees);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-    REQUIRE(pe.ok);
-    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    TreeLstmPlan tp(25, 31);
+    Model& md = tp.md;
+    const spec::PeResult& pe = tp.pe;
+    const spec::TemplateTable& tt = tp.tt;
+    const spec::Plan& plan = tp.plan;
     // 0: panels, their GEMM rows on the kernels' generated cores; 1: panels, the GEMM rows on
     // the C++ kernels; 2: no panels (the GEMM whole, then the run).
     interp::Interpreter::Gradients got[3];
@@ -291,14 +307,11 @@ TEST_SUITE("specializer") {
   }
 
   TEST_CASE("weight gradients on generated TN kernels: the reference kernel's bits") {
-    data::Vocab vocab;
-    auto trees = data::gen_sst(25, 37, data::Shape::Sst, vocab);
-    Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-    interp::Value batch = tree_batch(*md.m, trees);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-    REQUIRE(pe.ok);
-    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    TreeLstmPlan tp(25, 37);
+    Model& md = tp.md;
+    const spec::PeResult& pe = tp.pe;
+    const spec::TemplateTable& tt = tp.tt;
+    const spec::Plan& plan = tp.plan;
     interp::Interpreter::Gradients got[2];
     for (bool jit_dw : {false, true}) {
       CAPTURE(jit_dw);
