@@ -1,0 +1,412 @@
+// The Checker's typing of calls: of functions, constructors (and the list constructors Nil
+// and Cons), closures, the list builtins and the tensor ops (leading tensor arguments, then Int
+// literals that fix shapes), and of the infix and prefix operators on Ints, Bools and tensors.
+#include "ops/op.h"
+#include "types/builtins.h"
+#include "types/checker.h"
+
+#include <string>
+
+namespace pejit::types::detail {
+
+using namespace ir;
+
+void Checker::check_args(const Call& c, const std::vector<Type>& params, const std::string& what) {
+  if (c.args.size() != params.size()) {
+    d_.error(c.span, what + " takes " + std::to_string(params.size()) + " argument" +
+                         (params.size() == 1 ? "" : "s") + ", got " +
+                         std::to_string(c.args.size()));
+    for (const auto& a : c.args)
+      check(a);
+    return;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    Type t = check(c.args[i], params[i]);
+    if (!type_equal(params[i], t))
+      mismatch(*c.args[i], what + ", argument " + std::to_string(i + 1), params[i], t);
+  }
+}
+
+std::optional<int64_t> Checker::int_literal(const Expr& e) {
+  if (auto i = e->as<IntLit>())
+    return i->value;
+  if (auto u = e->as<Unary>(); u && u->op == UnOp::Neg)
+    if (auto i = u->operand->as<IntLit>())
+      return -i->value;
+  return std::nullopt;
+}
+
+Type Checker::check_call(const Call& c, const Type& expected) {
+  const Var* name = c.callee->as<Var>();
+  if (name && !lookup_local_only(name->name)) {
+    const std::string& n = name->name;
+    if (int fi = m_.fn_index(n); fi >= 0) {
+      const auto& f = *m_.fns()[fi];
+      c.ref = name->ref = {VarRef::Kind::Global, fi, -1};
+      name->type = fn_type(f);
+      uses_.insert(n);
+      if (f.is_entry) {
+        d_.error(c.callee->span, "entry '" + n + "' cannot be called from the program");
+        return t_error();
+      }
+      std::vector<Type> ps;
+      for (const auto& p : f.params)
+        ps.push_back(p.type);
+      check_args(c, ps, "function " + n);
+      return f.ret;
+    }
+    auto [a, ci] = m_.ctor(n);
+    if (a >= 0) {
+      const auto& ctor = m_.adts()[a]->ctors[ci];
+      c.ref = name->ref = {VarRef::Kind::Ctor, ci, a};
+      uses_.insert(m_.adts()[a]->name);
+      std::vector<Type> ps;
+      for (const auto& f : ctor.fields)
+        ps.push_back(f.type);
+      check_args(c, ps, "constructor " + n);
+      return t_adt(m_.adts()[a]->name);
+    }
+    if (n == "Nil" || n == "Cons")
+      return check_list_ctor(c, n, expected);
+    if (auto b = builtin_by_name(n))
+      return check_builtin(c, *b);
+    if (auto op = ops::op_by_name(n))
+      return check_op(c, op->first, op->second);
+    if (m_.param_index(n) >= 0) {
+      d_.error(c.callee->span, "param '" + n + "' is a tensor, not a function");
+      for (const auto& a : c.args)
+        check(a);
+      return t_error();
+    }
+    d_.error(c.callee->span, "unknown function '" + n + "'");
+    for (const auto& a : c.args)
+      check(a);
+    return t_error();
+  }
+  // A closure call: the callee is a local variable or any expression of function type.
+  Type ft = check(c.callee);
+  if (name)
+    c.ref = name->ref;
+  if (is_error(ft)) {
+    for (const auto& a : c.args)
+      check(a);
+    return t_error();
+  }
+  if (ft->kind != TypeKind::Func) {
+    d_.error(c.callee->span, "called value has type " + type_str(ft) + ", not a function");
+    for (const auto& a : c.args)
+      check(a);
+    return t_error();
+  }
+  check_args(c, ft->elems, "function value");
+  return ft->result;
+}
+
+bool Checker::lookup_local_only(const std::string& n) {
+  for (size_t k = frames_.size(); k-- > 0;) {
+    for (const auto& b : frames_[k].scope)
+      if (b.name == n)
+        return true;
+    for (const auto& cn : frames_[k].capture_names)
+      if (cn == n)
+        return true;
+  }
+  return false;
+}
+
+Type Checker::check_list_ctor(const Call& c, const std::string& n, const Type& expected) {
+  c.ref = {VarRef::Kind::Ctor, n == "Nil" ? 0 : 1, kListAdt};
+  if (auto v = c.callee->as<Var>())
+    v->ref = c.ref;
+  if (n == "Nil") {
+    if (!c.args.empty())
+      d_.error(c.span, "Nil takes no arguments");
+    if (!is_kind(expected, TypeKind::List)) {
+      d_.error(c.span, "cannot infer the element type of Nil here; annotate it");
+      return t_error();
+    }
+    return expected;
+  }
+  if (c.args.size() != 2) {
+    d_.error(c.span, "Cons takes 2 arguments (head, tail), got " + std::to_string(c.args.size()));
+    for (const auto& a : c.args)
+      check(a);
+    return t_error();
+  }
+  Type elem_hint = is_kind(expected, TypeKind::List) ? expected->elems[0] : nullptr;
+  Type h = check(c.args[0], elem_hint);
+  Type lt = is_error(h) ? expected : t_list(h);
+  Type t = check(c.args[1], lt);
+  if (is_error(h) || is_error(t))
+    return is_error(t) ? (is_error(h) ? t_error() : t_list(h)) : t;
+  if (!type_equal(t, t_list(h)))
+    return mismatch(*c.args[1], "Cons tail", t_list(h), t);
+  return t_list(h);
+}
+
+Type Checker::check_builtin(const Call& c, Builtin b) {
+  c.ref = {VarRef::Kind::Builtin, static_cast<int>(b), -1};
+  if (auto v = c.callee->as<Var>())
+    v->ref = c.ref;
+  auto arity = [&](size_t n) {
+    if (c.args.size() == n)
+      return true;
+    d_.error(c.span, std::string(builtin_name(b)) + " takes " + std::to_string(n) + " argument" +
+                         (n == 1 ? "" : "s") + ", got " + std::to_string(c.args.size()));
+    for (const auto& a : c.args)
+      check(a);
+    return false;
+  };
+  switch (b) {
+  case Builtin::Map: {
+    if (!arity(2))
+      return t_error();
+    Type xs = check(c.args[1]);
+    if (is_error(xs)) {
+      check(c.args[0]);
+      return t_error();
+    }
+    if (xs->kind != TypeKind::List) {
+      d_.error(c.args[1]->span, "map needs a list, got " + type_str(xs));
+      check(c.args[0]);
+      return t_error();
+    }
+    Type f = check(c.args[0], t_func({xs->elems[0]}, nullptr));
+    if (is_error(f))
+      return t_error();
+    if (f->kind != TypeKind::Func || f->elems.size() != 1 ||
+        !type_equal(f->elems[0], xs->elems[0])) {
+      d_.error(c.args[0]->span,
+               "map needs a function of one " + type_str(xs->elems[0]) + ", got " + type_str(f));
+      return t_error();
+    }
+    return t_list(f->result);
+  }
+  case Builtin::Fold: {
+    if (!arity(3))
+      return t_error();
+    Type init = check(c.args[1]);
+    Type xs = check(c.args[2]);
+    if (is_error(xs) || is_error(init)) {
+      check(c.args[0]);
+      return t_error();
+    }
+    if (xs->kind != TypeKind::List) {
+      d_.error(c.args[2]->span, "fold needs a list, got " + type_str(xs));
+      check(c.args[0]);
+      return t_error();
+    }
+    Type want = t_func({init, xs->elems[0]}, init);
+    Type f = check(c.args[0], want);
+    if (is_error(f))
+      return init;
+    if (!type_equal(f, want))
+      return mismatch(*c.args[0], "fold function", want, f);
+    return init;
+  }
+  case Builtin::SumList: {
+    if (!arity(1))
+      return t_error();
+    Type xs = check(c.args[0]);
+    if (is_error(xs))
+      return t_error();
+    if (xs->kind != TypeKind::List || !is_kind(xs->elems[0], TypeKind::Tensor) ||
+        xs->elems[0]->elem != Elem::F32) {
+      d_.error(c.args[0]->span, "sum_list needs a List of f32 tensors, got " + type_str(xs));
+      return t_error();
+    }
+    return xs->elems[0];
+  }
+  case Builtin::Length: {
+    if (!arity(1))
+      return t_error();
+    Type xs = check(c.args[0]);
+    if (!is_error(xs) && xs->kind != TypeKind::List) {
+      d_.error(c.args[0]->span, "length needs a list, got " + type_str(xs));
+      return t_error();
+    }
+    return t_int();
+  }
+  case Builtin::Append: {
+    if (!arity(2))
+      return t_error();
+    Type a = check(c.args[0]);
+    Type b = check(c.args[1], a);
+    if (is_error(a) || is_error(b))
+      return t_error();
+    if (a->kind != TypeKind::List) {
+      d_.error(c.args[0]->span, "append needs lists, got " + type_str(a));
+      return t_error();
+    }
+    if (!type_equal(a, b))
+      return mismatch(*c.args[1], "append", a, b);
+    return a;
+  }
+  case Builtin::ToInt:
+  case Builtin::ToBool: {
+    if (!arity(1))
+      return t_error();
+    Type t = check(c.args[0]);
+    if (!is_error(t) && !(t->kind == TypeKind::Tensor && t->dims.empty())) {
+      d_.error(c.args[0]->span, std::string(builtin_name(b)) +
+                                    " needs a 0-d tensor (f32[] or i32[]), got " + type_str(t));
+      return t_error();
+    }
+    return b == Builtin::ToInt ? t_int() : t_bool();
+  }
+  }
+  return t_error();
+}
+
+Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
+  c.ref = {VarRef::Kind::Op, static_cast<int>(id), -1};
+  if (auto v = c.callee->as<Var>())
+    v->ref = c.ref;
+  // Leading tensor arguments, then Int literals (static attributes).
+  std::vector<Type> targs;
+  size_t i = 0;
+  bool bad = false;
+  for (; i < c.args.size(); ++i) {
+    if (int_literal(c.args[i]))
+      break;
+    Type t = check(c.args[i]);
+    if (is_kind(t, TypeKind::Int)) {
+      d_.error(c.args[i]->span, std::string(ops::op_name(id)) +
+                                    ": Int arguments must be literals (they fix shapes)");
+      bad = true;
+    }
+    targs.push_back(t);
+  }
+  for (; i < c.args.size(); ++i) {
+    check(c.args[i]);
+    auto v = int_literal(c.args[i]);
+    if (!v) {
+      d_.error(c.args[i]->span,
+               std::string(ops::op_name(id)) + ": tensor arguments must come before Int arguments");
+      bad = true;
+      continue;
+    }
+    attr.ints.push_back(*v);
+  }
+  c.attr_ints = attr.ints;
+  c.tensor_args = static_cast<int>(targs.size());
+  if (bad)
+    return t_error();
+  auto r = ops::op_result_type(id, targs, attr);
+  if (!r.ok()) {
+    d_.error(c.span, r.error);
+    return t_error();
+  }
+  return r.type;
+}
+
+std::optional<ops::OpId> Checker::tensor_binop(BinOp op) {
+  switch (op) {
+  case BinOp::Add:
+    return ops::OpId::Add;
+  case BinOp::Sub:
+    return ops::OpId::Sub;
+  case BinOp::Mul:
+    return ops::OpId::Mul;
+  case BinOp::Div:
+    return ops::OpId::Div;
+  case BinOp::MatMul:
+    return ops::OpId::MatMul;
+  case BinOp::Lt:
+    return ops::OpId::Lt;
+  case BinOp::Le:
+    return ops::OpId::Le;
+  case BinOp::Gt:
+    return ops::OpId::Gt;
+  case BinOp::Ge:
+    return ops::OpId::Ge;
+  case BinOp::Eq:
+    return ops::OpId::Eq;
+  case BinOp::Ne:
+    return ops::OpId::Ne;
+  default:
+    return std::nullopt;
+  }
+}
+
+Type Checker::check_binary(const Binary& b) {
+  Type l = check(b.lhs);
+  Type r = check(b.rhs);
+  if (is_error(l) || is_error(r))
+    return t_error();
+  std::string op = binop_str(b.op);
+  if (l->kind == TypeKind::Tensor && r->kind == TypeKind::Tensor) {
+    auto id = tensor_binop(b.op);
+    if (!id) {
+      d_.error(b.span, "operator " + op + " is not defined on tensors");
+      return t_error();
+    }
+    b.tensor_op = static_cast<int>(*id);
+    Type args[2] = {l, r};
+    auto res = ops::op_result_type(*id, args, {});
+    if (!res.ok()) {
+      d_.error(b.span, "operator " + op + ": " + res.error);
+      return t_error();
+    }
+    return res.type;
+  }
+  if (l->kind == TypeKind::Int && r->kind == TypeKind::Int) {
+    switch (b.op) {
+    case BinOp::Add:
+    case BinOp::Sub:
+    case BinOp::Mul:
+    case BinOp::Div:
+    case BinOp::Mod:
+      return t_int();
+    case BinOp::Lt:
+    case BinOp::Le:
+    case BinOp::Gt:
+    case BinOp::Ge:
+    case BinOp::Eq:
+    case BinOp::Ne:
+      return t_bool();
+    default:
+      break;
+    }
+  }
+  if (l->kind == TypeKind::Bool && r->kind == TypeKind::Bool) {
+    switch (b.op) {
+    case BinOp::And:
+    case BinOp::Or:
+    case BinOp::Eq:
+    case BinOp::Ne:
+      return t_bool();
+    default:
+      break;
+    }
+  }
+  std::string hint;
+  if ((l->kind == TypeKind::Int && r->kind == TypeKind::Tensor) ||
+      (l->kind == TypeKind::Tensor && r->kind == TypeKind::Int))
+    hint = " (Int and tensors do not mix: write a float literal such as 2.0)";
+  d_.error(b.span,
+           "operator " + op + " cannot apply to " + type_str(l) + " and " + type_str(r) + hint);
+  return t_error();
+}
+
+Type Checker::check_unary(const Unary& u) {
+  Type t = check(u.operand);
+  if (is_error(t))
+    return t_error();
+  if (u.op == UnOp::Neg) {
+    if (t->kind == TypeKind::Int)
+      return t_int();
+    if (t->kind == TypeKind::Tensor) {
+      u.tensor_op = static_cast<int>(ops::OpId::Neg);
+      return t;
+    }
+    d_.error(u.span, "unary - cannot apply to " + type_str(t));
+    return t_error();
+  }
+  if (t->kind == TypeKind::Bool)
+    return t_bool();
+  d_.error(u.span, "! needs a Bool, got " + type_str(t));
+  return t_error();
+}
+
+} // namespace pejit::types::detail

@@ -1,0 +1,89 @@
+// Internal to the checker (check.cpp, check_call.cpp): the Checker class that types and
+// resolves one module's declarations and function bodies, and the frames it binds names in.
+// check.cpp checks declarations, bodies and expressions; check_call.cpp checks calls (of
+// functions, constructors, builtins and tensor ops) and the infix and prefix operators.
+#pragma once
+
+#include "ir/module.h"
+#include "ops/op.h"
+#include "types/builtins.h"
+#include "util/diagnostics.h"
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace pejit::types::detail {
+
+struct Binding {
+  std::string name;
+  int slot;
+  ir::Type type;
+};
+
+struct Frame {
+  std::vector<Binding> scope;
+  int next_slot = 0;
+  std::vector<std::string> capture_names;
+  std::vector<ir::Type> capture_types;
+  std::vector<ir::VarRef> capture_refs;
+};
+
+struct Resolved {
+  ir::VarRef ref;
+  ir::Type type;
+};
+
+inline bool is_kind(const ir::Type& t, ir::TypeKind k) {
+  return !ir::is_error(t) && t->kind == k;
+}
+
+class Checker {
+public:
+  Checker(const ir::Module& m, Diagnostics& d) : m_(m), d_(d) {}
+
+  // Checks a declaration's signature-level well-formedness (types exist, dims declared).
+  void check_decl(const ir::Decl& decl);
+
+  // Type checks a function body; fills annotations and returns the names the body uses.
+  std::set<std::string> check_fn(const ir::FnDecl& f);
+
+private:
+  const ir::Module& m_;
+  Diagnostics& d_;
+  std::vector<Frame> frames_;
+  std::set<std::string> uses_;
+
+  // check.cpp: types, scopes and expressions other than calls and operators.
+  void note_type_uses(const ir::Type& t);
+  void check_type_wf(const ir::Type& t, const Span& s);
+  int bind(const std::string& name, ir::Type t);
+  void bind_pattern(const ir::Pattern& p, const ir::Type& t);
+  std::optional<Resolved> lookup(const std::string& name, size_t k);
+  ir::Type fn_type(const ir::FnDecl& f);
+  ir::Type set(const ir::ExprNode& e, ir::Type t);
+  ir::Type mismatch(const ir::ExprNode& e, const std::string& what, const ir::Type& want,
+                    const ir::Type& got);
+  // Checks `e`, with `expected` (may be null) as a hint; returns and records its type.
+  ir::Type check(const ir::Expr& e, const ir::Type& expected = nullptr);
+  ir::Type check_var(const ir::Var& v);
+  ir::Type check_match(const ir::Match& mt, const ir::Type& expected);
+  ir::Type check_lambda(const ir::Lambda& l, const ir::Type& expected);
+
+  // check_call.cpp: calls, builtins, tensor ops and operators.
+  // Checks an argument list against parameter types.
+  void check_args(const ir::Call& c, const std::vector<ir::Type>& params, const std::string& what);
+  static std::optional<int64_t> int_literal(const ir::Expr& e);
+  ir::Type check_call(const ir::Call& c, const ir::Type& expected);
+  bool lookup_local_only(const std::string& n);
+  ir::Type check_list_ctor(const ir::Call& c, const std::string& n, const ir::Type& expected);
+  ir::Type check_builtin(const ir::Call& c, Builtin b);
+  ir::Type check_op(const ir::Call& c, ops::OpId id, ops::Attr attr);
+  static std::optional<ops::OpId> tensor_binop(ir::BinOp op);
+  ir::Type check_binary(const ir::Binary& b);
+  ir::Type check_unary(const ir::Unary& u);
+};
+
+} // namespace pejit::types::detail
