@@ -6,7 +6,7 @@
 // Also: without PeOptions::keep_inputs, the same residual with no payload copies.
 #include "data/synthetic.h"
 #include "pejit/error.h"
-#include "random_programs.h"
+#include "random_batches.h"
 #include "specializer/fragments.h"
 #include "specializer/partial_eval.h"
 #include "train/encode.h"

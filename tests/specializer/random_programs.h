@@ -1,5 +1,6 @@
-// A seeded generator of well-typed random pejit programs and matching random batches, for the
-// differential test generic path == specialized path (random_programs_test.cpp).
+// A seeded generator of well-typed random pejit programs, for the differential test generic
+// path == specialized path (random_programs_test.cpp). random_batches.h draws a matching batch
+// for each program, and its generate() makes both from one seed.
 //
 // Every program has the same outline, with random choices everywhere inside it:
 //   type T = random constructors with 0, 1 or 2 children (and, by chance, a List[T] child or a
@@ -22,9 +23,6 @@
 // invariant's tolerances unless there is a bug.
 #pragma once
 
-#include "interp/value.h"
-#include "tensor/tensor.h"
-
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,12 +35,6 @@ struct Options {
   /// Let symbolic sums (`a + b` of residual tensors, sum_list) outside templates flow into a
   /// template call (a SumN instance feeding a template).
   bool sums_into_templates = true;
-};
-
-struct RandomProgram {
-  std::string source;
-  interp::Value batch;
-  std::string batch_desc; ///< a readable description of the batch's structure
 };
 
 namespace detail {
@@ -76,6 +68,11 @@ public:
       r -= w[i];
     }
     return w.size() - 1;
+  }
+
+  /// A uniformly chosen element of `xs` (not empty).
+  template <class T> const T& one(const std::vector<T>& xs) {
+    return xs[static_cast<size_t>(uni(0, static_cast<int>(xs.size()) - 1))];
   }
 
 private:
@@ -116,11 +113,14 @@ struct Ctor {
   bool word = false, payload = false, num = false, label = false;
 };
 
+class BatchGenerator; // random_batches.h
+
 class Generator {
 public:
   Generator(uint64_t seed, Options opt) : r_(seed), opt_(opt) {}
 
-  RandomProgram run() {
+  /// The program's source; a BatchGenerator on this generator then draws a batch for it.
+  std::string run() {
     H_ = r_.uni(1, 8);
     E_ = r_.uni(1, 8);
     K_ = r_.uni(1, 8);
@@ -144,13 +144,12 @@ public:
     for (const auto& [name, decl] : params_)
       src += decl;
     src += fns + pre_ + enc + entry;
-    RandomProgram p;
-    p.source = std::move(src);
-    p.batch = batch(p.batch_desc);
-    return p;
+    return src;
   }
 
 private:
+  friend class BatchGenerator; // continues r_ and reads the constructors and sizes
+
   Rng r_;
   Options opt_;
   int H_ = 4, E_ = 4, K_ = 4, C_ = 3, V_ = 5;
@@ -201,9 +200,7 @@ private:
         out.push_back(&v);
     return out;
   }
-  template <class T> const T& one(const std::vector<T>& xs) {
-    return xs[static_cast<size_t>(r_.uni(0, static_cast<int>(xs.size()) - 1))];
-  }
+  template <class T> const T& one(const std::vector<T>& xs) { return r_.one(xs); }
 
   std::string lit() {
     static const char* ls[] = {"0.5", "2.0", "-1.5", "0.25", "1.0", "-0.75", "3.0"};
@@ -830,94 +827,8 @@ private:
     }
     return s + "}\n";
   }
-
-  // ---------------------------------------------------------------- batches
-  interp::Value tree(int depth, int& budget, std::string& desc) {
-    std::vector<size_t> choices;
-    for (size_t i = 0; i < ctors_.size(); ++i) {
-      bool leafy = ctors_[i].kind == Kind::Leaf || ctors_[i].kind == Kind::Seq;
-      if (leafy || (depth < 4 && budget > 0))
-        choices.push_back(i);
-    }
-    size_t ci = one(choices);
-    const Ctor& c = ctors_[ci];
-    budget--;
-    desc += c.name;
-    interp::Values fs;
-    auto sub = [&] {
-      desc += "(";
-      auto v = tree(depth + 1, budget, desc);
-      desc += ")";
-      return v;
-    };
-    switch (c.kind) {
-    case Kind::Unary:
-      fs.push_back(sub());
-      break;
-    case Kind::Binary:
-      fs.push_back(sub());
-      fs.push_back(sub());
-      break;
-    case Kind::Rose: {
-      int n = budget > 0 ? r_.uni(0, 3) : 0;
-      interp::Values kids;
-      desc += "[";
-      for (int k = 0; k < n; ++k)
-        kids.push_back(sub());
-      desc += "]";
-      fs.push_back(interp::Value::list(std::move(kids)));
-      break;
-    }
-    case Kind::Seq: {
-      int n = r_.uni(0, 4);
-      interp::Values xs;
-      for (int k = 0; k < n; ++k)
-        xs.push_back(interp::Value::tensor(payload()));
-      desc += "<" + S(n) + ">";
-      fs.push_back(interp::Value::list(std::move(xs)));
-      break;
-    }
-    default:
-      break;
-    }
-    if (c.word)
-      fs.push_back(interp::Value::tensor(Tensor::scalar_i32(r_.uni(0, V_ - 1))));
-    if (c.payload)
-      fs.push_back(interp::Value::tensor(payload()));
-    if (c.num) {
-      int n = r_.uni(0, 4);
-      desc += "#" + S(n);
-      fs.push_back(interp::Value::integer(n));
-    }
-    if (c.label)
-      fs.push_back(interp::Value::tensor(Tensor::scalar_i32(r_.uni(0, C_ - 1))));
-    return interp::Value::adt(static_cast<int32_t>(ci), std::move(fs));
-  }
-
-  Tensor payload() {
-    std::vector<float> v(static_cast<size_t>(K_));
-    for (auto& x : v)
-      x = r_.real(-1.0f, 1.0f);
-    return Tensor::from_f32(Shape{static_cast<int64_t>(K_)}, v);
-  }
-
-  interp::Value batch(std::string& desc) {
-    int n = r_.uni(1, 5);
-    interp::Values ts;
-    for (int i = 0; i < n; ++i) {
-      int budget = r_.uni(0, 12);
-      desc += i ? " " : "";
-      ts.push_back(tree(0, budget, desc));
-    }
-    return interp::Value::list(std::move(ts));
-  }
 };
 
 } // namespace detail
-
-/// The program and batch of one seed (deterministic on every machine).
-inline RandomProgram generate(uint64_t seed, Options opt = {}) {
-  return detail::Generator(seed, opt).run();
-}
 
 } // namespace pejit::testgen
