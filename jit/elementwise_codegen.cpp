@@ -37,6 +37,7 @@
 #include "jit/schedule.h"
 
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 
 #include <map>
@@ -111,32 +112,37 @@ private:
     };
     // The generated GEMM core (gemm_n > 0).
     llvm::Function* gemm = nullptr;
-    Value *gemm_a = nullptr, *gemm_b = nullptr, *gemm_c = nullptr, *gemm_step = nullptr;
     if (spec_.gemm_n > 0) {
       GemmSpec gs{.layout = GemmLayout::NN, .n = spec_.gemm_n, .k = spec_.gemm_k};
       gs.packed_b = true;
       gemm = emit_packed_gemm(gs, m_, "gemm", target, llvm::Function::InternalLinkage);
       // Called once per panel: inlining it would only make O3 work on one huge function.
       gemm->addFnAttr(llvm::Attribute::NoInline);
-      gemm_a = field(1, ptr, "gemm.a");
-      gemm_b = field(2, ptr, "gemm.b");
-      gemm_c = field(3, ptr, "gemm.c");
-      gemm_step = field(4, i64_, "gemm.step");
     }
-    // The gathers: the GEMM's A rows from their parts, the filled inputs' rows.
-    Value* gather_dst = spec_.gather_widths.empty() ? nullptr : field(5, ptr, "gather.dst");
-    std::vector<Value*> part_src, part_rows, fill_rows;
-    for (size_t i = 0; i < spec_.gather_widths.size(); ++i) {
-      part_src.push_back(slot(6, i, "part.src"));
-      part_rows.push_back(slot(7, i, "part.rows"));
-    }
-    for (size_t j = 0; j < spec_.fill_inputs.size(); ++j)
-      fill_rows.push_back(slot(8, j, "fill.rows"));
     const int lanes = gemm_lanes(target);
     Value* height = b_.getInt64(spec_.panel_rows);
     Value* npanels =
         b_.CreateUDiv(b_.CreateAdd(rows, b_.getInt64(spec_.panel_rows - 1)), height, "panels");
     emit_loop(npanels, "panel", [&](Value* p) {
+      // The core's fields are read in every panel, after the previous panel's call of
+      // core->fn (which may write any memory): invariant, their null tests made loop
+      // unswitching copy the whole panel body (the chain inlined) once per combination.
+      Value *gemm_a = nullptr, *gemm_b = nullptr, *gemm_c = nullptr, *gemm_step = nullptr;
+      if (gemm != nullptr) {
+        gemm_a = field(1, ptr, "gemm.a");
+        gemm_b = field(2, ptr, "gemm.b");
+        gemm_c = field(3, ptr, "gemm.c");
+        gemm_step = field(4, i64_, "gemm.step");
+      }
+      // The gathers: the GEMM's A rows from their parts, the filled inputs' rows.
+      Value* gather_dst = spec_.gather_widths.empty() ? nullptr : field(5, ptr, "gather.dst");
+      std::vector<Value*> part_src, part_rows, fill_rows;
+      for (size_t i = 0; i < spec_.gather_widths.size(); ++i) {
+        part_src.push_back(slot(6, i, "part.src"));
+        part_rows.push_back(slot(7, i, "part.rows"));
+      }
+      for (size_t j = 0; j < spec_.fill_inputs.size(); ++j)
+        fill_rows.push_back(slot(8, j, "fill.rows"));
       Value* r0 = b_.CreateMul(p, height, "r0", true, true);
       Value* left = b_.CreateSub(rows, r0, "left", true, true);
       Value* n = b_.CreateSelect(b_.CreateICmpSLT(left, height), left, height, "n");
@@ -293,7 +299,7 @@ private:
     tail_ = sched.is_default() ? 8 : sched.vector_width;
     llvm::BranchInst* inner = nullptr; // the latch of the loop the schedule applies to
     if (nested) {
-      emit_loop(rows, "row", [&](Value* r) {
+      llvm::BranchInst* row_latch = emit_loop(rows, "row", [&](Value* r) {
         // Row starts per array stride (most arrays share the width's).
         std::map<int64_t, Value*> base;
         auto base_of = [&](int64_t stride) {
@@ -307,21 +313,49 @@ private:
             base_of(spec_.in_stride(i));
         for (size_t j = 0; j < spec_.outputs.size(); ++j)
           base_of(spec_.out_stride(j));
+        int64_t w = spec_.width;
+        if (sched.is_default() && w < tail_) { // one vector per row, its first w lanes
+          Value* c = b_.getInt64(0);
+          emit_vector_element(
+              c, [&](int64_t stride) { return base_of(stride); },
+              first_lanes(ctx_, static_cast<int>(tail_), static_cast<int>(w)));
+          return;
+        }
+        if (sched.is_default()) {
+          // The default schedule: one explicit vector of tail_ columns per step, ceil(w /
+          // tail_) steps, the last one moved back to end at the row's end (overlapping the
+          // previous step's columns: each element is a pure function of the inputs, which no
+          // output overlaps, so rewriting it stores the same bits). One copy of the chain,
+          // left as written: the vectorizer's body, its interleaved copy and a separate tail
+          // made O3 and instruction selection work on the chain three times.
+          Value* last = b_.getInt64(w - tail_);
+          keep_loop_as_written(
+              emit_loop(b_.getInt64((w + tail_ - 1) / tail_), "col", [&](Value* i) {
+                Value* c = b_.CreateMul(i, b_.getInt64(tail_), "c", true, true);
+                if (w % tail_ != 0)
+                  c = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, c, last);
+                emit_vector_element(c, [&](int64_t stride) {
+                  return b_.CreateAdd(base_of(stride), c, "idx", true, true);
+                });
+              }));
+          return;
+        }
         // The columns in whole vectors; a ragged end as one vector of the row's last tail_
-        // columns, overlapping the loop's last ones (each element is a pure function of the
-        // inputs, which no output overlaps, so rewriting it stores the same bits). Without it
-        // the vectorizer's scalar epilogue costs ~20% on a 150-wide row.
-        int64_t w = spec_.width, tail = w > tail_ && w % tail_ != 0 ? tail_ : 0;
+        // columns, overlapping the loop's last ones (as above). Without it the vectorizer's
+        // scalar epilogue costs ~20% on a 150-wide row.
+        int64_t tail = w > tail_ && w % tail_ != 0 ? tail_ : 0;
         inner = emit_loop(b_.getInt64(tail != 0 ? w - w % tail : w), "col", [&](Value* c) {
           emit_element(c, [&](int64_t stride) {
             return b_.CreateAdd(base_of(stride), c, "idx", true, true);
           });
         });
         if (tail != 0)
-          emit_vector_element(w - tail, [&](int64_t stride) {
+          emit_vector_element(b_.getInt64(w - tail), [&](int64_t stride) {
             return b_.CreateAdd(base_of(stride), b_.getInt64(w - tail), "idx", true, true);
           });
       });
+      if (sched.is_default()) // explicit vectors in the rows: no copies of them to unroll
+        keep_loop_as_written(row_latch);
     } else {
       inner = emit_loop(b_.CreateMul(rows, width, "n", true, true), "i",
                         [&](Value* i) { emit_element(nullptr, [i](int64_t) { return i; }); });
@@ -402,7 +436,8 @@ private:
   }
 
   // tail_ columns at once from column `col`: the same operations as emit_element on vectors.
-  template <class Index> void emit_vector_element(int64_t col, Index index) {
+  // With a mask, only its lanes are read (the others are zero) and written.
+  template <class Index> void emit_vector_element(Value* col, Index index, Value* mask = nullptr) {
     auto* vf = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(tail_));
     float_ty_ = vf;
     int_ty_ = llvm::FixedVectorType::get(i32_, static_cast<unsigned>(tail_));
@@ -412,21 +447,24 @@ private:
         v.push_back(b_.CreateVectorSplat(static_cast<unsigned>(tail_), hoisted_[i]));
         continue;
       }
-      Value* at =
-          spec_.inputs[i] == InputShape::Full ? index(spec_.in_stride(i)) : b_.getInt64(col);
-      v.push_back(annotate(
-          b_.CreateAlignedLoad(vf, b_.CreateInBoundsGEP(f32_, in_ptrs_[i], at), llvm::Align(4)),
-          i));
+      Value* at = spec_.inputs[i] == InputShape::Full ? index(spec_.in_stride(i)) : col;
+      Value* from = b_.CreateInBoundsGEP(f32_, in_ptrs_[i], at);
+      llvm::Instruction* load =
+          mask != nullptr ? static_cast<llvm::Instruction*>(b_.CreateMaskedLoad(
+                                vf, from, llvm::Align(4), mask, llvm::Constant::getNullValue(vf)))
+                          : b_.CreateAlignedLoad(vf, from, llvm::Align(4));
+      v.push_back(annotate(load, i));
     }
     for (const ElementwiseStep& st : spec_.ops)
       v.push_back(emit_op(st.op, v[st.a], st.b >= 0 ? v[st.b] : nullptr));
     size_t nin = spec_.inputs.size();
-    for (size_t j = 0; j < spec_.outputs.size(); ++j)
-      annotate(b_.CreateAlignedStore(
-                   v[spec_.outputs[j]],
-                   b_.CreateInBoundsGEP(f32_, out_ptrs_[j], index(spec_.out_stride(j))),
-                   llvm::Align(4)),
+    for (size_t j = 0; j < spec_.outputs.size(); ++j) {
+      Value* to = b_.CreateInBoundsGEP(f32_, out_ptrs_[j], index(spec_.out_stride(j)));
+      annotate(mask != nullptr ? static_cast<llvm::Instruction*>(b_.CreateMaskedStore(
+                                     v[spec_.outputs[j]], to, llvm::Align(4), mask))
+                               : b_.CreateAlignedStore(v[spec_.outputs[j]], to, llvm::Align(4)),
                nin + j);
+    }
     float_ty_ = f32_;
     int_ty_ = i32_;
   }

@@ -321,6 +321,36 @@ TEST_CASE("panel kernel gathers A's rows from its parts and fills an input, per 
   }
 }
 
+// Compile time: the code O3 and instruction selection work on, for the TreeLSTM classifier's
+// kernel (logits = h · W + b, h gathered). The loop over panels reads the core's fields in
+// every panel: hoisted, their null tests made loop unswitching copy the panel's body (the
+// chain inlined) once per combination. A chain narrower than a vector is one masked vector
+// per row, not a loop for the vectorizer. The narrow core's B^T copy is one loop of gathers,
+// not ~50 unrolled ones.
+TEST_CASE("panel kernel's optimized IR: one chain, one B^T copy loop") {
+  Jit jit;
+  KernelSpec s{.width = 5,
+               .inputs = {InputShape::Full, InputShape::RowBroadcast},
+               .ops = {{ElementwiseOp::Add, 0, 1}},
+               .outputs = {2}};
+  s.panel_rows = 48;
+  s.in_panel = {true, false}; // the logits before the bias: the core's rows in scratch
+  s.gemm_n = 5;
+  s.gemm_k = 150;
+  s.gather_widths = {150};
+  CHECK(s.canonical_text().ends_with(" panel=48 core=first scratch=0 gemm=5x150 gather=150"));
+  const std::string ir = jit.optimized_ir(s);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = ir.find(what); at != std::string::npos; at = ir.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  CHECK(count("call void @llvm.masked.store.v8f32") == 1); // the chain's one output, once
+  if (jit.vector_lanes() == 16) // B^T gathered per column, 16 rows of B at a time
+    CHECK(count("call <16 x float> @llvm.masked.gather.v16f32") == 10); // 5 columns x 2 steps
+}
+
 TEST_CASE("panel kernel gathers and fills: validation") {
   KernelSpec s = epilogue(48, true);
   s.gather_widths = {3, 4};
