@@ -46,12 +46,17 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   p.key = r.key;
   // Instances no output depends on are dropped (e.g. the state after a sequence's last step).
   enum : uint8_t { kLive = 1, kFeedsTemplate = 2 };
-  std::vector<uint8_t>& flags = sc.flags;
-  flags.assign(n, 0);
+  // The working arrays through plain pointers: a store to the flags (bytes) may alias
+  // anything, so the loops below would otherwise reload each thread_local vector's data
+  // pointer after every flag they set.
+  sc.flags.assign(n, 0);
+  uint8_t* const flags = sc.flags.data();
   // Earliest levels (ASAP), over every instance: a live one's producers are live, so its
   // level does not depend on the dead ones.
-  std::vector<int32_t>&level = sc.level, &latest = sc.latest;
-  level.resize(n);
+  sc.level.resize(n);
+  sc.latest.assign(n, 0); // heights, until the depth is known
+  int32_t* const level = sc.level.data();
+  int32_t* const latest = sc.latest.data();
   for (size_t i = 0; i < n; ++i) {
     int32_t l = 0;
     for (const auto& a : args_of(i))
@@ -68,7 +73,6 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   for (const auto& o : r.outputs)
     if (o.kind == Ref::Kind::Inst)
       flags[static_cast<size_t>(o.index)] = kLive;
-  latest.assign(n, 0); // heights, until the depth is known
   int32_t max_level = 0;
   // Whether a sum feeds a template call: only then can an instance that feeds a template start
   // later than its ASAP level (below).
@@ -87,8 +91,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         latest[ai] = std::max(latest[ai], latest[i] + 1);
       }
   }
-  for (auto& l : latest)
-    l = max_level - l;
+  for (size_t i = 0; i < n; ++i)
+    latest[i] = max_level - latest[i];
 
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
@@ -103,8 +107,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // consumer's), so a table of (max_level + 1) x templates covers every key.
   const size_t num_tmpl = templates.size();
   const size_t num_levels = static_cast<size_t>(max_level) + 1;
-  std::vector<int32_t>& heads = sc.heads;
-  heads.assign(num_levels * num_tmpl, -1);
+  sc.heads.assign(num_levels * num_tmpl, -1);
+  int32_t* const heads = sc.heads.data();
   std::vector<Group>& groups = sc.groups;
   groups.clear();
   // Per group: the next group of its (level, template), and its instances so far.
@@ -113,6 +117,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   counts.clear();
   p.group_of.assign(n, -1);
   p.row_of.assign(n, -1);
+  int32_t* const group_of = p.group_of.data();
+  int32_t* const row_of = p.row_of.data();
   max_level = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!(flags[i] & kLive))
@@ -181,15 +187,15 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         }
       }
     }
-    p.group_of[i] = gid;
-    p.row_of[i] = counts[static_cast<size_t>(gid)]++;
+    group_of[i] = gid;
+    row_of[i] = counts[static_cast<size_t>(gid)]++;
   }
   // Each group's instances, its rows in order, in one allocation.
   for (size_t g = 0; g < groups.size(); ++g)
     groups[g].instances.resize(static_cast<size_t>(counts[g]));
   for (size_t i = 0; i < n; ++i)
-    if (p.group_of[i] >= 0)
-      groups[static_cast<size_t>(p.group_of[i])].instances[static_cast<size_t>(p.row_of[i])] =
+    if (group_of[i] >= 0)
+      groups[static_cast<size_t>(group_of[i])].instances[static_cast<size_t>(row_of[i])] =
           static_cast<int32_t>(i);
 
   // Execution order: by level, then by creation.
@@ -204,9 +210,9 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   new_id.resize(groups.size());
   for (size_t k = 0; k < perm.size(); ++k)
     new_id[static_cast<size_t>(perm[k])] = static_cast<int32_t>(k);
-  for (auto& g : p.group_of)
-    if (g >= 0)
-      g = new_id[static_cast<size_t>(g)];
+  for (size_t i = 0; i < n; ++i)
+    if (group_of[i] >= 0)
+      group_of[i] = new_id[static_cast<size_t>(group_of[i])];
   p.groups.reserve(groups.size());
   for (int32_t g : perm)
     p.groups.push_back(std::move(groups[static_cast<size_t>(g)]));
@@ -216,9 +222,9 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     rr.kind = a.kind;
     rr.index = a.index;
     if (a.kind == Ref::Kind::Inst) {
-      rr.index = p.group_of[static_cast<size_t>(a.index)];
+      rr.index = group_of[static_cast<size_t>(a.index)];
       rr.out = a.out;
-      rr.row = p.row_of[static_cast<size_t>(a.index)];
+      rr.row = row_of[static_cast<size_t>(a.index)];
     }
     return rr;
   };
