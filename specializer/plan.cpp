@@ -11,17 +11,19 @@ namespace pejit::spec {
 
 namespace {
 
-// Whether an argument is the same tensor for every row (a parameter or a constant), rather
-// than gathered row by row.
-bool is_shared(const Ref& r) {
-  return r.kind == Ref::Kind::Param || r.kind == Ref::Kind::Const;
+// A shared argument's identity: kind*2^32 + index for a parameter or a constant (the same
+// tensor for every row), -1 for an argument gathered row by row.
+int64_t shared_code(const Ref& r) {
+  if (r.kind == Ref::Kind::Param || r.kind == Ref::Kind::Const)
+    return (static_cast<int64_t>(r.kind) << 32) + r.index;
+  return -1;
 }
 
 // make_plan's working arrays, kept per thread and reused from plan to plan: planning a batch
 // allocates only what the Plan keeps.
 struct Scratch {
   std::vector<uint8_t> flags;
-  std::vector<int32_t> level, height, next_variant, perm, new_id, counts, heads;
+  std::vector<int32_t> level, latest, next_variant, perm, new_id, counts, heads;
   std::vector<Group> groups;
 };
 
@@ -52,9 +54,9 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // Earliest levels (ASAP), over every instance: a live one's producers are live, so its
   // level does not depend on the dead ones.
   sc.level.resize(n);
-  sc.height.assign(n, 0);
+  sc.latest.assign(n, 0); // heights, until the depth is known
   int32_t* const level = sc.level.data();
-  int32_t* const height = sc.height.data();
+  int32_t* const latest = sc.latest.data();
   for (size_t i = 0; i < n; ++i) {
     int32_t l = 0;
     for (const auto& a : args_of(i))
@@ -86,11 +88,11 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       if (a.kind == Ref::Kind::Inst) {
         auto ai = static_cast<size_t>(a.index);
         flags[ai] |= feeds;
-        height[ai] = std::max(height[ai], height[i] + 1);
+        latest[ai] = std::max(latest[ai], latest[i] + 1);
       }
   }
-  // An instance's latest level (ALAP) is depth - its height, read as such below.
-  const int32_t depth = max_level;
+  for (size_t i = 0; i < n; ++i)
+    latest[i] = max_level - latest[i];
 
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
@@ -131,7 +133,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         if (a.kind == Ref::Kind::Inst)
           l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
     }
-    level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, depth - height[i]);
+    level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, latest[i]);
     if (!sum)
       max_level = std::max(max_level, level[i]);
     // This instance's group: of its (level, template), the one whose shared arguments are
@@ -147,8 +149,10 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       for (int32_t g = head; g >= 0 && gid < 0; g = next_variant[static_cast<size_t>(g)]) {
         const auto& gargs = groups[static_cast<size_t>(g)].args;
         bool same = true;
-        for (size_t a = 0; a < args.size() && same; ++a) // a shared_ref is shared
-          same = gargs[a].shared ? gargs[a].shared_ref == args[a] : !is_shared(args[a]);
+        for (size_t a = 0; a < args.size() && same; ++a) {
+          int64_t c = shared_code(args[a]);
+          same = gargs[a].shared ? c >= 0 && gargs[a].shared_ref == args[a] : c < 0;
+        }
         if (same)
           gid = g;
       }
@@ -166,7 +170,7 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         g.args.resize(args.size());
         for (size_t a = 0; a < args.size(); ++a) {
           GroupArg& ga = g.args[a];
-          ga.shared = is_shared(args[a]);
+          ga.shared = shared_code(args[a]) >= 0;
           if (ga.shared)
             ga.shared_ref = args[a];
           ga.sig = t.args[a];
