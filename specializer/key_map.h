@@ -1,14 +1,11 @@
-// A small open-addressing map from short integer keys (a span of int64) to int32 values: keys
-// of up to kInline words in their slot, longer ones in one flat arena; lookups and inserts
-// allocate nothing in steady state. The specializer's memo tables (partial_eval.cpp) and the
-// fragments' keys (pe_fragments.cpp: function and a 128-bit skeleton, three words) use it on
-// every call, where std::map of vectors cost an allocation per lookup; the fragments' table is
-// megabytes, read at random, so a key in its slot saves a lookup its second dependent miss.
+// A small open-addressing map from short integer keys (a span of int64) to int32 values, with
+// every key stored in one flat arena: lookups and inserts allocate nothing in steady state.
+// The specializer's memo tables (partial_eval.cpp) and the planner's group keys (plan.cpp)
+// use it on every instance, where std::map of vectors cost an allocation per lookup.
 #pragma once
 
 #include "specializer/huge_pages.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -44,11 +41,8 @@ public:
 
   /// Asks the cache for the slot where a lookup of `k` starts (a hint: no effect on results).
   void prefetch(std::span<const int64_t> k) const {
-    if (slots_.empty())
-      return;
-    const char* p = reinterpret_cast<const char*>(slots_.data() + (hash(k) & (slots_.size() - 1)));
-    __builtin_prefetch(p);
-    __builtin_prefetch(p + sizeof(Slot) - 1); // a slot may straddle two cache lines
+    if (!slots_.empty())
+      __builtin_prefetch(slots_.data() + (hash(k) & (slots_.size() - 1)));
   }
 
   /// Inserts `k` -> `v` unless present; returns the value now stored and whether it was new.
@@ -62,13 +56,9 @@ public:
       if (s.value < 0) {
         s.hash = h;
         s.value = v;
+        s.offset = static_cast<uint32_t>(keys_.size());
         s.len = static_cast<uint32_t>(k.size());
-        if (k.size() <= kInline) {
-          std::copy(k.begin(), k.end(), s.k);
-        } else {
-          s.k[0] = static_cast<int64_t>(keys_.size());
-          keys_.insert(keys_.end(), k.begin(), k.end());
-        }
+        keys_.insert(keys_.end(), k.begin(), k.end());
         ++size_;
         return {v, true};
       }
@@ -91,15 +81,11 @@ public:
     size_ = 0;
   }
 
-  /// Keys of up to this many words are kept in their slot (40 bytes).
-  static constexpr size_t kInline = 3;
-
 private:
   struct Slot {
     uint64_t hash = 0;
+    uint32_t offset = 0, len = 0;
     int32_t value = -1; ///< -1: empty
-    uint32_t len = 0;
-    int64_t k[kInline] = {}; ///< len <= kInline: the key; else k[0]: its offset in keys_
   };
   // The fragment memo's map holds hundreds of thousands of keys: large tables on huge pages.
   std::vector<Slot, HugePageAllocator<Slot>> slots_;
@@ -110,7 +96,7 @@ private:
   bool equal(const Slot& s, std::span<const int64_t> k) const {
     if (s.len != k.size())
       return false;
-    const int64_t* a = s.len <= kInline ? s.k : keys_.data() + s.k[0];
+    const int64_t* a = keys_.data() + s.offset;
     for (size_t i = 0; i < k.size(); ++i)
       if (a[i] != k[i])
         return false;
