@@ -51,42 +51,29 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   // pointer after every flag they set.
   sc.flags.assign(n, 0);
   uint8_t* const flags = sc.flags.data();
-  // Earliest levels (ASAP), over every instance: a live one's producers are live, so its
-  // level does not depend on the dead ones.
   sc.level.resize(n);
   sc.latest.assign(n, 0); // heights, until the depth is known
   int32_t* const level = sc.level.data();
   int32_t* const latest = sc.latest.data();
-  for (size_t i = 0; i < n; ++i) {
-    int32_t l = 0;
-    for (const auto& a : args_of(i))
-      if (a.kind == Ref::Kind::Inst) {
-        auto ai = static_cast<size_t>(a.index);
-        PEJIT_CHECK(ai < i) << "instances out of order";
-        l = std::max(l, level[ai] + 1);
-      }
-    level[i] = l;
-  }
-  // One backward pass: liveness, which instances feed a template call, the depth (the live
-  // instances' highest level) and each live instance's height (its longest chain of live
-  // consumers), so that its latest level (ALAP) under that depth is depth - height.
+  // One backward pass: liveness, which instances feed a template call, and each live
+  // instance's height (its longest chain of live consumers; final when the pass reaches it,
+  // since its consumers come after it). The depth, the live instances' highest ASAP level, is
+  // the longest path among them, so their greatest height: every instance's latest level
+  // (ALAP) under it is depth - height, with no forward pass for the ASAP levels.
   for (const auto& o : r.outputs)
     if (o.kind == Ref::Kind::Inst)
       flags[static_cast<size_t>(o.index)] = kLive;
   int32_t max_level = 0;
-  // Whether a sum feeds a template call: only then can an instance that feeds a template start
-  // later than its ASAP level (below).
-  bool sum_feeds_template = false;
   for (size_t i = n; i-- > 0;) {
     if (!(flags[i] & kLive))
       continue;
-    max_level = std::max(max_level, level[i]);
-    const bool sum = insts[i].tmpl == Instance::kSumN;
-    sum_feeds_template = sum_feeds_template || (sum && (flags[i] & kFeedsTemplate));
-    const uint8_t feeds = sum ? kLive : kLive | kFeedsTemplate;
+    max_level = std::max(max_level, latest[i]);
+    const uint8_t feeds =
+        insts[i].tmpl == Instance::kSumN ? uint8_t{kLive} : uint8_t{kLive | kFeedsTemplate};
     for (const auto& a : args_of(i))
       if (a.kind == Ref::Kind::Inst) {
         auto ai = static_cast<size_t>(a.index);
+        PEJIT_CHECK(ai < i) << "instances out of order";
         flags[ai] |= feeds;
         latest[ai] = std::max(latest[ai], latest[i] + 1);
       }
@@ -96,12 +83,11 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
 
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
-  // window, the others to the start. In the same pass, instances are grouped in (level, first
-  // appearance) order. The start of a template instance's window is its ASAP level unless a
-  // sum that was moved feeds a template upstream of it: a template instance's producers feed
-  // a template, so they are at their own window's start, which by induction is their ASAP
-  // level when no sum feeds a template. Only then, and for sums, are the producers' final
-  // levels read again.
+  // window, the others to the start, 1 + its producers' highest final level: a template
+  // instance's producers feed a template, so they are at their own window's start (by
+  // induction, their ASAP level unless a sum that was moved feeds a template upstream, and
+  // then the start of the window that sum leaves them). In the same pass, instances are
+  // grouped in (level, first appearance) order.
   // The first group of each (level, template): an instance's final level is at most
   // max_level - its height (by induction in instance order: a producer's height exceeds its
   // consumer's), so a table of (max_level + 1) x templates covers every key.
@@ -126,13 +112,10 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     const Instance& inst = insts[i];
     auto args = args_of(i);
     const bool sum = inst.tmpl == Instance::kSumN;
-    int32_t l = level[i];
-    if (sum || sum_feeds_template) {
-      l = 0;
-      for (const auto& a : args)
-        if (a.kind == Ref::Kind::Inst)
-          l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-    }
+    int32_t l = 0;
+    for (const auto& a : args)
+      if (a.kind == Ref::Kind::Inst)
+        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
     level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, latest[i]);
     if (!sum)
       max_level = std::max(max_level, level[i]);
