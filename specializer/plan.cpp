@@ -46,65 +46,55 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   p.key = r.key;
   // Instances no output depends on are dropped (e.g. the state after a sequence's last step).
   enum : uint8_t { kLive = 1, kFeedsTemplate = 2 };
-  std::vector<uint8_t>& flags = sc.flags;
-  flags.assign(n, 0);
-  // Earliest levels (ASAP), over every instance: a live one's producers are live, so its
-  // level does not depend on the dead ones.
-  std::vector<int32_t>&level = sc.level, &latest = sc.latest;
-  level.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    int32_t l = 0;
+  // The working arrays through plain pointers: a store to the flags (bytes) may alias
+  // anything, so the loops below would otherwise reload each thread_local vector's data
+  // pointer after every flag they set.
+  sc.flags.assign(n, 0);
+  uint8_t* const flags = sc.flags.data();
+  sc.level.resize(n);
+  sc.latest.assign(n, 0); // heights, until the depth is known
+  int32_t* const level = sc.level.data();
+  int32_t* const latest = sc.latest.data();
+  // One backward pass: liveness, which instances feed a template call, and each live
+  // instance's height (its longest chain of live consumers; final when the pass reaches it,
+  // since its consumers come after it). The depth, the live instances' highest ASAP level, is
+  // the longest path among them, so their greatest height: every instance's latest level
+  // (ALAP) under it is depth - height, with no forward pass for the ASAP levels.
+  for (const auto& o : r.outputs)
+    if (o.kind == Ref::Kind::Inst)
+      flags[static_cast<size_t>(o.index)] = kLive;
+  int32_t max_level = 0;
+  for (size_t i = n; i-- > 0;) {
+    if (!(flags[i] & kLive))
+      continue;
+    max_level = std::max(max_level, latest[i]);
+    const uint8_t feeds =
+        insts[i].tmpl == Instance::kSumN ? uint8_t{kLive} : uint8_t{kLive | kFeedsTemplate};
     for (const auto& a : args_of(i))
       if (a.kind == Ref::Kind::Inst) {
         auto ai = static_cast<size_t>(a.index);
         PEJIT_CHECK(ai < i) << "instances out of order";
-        l = std::max(l, level[ai] + 1);
-      }
-    level[i] = l;
-  }
-  // One backward pass: liveness, which instances feed a template call, the depth (the live
-  // instances' highest level) and each live instance's height (its longest chain of live
-  // consumers), so that its latest level (ALAP) under that depth is depth - height.
-  for (const auto& o : r.outputs)
-    if (o.kind == Ref::Kind::Inst)
-      flags[static_cast<size_t>(o.index)] = kLive;
-  latest.assign(n, 0); // heights, until the depth is known
-  int32_t max_level = 0;
-  // Whether a sum feeds a template call: only then can an instance that feeds a template start
-  // later than its ASAP level (below).
-  bool sum_feeds_template = false;
-  for (size_t i = n; i-- > 0;) {
-    if (!(flags[i] & kLive))
-      continue;
-    max_level = std::max(max_level, level[i]);
-    const bool sum = insts[i].tmpl == Instance::kSumN;
-    sum_feeds_template = sum_feeds_template || (sum && (flags[i] & kFeedsTemplate));
-    const uint8_t feeds = sum ? kLive : kLive | kFeedsTemplate;
-    for (const auto& a : args_of(i))
-      if (a.kind == Ref::Kind::Inst) {
-        auto ai = static_cast<size_t>(a.index);
         flags[ai] |= feeds;
         latest[ai] = std::max(latest[ai], latest[i] + 1);
       }
   }
-  for (auto& l : latest)
-    l = max_level - l;
+  for (size_t i = 0; i < n; ++i)
+    latest[i] = max_level - latest[i];
 
   // Final levels, in instance order so that every consumer follows its producers: an
   // instance that feeds no template call (the per-node loss, the sums) goes to the end of its
-  // window, the others to the start. In the same pass, instances are grouped in (level, first
-  // appearance) order. The start of a template instance's window is its ASAP level unless a
-  // sum that was moved feeds a template upstream of it: a template instance's producers feed
-  // a template, so they are at their own window's start, which by induction is their ASAP
-  // level when no sum feeds a template. Only then, and for sums, are the producers' final
-  // levels read again.
+  // window, the others to the start, 1 + its producers' highest final level: a template
+  // instance's producers feed a template, so they are at their own window's start (by
+  // induction, their ASAP level unless a sum that was moved feeds a template upstream, and
+  // then the start of the window that sum leaves them). In the same pass, instances are
+  // grouped in (level, first appearance) order.
   // The first group of each (level, template): an instance's final level is at most
   // max_level - its height (by induction in instance order: a producer's height exceeds its
   // consumer's), so a table of (max_level + 1) x templates covers every key.
   const size_t num_tmpl = templates.size();
   const size_t num_levels = static_cast<size_t>(max_level) + 1;
-  std::vector<int32_t>& heads = sc.heads;
-  heads.assign(num_levels * num_tmpl, -1);
+  sc.heads.assign(num_levels * num_tmpl, -1);
+  int32_t* const heads = sc.heads.data();
   std::vector<Group>& groups = sc.groups;
   groups.clear();
   // Per group: the next group of its (level, template), and its instances so far.
@@ -113,6 +103,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   counts.clear();
   p.group_of.assign(n, -1);
   p.row_of.assign(n, -1);
+  int32_t* const group_of = p.group_of.data();
+  int32_t* const row_of = p.row_of.data();
   max_level = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!(flags[i] & kLive))
@@ -120,13 +112,10 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     const Instance& inst = insts[i];
     auto args = args_of(i);
     const bool sum = inst.tmpl == Instance::kSumN;
-    int32_t l = level[i];
-    if (sum || sum_feeds_template) {
-      l = 0;
-      for (const auto& a : args)
-        if (a.kind == Ref::Kind::Inst)
-          l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
-    }
+    int32_t l = 0;
+    for (const auto& a : args)
+      if (a.kind == Ref::Kind::Inst)
+        l = std::max(l, level[static_cast<size_t>(a.index)] + 1);
     level[i] = (flags[i] & kFeedsTemplate) ? l : std::max(l, latest[i]);
     if (!sum)
       max_level = std::max(max_level, level[i]);
@@ -181,15 +170,15 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
         }
       }
     }
-    p.group_of[i] = gid;
-    p.row_of[i] = counts[static_cast<size_t>(gid)]++;
+    group_of[i] = gid;
+    row_of[i] = counts[static_cast<size_t>(gid)]++;
   }
   // Each group's instances, its rows in order, in one allocation.
   for (size_t g = 0; g < groups.size(); ++g)
     groups[g].instances.resize(static_cast<size_t>(counts[g]));
   for (size_t i = 0; i < n; ++i)
-    if (p.group_of[i] >= 0)
-      groups[static_cast<size_t>(p.group_of[i])].instances[static_cast<size_t>(p.row_of[i])] =
+    if (group_of[i] >= 0)
+      groups[static_cast<size_t>(group_of[i])].instances[static_cast<size_t>(row_of[i])] =
           static_cast<int32_t>(i);
 
   // Execution order: by level, then by creation.
@@ -204,9 +193,9 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   new_id.resize(groups.size());
   for (size_t k = 0; k < perm.size(); ++k)
     new_id[static_cast<size_t>(perm[k])] = static_cast<int32_t>(k);
-  for (auto& g : p.group_of)
-    if (g >= 0)
-      g = new_id[static_cast<size_t>(g)];
+  for (size_t i = 0; i < n; ++i)
+    if (group_of[i] >= 0)
+      group_of[i] = new_id[static_cast<size_t>(group_of[i])];
   p.groups.reserve(groups.size());
   for (int32_t g : perm)
     p.groups.push_back(std::move(groups[static_cast<size_t>(g)]));
@@ -216,31 +205,41 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     rr.kind = a.kind;
     rr.index = a.index;
     if (a.kind == Ref::Kind::Inst) {
-      rr.index = p.group_of[static_cast<size_t>(a.index)];
+      rr.index = group_of[static_cast<size_t>(a.index)];
       rr.out = a.out;
-      rr.row = p.row_of[static_cast<size_t>(a.index)];
+      rr.row = row_of[static_cast<size_t>(a.index)];
     }
     return rr;
   };
   // Row maps of arguments that are not shared.
   for (auto& g : p.groups) {
     if (g.tmpl == Instance::kSumN) {
+      // One argument of one row per term (hundreds for a batch's loss), all of the sum's
+      // signature: a scalar's empty dims are not copied term by term.
       const Instance& inst = insts[static_cast<size_t>(g.instances[0])];
+      const TensorSig& sig = r.sum_sigs[static_cast<size_t>(inst.sum_sig)];
       auto args = args_of(static_cast<size_t>(g.instances[0]));
       g.args.resize(args.size());
       for (size_t a = 0; a < args.size(); ++a) {
-        g.args[a].sig = r.sum_sigs[static_cast<size_t>(inst.sum_sig)];
-        g.args[a].rows.assign(1, row_ref(args[a]));
+        GroupArg& ga = g.args[a];
+        ga.sig.dtype = sig.dtype;
+        if (!sig.dims.empty())
+          ga.sig.dims = sig.dims;
+        ga.rows.resize(1);
+        ga.rows[0] = row_ref(args[a]);
       }
       continue;
     }
+    const int32_t* rows_of = g.instances.data();
+    const size_t num_rows = g.instances.size();
     for (size_t a = 0; a < g.args.size(); ++a) {
       if (g.args[a].shared)
         continue;
       auto& rows = g.args[a].rows;
-      rows.resize(g.instances.size());
-      for (size_t k = 0; k < rows.size(); ++k)
-        rows[k] = row_ref(args_of(static_cast<size_t>(g.instances[k]))[a]);
+      rows.resize(num_rows);
+      RowRef* out = rows.data();
+      for (size_t k = 0; k < num_rows; ++k)
+        out[k] = row_ref(pool[insts[static_cast<size_t>(rows_of[k])].first_arg + a]);
     }
   }
   p.outputs.reserve(r.outputs.size());
