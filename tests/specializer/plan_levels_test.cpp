@@ -6,7 +6,7 @@
 // no such pass). On the TreeLSTM over trees of every shape and on random programs, with and
 // without sums flowing into template calls.
 #include "data/synthetic.h"
-#include "random_programs.h"
+#include "random_batches.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "train/encode.h"
