@@ -447,6 +447,41 @@ private:
       emit_tile_nt(i0, b_.getInt64(full * s_.nr), rows, rest);
   }
 
+  // The sum of each vector's lanes, as the same tree for every one (lane l added to lane
+  // l + h for h = lanes/2, lanes/4, ..., 1), computed for lanes vectors at once: each level
+  // interleaves two vectors' halves into one (two shuffles and an add for two vectors), so
+  // 16 sums take 15 shuffle pairs rather than 16 reductions of 4 levels each. Fewer and
+  // wholly used shuffles: instruction selection spent a third of the classifier kernel's
+  // compile time proving lanes of llvm.vector.reduce.fadd's shuffles dead. Deterministic.
+  std::vector<Value*> lane_sums(const std::vector<Value*>& vs) {
+    std::vector<Value*> sums;
+    Value* zero = llvm::Constant::getNullValue(vec_);
+    for (size_t g = 0; g < vs.size(); g += static_cast<size_t>(lanes_)) {
+      std::vector<Value*> level(vs.begin() + static_cast<std::ptrdiff_t>(g),
+                                vs.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                 vs.size(), g + static_cast<size_t>(lanes_))));
+      const size_t count = level.size();
+      level.resize(static_cast<size_t>(lanes_), zero); // padding sums, never read
+      // Before a level each vector holds lanes/width sources of `width` lanes each.
+      for (int width = lanes_; width > 1; width /= 2) {
+        std::vector<int> lo, hi;
+        for (int src = 0; src < 2 * lanes_ / width; ++src)
+          for (int l = 0; l < width / 2; ++l) {
+            lo.push_back(src * width + l);
+            hi.push_back(src * width + width / 2 + l);
+          }
+        std::vector<Value*> next;
+        for (size_t i = 0; i + 1 < level.size(); i += 2)
+          next.push_back(b_.CreateFAdd(b_.CreateShuffleVector(level[i], level[i + 1], lo),
+                                       b_.CreateShuffleVector(level[i], level[i + 1], hi)));
+        level = std::move(next);
+      }
+      for (size_t i = 0; i < count; ++i)
+        sums.push_back(b_.CreateExtractElement(level[0], uint64_t{i}));
+    }
+    return sums;
+  }
+
   // C[i, j] (+)= dot(A[i, :], B[j, :]) for `rows` x `cols`: vectors of partial sums over k,
   // one masked step for the k tail, then a tree reduction of each.
   void emit_tile_nt(Value* i0, Value* j0, int rows, int cols) {
@@ -469,13 +504,11 @@ private:
     });
     if (int tail = static_cast<int>(s_.k - kvecs * lanes_))
       acc = step(b_.getInt64(kvecs * lanes_), tail, acc);
-    llvm::FastMathFlags fmf;
-    fmf.setAllowReassoc(); // a fixed tree order: still deterministic
+    std::vector<Value*> sums = lane_sums(acc);
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) {
         Value* p = gep(c_, idx(add(i0, r), s_.ldc, add(j0, c)));
-        Value* sum = b_.CreateFAddReduce(llvm::ConstantFP::get(f32_, -0.0), acc[r * cols + c]);
-        llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
+        Value* sum = sums[static_cast<size_t>(r * cols + c)];
         if (s_.accumulate)
           sum = b_.CreateFAdd(b_.CreateAlignedLoad(f32_, p, llvm::Align(4)), sum);
         b_.CreateAlignedStore(sum, p, llvm::Align(4));

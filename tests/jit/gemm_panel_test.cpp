@@ -326,8 +326,8 @@ TEST_CASE("panel kernel gathers A's rows from its parts and fills an input, per 
 // every panel: hoisted, their null tests made loop unswitching copy the panel's body (the
 // chain inlined) once per combination. A chain narrower than a vector is one masked vector
 // per row, not a loop for the vectorizer. The narrow core's B^T copy is one loop of gathers,
-// not ~50 unrolled ones.
-TEST_CASE("panel kernel's optimized IR: one chain, one B^T copy loop") {
+// not ~50 unrolled ones, and its sums of lanes are one tree of shuffles for 16 dot products.
+TEST_CASE("panel kernel's optimized IR: one chain, one B^T copy loop, no per-sum reductions") {
   Jit jit;
   KernelSpec s{.width = 5,
                .inputs = {InputShape::Full, InputShape::RowBroadcast},
@@ -349,6 +349,8 @@ TEST_CASE("panel kernel's optimized IR: one chain, one B^T copy loop") {
   CHECK(count("call void @llvm.masked.store.v8f32") == 1); // the chain's one output, once
   if (jit.vector_lanes() == 16) // B^T gathered per column, 16 rows of B at a time
     CHECK(count("call <16 x float> @llvm.masked.gather.v16f32") == 10); // 5 columns x 2 steps
+  // The dot products' lanes are summed by interleaving shuffles, not one reduction each.
+  CHECK(count("llvm.vector.reduce.fadd") == 0);
 }
 
 TEST_CASE("panel kernel gathers and fills: validation") {
