@@ -3,8 +3,12 @@
 // Shape of the code: pointers and scalar inputs are loaded once in the entry block; then either
 // one flat loop over rows*width elements (no row-broadcast input or width 1, no strides) or a
 // loop over rows around a loop over the static width, each array indexed by its own row stride
-// (a column block of a wider array: a split's part read, a concat's part written in place),
-// the width's ragged end done as one vector overlapping the loop's last columns.
+// (a column block of a wider array: a split's part read, a concat's part written in place).
+// In the nested form the default schedule writes the chain once, on explicit vectors of 8
+// floats (ceil(width / 8) steps, the last moved back to end at the row's end; a width under 8
+// is one masked vector), in loops left as written; a "vWxU" schedule writes it as scalar code
+// for the loop vectorizer, the width's ragged end done as one vector overlapping the loop's
+// last columns. The flat loop is scalar code for the vectorizer in every schedule.
 // Every array access carries its own alias scope and is `noalias` to every other array, so the
 // loop vectorizer needs no runtime overlap checks: callers must not pass an output whose
 // elements overlap an input's or another output's (disjoint column blocks of one array are fine).
@@ -27,10 +31,11 @@
 // always-inline function called with pointers advanced to the panel; the GEMM core is an
 // internal function of the same module, not inlined.
 //
-// Schedule (jit/schedule.h): "default" leaves the inner loop to the vectorizer's cost model;
-// "vWxU" forces W-float vectors and U interleaved copies through llvm.loop metadata. Every
-// element is computed by the same scalar operations in every schedule, so all schedules give
-// bitwise identical results; only speed differs.
+// Schedule (jit/schedule.h): "default" is the explicit 8-float vectors above in the nested
+// form, and leaves the flat loop to the vectorizer's cost model; "vWxU" forces W-float
+// vectors and U interleaved copies through llvm.loop metadata. Every element is computed by
+// the same operations in every schedule, so all schedules give bitwise identical results;
+// only speed (and compile time) differs.
 #include "jit/elementwise_codegen.h"
 
 #include "jit/gemm_codegen.h"

@@ -4,9 +4,11 @@
 // hands a ScheduleDB in explicitly; nothing here reads the environment. Plain C++, no LLVM.
 //
 // Families and their schedule text:
-// - elementwise (KernelSpec::schedule): "default" (the loop vectorizer's own choice), or "vWxU":
-//   the kernel's inner loop is forced to vectors of W floats (1 = not vectorized) with U
-//   interleaved copies (unrolling), through llvm.loop.vectorize.width / interleave.count.
+// - elementwise (KernelSpec::schedule): "default" (explicit 8-float vectors over a row's
+//   columns, elementwise_codegen.cpp; the flat loop: the loop vectorizer's own choice), or
+//   "vWxU": the kernel's inner loop is forced to vectors of W floats (1 = not vectorized)
+//   with U interleaved copies (unrolling), through llvm.loop.vectorize.width /
+//   interleave.count.
 // - gemm (GemmSpec mr, nr): "default" (the block resolved() picks for the target), or "MxN":
 //   the register block (gemm_codegen.h).
 // A database entry is keyed by the kernel's signature (its canonical text without the schedule)
@@ -26,8 +28,8 @@ namespace pejit::jit {
 
 /// The parameters of an elementwise schedule; 0/0 is the default (no loop metadata).
 struct ElementwiseSchedule {
-  int vector_width = 0; ///< floats per vector: 1 (scalar), 2, 4, ..., 64; 0: the vectorizer's
-  int interleave = 0;   ///< interleaved copies 1..16; 0: the vectorizer's
+  int vector_width = 0; ///< floats per vector: 1 (scalar), 2, 4, ..., 64; 0: the default's
+  int interleave = 0;   ///< interleaved copies 1..16; 0: the default's
   bool is_default() const { return vector_width == 0; }
 };
 
