@@ -15,7 +15,8 @@
 #     -E E          epochs for the naive peer (default 2)
 #     -o DIR        keep raw outputs here (default: a new dir under /tmp)
 #     -s PEERS      which peers (default "naive batched")
-#     -m MODE       pejit's --mode for training: generic (default) or specialized
+#     -m MODE       pejit's --mode for training: generic (default), specialized or auto
+#     -x "FLAGS"    more flags for `pejit train` (e.g. "--no-jit": plans on reference kernels)
 #
 # Per run it records the median over the run's epochs; per figure it prints the median over
 # REPS runs, the min..max spread, and the ratio pejit / peer of the medians.
@@ -45,7 +46,8 @@ nepochs=2
 outdir=""
 peers="naive batched"
 mode=generic
-while getopts "b:d:n:c:l:L:e:E:o:s:m:h" opt; do
+extra=""
+while getopts "b:d:n:c:l:L:e:E:o:s:m:x:h" opt; do
     case $opt in
         b) build=$OPTARG ;;
         d) data=$OPTARG ;;
@@ -58,7 +60,8 @@ while getopts "b:d:n:c:l:L:e:E:o:s:m:h" opt; do
         o) outdir=$OPTARG ;;
         s) peers=$OPTARG ;;
         m) mode=$OPTARG ;;
-        *) sed -n '2,32p' "$0"; exit 2 ;;
+        x) extra=$OPTARG ;;
+        *) sed -n '2,33p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$nlimit" ] || nlimit=$limit
@@ -98,7 +101,7 @@ for line in open(path):
 EOF
 }
 
-echo "compare.sh: data $data; pejit/batched first $limit trees x $epochs epochs; naive first $nlimit x $nepochs; reps $reps; cores $cores_list; raw output in $outdir" >&2
+echo "compare.sh: data $data; pejit/batched first $limit trees x $epochs epochs; naive first $nlimit x $nepochs; reps $reps; cores $cores_list; pejit --mode $mode $extra; raw output in $outdir" >&2
 echo "start $(date -Is)  load $(load)  ($(nproc) cpus)" >&2
 for rep in $(seq 1 "$reps"); do
     for cores in $cores_list; do
@@ -107,7 +110,7 @@ for rep in $(seq 1 "$reps"); do
         ld=$(load)
         echo "[rep $rep, $cores core(s), load $ld] pejit train" >&2
         taskset -c "$cpus" "$pejit" train "$model" --data "$data" --limit "$limit" --epochs "$epochs" \
-            --batch 25 --optimizer adagrad --lr 0.05 --seed "$rep" --json --no-train-eval --mode "$mode" \
+            --batch 25 --optimizer adagrad --lr 0.05 --seed "$rep" --json --no-train-eval --mode "$mode" $extra \
             --save "$ck" > "$outdir/pejit-train-$cores-$rep.json" 2> "$outdir/pejit-train-$cores-$rep.err" \
             || { cat "$outdir/pejit-train-$cores-$rep.err" >&2; exit 1; }
         record pejit_train "$cores" "$rep" "$outdir/pejit-train-$cores-$rep.json" "$ld"

@@ -24,6 +24,12 @@
 // |loss - exact| <= 3e-7 + C * 6e-8 + 2 * 6e-8 * (|loss| + |x_label - m|). Its backward's
 // entries are within (3e-7 + C * 6e-8) * |gy| * softmax + 2 ulps. tests/jit/reduce_test.cpp
 // checks both against a double-precision computation.
+// - Along a row (SumCols, MeanCols, Softmax, LogSoftmax and their backward): the same 16-lane
+//   sums, row max and exp, and then the reference's elementwise steps in its order (softmax
+//   multiplies by 1 / s, log-softmax subtracts m then lse, the backward kinds round the
+//   product or e^y before the next step); whole blocks of 16, the tail one masked vector.
+//   Sums and means give the reference's bits; the kinds with e^x agree with it as
+//   cross-entropy does, and bit for bit with its algorithm without contraction.
 // Labels: a label outside [0, C) reads column 0 instead (no out-of-bounds access) and the
 // kernel returns the first such row; the caller reports the error.
 #include "jit/elementwise_codegen.h"
@@ -67,10 +73,8 @@ public:
     rows_->setName("rows");
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
-    size_t nin = spec_.kind == ReduceKind::SumRows        ? 1
-                 : spec_.kind == ReduceKind::CrossEntropy ? 2
-                                                          : 3;
-    for (size_t i = 0; i < nin; ++i)
+    const int nin = reduce_inputs(spec_.kind);
+    for (int i = 0; i < nin; ++i)
       in_.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, in, i), "in.p"));
     out_ = b_.CreateLoad(ptr, out, "out.p");
     Value* result = b_.getInt64(-1);
@@ -84,6 +88,14 @@ public:
     case ReduceKind::CrossEntropy:
     case ReduceKind::CrossEntropyBwd:
       result = emit_cross_entropy(spec_.kind == ReduceKind::CrossEntropyBwd);
+      break;
+    case ReduceKind::SumCols:
+    case ReduceKind::MeanCols:
+    case ReduceKind::Softmax:
+    case ReduceKind::LogSoftmax:
+    case ReduceKind::SoftmaxBwd:
+    case ReduceKind::LogSoftmaxBwd:
+      emit_along_rows();
       break;
     }
     b_.CreateRet(result);
@@ -300,6 +312,111 @@ private:
       store(b_.CreateFSub(load(f32_, p), g), p);
     });
     return b_.CreateLoad(i64_, first_bad);
+  }
+
+  // ---- along a row: a per-row value's sum and mean, softmax and log-softmax -----------------
+
+  // A row's last width % 16 elements at `base` (col on) as a 16-lane vector, the others +0.
+  Value* load_tail(Value* base, int64_t col, unsigned n) {
+    llvm::Type* t = vec(kLanes);
+    return b_.CreateMaskedLoad(t, at(base, col), llvm::Align(4),
+                               first_lanes(ctx_, static_cast<int>(kLanes), static_cast<int>(n)),
+                               llvm::Constant::getNullValue(t));
+  }
+
+  // The 16-lane sum of a row's width values in row_sum's order: `values(load)` gives 16 of
+  // them, `load(base)` reading base's 16 floats at the current place (the tail's lanes past
+  // the row read +0, which `values` must keep +0: a product or the values themselves). Lanes
+  // are never -0 (they start at +0), so adding the tail's +0s changes no bits.
+  template <class Values> Value* lane_sum(Values values) {
+    const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
+    llvm::Type* t = vec(kLanes);
+    llvm::AllocaInst* acc = slot(t, "sum");
+    store(llvm::Constant::getNullValue(t), acc);
+    if (whole > 0)
+      emit_loop(b_.getInt64(whole), "sum.blk", [&](Value* k) {
+        Value* col = b_.CreateShl(k, 4, "", true, true);
+        Value* v = values([&](Value* base) { return load(t, at(base, col)); });
+        store(b_.CreateFAdd(load(t, acc), v), acc);
+      });
+    if (rem > 0) {
+      const unsigned n = static_cast<unsigned>(rem);
+      Value* v = values([&](Value* base) { return load_tail(base, whole * kLanes, n); });
+      store(b_.CreateFAdd(load(t, acc), v), acc);
+    }
+    return fold(load(t, acc));
+  }
+
+  // dst[i] = f(load) for every element of a row: 16 at a time, the tail as one masked vector.
+  template <class F> void map_row(Value* dst, F f) {
+    const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
+    llvm::Type* t = vec(kLanes);
+    if (whole > 0)
+      emit_loop(b_.getInt64(whole), "map.blk", [&](Value* k) {
+        Value* col = b_.CreateShl(k, 4, "", true, true);
+        store(f([&](Value* base) { return load(t, at(base, col)); }), at(dst, col));
+      });
+    if (rem > 0) {
+      const unsigned n = static_cast<unsigned>(rem);
+      Value* v = f([&](Value* base) { return load_tail(base, whole * kLanes, n); });
+      b_.CreateMaskedStore(v, at(dst, whole * kLanes), llvm::Align(4),
+                           first_lanes(ctx_, static_cast<int>(kLanes), static_cast<int>(n)));
+    }
+  }
+
+  Value* splat(Value* x) { return b_.CreateVectorSplat(kLanes, x); }
+
+  // The kinds from SumCols on: `rows` rows of `width` floats, each on its own.
+  void emit_along_rows() {
+    const int64_t c = spec_.width;
+    const ReduceKind kind = spec_.kind;
+    emit_loop(rows_, "row", [&](Value* r) {
+      Value* off = b_.CreateMul(r, b_.getInt64(c), "", true, true);
+      Value* x = at(in_[0], off);
+      Value* g = in_.size() > 1 ? at(in_[1], off) : nullptr;
+      Value* y = at(out_, off);
+      switch (kind) {
+      case ReduceKind::SumCols:
+      case ReduceKind::MeanCols: {
+        Value* s = lane_sum([&](auto load) { return load(x); });
+        if (kind == ReduceKind::MeanCols) // as mean_axis: times the reciprocal in f32
+          s = b_.CreateFMul(s, llvm::ConstantFP::get(f32_, 1.0f / static_cast<float>(c)));
+        store(s, at(out_, r));
+        return;
+      }
+      case ReduceKind::Softmax: {
+        Value* s = emit_exp_sum(x, emit_row_max(x), y); // e_i stored in y
+        Value* inv = splat(b_.CreateFDiv(llvm::ConstantFP::get(f32_, 1.0), s, "inv"));
+        map_row(y, [&](auto load) { return b_.CreateFMul(load(y), inv); });
+        return;
+      }
+      case ReduceKind::LogSoftmax: {
+        Value* m = emit_row_max(x);
+        Value* s = emit_exp_sum(x, m, nullptr);
+        Value* inf = b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, m),
+                                      llvm::ConstantFP::getInfinity(f32_));
+        Value* lse = splat(b_.CreateSelect(inf, llvm::ConstantFP::get(f32_, 0.0),
+                                           b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, s)));
+        Value* ms = splat(m);
+        map_row(y, [&](auto load) { return b_.CreateFSub(b_.CreateFSub(load(x), ms), lse); });
+        return;
+      }
+      case ReduceKind::SoftmaxBwd: { // x = y, g = gy: y * (gy - sum(gy * y))
+        Value* s = splat(lane_sum([&](auto load) { return b_.CreateFMul(load(g), load(x)); }));
+        map_row(y, [&](auto load) { return b_.CreateFMul(load(x), b_.CreateFSub(load(g), s)); });
+        return;
+      }
+      case ReduceKind::LogSoftmaxBwd: { // x = y, g = gy: gy - e^y * sum(gy)
+        Value* s = splat(lane_sum([&](auto load) { return load(g); }));
+        map_row(y, [&](auto load) {
+          return b_.CreateFSub(load(g), b_.CreateFMul(emit_exp(load(x)), s));
+        });
+        return;
+      }
+      default:
+        return;
+      }
+    });
   }
 
   // ---- e^x --------------------------------------------------------------------------------

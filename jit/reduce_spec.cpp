@@ -15,8 +15,33 @@ const char* reduce_kind_name(ReduceKind kind) {
     return "cross_entropy";
   case ReduceKind::CrossEntropyBwd:
     return "cross_entropy_bwd";
+  case ReduceKind::SumCols:
+    return "sum_cols";
+  case ReduceKind::MeanCols:
+    return "mean_cols";
+  case ReduceKind::Softmax:
+    return "softmax";
+  case ReduceKind::LogSoftmax:
+    return "log_softmax";
+  case ReduceKind::SoftmaxBwd:
+    return "softmax_bwd";
+  case ReduceKind::LogSoftmaxBwd:
+    return "log_softmax_bwd";
   }
   return "?";
+}
+
+int reduce_inputs(ReduceKind kind) {
+  switch (kind) {
+  case ReduceKind::CrossEntropy:
+  case ReduceKind::SoftmaxBwd:
+  case ReduceKind::LogSoftmaxBwd:
+    return 2;
+  case ReduceKind::CrossEntropyBwd:
+    return 3;
+  default:
+    return 1;
+  }
 }
 
 std::string ReduceSpec::signature() const {
@@ -38,6 +63,12 @@ void ReduceSpec::validate() const {
   case ReduceKind::SumRows:
   case ReduceKind::CrossEntropy:
   case ReduceKind::CrossEntropyBwd:
+  case ReduceKind::SumCols:
+  case ReduceKind::MeanCols:
+  case ReduceKind::Softmax:
+  case ReduceKind::LogSoftmax:
+  case ReduceKind::SoftmaxBwd:
+  case ReduceKind::LogSoftmaxBwd:
     return;
   }
   throw Error("reduce kernel: unknown kind");

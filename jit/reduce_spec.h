@@ -1,8 +1,9 @@
 // ReduceSpec: kernel family 3, the row reductions and the loss that training plans run: a sum
-// over the row axis (bias gradients, per-row parameter gradients), and cross-entropy over rows
-// of logits with its backward. Plain C++: the lowering to LLVM IR is in reduce_codegen.cpp and
-// is reached only through jit::Jit. Every kind computes what its reference kernel in
-// src/kernels/reduce.cpp computes, in the same order of operations (see each kind).
+// over the row axis (bias gradients, per-row parameter gradients), cross-entropy over rows
+// of logits with its backward, and the reductions along a row (a per-row value's sum and mean,
+// softmax and log-softmax with their backward). Plain C++: the lowering to LLVM IR is in
+// reduce_codegen.cpp and is reached only through jit::Jit. Every kind computes what its reference
+// kernel in src/kernels/reduce.cpp computes, in the same order of operations (see each kind).
 #pragma once
 
 #include <cstdint>
@@ -25,21 +26,44 @@ enum class ReduceKind {
   /// f32 [rows, C]: dx[r, i] = e_i * (gy[r] / s) - (i == label) * gy[r], with e_i = e^(x[r,i] - m)
   /// and s their 16-lane sum, as kernels::cross_entropy_backward.
   CrossEntropyBwd,
+  /// in[0] = x f32 [rows, width], out[0] = y f32 [rows]: y[r] = the 16-lane sum of row r (as
+  /// kernels::detail::row_sum: kernels::sum_axis(x, 1), a per-row value's `sum`), bit for bit.
+  SumCols,
+  /// As SumCols, times 1.0f / width (kernels::mean_axis(x, 1): a per-row value's `mean`).
+  MeanCols,
+  /// in[0] = x f32 [rows, width], out[0] = y f32 [rows, width]: y = e / s with e_i = e^(x_i - m)
+  /// (m the row's max) and s their 16-lane sum, multiplied by 1.0f / s, as kernels::softmax.
+  Softmax,
+  /// As Softmax: y_i = (x_i - m) - lse, lse = log(s) (0 when m is infinite), as
+  /// kernels::log_softmax.
+  LogSoftmax,
+  /// in[0] = y (softmax's output), in[1] = gy, both f32 [rows, width]; out[0] = dx f32 [rows,
+  /// width] = y * (gy - s), s the 16-lane sum of the rounded products gy_i * y_i (the
+  /// reference's GradOp::SoftmaxBwd: a product, sum_axis(-1), a difference, a product).
+  SoftmaxBwd,
+  /// in[0] = y (log_softmax's output), in[1] = gy; out[0] = dx = gy - e^y * s, s the 16-lane
+  /// sum of gy (the reference's GradOp::LogSoftmaxBwd, e^y the branch-free exp).
+  LogSoftmaxBwd,
 };
+
+/// How many arrays a kind reads (in[0..n)).
+int reduce_inputs(ReduceKind kind);
 
 const char* reduce_kind_name(ReduceKind kind); ///< "sum_rows", "cross_entropy", ...
 
 /// A family-3 kernel. Compiled to `int64_t k(const void* const* in, void* const* out, int64_t
 /// rows)` (arrays dense, row-major, as listed under ReduceKind). The cross-entropy kinds return
 /// the first row whose label is outside [0, C), or -1 (that row's results are then meaningless:
-/// the caller reports the error, e.g. by running the reference kernel, which throws); SumRows
-/// returns -1. e^x is the elementwise family's branch-free exp (rel. error <= 3e-7).
+/// the caller reports the error, e.g. by running the reference kernel, which throws); the other
+/// kinds return -1. The per-row kinds (SumCols and after) take `rows` rows of `width` floats:
+/// a caller with several such rows per plan row (a per-row matrix) passes their total. e^x is the
+/// elementwise family's branch-free exp (rel. error <= 3e-7).
 struct ReduceSpec {
   ReduceKind kind = ReduceKind::SumRows;
-  int64_t width = 1; ///< SumRows: columns; cross-entropy: classes C
+  int64_t width = 1; ///< SumRows: columns; cross-entropy: classes C; the others: a row's length
   std::string dtype = "f32";
   /// The family has one schedule, "default" (vectors of the host's width over the columns for
-  /// SumRows; 16-lane sums per row for cross-entropy); nothing else is accepted yet.
+  /// SumRows; 16-lane sums per row for the others); nothing else is accepted yet.
   std::string schedule = "default";
 
   /// Canonical text: equal for specs that compile to the same code (target excluded; the cache

@@ -1,11 +1,14 @@
 // GraphRunner's row reductions: the nodes of a template graph that run on a family-3 JIT kernel
 // (jit/reduce_spec.h) once compiled: cross-entropy and its backward over per-row logits and
 // labels, a gradient summed over the rows (GradOp::SumToShape of a per-row value to a shared
-// one of the same size: a bias gradient), and the backward pass's sum over the rows of a
-// parameter gradient that is a per-row value. Until compiled (and for a batch with a label out
-// of range, which the reference kernel then reports) the reference kernels run. The sums give
-// the reference's bits; cross-entropy agrees with it to ~1e-6 relative, the reference being
-// compiled with contracted multiply-adds (reduce_codegen.cpp).
+// one of the same size: a bias gradient), the backward pass's sum over the rows of a
+// parameter gradient that is a per-row value, and the reductions along each row: a per-row
+// value's `sum` and `mean` (no axis), `softmax` and `log_softmax` (over the last axis) and
+// their gradients. Until compiled (and for a batch with a label out of range, which the
+// reference kernel then reports) the reference kernels run. The sums and means give the
+// reference's bits; the kinds with e^x agree with it to ~1e-6 relative, the reference being
+// compiled with contracted multiply-adds (reduce_codegen.cpp). Not on kernels: sum and mean
+// along an axis of a per-row matrix, and i32 sums.
 #include "graph_runs.h"
 
 #include "kernels/kernels.h"
@@ -36,12 +39,21 @@ void GraphRunner::plan_reductions() {
     return cls_[static_cast<size_t>(o)] == RowClass::Rows && n.type.dtype == dtype &&
            n.type.dims.size() == rank;
   };
-  auto add = [&](NodeId id, jit::ReduceKind kind, int64_t width, bool param_sum) {
-    if (width < 1)
+  auto add = [&](NodeId id, jit::ReduceKind kind, int64_t width, bool param_sum,
+                 int64_t per_row = 1) {
+    if (width < 1 || per_row < 1)
       return;
     if (!param_sum)
       reduction_of_[static_cast<size_t>(id)] = static_cast<int32_t>(reductions_.size());
-    reductions_.push_back({id, {.kind = kind, .width = width}, param_sum, nullptr});
+    reductions_.push_back({id, {.kind = kind, .width = width}, param_sum, per_row, nullptr});
+  };
+  // A per-row f32 value of rank >= 1 as rows of its last axis: (width, rows per plan row).
+  auto along = [&](NodeId o) -> std::pair<int64_t, int64_t> {
+    const Node& x = g.node(o);
+    if (cls_[static_cast<size_t>(o)] != RowClass::Rows || x.type.dtype != DType::F32 ||
+        x.type.dims.empty() || x.type.dims.back() < 1)
+      return {0, 0};
+    return {x.type.dims.back(), x.type.numel() / x.type.dims.back()};
   };
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
@@ -49,8 +61,32 @@ void GraphRunner::plan_reductions() {
     if (n.kind == Kind::Op && n.op() == OpId::CrossEntropy && me == RowClass::Rows &&
         rows_of(n.operands[0], DType::F32, 1) && rows_of(n.operands[1], DType::I32, 0))
       add(id, jit::ReduceKind::CrossEntropy, g.node(n.operands[0]).type.dims[0], false);
+    if (n.kind == Kind::Op && me == RowClass::Rows && n.type.dtype == DType::F32) {
+      const OpId op = n.op();
+      if (op == OpId::Softmax || op == OpId::LogSoftmax) {
+        auto [w, per] = along(n.operands[0]);
+        add(id, op == OpId::Softmax ? jit::ReduceKind::Softmax : jit::ReduceKind::LogSoftmax, w,
+            false, per);
+      }
+      // A per-row value's sum or mean of all its elements: one row of its numel floats.
+      if ((op == OpId::Sum || op == OpId::Mean) && n.attr.ints.empty() && n.type.dims.empty()) {
+        auto [w, per] = along(n.operands[0]);
+        add(id, op == OpId::Sum ? jit::ReduceKind::SumCols : jit::ReduceKind::MeanCols, w * per,
+            false);
+      }
+    }
     if (n.kind != Kind::Grad)
       continue;
+    if ((n.grad_op() == GradOp::SoftmaxBwd || n.grad_op() == GradOp::LogSoftmaxBwd) &&
+        me == RowClass::Rows &&
+        g.node(n.operands[0]).type.dims == g.node(n.operands[1]).type.dims &&
+        along(n.operands[1]).first > 0) {
+      auto [w, per] = along(n.operands[0]);
+      add(id,
+          n.grad_op() == GradOp::SoftmaxBwd ? jit::ReduceKind::SoftmaxBwd
+                                            : jit::ReduceKind::LogSoftmaxBwd,
+          w, false, per);
+    }
     if (n.grad_op() == GradOp::CrossEntropyBwd && me == RowClass::Rows &&
         rows_of(n.operands[0], DType::F32, 1) && rows_of(n.operands[1], DType::I32, 0) &&
         rows_of(n.operands[2], DType::F32, 0))
@@ -84,18 +120,22 @@ bool GraphRunner::run_reduction(NodeId id, State& st, GraphRunStats& stats) cons
     return false;
   const Node& n = tg_.g.node(id);
   auto val = [&](size_t i) -> const Tensor& { return st.vals[static_cast<size_t>(n.operands[i])]; };
-  const int64_t rows = st.rows, w = r.spec.width;
-  const bool ce = r.spec.kind != jit::ReduceKind::SumRows;
+  const int64_t rows = st.rows, w = r.spec.width, krows = rows * r.per_row;
+  const jit::ReduceKind kind = r.spec.kind;
+  const bool ce = kind == jit::ReduceKind::CrossEntropy || kind == jit::ReduceKind::CrossEntropyBwd;
   // Operands as the kernel reads them (a caller's odd layout goes to the reference kernel).
-  if (!dense(val(0), DType::F32, rows * w) || (ce && !dense(val(1), DType::I32, rows)) ||
-      (r.spec.kind == jit::ReduceKind::CrossEntropyBwd && !dense(val(2), DType::F32, rows)))
+  if (!dense(val(0), DType::F32, krows * w) || (ce && !dense(val(1), DType::I32, rows)) ||
+      (kind == jit::ReduceKind::CrossEntropyBwd && !dense(val(2), DType::F32, rows)) ||
+      (!ce && jit::reduce_inputs(kind) == 2 && !dense(val(1), DType::F32, krows * w)))
     return false;
   auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
-  Tensor y = Tensor::empty(DType::F32, ce ? with_rows(rows, n.type.dims) : n.type.shape());
-  const void* in[3] = {val(0).raw(), ce ? val(1).raw() : nullptr,
-                       n.operands.size() > 2 ? val(2).raw() : nullptr};
+  Tensor y = Tensor::empty(
+      DType::F32, kind == jit::ReduceKind::SumRows ? n.type.shape() : with_rows(rows, n.type.dims));
+  const void* in[3] = {};
+  for (int i = 0; i < jit::reduce_inputs(kind); ++i)
+    in[i] = val(static_cast<size_t>(i)).raw();
   void* out[1] = {y.raw()};
-  if (r.kernel->reduce.fn(in, out, rows) >= 0)
+  if (r.kernel->reduce.fn(in, out, krows) >= 0)
     return false; // a label out of range: the reference kernel says which
   st.vals[static_cast<size_t>(id)] = std::move(y);
   if (stats.profile)

@@ -63,6 +63,9 @@ struct GraphRunner::Reduction {
   /// The backward pass's sum over the rows of this per-row parameter gradient (sum_rows()),
   /// not the node itself.
   bool param_sum = false;
+  /// The kernel's rows per plan row: a reduction along rows of a per-row matrix (softmax over
+  /// the last axis of a [a, w] value) runs a rows of w floats for each.
+  int64_t per_row = 1;
   std::shared_ptr<const jit::CachedKernel> kernel; ///< null until compile()
 };
 

@@ -1,7 +1,9 @@
-// Family-3 kernels (row sums, cross-entropy and its backward): JIT ≡ the reference kernels of
-// src/kernels/reduce.cpp on random sizes (0 and 1 rows, widths around the vector widths, C = 1
-// and 5), bit for bit for the sums; cross-entropy within the bound stated in reduce_codegen.cpp
-// against double precision, and within a few ulps of the reference; labels out of range.
+// Family-3 kernels (row sums, cross-entropy and its backward, sums, means, softmax and
+// log-softmax along rows): JIT ≡ the reference kernels of src/kernels/reduce.cpp on random
+// sizes (0 and 1 rows, widths around the vector widths, C = 1 and 5), bit for bit for the sums
+// and means; cross-entropy within the bound stated in reduce_codegen.cpp against double
+// precision; the kinds with e^x bit for bit with the reference algorithm without contraction
+// and within a few ulps of the reference kernels; labels out of range.
 #include "jit/kernel_cache.h"
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
@@ -204,6 +206,150 @@ TEST_CASE("cross_entropy: a label out of range is reported, never read out of bo
   }
 }
 
+namespace {
+
+// The reference kernels' algorithms along a row (src/kernels/reduce.cpp, the gradient ops of
+// src/ops/grad_kernels.cpp), without contraction, as the JIT evaluates them.
+float row_max(const float* x, int64_t c) {
+  float m = x[0];
+  for (int64_t i = 1; i < c; ++i)
+    m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+void along_emulated(ReduceKind kind, const float* x, const float* g, int64_t c, float* y) {
+  std::vector<float> e(static_cast<size_t>(c));
+  auto each = [&](auto f) {
+    for (int64_t i = 0; i < c; ++i)
+      e[static_cast<size_t>(i)] = f(i);
+  };
+  switch (kind) {
+  case ReduceKind::SumCols:
+  case ReduceKind::MeanCols:
+    each([&](int64_t i) { return x[i]; });
+    y[0] = lane_sum(e.data(), c);
+    if (kind == ReduceKind::MeanCols)
+      y[0] *= 1.0f / static_cast<float>(c);
+    return;
+  case ReduceKind::Softmax: {
+    float m = row_max(x, c);
+    each([&](int64_t i) { return kernels::fast_exp(x[i] - m); });
+    float inv = 1.0f / lane_sum(e.data(), c);
+    for (int64_t i = 0; i < c; ++i)
+      y[i] = e[static_cast<size_t>(i)] * inv;
+    return;
+  }
+  case ReduceKind::LogSoftmax: {
+    float m = row_max(x, c);
+    each([&](int64_t i) { return kernels::fast_exp(x[i] - m); });
+    float lse = std::isinf(m) ? 0.0f : std::log(lane_sum(e.data(), c));
+    for (int64_t i = 0; i < c; ++i)
+      y[i] = (x[i] - m) - lse;
+    return;
+  }
+  case ReduceKind::SoftmaxBwd: {
+    each([&](int64_t i) { return g[i] * x[i]; });
+    float s = lane_sum(e.data(), c);
+    for (int64_t i = 0; i < c; ++i)
+      y[i] = x[i] * (g[i] - s);
+    return;
+  }
+  case ReduceKind::LogSoftmaxBwd: {
+    each([&](int64_t i) { return g[i]; });
+    float s = lane_sum(e.data(), c);
+    for (int64_t i = 0; i < c; ++i)
+      y[i] = g[i] - kernels::fast_exp(x[i]) * s;
+    return;
+  }
+  default:
+    FAIL("not a kind along rows");
+  }
+}
+
+// The reference kernels themselves on rows of x [rows, c] (and g for the backward kinds).
+Tensor along_reference(ReduceKind kind, const Tensor& x, const Tensor& g) {
+  using kernels::Binary;
+  switch (kind) {
+  case ReduceKind::SumCols:
+    return kernels::sum_axis(x, 1);
+  case ReduceKind::MeanCols:
+    return kernels::mean_axis(x, 1);
+  case ReduceKind::Softmax:
+    return kernels::softmax(x);
+  case ReduceKind::LogSoftmax:
+    return kernels::log_softmax(x);
+  case ReduceKind::SoftmaxBwd: {
+    Tensor s = kernels::sum_axis(kernels::binary(Binary::Mul, g, x), -1);
+    Tensor d = kernels::binary(Binary::Sub, g, s.reshaped(Shape{x.dim(0), 1}));
+    return kernels::binary(Binary::Mul, x, d);
+  }
+  default: { // LogSoftmaxBwd
+    Tensor s = kernels::sum_axis(g, -1).reshaped(Shape{x.dim(0), 1});
+    Tensor p = kernels::unary(kernels::Unary::Exp, x);
+    return kernels::binary(Binary::Sub, g, kernels::binary(Binary::Mul, p, s));
+  }
+  }
+}
+
+} // namespace
+
+TEST_CASE("along rows: sum, mean, softmax, log_softmax and their backward equal the reference") {
+  Jit jit;
+  std::mt19937 rng(11);
+  for (auto kind : {ReduceKind::SumCols, ReduceKind::MeanCols, ReduceKind::Softmax,
+                    ReduceKind::LogSoftmax, ReduceKind::SoftmaxBwd, ReduceKind::LogSoftmaxBwd}) {
+    const std::string name = reduce_kind_name(kind);
+    CAPTURE(name);
+    const bool per_row = kind == ReduceKind::SumCols || kind == ReduceKind::MeanCols;
+    const bool exact = per_row; // no e^x: the reference kernels' own bits
+    for (int64_t c : {1, 2, 5, 15, 16, 17, 33, 150}) {
+      CAPTURE(c);
+      CompiledReduce k = jit.compile_reduce({.kind = kind, .width = c});
+      for (int64_t rows : kRows) {
+        CAPTURE(rows);
+        Tensor x = random_f32(Shape{rows, c}, rng, -30.0f, 30.0f);
+        if (kind == ReduceKind::SoftmaxBwd) // softmax's outputs
+          x = kernels::softmax(x);
+        if (kind == ReduceKind::LogSoftmaxBwd)
+          x = kernels::log_softmax(x);
+        Tensor g = random_f32(Shape{rows, c}, rng, -2.0f, 2.0f);
+        Shape ys = per_row ? Shape{rows} : Shape{rows, c};
+        Tensor got = Tensor::full(ys, -777.0f), want = Tensor::full(ys, -777.0f);
+        const void* in[] = {x.raw(), g.raw()};
+        void* out[] = {got.raw()};
+        REQUIRE(k.fn(in, out, rows) == -1);
+        for (int64_t r = 0; r < rows; ++r)
+          along_emulated(kind, x.f32() + r * c, g.f32() + r * c, c,
+                         want.f32() + r * (per_row ? 1 : c));
+        CHECK(same_bits(got, want));
+        // The reference kernels: the same bits without e^x; else within a few ulps (their
+        // exp is compiled with contracted multiply-adds).
+        Tensor ref = along_reference(kind, x, g);
+        REQUIRE(ref.numel() == got.numel());
+        if (exact) {
+          CHECK(same_bits(got, ref));
+          continue;
+        }
+        // Relative to the magnitude of what was added up: the backward kinds subtract terms
+        // of up to sum |gy| (y and e^y are at most 1), which may cancel.
+        double worst = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const bool bwd = kind == ReduceKind::SoftmaxBwd || kind == ReduceKind::LogSoftmaxBwd;
+          double terms = 0; // |gy_i| + |y_i * s| <= 2 * sum |gy|
+          for (int64_t i = 0; bwd && i < c; ++i)
+            terms += 2 * std::abs(static_cast<double>(g.f32()[r * c + i]));
+          for (int64_t i = r * c; i < (r + 1) * c; ++i)
+            worst =
+                std::max(worst, std::abs(static_cast<double>(got.f32()[i]) - ref.f32()[i]) /
+                                    (std::abs(static_cast<double>(ref.f32()[i])) + terms + 1e-3));
+        }
+        CHECK(worst <= 2e-6);
+      }
+      jit.remove(k.handle);
+    }
+  }
+}
+
 TEST_CASE("reduce specs: canonical text, validation, the kernel cache") {
   ReduceSpec s{.kind = ReduceKind::CrossEntropy, .width = 5};
   CHECK(s.canonical_text() == "reduce f32 cross_entropy w=5 sched=default");
@@ -211,6 +357,11 @@ TEST_CASE("reduce specs: canonical text, validation, the kernel cache") {
   CHECK_THROWS_AS((ReduceSpec{.width = 0}.validate()), Error);
   CHECK_THROWS_AS((ReduceSpec{.width = 3, .dtype = "f16"}.validate()), Error);
   CHECK_THROWS_AS((ReduceSpec{.width = 3, .schedule = "v16x2"}.validate()), Error);
+  CHECK(ReduceSpec{.kind = ReduceKind::LogSoftmaxBwd, .width = 7}.canonical_text() ==
+        "reduce f32 log_softmax_bwd w=7 sched=default");
+  CHECK(reduce_inputs(ReduceKind::SumCols) == 1);
+  CHECK(reduce_inputs(ReduceKind::SoftmaxBwd) == 2);
+  CHECK(reduce_inputs(ReduceKind::CrossEntropyBwd) == 3);
   Jit jit;
   CHECK_THROWS_AS(jit.compile_reduce(ReduceSpec{.width = 0}), Error);
   KernelCache cache(jit, 8);

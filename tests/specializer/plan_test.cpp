@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 #include <set>
 
 using namespace pejit;
@@ -26,9 +27,11 @@ struct Model {
   std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
   interp::DimBindings dims;
   interp::Params params;
-  Model(const std::string& path, interp::DimBindings over) {
+  Model(const std::string& path, interp::DimBindings over, bool source = false) {
     Diagnostics d;
-    REQUIRE_MESSAGE(types::add_file(*m, path, d).ok, d.render());
+    REQUIRE_MESSAGE(
+        (source ? types::add_source(*m, path, "test.pe", d) : types::add_file(*m, path, d)).ok,
+        d.render());
     dims = interp::bind_dims(*m, over);
     params = interp::init_params(*m, dims, 9);
   }
@@ -344,6 +347,43 @@ TEST_SUITE("specializer") {
       for (int64_t i = 0; i < a.numel(); ++i)
         REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= 1e-5 * (1 + std::fabs(b.f32()[i])));
     }
+  }
+
+  TEST_CASE("softmax, log_softmax, sum and mean of per-row values run on JIT kernels, == generic") {
+    // A template whose graph reduces along each row: forward softmax, log_softmax, sum and
+    // mean, backward the two softmax gradients (the sums' gradients are broadcasts).
+    Model md(R"(
+      param W : f32[4, 6] = xavier
+      param V : f32[6, 19] = xavier
+      fn f(x: f32[4]) -> f32[] {
+        let p = softmax(x @ W);
+        let q = log_softmax(p @ V);
+        let r = softmax(reshape(p, 2, 3) * 2.0);
+        sum(q) * 0.1 + mean(p * p) + mean(q) * 0.01 + sum(r * r)
+      }
+      entry loss(xs: List[f32[4]]) -> f32[] { sum_list(map(fn x => f(x), xs)) }
+    )",
+             {}, true);
+    interp::Values xs;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (int i = 0; i < 23; ++i) {
+      Tensor t = Tensor::empty(DType::F32, Shape{4});
+      for (int j = 0; j < 4; ++j)
+        t.f32()[j] = u(rng);
+      xs.push_back(interp::Value::tensor(t));
+    }
+    interp::Value batch = interp::Value::list(xs);
+    check_same(md, batch); // loss and gradients on every executor, the JIT's included
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    runtime::PlanExecutor ex(md.m, md.dims, exec_options(Exec::GraphsJit));
+    ex.value_and_grad(plan, pe.residual, tt, md.params);
+    // 2 softmax (one of a per-row [2, 3] matrix), log_softmax, 2 sums, 2 means forward; the
+    // three softmax gradients backward.
+    CHECK(ex.stats().jit_reductions == 10);
   }
 
   TEST_CASE("plan == generic path: ListOps and the RNN language model") {
