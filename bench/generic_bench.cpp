@@ -27,6 +27,7 @@
 #include "interp/params.h"
 #include "optim/optimizer.h"
 #include "pejit/error.h"
+#include "pejit/pejit.h"
 #include "train/encode.h"
 #include "types/check.h"
 #include "util/diagnostics.h"
@@ -122,6 +123,7 @@ double forward_flops(const Counts& c) {
 } // namespace
 
 int main(int argc, char** argv) {
+  pejit::keep_freed_memory(); // as `pejit` does (include/pejit/pejit.h)
   CLI::App app{"pejit_generic_bench: generic-path TreeLSTM training/inference trees/s"};
   int64_t trees = 1000;
   int epochs = 3, batch = 25;

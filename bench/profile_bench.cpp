@@ -26,6 +26,7 @@
 #include "jit/kernel_cache.h"
 #include "kernels/kernels.h"
 #include "optim/optimizer.h"
+#include "pejit/pejit.h"
 #include "plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
@@ -68,6 +69,7 @@ double sgemm_peak() {
 } // namespace
 
 int main(int argc, char** argv) {
+  pejit::keep_freed_memory(); // as `pejit` does (include/pejit/pejit.h)
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t limit = argc > 2 ? std::stoul(argv[2]) : 2000;
   int epochs = argc > 3 ? std::stoi(argv[3]) : 2;

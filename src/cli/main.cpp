@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 
 #include "pejit/error.h"
+#include "pejit/pejit.h"
 
 #include <CLI/CLI.hpp>
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
       "tune", "Measure schedules for the kernels a model needs on a data set; write a database");
   pejit::cli::add_tune_options(*u, tune);
 
+  pejit::keep_freed_memory(); // a training loop's megabytes stay in the process
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {

@@ -6,6 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace {
 
@@ -38,6 +44,25 @@ pejit::Session open(const std::string& mode) {
 } // namespace
 
 TEST_SUITE("session") {
+  TEST_CASE("keep_freed_memory: large blocks come from the heap and stay there when freed") {
+#if defined(__GLIBC__)
+    REQUIRE(pejit::keep_freed_memory());
+    const size_t n = size_t{24} << 20;
+    struct mallinfo2 before = mallinfo2();
+    void* p = std::malloc(n);
+    REQUIRE(p != nullptr);
+    std::memset(p, 1, n);
+    struct mallinfo2 during = mallinfo2();
+    CHECK(during.hblkhd == before.hblkhd); // not a fresh mapping (glibc's default above 128 KiB)
+    CHECK(during.arena >= before.arena + n - (size_t{1} << 20));
+    std::free(p);
+    struct mallinfo2 after = mallinfo2();
+    CHECK(after.arena == during.arena); // the heap's top is kept, not given back
+#else
+    CHECK_FALSE(pejit::keep_freed_memory());
+#endif
+  }
+
   TEST_CASE("a specialized session trains and infers like a generic one") {
     pejit::Session g = open("generic"), p = open("specialized");
     pejit::Value bg = batch(g), bp = batch(p);
