@@ -89,12 +89,7 @@ public:
     case ReduceKind::CrossEntropyBwd:
       result = emit_cross_entropy(spec_.kind == ReduceKind::CrossEntropyBwd);
       break;
-    case ReduceKind::SumCols:
-    case ReduceKind::MeanCols:
-    case ReduceKind::Softmax:
-    case ReduceKind::LogSoftmax:
-    case ReduceKind::SoftmaxBwd:
-    case ReduceKind::LogSoftmaxBwd:
+    default: // SumCols and after: along each row
       emit_along_rows();
       break;
     }
