@@ -4,9 +4,11 @@
 // one flat loop over rows*width elements (no row-broadcast input or width 1, no strides) or a
 // loop over rows around a loop over the static width, each array indexed by its own row stride
 // (a column block of a wider array: a split's part read, a concat's part written in place).
-// In the nested form the default schedule writes the chain once, on explicit vectors of 8
-// floats (ceil(width / 8) steps, the last moved back to end at the row's end; a width under 8
-// is one masked vector), in loops left as written; a "vWxU" schedule writes it as scalar code
+// In the nested form the default schedule writes the chain once, on explicit vectors of
+// default_chain_width(target) floats, W (32 with 512-bit vectors: two registers per operation,
+// so two independent copies of the chain per step; ceil(width / W) steps, the last moved back
+// to end at the row's end; a width under W is one masked vector of 8, 16 or 32 floats, the
+// smallest that holds it), in loops left as written; a "vWxU" schedule writes it as scalar code
 // for the loop vectorizer, the width's ragged end done as one vector overlapping the loop's
 // last columns. The flat loop is scalar code for the vectorizer in every schedule.
 // Every array access carries its own alias scope and is `noalias` to every other array, so the
@@ -31,7 +33,7 @@
 // always-inline function called with pointers advanced to the panel; the GEMM core is an
 // internal function of the same module, not inlined.
 //
-// Schedule (jit/schedule.h): "default" is the explicit 8-float vectors above in the nested
+// Schedule (jit/schedule.h): "default" is the explicit W-float vectors above in the nested
 // form, and leaves the flat loop to the vectorizer's cost model; "vWxU" forces W-float
 // vectors and U interleaved copies through llvm.loop metadata. Every element is computed by
 // the same operations in every schedule, so all schedules give bitwise identical results;
@@ -45,6 +47,8 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 
+#include <algorithm>
+#include <bit>
 #include <map>
 #include <vector>
 
@@ -299,9 +303,13 @@ private:
     Value* width = b_.getInt64(spec_.width);
     float_ty_ = f32_;
     int_ty_ = i32_;
-    // A row's ragged end: vectors of the schedule's width, or of 8 floats by default.
+    // A row's ragged end: vectors of the schedule's width, or of default_chain_width floats.
     ElementwiseSchedule sched = parse_elementwise_schedule(spec_.schedule);
-    tail_ = sched.is_default() ? 8 : sched.vector_width;
+    tail_ = sched.is_default() ? default_chain_width(target) : sched.vector_width;
+    if (sched.is_default()) // a narrow row: the smallest vector of 8, 16, ... floats that holds it
+      tail_ = std::min<int64_t>(
+          tail_, std::max<int64_t>(8, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(
+                                          std::max<int64_t>(1, spec_.width))))));
     llvm::BranchInst* inner = nullptr; // the latch of the loop the schedule applies to
     if (nested) {
       llvm::BranchInst* row_latch = emit_loop(rows, "row", [&](Value* r) {
@@ -541,6 +549,10 @@ private:
 };
 
 } // namespace
+
+int default_chain_width(const CodegenTarget& target) {
+  return std::max(8, 2 * target.vector_bits / 32);
+}
 
 void keep_loop_as_written(llvm::BranchInst* latch) {
   llvm::LLVMContext& ctx = latch->getContext();

@@ -19,7 +19,17 @@ struct CodegenTarget {
   std::string data_layout;
   std::string cpu;
   std::string features;
+  /// The width in bits of the vectors the host's code generator prefers (its cost model's
+  /// register width: 512 on AVX-512 CPUs that run 512-bit vectors at full speed, 256 where it
+  /// prefers 256-bit ones, as on most Intel AVX-512 CPUs).
+  int vector_bits = 128;
 };
+
+/// Floats per step of an elementwise chain's default schedule: two of the host's preferred
+/// vectors (32 with 512-bit vectors, 16 with 256-bit ones), so that each step has two
+/// independent copies of the chain's long dependency chains (exp, division) for the CPU to
+/// overlap.
+int default_chain_width(const CodegenTarget& target);
 
 /// e^x as src/kernels/fast_math.h's fast_exp (Cephes expf, degree-6 polynomial, rel. error
 /// <= 3e-7), operation for operation, on a float or a vector of floats `x`: the one emitter

@@ -7,6 +7,7 @@
 #include "pejit/error.h"
 
 #include <fmt/format.h>
+#include <llvm/Analysis/TargetTransformInfo.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -82,6 +83,7 @@ public:
     target_.data_layout = lljit_->getDataLayout().getStringRepresentation();
     target_.cpu = jtmb_.getCPU();
     target_.features = jtmb_.getFeatures().getString();
+    target_.vector_bits = preferred_vector_bits();
     lljit_->getMainJITDylib().addGenerator(
         unwrap("host symbols", orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
                                    lljit_->getDataLayout().getGlobalPrefix())));
@@ -321,6 +323,25 @@ private:
     return llvm::Error::success();
   }
 
+  // The host's preferred vector width (CodegenTarget::vector_bits): the register width of the
+  // cost model the vectorizer uses, asked of a function with the host's CPU and features.
+  int preferred_vector_bits() const {
+    orc::JITTargetMachineBuilder jtmb = jtmb_;
+    std::unique_ptr<llvm::TargetMachine> tm =
+        unwrap("creating a target machine", jtmb.createTargetMachine());
+    llvm::LLVMContext ctx;
+    llvm::Module m("probe", ctx);
+    m.setDataLayout(tm->createDataLayout());
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), false),
+                                      llvm::Function::ExternalLinkage, "probe", m);
+    fn->addFnAttr("target-cpu", target_.cpu);
+    fn->addFnAttr("target-features", target_.features);
+    return static_cast<int>(
+        tm->getTargetTransformInfo(*fn)
+            .getRegisterBitWidth(llvm::TargetTransformInfo::RGK_FixedWidthVector)
+            .getFixedValue());
+  }
+
   // O3 with the new pass manager. The TargetMachine comes from the same builder (CPU, features,
   // opt level) that LLJIT's compiler uses, so the vectorizer's cost model sees the host's
   // vector registers (DEPS.md pitfall 3); a TargetMachine per call keeps compile threads apart.
@@ -412,6 +433,9 @@ const std::string& Jit::target_features() const {
 }
 int Jit::vector_lanes() const {
   return gemm_lanes(impl_->target());
+}
+int Jit::chain_width() const {
+  return default_chain_width(impl_->target());
 }
 size_t Jit::live_kernels() const {
   return impl_->live_kernels();

@@ -116,6 +116,9 @@ public:
   static std::string host_cpu();
   const std::string& target_features() const; ///< e.g. "+avx512f,+avx2,..."
   int vector_lanes() const; ///< floats per vector register the GEMM family uses (16 with AVX-512)
+  /// Floats per step of an elementwise chain's default schedule: two of the host's preferred
+  /// vectors (32 where it prefers 512-bit vectors, 16 with 256-bit ones).
+  int chain_width() const;
   size_t live_kernels() const; ///< kernels compiled and not yet removed
 
 private:
