@@ -18,21 +18,10 @@ limit=0
 epochs=3
 reps=3
 out=$(mktemp -d /tmp/pejit-epochs.XXXXXX)
-while getopts "b:d:l:e:n:o:h" o; do
-  case $o in
-  b) build=$OPTARG ;;
-  d) data=$OPTARG ;;
-  l) limit=$OPTARG ;;
-  e) epochs=$OPTARG ;;
-  n) reps=$OPTARG ;;
-  o) out=$OPTARG; mkdir -p "$out" ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
-  esac
-done
-if [ ! -f "$data" ]; then
-  data=$out/sst_like.txt
-  "$build/pejit" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
-fi
+usage='2,13p'
+. bench/options.sh
+bench_options "$@"
+bench_data
 echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  data $data limit $limit"
 for rep in $(seq 1 "$reps"); do
   for mode in auto specialized generic; do

@@ -17,21 +17,10 @@ limit=2000
 epochs=2
 reps=3
 out=$(mktemp -d /tmp/pejit-tuned.XXXXXX)
-while getopts "b:d:l:e:n:o:h" o; do
-  case $o in
-  b) build=$OPTARG ;;
-  d) data=$OPTARG ;;
-  l) limit=$OPTARG ;;
-  e) epochs=$OPTARG ;;
-  n) reps=$OPTARG ;;
-  o) out=$OPTARG; mkdir -p "$out" ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
-  esac
-done
-if [ ! -f "$data" ]; then
-  data=$out/sst_like.txt
-  "$build/pejit" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
-fi
+usage='2,12p'
+. bench/options.sh
+bench_options "$@"
+bench_data
 model=examples/treelstm/treelstm.pe
 echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  data $data limit $limit"
 taskset -c 0 "$build/pejit" tune "$model" --data "$data" --limit "$limit" --out "$out/db.json" \

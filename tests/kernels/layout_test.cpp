@@ -1,6 +1,7 @@
 // Layout kernels (concat, slice, transpose) and row gathers: take, take_backward, coalesce,
 // to_dense and add_rows_inplace against a dense scatter.
 #include "kernels/kernels.h"
+#include "tensor_literals.h"
 #include "util/check.h"
 
 #include <doctest/doctest.h>
@@ -10,21 +11,7 @@
 
 using namespace pejit;
 using namespace pejit::kernels;
-
-namespace {
-std::vector<float> vf(const Tensor& t) {
-  return {t.f32(), t.f32() + t.numel()};
-}
-std::vector<int32_t> vi(const Tensor& t) {
-  return {t.i32(), t.i32() + t.numel()};
-}
-Tensor F(Shape s, std::vector<float> v) {
-  return Tensor::from_f32(s, v);
-}
-Tensor I(Shape s, std::vector<int32_t> v) {
-  return Tensor::from_i32(s, v);
-}
-} // namespace
+using namespace pejit::test;
 
 TEST_SUITE("kernels") {
   TEST_CASE("concat") {
