@@ -25,14 +25,11 @@ int64_t aligned(int64_t elems) {
 } // namespace
 
 size_t ExecLayout::bytes() const {
-  size_t b = sizeof(*this) + outputs.size() * sizeof(RowSource);
-  for (const auto& g : groups) {
-    b += sizeof(g);
-    for (const auto& a : g.args)
-      b += sizeof(a) + a.rows.size() * sizeof(RowSource);
-    for (const auto& r : g.results)
-      b += sizeof(r) + r.seed_start.size() * sizeof(int32_t) + r.seed_src.size() * sizeof(int64_t);
-  }
+  size_t b = sizeof(*this) + outputs.size() * sizeof(RowSource) +
+             sources.size() * sizeof(RowSource) + seed_start.size() * sizeof(int32_t) +
+             seed_src.size() * sizeof(int64_t);
+  for (const auto& g : groups)
+    b += sizeof(g) + g.args.size() * sizeof(Arg) + g.results.size() * sizeof(Result);
   return b;
 }
 
@@ -76,9 +73,10 @@ ExecLayout make_layout(const spec::Plan& plan) {
       A.row_elems = numel_of(ga.sig.dims);
       if (ga.shared)
         continue;
-      A.rows.reserve(ga.rows.size());
+      A.first_row = static_cast<uint32_t>(L.sources.size());
+      A.num_rows = static_cast<uint32_t>(ga.rows.size());
       for (const auto& rr : ga.rows)
-        A.rows.push_back(source(rr, A.row_elems));
+        L.sources.push_back(source(rr, A.row_elems));
       if (g.tmpl != Instance::kSumN) // a sum reads its terms where they are
         A.off = take(static_cast<int64_t>(ga.rows.size()) * A.row_elems);
     }
@@ -130,35 +128,48 @@ ExecLayout make_layout(const spec::Plan& plan) {
       }
     }
   };
+  // Each result with a seed block gets rows + 1 bounds in seed_start: counted, summed into
+  // starts, then advanced while filling seed_src and moved back.
   for (auto& G : L.groups)
     for (auto& R : G.results)
-      if (R.seed_off >= 0)
-        R.seed_start.assign(static_cast<size_t>(G.rows) + 1, 0);
-  each_consumer([](ExecLayout::Result& R, int32_t row, int64_t) {
+      if (R.seed_off >= 0) {
+        R.seed_first = static_cast<uint32_t>(L.seed_start.size());
+        L.seed_start.resize(L.seed_start.size() + static_cast<size_t>(G.rows) + 1, 0);
+      }
+  int32_t* start = L.seed_start.data();
+  each_consumer([start](ExecLayout::Result& R, int32_t row, int64_t) {
     if (R.seed_off >= 0)
-      R.seed_start[static_cast<size_t>(row) + 1]++;
+      start[R.seed_first + static_cast<uint32_t>(row) + 1]++;
   });
+  int32_t total = 0;
   for (auto& G : L.groups)
     for (auto& R : G.results) {
       if (R.seed_off < 0)
         continue;
-      for (size_t i = 1; i < R.seed_start.size(); ++i)
-        R.seed_start[i] += R.seed_start[i - 1];
-      R.seed_src.resize(static_cast<size_t>(R.seed_start.back()));
+      int32_t* b = start + R.seed_first;
+      b[0] = total;
+      for (int64_t i = 1; i <= G.rows; ++i)
+        b[i] += b[i - 1];
+      total = b[G.rows];
     }
-  each_consumer([](ExecLayout::Result& R, int32_t row, int64_t src) {
+  L.seed_src.resize(static_cast<size_t>(total));
+  int64_t* src_out = L.seed_src.data();
+  each_consumer([start, src_out](ExecLayout::Result& R, int32_t row, int64_t src) {
     if (R.seed_off < 0)
       return;
-    // seed_start[row] is advanced while filling and restored below.
-    R.seed_src[static_cast<size_t>(R.seed_start[static_cast<size_t>(row)]++)] = src;
+    // start[row] is advanced while filling and restored below.
+    src_out[start[R.seed_first + static_cast<uint32_t>(row)]++] = src;
   });
+  int32_t base = 0; // each result's first entry, in the order of the starts above
   for (auto& G : L.groups)
     for (auto& R : G.results) {
       if (R.seed_off < 0)
         continue;
-      for (size_t i = R.seed_start.size() - 1; i > 0; --i)
-        R.seed_start[i] = R.seed_start[i - 1];
-      R.seed_start[0] = 0;
+      int32_t* b = start + R.seed_first;
+      for (int64_t i = G.rows; i > 0; --i)
+        b[i] = b[i - 1];
+      b[0] = base;
+      base = b[G.rows];
     }
   return L;
 }

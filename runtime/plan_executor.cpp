@@ -361,14 +361,16 @@ struct PlanExecutor::Impl {
   }
 
   // Gathers the rows of `a` into its block: one copy per run of consecutive source rows.
-  void gather(const ExecLayout::Arg& a, const spec::Residual& r, const interp::Params& params) {
+  void gather(const ExecLayout& L, const ExecLayout::Arg& a, const spec::Residual& r,
+              const interp::Params& params) {
     const size_t row_bytes = static_cast<size_t>(a.row_elems) * 4;
     char* dst = at(a.off);
-    size_t n = a.rows.size();
+    std::span<const RowSource> rows = L.rows(a);
+    size_t n = rows.size();
     for (size_t i = 0; i < n;) {
-      const char* src = ptr(a.rows[i], r, params);
+      const char* src = ptr(rows[i], r, params);
       size_t j = i + 1;
-      while (j < n && ptr(a.rows[j], r, params) == src + (j - i) * row_bytes)
+      while (j < n && ptr(rows[j], r, params) == src + (j - i) * row_bytes)
         ++j;
       std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
       i = j;
@@ -404,12 +406,13 @@ struct PlanExecutor::Impl {
     return outs;
   }
 
-  void run_sum(const ExecLayout::Group& G, const spec::Residual& r, const interp::Params& params) {
+  void run_sum(const ExecLayout& L, const ExecLayout::Group& G, const spec::Residual& r,
+               const interp::Params& params) {
     const auto& R = G.results[0];
     float* acc = reinterpret_cast<float*>(at(R.off));
     const size_t n = static_cast<size_t>(R.row_elems);
     for (size_t a = 0; a < G.args.size(); ++a) {
-      const float* t = reinterpret_cast<const float*>(ptr(G.args[a].rows[0], r, params));
+      const float* t = reinterpret_cast<const float*>(ptr(L.rows(G.args[a])[0], r, params));
       if (a == 0)
         std::memcpy(acc, t, n * 4);
       else
@@ -418,11 +421,12 @@ struct PlanExecutor::Impl {
     }
   }
 
-  void run_group(size_t gi, const Group& g, const ExecLayout::Group& G, const spec::Residual& r,
+  void run_group(size_t gi, const Group& g, const ExecLayout& L, const spec::Residual& r,
                  const spec::TemplateTable& tt, const interp::Params& params, bool train,
                  PlanStats& stats) {
+    const ExecLayout::Group& G = L.groups[gi];
     if (g.tmpl == Instance::kSumN) {
-      run_sum(G, r, params);
+      run_sum(L, G, r, params);
       stats.groups_batched++;
       return;
     }
@@ -448,11 +452,11 @@ struct PlanExecutor::Impl {
       if (opt.panels && gs.graph != nullptr && gs.graph->lazy_arg(a) &&
           g.args[a].sig.dtype == DType::F32) {
         auto& rows = gs.gst.arg_rows[a];
-        for (const RowSource& s : G.args[a].rows)
+        for (const RowSource& s : L.rows(G.args[a]))
           rows.push_back(reinterpret_cast<const float*>(ptr(s, r, params)));
         stats.lazy_gathers++;
       } else {
-        gather(G.args[a], r, params);
+        gather(L, G.args[a], r, params);
       }
       tock(stats, Family::Gathers, t0);
       xs[a] = block(G.args[a].off, g.args[a].sig, rows);
@@ -580,29 +584,29 @@ struct PlanExecutor::Impl {
     if (st.size() < plan.groups.size())
       st.resize(plan.groups.size());
     for (size_t gi = 0; gi < plan.groups.size(); ++gi)
-      run_group(gi, plan.groups[gi], layout->groups[gi], r, tt, params, train, stats);
+      run_group(gi, plan.groups[gi], *layout, r, tt, params, train, stats);
     return layout;
   }
 
   // Row i of result R's seed: the sum of its consumers' gradient rows, in plan order.
   // Returns false when no row of R has a consumer (its seed is zero).
-  bool gather_seed(const ExecLayout::Result& R, int64_t rows) {
-    if (R.seed_start.empty() || R.seed_start.back() == 0) {
+  bool gather_seed(const ExecLayout& L, const ExecLayout::Result& R, int64_t rows) {
+    const int32_t* start = L.seed_start.data() + R.seed_first;
+    if (start[rows] == start[0]) {
       std::memset(at(R.seed_off), 0, static_cast<size_t>(rows * R.row_elems) * 4);
       return false;
     }
     const size_t n = static_cast<size_t>(R.row_elems);
     for (int64_t i = 0; i < rows; ++i) {
       float* d = reinterpret_cast<float*>(at(R.seed_off + i * R.row_elems));
-      int32_t b = R.seed_start[static_cast<size_t>(i)],
-              e = R.seed_start[static_cast<size_t>(i) + 1];
+      int32_t b = start[i], e = start[i + 1];
       if (b == e) {
         std::memset(d, 0, n * 4);
         continue;
       }
-      std::memcpy(d, at(R.seed_src[static_cast<size_t>(b)]), n * 4);
+      std::memcpy(d, at(L.seed_src[static_cast<size_t>(b)]), n * 4);
       for (int32_t k = b + 1; k < e; ++k) {
-        const float* s = reinterpret_cast<const float*>(at(R.seed_src[static_cast<size_t>(k)]));
+        const float* s = reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(k)]));
         for (size_t j = 0; j < n; ++j)
           d[j] += s[j];
       }
@@ -707,7 +711,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& pl
       if (R.seed_off < 0)
         continue;
       auto t0 = I.tick();
-      any = I.gather_seed(R, G.rows) || any;
+      any = I.gather_seed(*layout, R, G.rows) || any;
       I.tock(stats_, Family::Gathers, t0);
       if (static_cast<int32_t>(gi) == lo.index && static_cast<int32_t>(k) == lo.out) {
         reinterpret_cast<float*>(I.at(R.seed_off))[lo.row] += 1.0f;
