@@ -7,6 +7,7 @@
 // throws NotBatchable and the group runs row by row.
 #pragma once
 
+#include "interp/evaluator.h"
 #include "interp/params.h"
 #include "interp/recorded_op.h"
 #include "interp/value.h"
@@ -135,14 +136,7 @@ public:
   }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
-    if (xs.list_size() == 0)
-      return Value::tensor(Tensor::zeros(DType::F32, interp::concrete_shape(type, dims_)));
-    Value acc = xs.list_at(0);
-    for (size_t i = 1; i < xs.list_size(); ++i) {
-      Value two[2] = {acc, xs.list_at(i)};
-      acc = op(ops::OpId::Add, {}, two, 2, s);
-    }
-    return acc;
+    return interp::sum_left_to_right(*this, xs, type, dims_, s);
   }
 
   Value to_int(const Value& v, const Span& s) {

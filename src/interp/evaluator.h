@@ -33,6 +33,7 @@
 //       it reached, itself included. A call that throws never ends.
 #pragma once
 
+#include "interp/params.h"
 #include "interp/value.h"
 #include "ops/op.h"
 #include "types/builtins.h"
@@ -66,6 +67,21 @@ using ir::UnOp;
 using ir::Var;
 using ir::VarRef;
 using types::Builtin;
+
+/// Backend::sum_list as the eager backends compute it: zeros of `result_type` for an empty
+/// list, else the elements added left to right with the backend's own Add.
+template <class Backend>
+Value sum_left_to_right(Backend& be, const Value& xs, const ir::Type& result_type,
+                        const DimBindings& dims, const Span& s) {
+  if (xs.list_size() == 0)
+    return Value::tensor(Tensor::zeros(DType::F32, concrete_shape(result_type, dims)));
+  Value acc = xs.list_at(0);
+  for (size_t i = 1; i < xs.list_size(); ++i) {
+    Value two[2] = {acc, xs.list_at(i)};
+    acc = be.op(ops::OpId::Add, {}, two, 2, s);
+  }
+  return acc;
+}
 
 /// What Backend::inline_begin returns when it replayed the call.
 inline constexpr int32_t kInlineReplayed = -2;

@@ -38,14 +38,7 @@ public:
   std::optional<Value> call(const FnDecl&, int, const Values&, const Span&) { return std::nullopt; }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
-    if (xs.list_size() == 0)
-      return Value::tensor(Tensor::zeros(DType::F32, concrete_shape(type, dims_)));
-    Value acc = xs.list_at(0);
-    for (size_t i = 1; i < xs.list_size(); ++i) {
-      Value two[2] = {acc, xs.list_at(i)};
-      acc = op(ops::OpId::Add, {}, two, 2, s);
-    }
-    return acc;
+    return interp::sum_left_to_right(*this, xs, type, dims_, s);
   }
 
   Value to_int(const Value& v, const Span& s) {
