@@ -483,6 +483,27 @@ private:
     });
   }
 
+  /// A stretch's operands to prefetch from while the stretch before it runs.
+  struct Ahead {
+    Value* a;
+    Value* b;
+  };
+
+  /// The operand row kPrefetchRows after row p of a stretch of k rows, as a base (`row0`, the
+  /// stretch's element at `col` of row 0) and an element index: past the stretch's end, the
+  /// row of the `next` stretch (its base `next` + `col`) that many rows on. Without `next`,
+  /// the row past the end (never read: a prefetch does not fault).
+  std::pair<Value*, Value*> ahead_row(Value* row0, Value* next, Value* col, Value* p, Value* k,
+                                      int64_t ld) {
+    Value* ahead = add(p, kPrefetchRows);
+    if (next == nullptr)
+      return {row0, b_.CreateMul(ahead, b_.getInt64(ld), "", true, true)};
+    Value* in = b_.CreateICmpSLT(ahead, k);
+    Value* base = b_.CreateSelect(in, row0, gep(next, col));
+    Value* row = b_.CreateSelect(in, ahead, b_.CreateSub(ahead, k));
+    return {base, b_.CreateMul(row, b_.getInt64(ld), "", true, true)};
+  }
+
   void prefetch(Value* base, Value* index, bool write) {
     // Not inbounds: rows ahead of the last one are past the array (a prefetch never faults).
     Value* p = b_.CreateGEP(f32_, base, index);
@@ -560,8 +581,16 @@ private:
         Value* b =
             b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateStructGEP(rec, r, 1), llvm::Align(8));
         Value* k = b_.CreateAlignedLoad(i64_, b_.CreateStructGEP(rec, r, 2), llvm::Align(8));
-        return t ? emit_tn_k_transposed(a, b, k, i0, rows, j0, vecs, last, in)
-                 : emit_tn_k(a, b, k, i0, rows, j0, vecs, last, in);
+        // The next stretch (after the last: the first, which the next block reads from
+        // next), whose first rows are prefetched while this one's last rows run.
+        Value* si1 = b_.CreateAdd(si, b_.getInt64(1), "", true, true);
+        Value* rn = b_.CreateInBoundsGEP(
+            rec, st_, b_.CreateSelect(b_.CreateICmpSLT(si1, nst_), si1, b_.getInt64(0)));
+        Ahead next{
+            b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateStructGEP(rec, rn, 0), llvm::Align(8)),
+            b_.CreateAlignedLoad(b_.getPtrTy(), b_.CreateStructGEP(rec, rn, 1), llvm::Align(8))};
+        return t ? emit_tn_k_transposed(a, b, k, i0, rows, j0, vecs, last, in, &next)
+                 : emit_tn_k(a, b, k, i0, rows, j0, vecs, last, in, &next);
       });
     } else {
       acc = t ? emit_tn_k_transposed(a_, bm_, k_, i0, rows, j0, vecs, last, acc)
@@ -582,18 +611,20 @@ private:
   // B(k, j0 + c) for each of the `cols` columns: fma(B, A, acc), the same exact product as
   // fma(A, B, acc), so the bits of the untransposed kernel.
   Carried emit_tn_k_transposed(Value* a, Value* b, Value* k, Value* i0, int cols, Value* j0,
-                               int vecs, int last, const Carried& init) {
+                               int vecs, int last, const Carried& init,
+                               const Ahead* next = nullptr) {
     auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
     Value* a0 = gep(a, i0);
     Value* b0 = gep(b, j0);
     return emit_loop(k, "k", init, false, [&](Value* p, const Carried& in) {
       Value* arow = b_.CreateMul(p, b_.getInt64(s_.lda), "", true, true);
       Value* brow = b_.CreateMul(p, b_.getInt64(s_.ldb), "", true, true);
-      Value* aahead = add(arow, kPrefetchRows * s_.lda);
+      auto [ab, aahead] = ahead_row(a0, next ? next->a : nullptr, i0, p, k, s_.lda);
+      auto [bb, bahead] = ahead_row(b0, next ? next->b : nullptr, j0, p, k, s_.ldb);
       for (int v = 0; v < vecs; ++v)
-        prefetch(a0, add(aahead, int64_t{v} * lanes_), false);
-      prefetch(a0, add(aahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
-      prefetch(b0, add(brow, kPrefetchRows * s_.ldb), false);
+        prefetch(ab, add(aahead, int64_t{v} * lanes_), false);
+      prefetch(ab, add(aahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
+      prefetch(bb, bahead, false);
       std::vector<Value*> av;
       for (int v = 0; v < vecs; ++v)
         av.push_back(load_vec(gep(a0, add(arow, int64_t{v} * lanes_)), valid(v)));
@@ -610,7 +641,7 @@ private:
 
   // The accumulators after k rows of A [k, lda] and B [k, ldb] (k may be 0).
   Carried emit_tn_k(Value* a, Value* b, Value* k, Value* i0, int rows, Value* j0, int vecs,
-                    int last, const Carried& init) {
+                    int last, const Carried& init, const Ahead* next = nullptr) {
     auto valid = [&](int v) { return v == vecs - 1 ? last : lanes_; };
     Value* a0 = gep(a, i0); // A(i0, p) = a0[p * lda]
     Value* b0 = gep(b, j0); // B(p, j0) = b0[p * ldb]
@@ -619,13 +650,13 @@ private:
       Value* brow = b_.CreateMul(p, b_.getInt64(s_.ldb), "", true, true);
       // B's rows are far apart (ldb floats): the hardware prefetchers miss them when B comes
       // from L3, as in a plan run. A's rows (lda apart) too.
-      Value* bahead = add(brow, kPrefetchRows * s_.ldb);
+      auto [bb, bahead] = ahead_row(b0, next ? next->b : nullptr, j0, p, k, s_.ldb);
       for (int v = 0; v < vecs; ++v)
-        prefetch(b0, add(bahead, int64_t{v} * lanes_), false);
-      prefetch(b0, add(bahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
-      Value* aahead = add(arow, kPrefetchRows * s_.lda);
-      prefetch(a0, aahead, false);
-      prefetch(a0, add(aahead, rows - 1), false);
+        prefetch(bb, add(bahead, int64_t{v} * lanes_), false);
+      prefetch(bb, add(bahead, int64_t{vecs - 1} * lanes_ + valid(vecs - 1) - 1), false);
+      auto [ab, aahead] = ahead_row(a0, next ? next->a : nullptr, i0, p, k, s_.lda);
+      prefetch(ab, aahead, false);
+      prefetch(ab, add(aahead, rows - 1), false);
       std::vector<Value*> bv;
       for (int v = 0; v < vecs; ++v)
         bv.push_back(load_vec(gep(b0, add(brow, int64_t{v} * lanes_)), valid(v)));
