@@ -3,6 +3,7 @@
 
 #include "util/check.h"
 
+#include <charconv>
 #include <sstream>
 
 namespace pejit::spec {
@@ -17,21 +18,44 @@ std::string TensorSig::str() const {
 }
 
 std::string Template::key() const {
-  std::ostringstream os;
+  // Appends, not a stream: the plan executor asks a key per group of every batch.
+  std::string k;
+  k.reserve(64);
+  auto num = [&k](int64_t v) {
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    k.append(buf, r.ptr);
+  };
   if (kind == Kind::Function) {
-    os << "fn " << fn << " " << name;
-    for (auto s : statics)
-      os << " #" << s;
+    k += "fn ";
+    num(fn);
+    k += ' ';
+    k += name;
+    for (auto s : statics) {
+      k += " #";
+      num(s);
+    }
   } else {
-    os << "op " << static_cast<int>(op);
-    for (auto a : attr.ints)
-      os << " @" << a;
+    k += "op ";
+    num(static_cast<int>(op));
+    for (auto a : attr.ints) {
+      k += " @";
+      num(a);
+    }
   }
-  os << " (";
-  for (const auto& a : args)
-    os << a.str() << ",";
-  os << ")";
-  return os.str();
+  k += " (";
+  for (const auto& a : args) { // TensorSig::str(), then a comma
+    k += dtype_name(a.dtype);
+    k += '[';
+    for (size_t i = 0; i < a.dims.size(); ++i) {
+      if (i)
+        k += ", ";
+      num(a.dims[i]);
+    }
+    k += "],";
+  }
+  k += ')';
+  return k;
 }
 
 uint64_t Template::hash() const {

@@ -107,6 +107,27 @@ TEST_SUITE("specializer") {
     CHECK(names.count("encode") == 0); // takes a Tree: not a template
   }
 
+  TEST_CASE("a template's key names its function or op, static arguments and signatures") {
+    spec::Template f;
+    f.kind = spec::Template::Kind::Function;
+    f.fn = 3;
+    f.name = "cell";
+    f.statics = {150, -2};
+    f.args = {{DType::F32, {150}}, {DType::I32, {}}, {DType::F32, {2, 300}}};
+    CHECK(f.key() == "fn 3 cell #150 #-2 (f32[150],i32[],f32[2, 300],)");
+    spec::Template o;
+    o.kind = spec::Template::Kind::Op;
+    o.op = ops::OpId::Take;
+    o.attr.ints = {0, 7};
+    o.name = "op.take";
+    o.args = {{DType::F32, {1000, 300}}};
+    CHECK(o.key() ==
+          "op " + std::to_string(static_cast<int>(ops::OpId::Take)) + " @0 @7 (f32[1000, 300],)");
+    spec::Template g = f;
+    g.statics = {150, 2};
+    CHECK(g.key() != f.key()); // every part counts
+  }
+
   TEST_CASE("TreeLSTM infer and infer_nodes: residual outputs equal the generic path's") {
     data::Vocab vocab;
     auto trees = data::gen_sst(6, 8, data::Shape::Deep, vocab);
