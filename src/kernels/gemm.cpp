@@ -427,7 +427,13 @@ int64_t packed_size(int64_t k, int64_t n) {
 
 void pack_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed) {
   PEJIT_CHECK(k >= 0 && n >= 0 && ldb >= (trans_b ? k : n)) << "pack_b: bad sizes";
-  for (int64_t j = 0; j < n; j += kPackedWidth) {
+  const int64_t whole = trans_b ? 0 : n / kPackedWidth; // panels copied row by row below
+  // B's rows in order (read sequentially), each cut into its whole panels' rows.
+  for (int64_t p = 0; p < k && whole > 0; ++p)
+    for (int64_t jp = 0; jp < whole; ++jp)
+      std::memcpy(packed + jp * kPackedWidth * k + p * kPackedWidth,
+                  b + p * ldb + jp * kPackedWidth, kPackedWidth * sizeof(float));
+  for (int64_t j = whole * kPackedWidth; j < n; j += kPackedWidth) {
     const int64_t nj = std::min(kPackedWidth, n - j);
     float* panel = packed + j * k;
     if (trans_b)
