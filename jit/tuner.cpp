@@ -310,8 +310,13 @@ ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneOptions& opt
     data[i].c = data[i].c0; // an accumulating kernel starts from the same C every time
     return c;
   };
-  return measure(jit, spec.signature(), "gemm", tune_candidates(spec, jit.vector_lanes()), opt,
-                 compile, outputs);
+  ScheduleEntry e = measure(jit, spec.signature(), "gemm",
+                            tune_candidates(spec, jit.vector_lanes()), opt, compile, outputs);
+  // A GEMM kernel reports the block it compiles with (CachedKernel::schedule): so does its
+  // entry, also when the default block won.
+  if (e.schedule == "default")
+    e.schedule = fmt::format("{}x{}", r.mr, r.nr);
+  return e;
 }
 
 } // namespace pejit::jit

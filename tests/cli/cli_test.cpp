@@ -91,7 +91,7 @@ TEST_SUITE("cli") {
     CHECK(run_pejit("frobnicate").code == 2); // unknown subcommand
   }
 
-  TEST_CASE("gen: deterministic for a seed; shapes; sentences") {
+  TEST_CASE("gen: deterministic for a seed, shapes, sentences") {
     Run a = run_pejit("gen sst --trees 20 --seed 5");
     Run b = run_pejit("gen sst --trees 20 --seed 5");
     Run c = run_pejit("gen sst --trees 20 --seed 6");
@@ -353,7 +353,7 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("cannot be specialized") != std::string::npos);
   }
 
-  TEST_CASE("tune writes a database; train and dump use it only when --tuned names it") {
+  TEST_CASE("tune writes a database, train and dump use it only when --tuned names it") {
     std::string data = tmp("tune_trees.txt");
     REQUIRE(run_pejit("gen sst --trees 40 --seed 8 -o " + data).code == 0);
     std::string db = tmp("tuned.json");
@@ -426,8 +426,8 @@ TEST_SUITE("cli") {
     Run k = run_pejit("dump " + kModel + " --data " + data + " --batch 10 --emit kernels --tuned " +
                       fdb);
     REQUIRE(k.code == 0);
-    CHECK(k.out.find(" sched=v8x2 panel=48 core=first scratch=0,2,4\n      schedule v8x2 (source: "
-                     "tuned " +
+    CHECK(k.out.find(" sched=v8x2 panel=48 core=first scratch=0,2,4 gemm=450x300 gather=300\n"
+                     "      schedule v8x2 (source: tuned " +
                      fdb + " entry ") != std::string::npos);
     CHECK(k.out.find("      schedule default (source: default)") == std::string::npos); // no run
     Run l =

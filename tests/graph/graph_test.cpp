@@ -189,7 +189,7 @@ TEST_SUITE("graph") {
           std::string::npos);
   }
 
-  TEST_CASE("shapes are inferred on add; mismatches are clear pejit::Errors") {
+  TEST_CASE("shapes are inferred on add, mismatches are clear pejit::Errors") {
     Graph g;
     NodeId A = g.input(0, f32({2, 3})), B = g.input(1, f32({3, 4})), v = g.input(2, f32({4}));
     CHECK(g.type(g.op(OpId::MatMul, {A, B})) == f32({2, 4}));
@@ -325,7 +325,7 @@ TEST_SUITE("graph") {
     CHECK(text.find("gather[1 1 0]") != std::string::npos);
   }
 
-  TEST_CASE("take and its dense TakeGrad; no gradient for the indices") {
+  TEST_CASE("take and its dense TakeGrad, no gradient for the indices") {
     Graph g;
     NodeId table = g.input(0, f32({5, 3})), idx = g.input(1, i32({4})), K = g.input(2, f32({4, 3}));
     NodeId loss = g.op(OpId::Sum, {g.op(OpId::Mul, {g.op(OpId::Take, {table, idx}), K})});
@@ -347,7 +347,7 @@ TEST_SUITE("graph") {
     CHECK(print(g).find("take_grad(%1, ") != std::string::npos);
   }
 
-  TEST_CASE("fan-out is summed once per node; differentiation is idempotent by hash-consing") {
+  TEST_CASE("fan-out is summed once per node, differentiation is idempotent by hash-consing") {
     Graph g;
     NodeId x = g.input(0, f32({5}));
     NodeId loss = g.op(OpId::Add, {g.op(OpId::Sum, {g.op(OpId::Mul, {x, x})}),
@@ -368,7 +368,7 @@ TEST_SUITE("graph") {
     }
   }
 
-  TEST_CASE("split with an unused result; unrelated inputs get zeros; no second order") {
+  TEST_CASE("split with an unused result, unrelated inputs get zeros, no second order") {
     Graph g;
     NodeId x = g.input(0, f32({6})), K = g.input(1, f32({2})), z = g.input(2, f32({2}));
     NodeId p0 = g.op(OpId::Split, {x}, Attr{{3}}, 0);

@@ -268,7 +268,7 @@ entry L(c: f32[4], y: i32[4]) -> f32[] { sum(cross_entropy(X, y) * c) }
             {V(I({4}, {0, 16, 3, 3}))});
   }
 
-  TEST_CASE("gradient of full's value; zeros and ones are constants") {
+  TEST_CASE("gradient of full's value, zeros and ones are constants") {
     grad_ok(R"(
 param s : f32[] = normal(0.0, 1.0)
 param a : f32[2, 3] = normal(0.0, 1.0)

@@ -494,7 +494,7 @@ entry deep(n: Int) -> Int { down(n) }
 entry L(n: Int, c: f32[2]) -> f32[] { sum(iter(n, c) * c) }
 )";
 
-  TEST_CASE("recursion deeper than a set limit is a pejit::Error; the evaluator stays usable") {
+  TEST_CASE("recursion deeper than a set limit is a pejit::Error, the evaluator stays usable") {
     interp::EvalOptions opt;
     opt.max_depth = 50;
     Prog p(kDeepSrc, opt);

@@ -60,7 +60,7 @@ TEST_CASE("malformed specs are rejected before LLVM sees them") {
   CHECK_THROWS_AS(jit.compile(s), pejit::Error);
 }
 
-TEST_CASE("remove frees a kernel; compile again gives working code") {
+TEST_CASE("remove frees a kernel, compile again gives working code") {
   Jit jit;
   for (int i = 0; i < 20; ++i) {
     CompiledKernel k = jit.compile(axpy(16));

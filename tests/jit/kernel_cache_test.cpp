@@ -30,7 +30,7 @@ float run_scale(const CachedKernel& k, int64_t width) {
 
 } // namespace
 
-TEST_CASE("a second request is a hit with the same code; a different spec misses") {
+TEST_CASE("a second request is a hit with the same code, a different spec misses") {
   Jit jit;
   KernelCache cache(jit, 8);
   auto a = cache.get(scale(16));

@@ -123,7 +123,7 @@ TEST_CASE("schedule text: defaults, valid parameters, and clear rejections") {
   CHECK_THROWS_AS(k.validate(), pejit::Error);
 }
 
-TEST_CASE("signatures leave the schedule out; canonical texts keep it") {
+TEST_CASE("signatures leave the schedule out, canonical texts keep it") {
   KernelSpec k = gate(150);
   k.schedule = "v8x2";
   CHECK(k.canonical_text() == k.signature() + " sched=v8x2");
@@ -133,7 +133,7 @@ TEST_CASE("signatures leave the schedule out; canonical texts keep it") {
   CHECK(g.signature() == "gemm f32 nt m=? n=300 k=750 lda=0 ldb=0 ldc=0 acc=0");
 }
 
-TEST_CASE("every elementwise candidate computes the default's bits; width is forced") {
+TEST_CASE("every elementwise candidate computes the default's bits, width is forced") {
   Jit jit;
   int lanes = jit.vector_lanes();
   for (int64_t width : {1, 17, 150}) {

@@ -100,7 +100,7 @@ TEST_SUITE("engine") {
     }
   }
 
-  TEST_CASE("tiers: specialized runs every batch on JIT kernels; auto compiles in the background") {
+  TEST_CASE("tiers: specialized runs every batch on JIT kernels, auto compiles in the background") {
     Setup s(4);
     runtime::EngineStats ss, sa, sn;
     auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 8);
@@ -182,7 +182,7 @@ TEST_SUITE("engine") {
     }
   }
 
-  TEST_CASE("the pipeline publishes prefetched plans; the cache reuses them") {
+  TEST_CASE("the pipeline publishes prefetched plans, the cache reuses them") {
     Setup s(3);
     runtime::EngineOptions eo;
     eo.mode = runtime::Mode::Auto;
@@ -215,7 +215,7 @@ TEST_SUITE("engine") {
     }
   }
 
-  TEST_CASE("an entry that cannot be specialized trains on the generic path; refusal remembered") {
+  TEST_CASE("an entry that cannot be specialized trains on the generic path, refusal remembered") {
     Setup s(3, 5, R"(
 fn gated(t: Tree) -> f32[] {
   match t {
@@ -258,7 +258,7 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     }
   }
 
-  TEST_CASE("plans used once stay on probation; a skeleton seen again is kept") {
+  TEST_CASE("plans used once stay on probation, a skeleton seen again is kept") {
     Setup s(12); // 12 batches of new skeletons
     runtime::EngineOptions eo;
     eo.mode = runtime::Mode::Specialized;

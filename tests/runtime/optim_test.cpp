@@ -295,7 +295,7 @@ TEST_SUITE("optim") {
     check_values(st[3].second, {0, 3});
   }
 
-  TEST_CASE("state round trip continues bit-exactly; bad state is rejected") {
+  TEST_CASE("state round trip continues bit-exactly, bad state is rejected") {
     for (Kind k : {Kind::Adagrad, Kind::Adam}) {
       CAPTURE(kind_name(k));
       std::mt19937 rng(3);
@@ -347,7 +347,7 @@ TEST_SUITE("optim") {
     CHECK(o.steps() == 0);
   }
 
-  TEST_CASE("shared storage is copied before writing; steady state allocates no tensors") {
+  TEST_CASE("shared storage is copied before writing, steady state allocates no tensors") {
     Tensor v = f32(Shape{8, 4}, std::vector<float>(32, 1.0f));
     Params p = one_param("emb", v);
     Optimizer o(opts(Kind::Adam, 0.1f));

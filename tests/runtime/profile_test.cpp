@@ -48,7 +48,7 @@ struct PlannedBatch {
 } // namespace
 
 TEST_SUITE("runtime") {
-  TEST_CASE("profile: GEMM families get exactly their flops; off times nothing") {
+  TEST_CASE("profile: GEMM families get exactly their flops, off times nothing") {
     PlannedBatch b(6, 5);
     double leaves = 0, nodes = 0;
     for (const auto& t : b.trees) {

@@ -95,7 +95,7 @@ TEST_SUITE("session") {
     CHECK(p.entry_status("loss").rfind("specialized:", 0) == 0);
   }
 
-  TEST_CASE("added definitions invalidate only their entries; the new entry is planned") {
+  TEST_CASE("added definitions invalidate only their entries, the new entry is planned") {
     pejit::Session p = open("specialized");
     pejit::Value b = batch(p);
     float loss = p.run("loss", b).item_f32();
@@ -116,7 +116,7 @@ TEST_SUITE("session") {
     CHECK(p.run("loss", b).item_f32() == doctest::Approx(loss));
   }
 
-  TEST_CASE("step with an optimizer of the caller's; init_params restarts from the seed") {
+  TEST_CASE("step with an optimizer of the caller's, init_params restarts from the seed") {
     // The session's own SGD and an explicit Optimizer("sgd", same rate) take the same steps.
     pejit::Session a = open("specialized"), b = open("specialized");
     pejit::Optimizer sgd("sgd", 0.05f);

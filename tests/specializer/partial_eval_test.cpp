@@ -156,7 +156,7 @@ TEST_SUITE("specializer") {
   }
 
   TEST_CASE(
-      "skeleton keys: same shapes and other words share a key and a DAG; other shapes do not") {
+      "skeleton keys: same shapes and other words share a key and a DAG, other shapes do not") {
     data::Vocab vocab;
     auto a = data::gen_sst(10, 1, data::Shape::Sst, vocab);
     auto b = a;

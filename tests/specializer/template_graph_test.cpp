@@ -412,7 +412,7 @@ fn cell(hl: f32[H], cl: f32[H], hr: f32[H], cr: f32[H]) -> (f32[H], f32[H]) {
   }
 
   TEST_CASE(
-      "constant folding: literal arithmetic and zeros fold away; the seeded loss leaves no trace") {
+      "constant folding: literal arithmetic and zeros fold away, the seeded loss leaves no trace") {
     const char* src = R"(fn f(x: f32[4]) -> f32[4] { x * (2.0 + 3.0) + zeros(4) }
 fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
 )";
@@ -453,7 +453,7 @@ fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
     check_against_generic(src, md, tmpl("g"), cg, 2);
   }
 
-  TEST_CASE("dead-code elimination: an unused value and its parameter disappear; CSE merges") {
+  TEST_CASE("dead-code elimination: an unused value and its parameter disappear, CSE merges") {
     const char* src = R"(param W : f32[4, 4] = xavier
 fn f(x: f32[4]) -> f32[4] { let unused = tanh(x @ W); tanh(x * 1.0) + tanh(x) }
 )";

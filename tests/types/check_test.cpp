@@ -127,7 +127,7 @@ entry eb(x: f32[3]) -> f32[] { sum(b(x)) }
     CHECK(m.cone_version("infer_nodes") == v2);
   }
 
-  TEST_CASE("closures capture by slot; lambdas get parameter types from map and fold") {
+  TEST_CASE("closures capture by slot, lambdas get parameter types from map and fold") {
     ir::Module m;
     Diagnostics d;
     auto r = add(m, R"(
