@@ -11,6 +11,7 @@
 #include "jit/kernel_cache.h"
 #include "plan_executor.h"
 #include "runner_cache.h"
+#include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "util/check.h"
@@ -286,8 +287,16 @@ struct Engine::Impl {
     return cone_cache[entry] = m->cone_version(entry);
   }
 
-  uint64_t key_of(const std::string& entry, const Value& batch, uint64_t cone) const {
+  // The plan key of `batch`: its skeleton, the entry, definitions and dims, and with
+  // merge_equal which of its payloads are equal (`slots`: equal_payload_slots, filled here),
+  // on which a merged plan depends.
+  uint64_t key_of(const std::string& entry, const Value& batch, uint64_t cone,
+                  std::vector<int32_t>& slots) const {
     uint64_t h = spec::skeleton_hash(batch);
+    if (opt.merge_equal) {
+      slots = spec::equal_payload_slots(batch);
+      h = mix(h, spec::payload_pattern_hash(slots));
+    }
     for (char c : entry)
       h = mix(h, static_cast<uint8_t>(c));
     h = mix(h, cone);
@@ -367,7 +376,8 @@ struct Engine::Impl {
 
   // Partially evaluates and plans; nullptr with `why` on a refusal or a failure.
   std::shared_ptr<const PlanEntry> make(const std::string& entry, const Value& batch, uint64_t key,
-                                        std::string& why, double& seconds) {
+                                        const std::vector<int32_t>& slots, std::string& why,
+                                        double& seconds) {
     auto t0 = Clock::now();
     std::lock_guard<std::mutex> lock(pe_mutex);
     uint64_t cone = cone_version(entry);
@@ -389,6 +399,8 @@ struct Engine::Impl {
         refused[entry] = {cone, why};
         return nullptr;
       }
+      if (opt.merge_equal)
+        spec::merge_equal_instances(pe.residual, slots);
       auto e = std::make_shared<PlanEntry>();
       e->entry = entry;
       if (opt.inject_failure == "plan")
@@ -420,14 +432,15 @@ struct Engine::Impl {
       why = "mode generic";
       return nullptr;
     }
-    uint64_t key = key_of(entry, batch, cone_version(entry));
+    std::vector<int32_t> slots;
+    uint64_t key = key_of(entry, batch, cone_version(entry), slots);
     if (auto e = lookup(key, true)) {
       std::lock_guard<std::mutex> st(stats_mutex);
       stats.plan_hits++;
       return e;
     }
     double s = 0;
-    auto e = make(entry, batch, key, why, s);
+    auto e = make(entry, batch, key, slots, why, s);
     if (e)
       publish(key, e, 1);
     std::lock_guard<std::mutex> st(stats_mutex);
@@ -597,11 +610,12 @@ struct Engine::Impl {
                   std::unique_ptr<std::pair<std::string, Value>> own(item);
                   try {
                     uint64_t cone = cone_version(own->first);
-                    uint64_t key = key_of(own->first, own->second, cone);
+                    std::vector<int32_t> slots;
+                    uint64_t key = key_of(own->first, own->second, cone, slots);
                     if (!lookup(key, false)) {
                       std::string why;
                       double s = 0;
-                      auto e = make(own->first, own->second, key, why, s);
+                      auto e = make(own->first, own->second, key, slots, why, s);
                       if (e) {
                         publish(key, e, 0); // takes the stats lock itself on eviction
                         {

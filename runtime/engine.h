@@ -42,6 +42,9 @@ struct EngineOptions {
   size_t plan_probation_entries = 64;
   int lookahead = 8;      ///< batches the pipeline may plan ahead
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
+  /// Value numbering (specializer/merge_instances.h): the instances of a batch that compute
+  /// the same thing (the same template on equal arguments, equal payloads included) run once.
+  bool merge_equal = true;
   /// Plans run their templates' graphs (fused kernels); false: the batching interpreter.
   bool graphs = true;
   /// Compile the graphs' elementwise runs with LLVM (one Jit and kernel cache per engine);

@@ -15,6 +15,7 @@
 #include "optim/optimizer.h"
 #include "plan_executor.h"
 #include "specializer/dump.h"
+#include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "train/encode.h"
@@ -317,6 +318,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   eo.lookahead = opt.lookahead;
   eo.trace_file = opt.trace;
   eo.jit = opt.jit;
+  eo.merge_equal = opt.merge;
   eo.schedules = tuned;
   Engine engine(m, dims, eo);
   warn_schedules(engine, err);
@@ -533,6 +535,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   EngineOptions eo;
   eo.mode = parse_mode(opt.mode);
   eo.jit = opt.jit;
+  eo.merge_equal = opt.merge;
   eo.schedules = tuned;
   Engine engine(m, dims, eo);
   warn_schedules(engine, err);
@@ -600,12 +603,17 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
   if (!pe.ok)
     throw Error("entry '" + opt.entry + "' cannot be specialized: " + pe.where.str() + ": " +
                 pe.reason);
+  size_t merged = 0;
+  if (opt.merge) // as the engine plans (EngineOptions::merge_equal)
+    merged = spec::merge_equal_instances(pe.residual, spec::equal_payload_slots(batch));
   spec::Plan plan = spec::make_plan(pe.residual, tt);
   auto t2 = Clock::now();
-  char buf[200];
-  std::snprintf(
-      buf, sizeof buf, "batch %lld: %zu examples, partial evaluation %.0f us, planning %.0f us\n",
-      static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6, secs(t1, t2) * 1e6);
+  char buf[240];
+  std::snprintf(buf, sizeof buf,
+                "batch %lld: %zu examples, partial evaluation %.0f us, planning %.0f us, %zu "
+                "instances merged into equal ones\n",
+                static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6,
+                secs(t1, t2) * 1e6, merged);
   out << buf << spec::dump_counts(pe.residual, plan, tt);
   {
     // The executor's arena for this plan: forward blocks, and with the seed and gradient

@@ -33,6 +33,7 @@ struct TrainOptions {
   std::string mode = "auto";
   int lookahead = 8;      ///< batches planned ahead by the background pipeline (auto mode)
   bool jit = true;        ///< planned batches on JIT kernels (false: reference kernels only)
+  bool merge = true;      ///< EngineOptions::merge_equal (false: every instance runs)
   std::string trace;      ///< write a Chrome trace here
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
@@ -44,7 +45,7 @@ struct TrainOptions {
 struct KernelProvenance {
   std::string signature; ///< the kernel cache's key
   std::string schedule, schedule_source;
-  uint64_t ir_hash = 0; ///< jit::ir_text_hash of its optimized IR
+  uint64_t ir_hash = 0;  ///< jit::ir_text_hash of its optimized IR
   double compile_ms = 0; ///< lowering + O3 + code generation + link
 };
 
@@ -88,6 +89,7 @@ struct EvalOptions {
   bool json = false;
   std::string mode = "auto";
   bool jit = true;
+  bool merge = true; ///< EngineOptions::merge_equal
   std::string tuned; ///< a tuned schedule database; empty: defaults
 };
 
@@ -110,6 +112,7 @@ struct DumpOptions {
   int64_t batch_index = 0;
   std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, llvm
   std::string tuned;         ///< the tuned schedule database the kernels are resolved against
+  bool merge = true;         ///< merge equal instances first, as training does (--no-merge)
 };
 
 /// What specialization makes of one batch (`pejit dump`): counts, planning time, and the

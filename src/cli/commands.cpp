@@ -93,6 +93,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--lookahead", a.lookahead, "batches the background pipeline plans ahead")
       ->capture_default_str();
   app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
+  app.add_flag("!--no-merge", a.merge,
+               "run every instance of a batch, also those that compute what another does (the "
+               "same template on equal arguments)");
   app.add_option("--trace", a.trace, "write a Chrome trace (chrome://tracing, Perfetto) here");
   app.add_flag("--explain", a.explain, "say why each batch that ran generic did");
   app.add_option("--tuned", a.tuned,
@@ -120,6 +123,8 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
       ->check(CLI::IsMember({"generic", "specialized", "auto"}))
       ->capture_default_str();
   app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
+  app.add_flag("!--no-merge", a.merge,
+               "run every instance of a batch, also those that compute what another does");
   app.add_option("--tuned", a.tuned,
                  "tuned schedule database (`pejit tune`); without it every kernel gets its "
                  "default schedule");
@@ -137,6 +142,9 @@ void add_dump_options(CLI::App& app, DumpArgs& a) {
       ->capture_default_str();
   app.add_option("--tuned", a.tuned,
                  "resolve the kernels' schedules against this tuned database, as train does");
+  app.add_flag("!--no-merge", a.merge,
+               "plan every instance, also those that compute what another does (train merges "
+               "them)");
 }
 
 int run_dump(const DumpArgs& a) {

@@ -3,6 +3,7 @@
 // reason counted, the plan cache reuses, evicts and invalidates exactly what it should, and
 // the background pipeline publishes prefetched plans.
 #include "data/synthetic.h"
+#include "data/tree_io.h"
 #include "engine.h"
 #include "optim/optimizer.h"
 #include "train/encode.h"
@@ -324,6 +325,40 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     INFO("engine " << g.loss << " generic " << ref.loss << " explain "
                    << engine.explain("nodes_loss"));
     CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+  }
+
+  TEST_CASE("merged instances: training equals generic, and batches of one skeleton whose "
+            "equal payloads differ get their own plans") {
+    Setup s(0);
+    data::Vocab vocab;
+    // One skeleton, two patterns: words repeated (and a repeated subtree), then all distinct.
+    auto a = data::parse_trees("(3 (2 the) (4 (2 film) (2 the)))\n(1 (2 film) (0 bad))\n"
+                               "(4 (2 film) (2 the))\n(2 (2 the) (2 the))\n",
+                               "a", vocab);
+    auto b = data::parse_trees("(3 (2 a) (4 (2 b) (2 c)))\n(1 (2 d) (0 e))\n"
+                               "(4 (2 f) (2 g))\n(2 (2 h) (2 i))\n",
+                               "b", vocab);
+    s.dims = interp::bind_dims(*s.m, {{"V", static_cast<int64_t>(vocab.size())}});
+    runtime::TreeEncoder enc(*s.m, "Tree");
+    for (const auto* ts : {&a, &b}) {
+      interp::Values xs;
+      for (const auto& t : *ts)
+        xs.push_back(enc.encode(t));
+      s.batches.push_back(interp::Value::list(xs));
+    }
+    runtime::EngineStats merged, plain;
+    auto g = train(s, runtime::Mode::Generic, optim::Kind::Adagrad, 4);
+    auto p = train(s, runtime::Mode::Specialized, optim::Kind::Adagrad, 4, &merged);
+    check_close(p, g);
+    CHECK(merged.specialized_batches == 4);
+    CHECK(merged.plan_misses == 2); // a's plan would give b the words of a's repeats
+    CHECK(merged.plan_hits == 2);
+    runtime::EngineOptions off;
+    off.merge_equal = false;
+    auto q = train(s, runtime::Mode::Specialized, optim::Kind::Adagrad, 4, &plain, off);
+    check_close(q, g);
+    CHECK(plain.plan_misses == 1); // one skeleton: one plan for both
+    CHECK(plain.plan_hits == 3);
   }
 
   TEST_CASE("a cached plan runs a new batch of the same skeleton with that batch's payloads") {

@@ -2,7 +2,9 @@
 // interned once, skeleton keys separate structure from payloads, refusals name their
 // location, and fuel bounds the work.
 #include "data/synthetic.h"
+#include "data/tree_io.h"
 #include "interp/interpreter.h"
+#include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/residual_eval.h"
 #include "train/encode.h"
@@ -126,6 +128,51 @@ TEST_SUITE("specializer") {
     spec::Template g = f;
     g.statics = {150, 2};
     CHECK(g.key() != f.key()); // every part counts
+  }
+
+  TEST_CASE("merged instances: a repeated word's leaf runs once, and the results do not change") {
+    // "the" three times, "film" three times, one subtree (film the) twice with the same label.
+    data::Vocab vocab;
+    auto trees = data::parse_trees("(3 (2 the) (4 (2 film) (2 the)))\n(1 (2 film) (0 bad))\n"
+                                   "(4 (2 film) (2 the))\n",
+                                   "t", vocab);
+    Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size() + 3)}});
+    interp::Value batch = tree_batch(*md.m, trees);
+    spec::TemplateTable tt;
+    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    spec::Residual merged = pe.residual;
+    std::vector<int32_t> slots = spec::equal_payload_slots(batch);
+    REQUIRE(slots.size() == static_cast<size_t>(pe.residual.num_inputs));
+    // Words, leaf labels and node labels are compared within their own kind: 3 distinct
+    // words, leaf labels {2, 0}, node labels {3, 4, 1}, although the values overlap.
+    std::set<int32_t> classes(slots.begin(), slots.end());
+    CHECK(classes.size() == 3 + 2 + 3);
+    size_t removed = spec::merge_equal_instances(merged, slots);
+    auto before = count_by_template(pe.residual, tt), after = count_by_template(merged, tt);
+    CHECK(before["leaf"] == 7);
+    CHECK(after["leaf"] == 3);
+    CHECK(after["op.take"] == 3);
+    CHECK(before["cell"] == 4);
+    CHECK(after["cell"] == 3); // (film the) once
+    // Leaf losses: (the, 2) and (film, 2) once each, (bad, 0); node losses: the shared
+    // subtree's (label 4) once, the two others.
+    CHECK(after["node_loss"] == 3 + 3);
+    CHECK(removed == pe.residual.instances.size() - merged.instances.size());
+    interp::Interpreter in(md.m, md.dims);
+    float generic = in.run("loss", {batch}, md.params).as_tensor().item_f32();
+    auto a = spec::evaluate_residual(pe.residual, tt, in, md.params);
+    auto b = spec::evaluate_residual(merged, tt, in, md.params);
+    REQUIRE(b.size() == 1);
+    CHECK(std::fabs(b[0].item_f32() - generic) <= 1e-5 * std::fabs(generic));
+    CHECK(std::fabs(b[0].item_f32() - a[0].item_f32()) <= 1e-6 * std::fabs(generic));
+    // Other equal payloads, other merges: the pattern tells batches of one skeleton apart.
+    auto distinct = data::parse_trees("(3 (2 a) (4 (2 b) (2 c)))\n(1 (2 d) (0 e))\n"
+                                      "(4 (2 f) (2 g))\n",
+                                      "u", vocab);
+    auto slots2 = spec::equal_payload_slots(tree_batch(*md.m, distinct));
+    CHECK(spec::skeleton_hash(tree_batch(*md.m, distinct)) == spec::skeleton_hash(batch));
+    CHECK(spec::payload_pattern_hash(slots2) != spec::payload_pattern_hash(slots));
   }
 
   TEST_CASE("TreeLSTM infer and infer_nodes: residual outputs equal the generic path's") {

@@ -1,0 +1,167 @@
+// Value numbering of a residual program (merge_instances.h).
+#include "specializer/merge_instances.h"
+
+#include "util/check.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace pejit::spec {
+
+using interp::Value;
+
+namespace {
+
+// The payloads in input slot order (the walk of collect_payloads in engine.cpp and of the
+// partial evaluator's scan), each with its site: the field of the innermost ADT value or
+// tuple that holds it. Payloads are only compared within a site (a word with words, a label
+// with labels): equal values at different sites would merge nothing useful, and would make
+// the equality pattern, and so the plan key, differ between batches for no gain.
+void each_payload(const Value& v, uint64_t site,
+                  std::vector<std::pair<const Tensor*, uint64_t>>& out) {
+  switch (v.kind()) {
+  case Value::Kind::Tensor:
+    out.emplace_back(&v.as_tensor(), site);
+    break;
+  case Value::Kind::Tuple:
+  case Value::Kind::Adt: {
+    const uint64_t outer = v.kind() == Value::Kind::Adt
+                               ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32)
+                               : uint64_t{1} << 60;
+    const auto& xs = v.items();
+    for (size_t f = 0; f < xs.size(); ++f)
+      each_payload(xs[f], outer | f, out);
+    break;
+  }
+  case Value::Kind::List:
+    for (size_t i = 0; i < v.list_size(); ++i)
+      each_payload(v.list_at(i), site, out);
+    break;
+  default:
+    break;
+  }
+}
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0xff51afd7ed558ccdull;
+  return h ^ (h >> 29);
+}
+
+/// An open-addressing set of ids for the two lookups below: `n` ids at most, the caller's
+/// `same` telling whether the id stored is equal to the one looked up (hashes equal).
+class IdTable {
+public:
+  explicit IdTable(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n)
+      cap *= 2;
+    slots_.assign(cap, {0, -1});
+  }
+  /// The id already stored that `same` accepts, else `id` (stored now).
+  template <class Same> int32_t find_or_add(uint64_t h, int32_t id, Same same) {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      auto& s = slots_[i];
+      if (s.second < 0) {
+        s = {h, id};
+        return id;
+      }
+      if (s.first == h && same(s.second))
+        return s.second;
+    }
+  }
+
+private:
+  std::vector<std::pair<uint64_t, int32_t>> slots_;
+};
+
+} // namespace
+
+std::vector<int32_t> equal_payload_slots(const Value& batch) {
+  std::vector<std::pair<const Tensor*, uint64_t>> ps;
+  each_payload(batch, 0, ps);
+  std::vector<int32_t> rep(ps.size());
+  IdTable table(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Tensor& t = *ps[i].first;
+    const uint64_t site = ps[i].second;
+    uint64_t h = mix(mix(site, static_cast<uint64_t>(t.dtype())), t.rank());
+    for (size_t d = 0; d < t.rank(); ++d)
+      h = mix(h, static_cast<uint64_t>(t.dim(d)));
+    const size_t n = t.nbytes();
+    const auto* b = static_cast<const unsigned char*>(t.raw());
+    for (size_t k = 0; k < n; k += 8) {
+      uint64_t w = 0;
+      std::memcpy(&w, b + k, std::min<size_t>(8, n - k));
+      h = mix(h, w);
+    }
+    rep[i] = table.find_or_add(h, static_cast<int32_t>(i), [&](int32_t j) {
+      const auto& [u, usite] = ps[static_cast<size_t>(j)];
+      return usite == site && u->dtype() == t.dtype() && u->shape() == t.shape() &&
+             (n == 0 || std::memcmp(u->raw(), t.raw(), n) == 0);
+    });
+  }
+  return rep;
+}
+
+uint64_t payload_pattern_hash(const std::vector<int32_t>& slots) {
+  uint64_t h = 0;
+  for (size_t s = 0; s < slots.size(); ++s)
+    if (slots[s] != static_cast<int32_t>(s))
+      h = mix(h ^ s, static_cast<uint64_t>(slots[s]) + 1);
+  return h;
+}
+
+size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) {
+  const size_t n = r.instances.size();
+  PEJIT_CHECK(slot_rep.size() == static_cast<size_t>(r.num_inputs))
+      << "merge_equal_instances: " << slot_rep.size() << " payloads for " << r.num_inputs
+      << " input slots";
+  std::vector<int32_t> renum(n, -1); // old instance -> its instance in the merged program
+  std::vector<Instance> instances;
+  std::vector<Ref> pool;
+  instances.reserve(n);
+  pool.reserve(r.arg_pool.size());
+  auto canon = [&](Ref a) {
+    if (a.kind == Ref::Kind::Input)
+      a.index = slot_rep[static_cast<size_t>(a.index)];
+    else if (a.kind == Ref::Kind::Inst)
+      a.index = renum[static_cast<size_t>(a.index)];
+    return a;
+  };
+  IdTable table(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Instance& in = r.instances[i];
+    const uint32_t first = static_cast<uint32_t>(pool.size());
+    uint64_t h = mix(static_cast<uint64_t>(in.tmpl), static_cast<uint64_t>(in.sum_sig));
+    for (const Ref& a : r.args(in)) {
+      PEJIT_CHECK(a.kind != Ref::Kind::Inst || static_cast<size_t>(a.index) < i)
+          << "merge_equal_instances: instance " << i << " reads a later instance";
+      Ref c = canon(a);
+      pool.push_back(c);
+      h = mix(h, (static_cast<uint64_t>(c.kind) << 56) ^ (static_cast<uint64_t>(c.out) << 32) ^
+                     static_cast<uint32_t>(c.index));
+    }
+    const Instance mine{in.tmpl, first, in.num_args, in.sum_sig};
+    int32_t id = table.find_or_add(h, static_cast<int32_t>(instances.size()), [&](int32_t j) {
+      const Instance& o = instances[static_cast<size_t>(j)];
+      return o.tmpl == mine.tmpl && o.sum_sig == mine.sum_sig && o.num_args == mine.num_args &&
+             std::equal(pool.begin() + o.first_arg, pool.begin() + o.first_arg + o.num_args,
+                        pool.begin() + first);
+    });
+    renum[i] = id;
+    if (id != static_cast<int32_t>(instances.size()))
+      pool.resize(first); // the same arguments as instance `id`: not kept
+    else
+      instances.push_back(mine);
+  }
+  for (Ref& o : r.outputs)
+    o = canon(o);
+  const size_t removed = n - instances.size();
+  r.instances = std::move(instances);
+  r.arg_pool = std::move(pool);
+  return removed;
+}
+
+} // namespace pejit::spec
