@@ -3,14 +3,18 @@
 // instance/group counts, in wall time and in the thread's CPU time (which leaves out the time
 // the thread was preempted: on a shared host, the steadier figure to compare builds by).
 // Usage: pejit_plan_bench [TRAIN_FILE] [BATCHES] [--no-fragments] [--warm] [--keep-inputs]
+// [--no-merge]
 // (--no-fragments: every inlined call evaluated, as before fragments, for A/B comparisons;
 // --warm: one unmeasured pass over the data in file order first, so that the shuffled batches
 // are measured as in a later epoch of training: every tree seen, in other batches;
 // --keep-inputs: copy the payloads into Residual::inputs, which the engine does not;
+// --no-merge: equal instances are not merged (the engine merges them: the payloads' equality
+// pattern and merge_equal_instances count as planning);
 // --dump FILE: every measured batch's residual and plan, in full, to FILE, to check that a
 // change to the specializer leaves plans as they were)
 #include "data/synthetic.h"
 #include "data/tree_io.h"
+#include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "train/encode.h"
@@ -94,11 +98,14 @@ int main(int argc, char** argv) {
   pe_opt.keep_inputs = false; // as the engine plans
   bool warm = false;
   std::string dump;
+  bool merge = true;
   for (int a = 3; a < argc; ++a) {
     if (std::string(argv[a]) == "--dump" && a + 1 < argc)
       dump = argv[++a];
     if (std::string(argv[a]) == "--no-fragments")
       pe_opt.fragment_memo_bytes = 0;
+    if (std::string(argv[a]) == "--no-merge")
+      merge = false;
     if (std::string(argv[a]) == "--keep-inputs")
       pe_opt.keep_inputs = true;
     warm = warm || std::string(argv[a]) == "--warm";
@@ -147,6 +154,8 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt, pe_opt);
     auto t1 = std::chrono::steady_clock::now();
+    if (merge)
+      spec::merge_equal_instances(pe.residual, spec::equal_payload_slots(batch));
     auto plan = spec::make_plan(pe.residual, tt);
     auto t2 = std::chrono::steady_clock::now();
     cpu_us.push_back(thread_cpu_us() - c0);

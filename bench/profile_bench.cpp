@@ -5,7 +5,10 @@
 // (ExecOptions::profile); GEMM families report GFLOP/s and the fraction of this machine's
 // SGEMM peak, measured in the same process (the best libxsmm rate over large square shapes).
 //
-//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels | --ab-core | --ab-wgrad]
+//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels | --ab-core | --ab-wgrad |
+//                        --no-merge]
+//
+// Equal instances are merged before planning, as the engine does (--no-merge: not).
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
 // (the GEMM whole, then its epilogue run), the two in alternating order, unprofiled; prints
@@ -28,6 +31,7 @@
 #include "optim/optimizer.h"
 #include "pejit/pejit.h"
 #include "plan_executor.h"
+#include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "train/encode.h"
@@ -76,7 +80,8 @@ int main(int argc, char** argv) {
   const std::string ab_mode = argc > 4 ? argv[4] : "";
   const bool ab_wgrad = ab_mode == "--ab-wgrad";
   const bool ab = ab_mode == "--ab-panels" || ab_mode == "--ab-core" || ab_wgrad;
-  if (argc > 4 && !ab) {
+  const bool merge = ab_mode != "--no-merge";
+  if (argc > 4 && !ab && merge) {
     std::fprintf(stderr, "pejit_profile_bench: unknown option %s\n", argv[4]);
     return 2;
   }
@@ -139,7 +144,10 @@ int main(int argc, char** argv) {
       for (size_t i = b * 25; i < (b + 1) * 25; ++i)
         xs.push_back(encoded[order[i]]);
       auto t0 = Clock::now();
-      auto pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
+      interp::Value batch = interp::Value::list(xs);
+      auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt);
+      if (merge)
+        spec::merge_equal_instances(pe.residual, spec::equal_payload_slots(batch));
       auto plan = spec::make_plan(pe.residual, tt);
       auto layout = runtime::make_layout(plan);
       auto t1 = Clock::now();
