@@ -189,6 +189,7 @@ Session Session::from_source(const std::string& text, const std::string& name,
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
+  eo.merge_equal = opt.merge_equal;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
   auto impl = std::make_unique<Impl>();
@@ -385,6 +386,8 @@ SessionStats Session::stats() const {
   out.specialized_batches = s.specialized_batches;
   out.generic_seconds = s.generic_seconds;
   out.specialized_seconds = s.specialized_seconds;
+  out.plan_hits = s.plan_hits;
+  out.plan_misses = s.plan_misses;
   return out;
 }
 

@@ -105,6 +105,9 @@ struct SessionOptions {
   float clip = 0.0f;         ///< global gradient-norm clipping (0: off)
   std::string mode = "auto"; ///< generic, specialized or auto
   int lookahead = 8;         ///< batches planned ahead (auto mode)
+  /// Instances of a batch that compute the same thing (one function on equal arguments, a
+  /// repeated word's leaf) run once; false: every instance runs. Results are the same.
+  bool merge_equal = true;
   CompileOptions compile;
 };
 
@@ -132,6 +135,9 @@ private:
 struct SessionStats {
   int64_t generic_batches = 0, specialized_batches = 0;
   double generic_seconds = 0, specialized_seconds = 0;
+  /// Batches that found their plan made (by an earlier batch of the same skeleton and, with
+  /// merge_equal, the same repeated payloads), and plans made.
+  int64_t plan_hits = 0, plan_misses = 0;
 };
 
 /// A model instantiated with parameters and an optimizer. Not thread-safe: use one per thread.

@@ -95,6 +95,31 @@ TEST_SUITE("session") {
     CHECK(p.entry_status("loss").rfind("specialized:", 0) == 0);
   }
 
+  TEST_CASE("merge_equal: repeated words are planned by their pattern, off: by skeleton alone") {
+    // One skeleton; words 1 and 3 repeat in the first batch, all differ in the second.
+    auto two = [](const pejit::Session& s, int w) {
+      return pejit::Value::list({node(s, leaf(s, 1, 1), leaf(s, w, 1), 1), leaf(s, 3, 0),
+                                 node(s, leaf(s, 3, 2), leaf(s, 4, 2), 3)});
+    };
+    for (bool merge : {true, false}) {
+      CAPTURE(merge);
+      pejit::SessionOptions o;
+      o.dims = {{"V", 8}};
+      o.mode = "specialized";
+      o.optimizer = "sgd";
+      o.merge_equal = merge;
+      pejit::Session p = pejit::Session::from_file(kTreeLstm, o);
+      o.mode = "generic";
+      pejit::Session g = pejit::Session::from_file(kTreeLstm, o);
+      for (int w : {1, 5, 1}) {
+        float lp = p.step("loss", two(p, w)), lg = g.step("loss", two(g, w));
+        CHECK(std::fabs(lp - lg) <= 1e-5f * std::fabs(lg));
+      }
+      CHECK(p.stats().plan_misses == (merge ? 2 : 1));
+      CHECK(p.stats().plan_hits == (merge ? 1 : 2));
+    }
+  }
+
   TEST_CASE("added definitions invalidate only their entries, the new entry is planned") {
     pejit::Session p = open("specialized");
     pejit::Value b = batch(p);
