@@ -7,6 +7,7 @@
 #include "jit/kernel_cache.h"
 #include "plan_executor.h"
 #include "random_batches.h"
+#include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "specializer/residual_eval.h"
@@ -26,6 +27,7 @@ struct Totals {
   size_t templates = 0, instances = 0, params = 0;
   int64_t groups_batched = 0, groups_row_by_row = 0;
   int64_t groups_on_graphs = 0, graph_fallbacks = 0, jit_launches = 0;
+  size_t merged = 0; ///< instances that value numbering merged
 };
 
 bool loss_close(double got, double ref) {
@@ -61,7 +63,16 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
   CHECK_MESSAGE(loss_close(res[0].item_f32(), ref.loss),
                 "residual " << res[0].item_f32() << " vs generic " << ref.loss);
 
-  spec::Plan plan = spec::make_plan(pe.residual, tt);
+  // Value numbering, as the engine plans (merge_instances.h): the merged residual's forward
+  // too, and on even seeds the plans run on it (odd seeds: every instance, as --no-merge).
+  spec::Residual merged = pe.residual;
+  totals.merged += spec::merge_equal_instances(merged, spec::equal_payload_slots(p.batch));
+  auto mres = spec::evaluate_residual(merged, tt, in, params);
+  REQUIRE(mres.size() == 1);
+  CHECK_MESSAGE(loss_close(mres[0].item_f32(), ref.loss),
+                "merged residual " << mres[0].item_f32() << " vs generic " << ref.loss);
+  const spec::Residual& planned = seed % 2 == 0 ? merged : pe.residual;
+  spec::Plan plan = spec::make_plan(planned, tt);
   // Every executor configuration: the batching interpreter, the template graphs on reference
   // kernels, and the graphs with JIT-compiled elementwise runs (one kernel cache for all).
   static jit::Jit jit;
@@ -73,10 +84,10 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
     eo.graphs = mode > 0;
     eo.kernels = mode == 2 ? &kernels : nullptr;
     runtime::PlanExecutor ex(m, dims, eo);
-    auto got = ex.value_and_grad(plan, pe.residual, tt, params);
+    auto got = ex.value_and_grad(plan, planned, tt, params);
     CHECK_MESSAGE(loss_close(got.loss, ref.loss),
                   "plan " << got.loss << " vs generic " << ref.loss);
-    auto fwd = ex.run(plan, pe.residual, tt, params);
+    auto fwd = ex.run(plan, planned, tt, params);
     REQUIRE(fwd.size() == 1);
     CHECK_MESSAGE(loss_close(fwd[0].item_f32(), ref.loss),
                   "plan forward " << fwd[0].item_f32() << " vs generic " << ref.loss);
@@ -134,6 +145,7 @@ void run_seeds(uint64_t first, uint64_t count, testgen::Options opt = {}) {
   // JIT ran some of their code.
   CHECK(totals.groups_on_graphs > 0);
   CHECK(totals.jit_launches > 0);
+  CHECK(totals.merged > 0); // value numbering had something to merge
   MESSAGE(totals.programs << " random programs (" << totals.with_grads
                           << " with non-zero gradients): " << totals.params << " params, "
                           << totals.templates << " templates, " << totals.instances
@@ -141,7 +153,7 @@ void run_seeds(uint64_t first, uint64_t count, testgen::Options opt = {}) {
                           << totals.groups_row_by_row << " row-by-row groups; on graphs "
                           << totals.groups_on_graphs << " groups (" << totals.graph_fallbacks
                           << " template fallbacks to the interpreter), " << totals.jit_launches
-                          << " JIT launches");
+                          << " JIT launches, " << totals.merged << " instances merged");
 }
 
 } // namespace
