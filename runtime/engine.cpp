@@ -191,7 +191,8 @@ struct Engine::Impl {
   spec::TemplateTable templates;
   std::shared_ptr<const spec::TemplateTable> snapshot; // of `templates`, under pe_mutex
 
-  // The plan cache over skeleton keys, 2Q style: a new plan waits on a short probation list
+  // The plan cache over skeleton keys (key_of: with merge_equal, the pattern of equal
+  // payloads too), 2Q style: a new plan waits on a short probation list
   // (EngineOptions::plan_probation_entries, oldest out first) and its second use moves it to
   // the LRU list of reused plans (plan_cache_entries, plan_cache_bytes). Shuffled batches,
   // whose skeletons almost never repeat, so occupy only the probation list. A key that left
