@@ -353,6 +353,36 @@ TEST_SUITE("cli") {
     CHECK(r.err.find("cannot be specialized") != std::string::npos);
   }
 
+  TEST_CASE("--no-merge: dump, train and eval plan every instance, with the same results") {
+    std::string data = tmp("repeats.txt"); // "the" and "film" repeat, (film the) twice
+    std::ofstream(data) << "(3 (2 the) (4 (2 film) (2 the)))\n(1 (2 film) (0 bad))\n"
+                           "(4 (2 film) (2 the))\n";
+    Run m = run_pejit("dump " + kModel + " --data " + data + " --emit plan");
+    Run n = run_pejit("dump " + kModel + " --data " + data + " --emit plan --no-merge");
+    REQUIRE(m.code == 0);
+    REQUIRE(n.code == 0);
+    CHECK(m.out.find(", 14 instances merged into equal ones\n") != std::string::npos);
+    CHECK(m.out.find("  leaf: groups(fwd)=1 groups(bwd)=1 rows=3\n") != std::string::npos);
+    CHECK(n.out.find(", 0 instances merged into equal ones\n") != std::string::npos);
+    CHECK(n.out.find("  leaf: groups(fwd)=1 groups(bwd)=1 rows=7\n") != std::string::npos);
+    const std::string train = "train " + kModel + " --data " + data +
+                              " --epochs 2 --json --mode specialized --no-train-eval "
+                              "--fixed-batches --optimizer sgd --save " +
+                              tmp("merged.ckpt");
+    Run a = run_pejit(train), b = run_pejit(train + " --no-merge");
+    REQUIRE(a.code == 0);
+    REQUIRE(b.code == 0);
+    auto ja = json_lines(a.out), jb = json_lines(b.out);
+    REQUIRE(ja.size() == 2);
+    REQUIRE(jb.size() == 2);
+    for (size_t e = 0; e < 2; ++e)
+      CHECK(std::fabs(ja[e]["loss"].get<double>() - jb[e]["loss"].get<double>()) <=
+            1e-5 * std::fabs(jb[e]["loss"].get<double>()));
+    Run ev = run_pejit("eval " + kModel + " --params " + tmp("merged.ckpt") + " --data " + data +
+                       " --mode specialized --no-merge --json");
+    CHECK(ev.code == 0);
+  }
+
   TEST_CASE("tune writes a database, train and dump use it only when --tuned names it") {
     std::string data = tmp("tune_trees.txt");
     REQUIRE(run_pejit("gen sst --trees 40 --seed 8 -o " + data).code == 0);
