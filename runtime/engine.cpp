@@ -72,27 +72,6 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
-// Payload tensors of a batch in the order the partial evaluator numbers its input slots
-// (depth-first, left to right): what a cached plan needs from a new batch of its skeleton.
-void collect_payloads(const Value& v, std::vector<Tensor>& out) {
-  switch (v.kind()) {
-  case Value::Kind::Tensor:
-    out.push_back(v.as_tensor());
-    break;
-  case Value::Kind::Tuple:
-  case Value::Kind::Adt:
-    for (const auto& x : v.items())
-      collect_payloads(x, out);
-    break;
-  case Value::Kind::List:
-    for (size_t i = 0; i < v.list_size(); ++i)
-      collect_payloads(v.list_at(i), out);
-    break;
-  default:
-    break;
-  }
-}
-
 // A plan with what running it needs besides the batch's payloads.
 struct PlanEntry {
   std::string entry;
@@ -390,7 +369,7 @@ struct Engine::Impl {
     try {
       if (opt.inject_failure == "pe")
         throw InternalError("injected failure in partial evaluation");
-      // The executor reads this batch's payloads from the batch itself (collect_payloads):
+      // The executor reads this batch's payloads from the batch itself (batch_payloads):
       // partial evaluation only numbers them.
       spec::PeOptions pe_opt;
       pe_opt.keep_inputs = false;
@@ -486,7 +465,7 @@ struct Engine::Impl {
     // The plan's constants and outputs with this batch's payloads (the executor reads no
     // instance list: the plan has the row maps).
     spec::Residual with_inputs;
-    collect_payloads(batch, with_inputs.inputs);
+    spec::batch_payloads(batch, with_inputs.inputs);
     with_inputs.consts = e->residual.consts;
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;

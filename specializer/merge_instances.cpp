@@ -13,16 +13,14 @@ using interp::Value;
 
 namespace {
 
-// The payloads in input slot order (the walk of collect_payloads in engine.cpp and of the
-// partial evaluator's scan), each with its site: the field of the innermost ADT value or
-// tuple that holds it. Payloads are only compared within a site (a word with words, a label
+// The payloads in input slot order (the order of the partial evaluator's scan), each with its
+// site: the field of the innermost ADT value or tuple that holds it. Payloads are only compared within a site (a word with words, a label
 // with labels): equal values at different sites would merge nothing useful, and would make
 // the equality pattern, and so the plan key, differ between batches for no gain.
-void each_payload(const Value& v, uint64_t site,
-                  std::vector<std::pair<const Tensor*, uint64_t>>& out) {
+template <class F> void each_payload(const Value& v, uint64_t site, F& f) {
   switch (v.kind()) {
   case Value::Kind::Tensor:
-    out.emplace_back(&v.as_tensor(), site);
+    f(v.as_tensor(), site);
     break;
   case Value::Kind::Tuple:
   case Value::Kind::Adt: {
@@ -30,13 +28,13 @@ void each_payload(const Value& v, uint64_t site,
                                ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32)
                                : uint64_t{1} << 60;
     const auto& xs = v.items();
-    for (size_t f = 0; f < xs.size(); ++f)
-      each_payload(xs[f], outer | f, out);
+    for (size_t fi = 0; fi < xs.size(); ++fi)
+      each_payload(xs[fi], outer | fi, f);
     break;
   }
   case Value::Kind::List:
     for (size_t i = 0; i < v.list_size(); ++i)
-      each_payload(v.list_at(i), site, out);
+      each_payload(v.list_at(i), site, f);
     break;
   default:
     break;
@@ -78,9 +76,15 @@ private:
 
 } // namespace
 
+void batch_payloads(const Value& batch, std::vector<Tensor>& out) {
+  auto add = [&out](const Tensor& t, uint64_t) { out.push_back(t); };
+  each_payload(batch, 0, add);
+}
+
 std::vector<int32_t> equal_payload_slots(const Value& batch) {
   std::vector<std::pair<const Tensor*, uint64_t>> ps;
-  each_payload(batch, 0, ps);
+  auto add = [&ps](const Tensor& t, uint64_t site) { ps.emplace_back(&t, site); };
+  each_payload(batch, 0, add);
   std::vector<int32_t> rep(ps.size());
   IdTable table(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {

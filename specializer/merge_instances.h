@@ -19,6 +19,10 @@
 
 namespace pejit::spec {
 
+/// The payload tensors of `batch` in input slot order (a preorder walk, as partial evaluation
+/// numbers them): what a plan's Input refs index.
+void batch_payloads(const interp::Value& batch, std::vector<Tensor>& out);
+
 /// For each payload of `batch`, in input slot order (a preorder walk, as partial evaluation
 /// numbers them): the first slot with an equal payload at the same site (the same field of an
 /// ADT constructor or tuple: words with words, labels with labels), itself if none comes
