@@ -15,7 +15,7 @@
 // stretches; generated TN vs kernels::sgemm_tn_stretches vs libxsmm and OpenBLAS on the stacked
 // rows; see run_dw_table).
 #include "jit/jit.h"
-#include "kernels/kernels.h"
+#include "src/kernels/kernels.h"
 
 #include <CLI/CLI.hpp>
 #include <libxsmm.h>

@@ -18,19 +18,19 @@
 //
 // Output: one human line per epoch and a summary with the median to stderr; with --json one
 // JSON object per line to stdout.
-#include "checkpoint/checkpoint.h"
-#include "data/synthetic.h"
-#include "data/tree.h"
-#include "data/tree_io.h"
-#include "engine.h"
-#include "interp/interpreter.h"
-#include "interp/params.h"
-#include "optim/optimizer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree.h"
+#include "runtime/data/tree_io.h"
+#include "runtime/engine.h"
+#include "src/interp/interpreter.h"
+#include "src/interp/params.h"
+#include "runtime/optim/optimizer.h"
 #include "pejit/error.h"
 #include "pejit/pejit.h"
-#include "train/encode.h"
-#include "types/check.h"
-#include "util/diagnostics.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
+#include "src/util/diagnostics.h"
 
 #include <CLI/CLI.hpp>
 

@@ -12,13 +12,13 @@
 // pattern and merge_equal_instances count as planning);
 // --dump FILE: every measured batch's residual and plan, in full, to FILE, to check that a
 // change to the specializer leaves plans as they were)
-#include "data/synthetic.h"
-#include "data/tree_io.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -36,12 +36,12 @@ static double thread_cpu_us() {
 }
 
 // Everything a residual and its plan say (template ids included: the same table history).
-static void dump_batch(std::ostream& os, const spec::PeResult& pe, const spec::Plan& p) {
-  const spec::Residual& r = pe.residual;
-  auto ref = [&](const spec::Ref& a) {
+static void dump_batch(std::ostream& os, const specializer::PeResult& pe, const specializer::Plan& p) {
+  const specializer::Residual& r = pe.residual;
+  auto ref = [&](const specializer::Ref& a) {
     os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
   };
-  auto row = [&](const spec::RowRef& a) {
+  auto row = [&](const specializer::RowRef& a) {
     os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out << "." << a.row;
   };
   os << "batch ok " << pe.ok << " key " << r.key << " fuel " << r.fuel_used << " inputs "
@@ -49,7 +49,7 @@ static void dump_batch(std::ostream& os, const spec::PeResult& pe, const spec::P
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const auto& in = r.instances[i];
     os << "i " << in.tmpl;
-    if (in.tmpl == spec::Instance::kSumN)
+    if (in.tmpl == specializer::Instance::kSumN)
       os << " " << r.sum_sigs[static_cast<size_t>(in.sum_sig)].str();
     for (const auto& a : r.args(i))
       ref(a);
@@ -94,7 +94,7 @@ static void dump_batch(std::ostream& os, const spec::PeResult& pe, const spec::P
 int main(int argc, char** argv) {
   std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   size_t batches = argc > 2 ? std::stoul(argv[2]) : 200;
-  spec::PeOptions pe_opt;
+  specializer::PeOptions pe_opt;
   pe_opt.keep_inputs = false; // as the engine plans
   bool warm = false;
   std::string dump;
@@ -133,12 +133,12 @@ int main(int argc, char** argv) {
     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
     std::swap(order[i - 1], order[s % i]);
   }
-  spec::TemplateTable tt;
+  specializer::TemplateTable tt;
   for (size_t b = 0; warm && (b + 1) * 25 <= trees.size(); ++b) {
     interp::Values xs;
     for (size_t i = b * 25; i < (b + 1) * 25; ++i)
       xs.push_back(enc.encode(trees[i]));
-    (void)spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt, pe_opt);
+    (void)specializer::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt, pe_opt);
   }
   std::ofstream out;
   if (!dump.empty())
@@ -152,11 +152,11 @@ int main(int argc, char** argv) {
     auto batch = interp::Value::list(xs);
     double c0 = thread_cpu_us();
     auto t0 = std::chrono::steady_clock::now();
-    auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt, pe_opt);
+    auto pe = specializer::partially_evaluate(*m, dims, "loss", batch, tt, pe_opt);
     auto t1 = std::chrono::steady_clock::now();
     if (merge)
-      spec::merge_equal_instances(pe.residual, spec::equal_payload_slots(batch));
-    auto plan = spec::make_plan(pe.residual, tt);
+      specializer::merge_equal_instances(pe.residual, specializer::equal_payload_slots(batch));
+    auto plan = specializer::make_plan(pe.residual, tt);
     auto t2 = std::chrono::steady_clock::now();
     cpu_us.push_back(thread_cpu_us() - c0);
     pe_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());

@@ -22,20 +22,20 @@
 // time is paired too.
 //
 // The default file is ../shared/data/sst/train.txt (generated SST-like trees without it).
-#include "data/synthetic.h"
-#include "data/tree_io.h"
-#include "exec_layout.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
+#include "runtime/exec_layout.h"
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
-#include "kernels/kernels.h"
-#include "optim/optimizer.h"
+#include "src/kernels/kernels.h"
+#include "runtime/optim/optimizer.h"
 #include "pejit/pejit.h"
-#include "plan_executor.h"
+#include "runtime/plan_executor.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   };
   interp::Params params = interp::init_params(*m, dims, 1);
   optim::Optimizer opt(optim::OptimizerOptions{});
-  spec::TemplateTable tt;
+  specializer::TemplateTable tt;
 
   std::vector<size_t> order(encoded.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -145,10 +145,10 @@ int main(int argc, char** argv) {
         xs.push_back(encoded[order[i]]);
       auto t0 = Clock::now();
       interp::Value batch = interp::Value::list(xs);
-      auto pe = spec::partially_evaluate(*m, dims, "loss", batch, tt);
+      auto pe = specializer::partially_evaluate(*m, dims, "loss", batch, tt);
       if (merge)
-        spec::merge_equal_instances(pe.residual, spec::equal_payload_slots(batch));
-      auto plan = spec::make_plan(pe.residual, tt);
+        specializer::merge_equal_instances(pe.residual, specializer::equal_payload_slots(batch));
+      auto plan = specializer::make_plan(pe.residual, tt);
       auto layout = runtime::make_layout(plan);
       auto t1 = Clock::now();
       auto g = exec.value_and_grad(plan, pe.residual, tt, params, &layout);

@@ -29,7 +29,7 @@ double us_since(Clock::time_point t0) {
 }
 
 // Calls per timing so that one timing lasts about `min_ms` (after a warming call).
-int64_t calls_per_timing(const std::function<void()>& call, const TuneOptions& opt) {
+int64_t calls_per_timing(const std::function<void()>& call, const TuneTiming& opt) {
   call(); // warm: code and data in cache
   auto t0 = Clock::now();
   call();
@@ -85,7 +85,7 @@ struct Candidate {
 // candidate's time at a row count is its fastest timing. Returns the entry of the winner.
 ScheduleEntry
 measure(Jit& jit, const std::string& signature, const std::string& family,
-        const std::vector<std::string>& candidates, const TuneOptions& opt,
+        const std::vector<std::string>& candidates, const TuneTiming& opt,
         const std::function<std::pair<Runner, KernelHandle>(const std::string&)>& compile,
         const std::function<std::vector<float>(size_t i)>& outputs) {
   const size_t nrows = opt.rows.size();
@@ -146,7 +146,7 @@ measure(Jit& jit, const std::string& signature, const std::string& family,
   return e;
 }
 
-void check_rows(const TuneOptions& opt) {
+void check_rows(const TuneTiming& opt) {
   if (opt.rows.empty())
     throw Error("tune: no row counts to time");
   for (int64_t r : opt.rows)
@@ -203,7 +203,7 @@ std::vector<std::string> tune_candidates(const GemmSpec& spec, int lanes) {
   return out;
 }
 
-ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& panel_spec, const TuneOptions& opt) {
+ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& panel_spec, const TuneTiming& opt) {
   // A panel kernel's chain is tuned as the plain kernel (a database entry is keyed by the
   // signature, which leaves the panel out).
   KernelSpec spec = panel_spec;
@@ -261,7 +261,7 @@ ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& panel_spec, const TuneOpti
                  opt, compile, outputs);
 }
 
-ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneOptions& opt) {
+ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneTiming& opt) {
   if (spec.mr != 0 || spec.nr != 0)
     throw Error("tune: the gemm kernel names a block (" + spec.canonical_text() +
                 "); tune its default");

@@ -14,7 +14,7 @@
 
 namespace pejit::jit {
 
-struct TuneOptions {
+struct TuneTiming {
   /// Run-time row counts timed (elementwise rows; GEMM M, or K for TN); a candidate's cost is
   /// the sum of its times over them. The defaults span a TreeLSTM batch's level sizes.
   std::vector<int64_t> rows = {16, 128, 512};
@@ -31,7 +31,7 @@ std::vector<std::string> tune_candidates(const GemmSpec& spec, int lanes);
 /// Measures tune_candidates(spec) and returns the winner's entry for (spec.signature(),
 /// jit.target_cpu()). `spec` must name no schedule. Throws pejit::Error when it is malformed
 /// or the default schedule fails to compile.
-ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& spec, const TuneOptions& opt = {});
-ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneOptions& opt = {});
+ScheduleEntry tune_kernel(Jit& jit, const KernelSpec& spec, const TuneTiming& opt = {});
+ScheduleEntry tune_kernel(Jit& jit, const GemmSpec& spec, const TuneTiming& opt = {});
 
 } // namespace pejit::jit

@@ -7,11 +7,11 @@
 // throws NotBatchable and the group runs row by row.
 #pragma once
 
-#include "interp/evaluator.h"
-#include "interp/params.h"
-#include "interp/recorded_op.h"
-#include "interp/value.h"
-#include "ops/emitter.h"
+#include "src/interp/evaluator.h"
+#include "src/interp/params.h"
+#include "src/interp/recorded_op.h"
+#include "src/interp/value.h"
+#include "src/ops/emitter.h"
 
 #include <string>
 #include <vector>

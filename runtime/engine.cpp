@@ -5,16 +5,16 @@
 // the training thread can run it while the pipeline interns new templates. The template table and
 // the partial evaluator are used under one lock (pe_mutex_); the plan cache, the queue and the
 // statistics each have their own.
-#include "engine.h"
+#include "runtime/engine.h"
 
-#include "graph_runner.h"
+#include "runtime/graph_runner.h"
 #include "jit/kernel_cache.h"
-#include "plan_executor.h"
-#include "runner_cache.h"
+#include "runtime/plan_executor.h"
+#include "runtime/runner_cache.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
@@ -75,13 +75,13 @@ uint64_t mix(uint64_t h, uint64_t v) {
 // A plan with what running it needs besides the batch's payloads.
 struct PlanEntry {
   std::string entry;
-  spec::Residual residual; ///< instances, constants, outputs; inputs cleared
-  spec::Plan plan;
+  specializer::Residual residual; ///< instances, constants, outputs; inputs cleared
+  specializer::Plan plan;
   ExecLayout layout; ///< the executor's index maps and arena offsets
   /// Set once a background compile of this plan's templates has been asked for.
   mutable std::atomic<bool> compile_requested{false};
   /// A snapshot of the template table (shared by the plans made while it did not grow).
-  std::shared_ptr<const spec::TemplateTable> templates;
+  std::shared_ptr<const specializer::TemplateTable> templates;
   size_t bytes = 0;
 };
 
@@ -167,8 +167,8 @@ struct Engine::Impl {
 
   // Partial evaluation and the template table: one at a time.
   std::mutex pe_mutex;
-  spec::TemplateTable templates;
-  std::shared_ptr<const spec::TemplateTable> snapshot; // of `templates`, under pe_mutex
+  specializer::TemplateTable templates;
+  std::shared_ptr<const specializer::TemplateTable> snapshot; // of `templates`, under pe_mutex
 
   // The plan cache over skeleton keys (key_of: with merge_equal, the pattern of equal
   // payloads too), 2Q style: a new plan waits on a short probation list
@@ -272,10 +272,10 @@ struct Engine::Impl {
   // on which a merged plan depends.
   uint64_t key_of(const std::string& entry, const Value& batch, uint64_t cone,
                   std::vector<int32_t>& slots) const {
-    uint64_t h = spec::skeleton_hash(batch);
+    uint64_t h = specializer::skeleton_hash(batch);
     if (opt.merge_equal) {
-      slots = spec::equal_payload_slots(batch);
-      h = mix(h, spec::payload_pattern_hash(slots));
+      slots = specializer::equal_payload_slots(batch);
+      h = mix(h, specializer::payload_pattern_hash(slots));
     }
     for (char c : entry)
       h = mix(h, static_cast<uint8_t>(c));
@@ -371,26 +371,26 @@ struct Engine::Impl {
         throw InternalError("injected failure in partial evaluation");
       // The executor reads this batch's payloads from the batch itself (batch_payloads):
       // partial evaluation only numbers them.
-      spec::PeOptions pe_opt;
+      specializer::PeOptions pe_opt;
       pe_opt.keep_inputs = false;
-      auto pe = spec::partially_evaluate(*m, dims, entry, batch, templates, pe_opt);
+      auto pe = specializer::partially_evaluate(*m, dims, entry, batch, templates, pe_opt);
       if (!pe.ok) {
         why = "refused at " + pe.where.str() + ": " + pe.reason;
         refused[entry] = {cone, why};
         return nullptr;
       }
       if (opt.merge_equal)
-        spec::merge_equal_instances(pe.residual, slots);
+        specializer::merge_equal_instances(pe.residual, slots);
       auto e = std::make_shared<PlanEntry>();
       e->entry = entry;
       if (opt.inject_failure == "plan")
         throw InternalError("injected failure in planning");
-      e->plan = spec::make_plan(pe.residual, templates);
+      e->plan = specializer::make_plan(pe.residual, templates);
       e->residual = std::move(pe.residual);
       e->residual.inputs.clear();
       e->layout = make_layout(e->plan);
       if (!snapshot || snapshot->size() != templates.size())
-        snapshot = std::make_shared<const spec::TemplateTable>(templates);
+        snapshot = std::make_shared<const specializer::TemplateTable>(templates);
       e->templates = snapshot;
       e->bytes = sizeof(PlanEntry) + e->residual.instances.size() * 64 +
                  e->plan.groups.size() * 256 + e->layout.bytes();
@@ -464,8 +464,8 @@ struct Engine::Impl {
     }
     // The plan's constants and outputs with this batch's payloads (the executor reads no
     // instance list: the plan has the row maps).
-    spec::Residual with_inputs;
-    spec::batch_payloads(batch, with_inputs.inputs);
+    specializer::Residual with_inputs;
+    specializer::batch_payloads(batch, with_inputs.inputs);
     with_inputs.consts = e->residual.consts;
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
@@ -559,7 +559,7 @@ struct Engine::Impl {
   void compile_static_templates() {
     auto t0 = Clock::now();
     try {
-      for (const auto& t : spec::static_templates(*m, dims))
+      for (const auto& t : specializer::static_templates(*m, dims))
         runners->get(t, true);
     } catch (const std::exception&) {
       // Best effort: the plans' own templates compile with them (compile_plan).
@@ -647,7 +647,7 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   Impl& I = *impl_;
   return I.dispatch(
       entry, batch, "step",
-      [&](const PlanEntry& e, const spec::Residual& r) {
+      [&](const PlanEntry& e, const specializer::Residual& r) {
         return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
       },
       [&] { return I.generic.value_and_grad(entry, {batch}, params); });
@@ -657,8 +657,8 @@ Value Engine::run(const std::string& entry, const Value& batch, const interp::Pa
   Impl& I = *impl_;
   return I.dispatch(
       entry, batch, "run",
-      [&](const PlanEntry& e, const spec::Residual& r) {
-        return spec::build_result(e.residual.result_shape,
+      [&](const PlanEntry& e, const specializer::Residual& r) {
+        return specializer::build_result(e.residual.result_shape,
                                   I.exec.run(e.plan, r, *e.templates, params, &e.layout));
       },
       [&] { return I.generic.run(entry, {batch}, params); });

@@ -11,7 +11,7 @@
 // to generic on refusal).
 #pragma once
 
-#include "interp/interpreter.h"
+#include "src/interp/interpreter.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"

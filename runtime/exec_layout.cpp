@@ -1,12 +1,12 @@
 // The plan executor's layout (exec_layout.h): linear in the plan's rows.
-#include "exec_layout.h"
+#include "runtime/exec_layout.h"
 
 namespace pejit::runtime {
 
-using spec::Group;
-using spec::Instance;
-using spec::Ref;
-using spec::RowRef;
+using specializer::Group;
+using specializer::Instance;
+using specializer::Ref;
+using specializer::RowRef;
 
 namespace {
 
@@ -33,7 +33,7 @@ size_t ExecLayout::bytes() const {
   return b;
 }
 
-ExecLayout make_layout(const spec::Plan& plan) {
+ExecLayout make_layout(const specializer::Plan& plan) {
   ExecLayout L;
   L.groups.resize(plan.groups.size());
   int64_t top = 0;

@@ -16,7 +16,7 @@ namespace pejit::runtime {
 /// Where one row lives when a run starts: in the arena (kind Inst: `off` is an arena offset),
 /// or inside a batch input, a parameter or a constant tensor (`index`, `off` into it).
 struct RowSource {
-  spec::Ref::Kind kind = spec::Ref::Kind::Inst;
+  specializer::Ref::Kind kind = specializer::Ref::Kind::Inst;
   int32_t index = -1;
   int64_t off = 0;
 };
@@ -62,6 +62,6 @@ struct ExecLayout {
 };
 
 /// The layout of `plan` (deterministic; depends only on the plan).
-ExecLayout make_layout(const spec::Plan& plan);
+ExecLayout make_layout(const specializer::Plan& plan);
 
 } // namespace pejit::runtime

@@ -3,9 +3,9 @@
 // launching a run with its core (launch: the C++ side of jit::PanelCore, the packed weights,
 // the scratch, the arguments the caller left ungathered). The generated side is
 // jit/elementwise_codegen.cpp; the design note is in graph_runner.h ("Panels").
-#include "graph_runs.h"
+#include "runtime/graph_runs.h"
 
-#include "kernels/kernels.h"
+#include "src/kernels/kernels.h"
 
 #include <algorithm>
 #include <array>
@@ -42,7 +42,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
     return cls_[static_cast<size_t>(w)] == RowClass::Shared && n.type.dtype == DType::F32 &&
            n.type.dims == std::vector<int64_t>{rows, cols};
   };
-  auto position = [](const spec::Kernel& k, NodeId id) {
+  auto position = [](const specializer::Kernel& k, NodeId id) {
     return static_cast<size_t>(std::find(k.nodes.begin(), k.nodes.end(), id) - k.nodes.begin());
   };
   // Forward: the x·W that the run reads (through a split's view, a bias sum or directly),
@@ -63,7 +63,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       if (m == graph::kNoNode || !unique)
         continue;
       const Node& mn = g.node(m);
-      const spec::Kernel& k = tg_.fwd_kernels[ki];
+      const specializer::Kernel& k = tg_.fwd_kernels[ki];
       size_t pm = position(k, m);
       bool ok = row_vector(m) && row_vector(mn.operands[0]) &&
                 !deferrable_[static_cast<size_t>(m)] &&
@@ -101,7 +101,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
       };
       auto is_arg = [&](NodeId o) {
         const Node& on = g.node(o);
-        return on.kind == Kind::Input && tg_.slots[on.slot].role == spec::InputSlot::Role::Arg &&
+        return on.kind == Kind::Input && tg_.slots[on.slot].role == specializer::InputSlot::Role::Arg &&
                !kept[static_cast<size_t>(o)];
       };
       if (gather) {
@@ -276,7 +276,7 @@ const float* packed_weight(const Tensor& w, bool transposed,
 
 const std::vector<const float*>* GraphRunner::arg_rows(NodeId id, const State& st) const {
   const Node& n = tg_.g.node(id);
-  if (n.kind != Kind::Input || tg_.slots[n.slot].role != spec::InputSlot::Role::Arg)
+  if (n.kind != Kind::Input || tg_.slots[n.slot].role != specializer::InputSlot::Role::Arg)
     return nullptr;
   size_t a = static_cast<size_t>(tg_.slots[n.slot].index);
   return a < st.arg_rows.size() && !st.arg_rows[a].empty() ? &st.arg_rows[a] : nullptr;

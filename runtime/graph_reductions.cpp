@@ -9,9 +9,9 @@
 // reference's bits; the kinds with e^x agree with it to ~1e-6 relative, the reference being
 // compiled with contracted multiply-adds (reduce_codegen.cpp). Not on kernels: sum and mean
 // along an axis of a per-row matrix, and i32 sums.
-#include "graph_runs.h"
+#include "runtime/graph_runs.h"
 
-#include "kernels/kernels.h"
+#include "src/kernels/kernels.h"
 
 namespace pejit::runtime {
 

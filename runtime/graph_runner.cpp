@@ -1,12 +1,12 @@
 // Batched execution of template graphs (see graph_runner.h).
-#include "graph_runner.h"
+#include "runtime/graph_runner.h"
 
-#include "graph_runs.h"
+#include "runtime/graph_runs.h"
 
 #include "jit/kernel_cache.h"
-#include "kernels/kernels.h"
-#include "ops/emitter.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/emitter.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <array>
@@ -71,7 +71,7 @@ Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w,
 
 } // namespace
 
-GraphRunner::GraphRunner(spec::TemplateGraph tg, bool jit_runs) : tg_(std::move(tg)) {
+GraphRunner::GraphRunner(specializer::TemplateGraph tg, bool jit_runs) : tg_(std::move(tg)) {
   ops::register_kernels();
   // The parts of each split: nodes with the same operand and attribute.
   const graph::Graph& g = tg_.g;
@@ -139,7 +139,7 @@ void GraphRunner::classify() {
     switch (n.kind) {
     case Kind::Input: {
       auto role = tg_.slots[n.slot].role;
-      out = role == spec::InputSlot::Role::Arg || role == spec::InputSlot::Role::Seed
+      out = role == specializer::InputSlot::Role::Arg || role == specializer::InputSlot::Role::Seed
                 ? RowClass::Rows
                 : RowClass::Shared;
       continue;
@@ -418,7 +418,7 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
   }
 }
 
-void GraphRunner::run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
+void GraphRunner::run_kernel(const specializer::Kernel& k, const std::vector<Run>* runs, State& st,
                              GraphRunStats& stats) const {
   using Clock = ProfileClock;
   size_t next = 0;
@@ -474,16 +474,16 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
     const auto& slot = tg_.slots[n.slot];
     Tensor& v = st.vals[static_cast<size_t>(id)];
     switch (slot.role) {
-    case spec::InputSlot::Role::Arg:
+    case specializer::InputSlot::Role::Arg:
       v = args[static_cast<size_t>(slot.index)];
       break;
-    case spec::InputSlot::Role::Param:
+    case specializer::InputSlot::Role::Param:
       v = params.values[static_cast<size_t>(slot.index)];
       break;
-    case spec::InputSlot::Role::Const:
+    case specializer::InputSlot::Role::Const:
       v = tg_.consts[n.slot];
       break;
-    case spec::InputSlot::Role::Seed:
+    case specializer::InputSlot::Role::Seed:
       break; // bound by backward
     }
   }

@@ -1,4 +1,4 @@
-// GraphRunner: runs a template's graph (spec::TemplateGraph: traced, differentiated, optimized,
+// GraphRunner: runs a template's graph (specializer::TemplateGraph: traced, differentiated, optimized,
 // partitioned into fused kernels) on all rows of a plan group at once: the forward kernels,
 // and for training the backward kernels, in their order.
 //
@@ -38,12 +38,12 @@
 // operand is a matrix, take from a per-row table, gathers/scatters inside a template.
 #pragma once
 
-#include "interp/params.h"
-#include "interp/tape.h"
+#include "src/interp/params.h"
+#include "src/interp/tape.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
-#include "profile.h"
+#include "runtime/profile.h"
 #include "specializer/template_graph.h"
 
 #include <cstdint>
@@ -111,7 +111,7 @@ public:
 
   /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs
   /// (compiled by compile(); until then they run on reference kernels).
-  GraphRunner(spec::TemplateGraph tg, bool jit_runs);
+  GraphRunner(specializer::TemplateGraph tg, bool jit_runs);
   GraphRunner(const GraphRunner&);
   ~GraphRunner();
 
@@ -157,7 +157,7 @@ public:
 
   bool supported() const { return why_.empty(); }
   const std::string& why() const { return why_; }
-  const spec::TemplateGraph& graph() const { return tg_; }
+  const specializer::TemplateGraph& graph() const { return tg_; }
 
   /// Forward on `rows` rows: args[i] is argument i as [rows, ...]; result k is copied into
   /// results[k] ([rows, ...], e.g. an arena block).
@@ -174,7 +174,7 @@ public:
 private:
   struct Run;
   Tensor eval(graph::NodeId id, State& st) const;
-  void run_kernel(const spec::Kernel& k, const std::vector<Run>* runs, State& st,
+  void run_kernel(const specializer::Kernel& k, const std::vector<Run>* runs, State& st,
                   GraphRunStats& stats) const;
   struct Reduction;
   void plan_reductions();
@@ -196,7 +196,7 @@ private:
   /// written by their run straight into the caller's blocks dest[k], not copied there after.
   void bind(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
 
-  spec::TemplateGraph tg_;
+  specializer::TemplateGraph tg_;
   std::vector<RowClass> cls_;
   std::vector<bool> deferrable_; ///< by node: a weight gradient a caller may take (DeferredGemm)
   std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings

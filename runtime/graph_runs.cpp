@@ -3,7 +3,7 @@
 // blocks of its operand, a bias sum added inside the run, a concat's parts written into it),
 // compiling them through the kernel cache, and binding run outputs to the caller's blocks.
 // Launching them is GraphRunner::run_kernel (graph_runner.cpp).
-#include "graph_runs.h"
+#include "runtime/graph_runs.h"
 
 #include <algorithm>
 #include <array>
@@ -132,7 +132,7 @@ void GraphRunner::plan_runs() {
     return gemm;
   };
   int32_t next = 0;
-  auto form = [&](const std::vector<spec::Kernel>& ks, std::vector<std::vector<Run>>& out) {
+  auto form = [&](const std::vector<specializer::Kernel>& ks, std::vector<std::vector<Run>>& out) {
     out.assign(ks.size(), {});
     for (size_t ki = 0; ki < ks.size(); ++ki) {
       const auto& nodes = ks[ki].nodes;
@@ -275,7 +275,7 @@ void GraphRunner::plan_runs() {
         outside[static_cast<size_t>(o)] = true;
   for (NodeId o : g.outputs())
     outside[static_cast<size_t>(o)] = true;
-  auto spec_of = [&](const spec::Kernel& k, Run& r) {
+  auto spec_of = [&](const specializer::Kernel& k, Run& r) {
     jit::KernelSpec s;
     s.width = r.width;
     std::vector<int> value(g.size(), -1);

@@ -4,7 +4,7 @@
 // (graph_runner.cpp, graph_panels.cpp).
 #pragma once
 
-#include "graph_runner.h"
+#include "runtime/graph_runner.h"
 
 #include "jit/kernel_cache.h"
 

@@ -5,7 +5,7 @@
 // compiled with the runner's other kernels. The kernel sums each element of dW in one fma chain
 // over the rows in order, as kernels::sgemm_tn_stretches does, so the JIT and the reference kernel
 // give the same bits on AVX-512 builds.
-#include "graph_runs.h"
+#include "runtime/graph_runs.h"
 
 namespace pejit::runtime {
 

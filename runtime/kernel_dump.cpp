@@ -1,9 +1,9 @@
 // The kernels and JIT runs of one plan's templates (kernel_dump.h). The graphs are built
 // afresh here, as RunnerCache builds them, so a dump never depends on what an engine has
 // cached; only the IR needs LLVM, through a Jit of its own that links nothing.
-#include "kernel_dump.h"
+#include "runtime/kernel_dump.h"
 
-#include "graph_runner.h"
+#include "runtime/graph_runner.h"
 #include "jit/jit.h"
 #include "specializer/template_graph.h"
 
@@ -17,8 +17,8 @@
 namespace pejit::runtime {
 
 std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
-                                             const spec::Plan& plan,
-                                             const spec::TemplateTable& templates, bool with_ir,
+                                             const specializer::Plan& plan,
+                                             const specializer::TemplateTable& templates, bool with_ir,
                                              const jit::ScheduleDB* schedules) {
   std::vector<bool> used(templates.size(), false);
   for (const auto& g : plan.groups)
@@ -31,13 +31,13 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
   for (size_t id = 0; id < used.size(); ++id) {
     if (!used[id])
       continue;
-    const spec::Template& t = templates.at(static_cast<int32_t>(id));
+    const specializer::Template& t = templates.at(static_cast<int32_t>(id));
     KernelDumpTemplate d;
     d.id = static_cast<int32_t>(id);
     d.name = t.name;
     try {
-      GraphRunner runner(spec::compile_template(m, dims, t), /*jit_runs=*/true);
-      d.kernels = spec::print_kernels(runner.graph());
+      GraphRunner runner(specializer::compile_template(m, dims, t), /*jit_runs=*/true);
+      d.kernels = specializer::print_kernels(runner.graph());
       if (!runner.supported())
         d.why = runner.why();
       size_t run = 0;
@@ -60,7 +60,7 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
         }
         d.runs.push_back(std::move(k));
       }
-      const spec::TemplateGraph& tg = runner.graph();
+      const specializer::TemplateGraph& tg = runner.graph();
       for (const auto& r : runner.reduce_runs()) {
         KernelDumpReduce k;
         k.node = r.node;
@@ -106,12 +106,12 @@ namespace {
 // interpreter: nothing to compile).
 template <class Each>
 void for_each_runner(const ir::Module& m, const interp::DimBindings& dims,
-                     const spec::TemplateTable& templates, Each each) {
+                     const specializer::TemplateTable& templates, Each each) {
   for (size_t id = 0; id < templates.size(); ++id) {
-    const spec::Template& t = templates.at(static_cast<int32_t>(id));
+    const specializer::Template& t = templates.at(static_cast<int32_t>(id));
     std::unique_ptr<GraphRunner> runner;
     try {
-      runner = std::make_unique<GraphRunner>(spec::compile_template(m, dims, t), true);
+      runner = std::make_unique<GraphRunner>(specializer::compile_template(m, dims, t), true);
     } catch (const std::exception&) {
       continue;
     }
@@ -124,7 +124,7 @@ void for_each_runner(const ir::Module& m, const interp::DimBindings& dims,
 
 std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
                                                    const interp::DimBindings& dims,
-                                                   const spec::TemplateTable& templates) {
+                                                   const specializer::TemplateTable& templates) {
   std::vector<jit::KernelSpec> out;
   std::set<std::string> seen;
   for_each_runner(m, dims, templates, [&](const GraphRunner& runner) {
@@ -136,7 +136,7 @@ std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
 }
 
 std::vector<jit::GemmSpec> template_gemm_specs(const ir::Module& m, const interp::DimBindings& dims,
-                                               const spec::TemplateTable& templates) {
+                                               const specializer::TemplateTable& templates) {
   std::vector<jit::GemmSpec> out;
   std::set<std::string> seen;
   for_each_runner(m, dims, templates, [&](const GraphRunner& runner) {

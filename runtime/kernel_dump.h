@@ -2,12 +2,12 @@
 // determinism tests (DESIGN.md §6): per template of the plan, its fused kernels and, under
 // each, the elementwise runs the JIT compiles, then its row reductions and loss kernels, with
 // their schedule, its source, and optionally their optimized LLVM IR and its hash. The template
-// graphs are built as the engine builds them (spec::compile_template, GraphRunner with JIT runs),
+// graphs are built as the engine builds them (specializer::compile_template, GraphRunner with JIT runs),
 // so the specs and the IR are those the engine compiles for the same plan.
 #pragma once
 
-#include "graph/graph.h"
-#include "interp/params.h"
+#include "src/graph/graph.h"
+#include "src/interp/params.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
@@ -61,7 +61,7 @@ struct KernelDumpGemm {
 struct KernelDumpTemplate {
   int32_t id = -1;     ///< in the plan's template table
   std::string name;    ///< "cell", "op.take", ...
-  std::string kernels; ///< spec::print_kernels of its graph: one line per fused kernel
+  std::string kernels; ///< specializer::print_kernels of its graph: one line per fused kernel
   std::string why;     ///< non-empty: no graph runner (the batching interpreter runs it)
   std::vector<KernelDumpRun> runs;
   std::vector<KernelDumpReduce> reductions;
@@ -74,19 +74,19 @@ struct KernelDumpTemplate {
 /// the kernel cache resolves it, so the IR is the IR the engine links. Throws pejit::Error
 /// when the host has no JIT target.
 std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
-                                             const spec::Plan& plan,
-                                             const spec::TemplateTable& templates, bool with_ir,
+                                             const specializer::Plan& plan,
+                                             const specializer::TemplateTable& templates, bool with_ir,
                                              const jit::ScheduleDB* schedules = nullptr);
 
 /// The elementwise kernel specs (no schedule named) of every template in `templates` that a
 /// graph runner compiles, each once, by signature: what `pejit tune` measures.
 std::vector<jit::KernelSpec> template_kernel_specs(const ir::Module& m,
                                                    const interp::DimBindings& dims,
-                                                   const spec::TemplateTable& templates);
+                                                   const specializer::TemplateTable& templates);
 
 /// The weight-gradient GEMM specs (no block named) of the same templates, each once.
 std::vector<jit::GemmSpec> template_gemm_specs(const ir::Module& m, const interp::DimBindings& dims,
-                                               const spec::TemplateTable& templates);
+                                               const specializer::TemplateTable& templates);
 
 /// Per template its kernel lines, each followed by its runs: the spec's canonical text, then
 /// "schedule S (source: SRC)"; then its row reductions, "reduce %N (WHERE): TEXT" and their

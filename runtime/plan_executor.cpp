@@ -1,18 +1,18 @@
 // Batched execution of plans in an arena, on reference kernels (see plan_executor.h), with the
 // batching backend of batch_backend.h (a group's ops on all its rows at once, or row by row).
-#include "plan_executor.h"
+#include "runtime/plan_executor.h"
 
-#include "batch_backend.h"
-#include "graph_runner.h"
-#include "runner_cache.h"
+#include "runtime/batch_backend.h"
+#include "runtime/graph_runner.h"
+#include "runtime/runner_cache.h"
 
-#include "interp/evaluator.h"
-#include "interp/recorded_op.h"
+#include "src/interp/evaluator.h"
+#include "src/interp/recorded_op.h"
 #include "jit/kernel_cache.h"
-#include "kernels/kernels.h"
-#include "ops/emitter.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/emitter.h"
 #include "specializer/template_graph.h"
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -27,10 +27,10 @@ using detail::BatchBackend;
 using detail::NotBatchable;
 using interp::Value;
 using interp::Values;
-using spec::Group;
-using spec::Instance;
-using spec::Ref;
-using spec::RowRef;
+using specializer::Group;
+using specializer::Instance;
+using specializer::Ref;
+using specializer::RowRef;
 
 namespace {
 
@@ -141,7 +141,7 @@ struct PlanExecutor::Impl {
     deferred.clear();
   }
 
-  std::shared_ptr<const GraphRunner> runner(const spec::Template& t, PlanStats& stats) {
+  std::shared_ptr<const GraphRunner> runner(const specializer::Template& t, PlanStats& stats) {
     if (runners == nullptr)
       return nullptr;
     std::string why;
@@ -170,7 +170,7 @@ struct PlanExecutor::Impl {
 
   char* at(int64_t off) { return static_cast<char*>(arena.raw()) + off * 4; }
 
-  const char* ptr(const RowSource& s, const spec::Residual& r, const interp::Params& params) {
+  const char* ptr(const RowSource& s, const specializer::Residual& r, const interp::Params& params) {
     switch (s.kind) {
     case Ref::Kind::Inst:
       return at(s.off);
@@ -186,7 +186,7 @@ struct PlanExecutor::Impl {
   }
 
   // Gathers the rows of `a` into its block: one copy per run of consecutive source rows.
-  void gather(const ExecLayout& L, const ExecLayout::Arg& a, const spec::Residual& r,
+  void gather(const ExecLayout& L, const ExecLayout::Arg& a, const specializer::Residual& r,
               const interp::Params& params) {
     const size_t row_bytes = static_cast<size_t>(a.row_elems) * 4;
     char* dst = at(a.off);
@@ -202,15 +202,15 @@ struct PlanExecutor::Impl {
     }
   }
 
-  Tensor block(int64_t off, const spec::TensorSig& sig, int64_t rows) {
+  Tensor block(int64_t off, const specializer::TensorSig& sig, int64_t rows) {
     return arena.view(off, sig.dtype, rows_shape(rows, sig.dims));
   }
 
   // One template call on `args` (its tensor arguments): the op, or the function's body with
   // its static Int/Bool arguments in place; the results flattened.
-  std::vector<Value> call_template(const spec::Template& t, BatchBackend& be, const Values& args) {
+  std::vector<Value> call_template(const specializer::Template& t, BatchBackend& be, const Values& args) {
     std::vector<Value> outs;
-    if (t.kind == spec::Template::Kind::Op) {
+    if (t.kind == specializer::Template::Kind::Op) {
       Values multi;
       be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
       return multi;
@@ -231,7 +231,7 @@ struct PlanExecutor::Impl {
     return outs;
   }
 
-  void run_sum(const ExecLayout& L, const ExecLayout::Group& G, const spec::Residual& r,
+  void run_sum(const ExecLayout& L, const ExecLayout::Group& G, const specializer::Residual& r,
                const interp::Params& params) {
     const auto& R = G.results[0];
     float* acc = reinterpret_cast<float*>(at(R.off));
@@ -246,8 +246,8 @@ struct PlanExecutor::Impl {
     }
   }
 
-  void run_group(size_t gi, const Group& g, const ExecLayout& L, const spec::Residual& r,
-                 const spec::TemplateTable& tt, const interp::Params& params, bool train,
+  void run_group(size_t gi, const Group& g, const ExecLayout& L, const specializer::Residual& r,
+                 const specializer::TemplateTable& tt, const interp::Params& params, bool train,
                  PlanStats& stats) {
     const ExecLayout::Group& G = L.groups[gi];
     if (g.tmpl == Instance::kSumN) {
@@ -257,7 +257,7 @@ struct PlanExecutor::Impl {
     }
     GroupState& gs = st[gi];
     const int64_t rows = G.rows;
-    const spec::Template& t = tt.at(g.tmpl);
+    const specializer::Template& t = tt.at(g.tmpl);
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
@@ -396,8 +396,8 @@ struct PlanExecutor::Impl {
 
   // The forward of every group, in plan order, with the arena sized for it (and for the
   // backward when `train`); returns the layout used (`own`, made here, when none was given).
-  const ExecLayout* forward(const spec::Plan& plan, const ExecLayout* layout, ExecLayout& own,
-                            const spec::Residual& r, const spec::TemplateTable& tt,
+  const ExecLayout* forward(const specializer::Plan& plan, const ExecLayout* layout, ExecLayout& own,
+                            const specializer::Residual& r, const specializer::TemplateTable& tt,
                             const interp::Params& params, bool train, PlanStats& stats) {
     if (layout == nullptr) {
       own = make_layout(plan);
@@ -459,8 +459,8 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
 
 PlanExecutor::~PlanExecutor() = default;
 
-std::vector<Tensor> PlanExecutor::run(const spec::Plan& plan, const spec::Residual& r,
-                                      const spec::TemplateTable& tt, const interp::Params& params,
+std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const specializer::Residual& r,
+                                      const specializer::TemplateTable& tt, const interp::Params& params,
                                       const ExecLayout* layout) {
   ExecLayout own;
   layout = impl_->forward(plan, layout, own, r, tt, params, false, stats_);
@@ -491,9 +491,9 @@ std::vector<Tensor> PlanExecutor::run(const spec::Plan& plan, const spec::Residu
   return out;
 }
 
-interp::Interpreter::Gradients PlanExecutor::value_and_grad(const spec::Plan& plan,
-                                                            const spec::Residual& r,
-                                                            const spec::TemplateTable& tt,
+interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::Plan& plan,
+                                                            const specializer::Residual& r,
+                                                            const specializer::TemplateTable& tt,
                                                             const interp::Params& params,
                                                             const ExecLayout* layout) {
   ExecLayout own;

@@ -27,9 +27,9 @@
 //   (from the tensor pool, not malloc).
 #pragma once
 
-#include "exec_layout.h"
-#include "graph_runner.h"
-#include "interp/interpreter.h"
+#include "runtime/exec_layout.h"
+#include "runtime/graph_runner.h"
+#include "src/interp/interpreter.h"
 #include "specializer/plan.h"
 
 #include <memory>
@@ -100,13 +100,13 @@ public:
 
   /// The entry's outputs (Residual::outputs order). `layout` is the plan's (made here when
   /// null). Reads only the plan, the layout and `r`'s inputs and constants.
-  std::vector<Tensor> run(const spec::Plan& plan, const spec::Residual& r,
-                          const spec::TemplateTable& templates, const interp::Params& params,
+  std::vector<Tensor> run(const specializer::Plan& plan, const specializer::Residual& r,
+                          const specializer::TemplateTable& templates, const interp::Params& params,
                           const ExecLayout* layout = nullptr);
 
   /// Value of a scalar entry and the gradient of every parameter.
-  interp::Interpreter::Gradients value_and_grad(const spec::Plan& plan, const spec::Residual& r,
-                                                const spec::TemplateTable& templates,
+  interp::Interpreter::Gradients value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
+                                                const specializer::TemplateTable& templates,
                                                 const interp::Params& params,
                                                 const ExecLayout* layout = nullptr);
 

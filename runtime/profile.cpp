@@ -1,7 +1,7 @@
 // See profile.h.
-#include "profile.h"
+#include "runtime/profile.h"
 
-#include "ops/op.h"
+#include "src/ops/op.h"
 
 #include <algorithm>
 

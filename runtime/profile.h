@@ -3,8 +3,8 @@
 // by pejit_profile_bench.
 #pragma once
 
-#include "graph/graph.h"
-#include "tensor/tensor.h"
+#include "src/graph/graph.h"
+#include "src/tensor/tensor.h"
 
 #include <array>
 #include <chrono>

@@ -1,5 +1,5 @@
 // The shared cache of template graphs (runner_cache.h).
-#include "runner_cache.h"
+#include "runtime/runner_cache.h"
 
 #include "jit/kernel_cache.h"
 #include "specializer/template_graph.h"
@@ -10,7 +10,7 @@ RunnerCache::RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBinding
                          jit::KernelCache* kernels)
     : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels) {}
 
-std::shared_ptr<const GraphRunner> RunnerCache::get(const spec::Template& t, bool compile,
+std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template& t, bool compile,
                                                     std::string* why) {
   std::string key = t.key();
   Entry e;
@@ -36,7 +36,7 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const spec::Template& t, boo
   if (!found) {
     try {
       auto r =
-          std::make_shared<GraphRunner>(spec::compile_template(*m_, dims_, t), kernels_ != nullptr);
+          std::make_shared<GraphRunner>(specializer::compile_template(*m_, dims_, t), kernels_ != nullptr);
       if (r->supported())
         e.runner = std::move(r);
       else
@@ -71,7 +71,7 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const spec::Template& t, boo
   return slot.runner;
 }
 
-std::string RunnerCache::failure(const spec::Template& t) const {
+std::string RunnerCache::failure(const specializer::Template& t) const {
   if (!any_failure_)
     return {};
   std::string key = t.key();

@@ -2,8 +2,8 @@
 // plan executor and the engine's pipeline, with their compile state.
 #pragma once
 
-#include "graph_runner.h"
-#include "interp/params.h"
+#include "runtime/graph_runner.h"
+#include "src/interp/params.h"
 
 #include <atomic>
 #include <memory>
@@ -29,7 +29,7 @@ public:
   /// The runner to use for `t` now; builds its graph on a miss, and compiles it first when
   /// `compile` (else it runs on reference kernels until prepare() or a compiling get()).
   /// `why` (optional) receives the reason of a null runner.
-  std::shared_ptr<const GraphRunner> get(const spec::Template& t, bool compile,
+  std::shared_ptr<const GraphRunner> get(const specializer::Template& t, bool compile,
                                          std::string* why = nullptr);
 
   /// Tests: every compile fails (invalid IR), as an LLVM error would.
@@ -37,7 +37,7 @@ public:
   /// "template: reason" for every compile that failed.
   std::vector<std::string> compile_failures() const;
   /// "template: reason" if `t`'s compile failed, else empty. Cheap while nothing has failed.
-  std::string failure(const spec::Template& t) const;
+  std::string failure(const specializer::Template& t) const;
   bool jit() const { return kernels_ != nullptr; }
 
 private:

@@ -1,6 +1,6 @@
 // pejit::ScheduleDB: loads a tuned database through jit::ScheduleDB and keeps it shared, so
 // that copies of the options (and every engine given them) hold the same immutable database.
-#include "schedule_api.h"
+#include "runtime/schedule_api.h"
 
 #include "jit/jit.h"
 

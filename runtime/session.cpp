@@ -3,14 +3,14 @@
 // and plans prefetched batches in the background.
 #include "pejit/pejit.h"
 
-#include "checkpoint/checkpoint.h"
-#include "engine.h"
-#include "interp/interpreter.h"
-#include "optim/optimizer.h"
-#include "schedule_api.h"
-#include "types/builtins.h"
-#include "types/check.h"
-#include "util/check.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/engine.h"
+#include "src/interp/interpreter.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/schedule_api.h"
+#include "src/types/builtins.h"
+#include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <chrono>
 

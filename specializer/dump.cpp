@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 namespace {
 
@@ -119,4 +119,4 @@ std::string dump_counts(const Residual& r, const Plan& p, const TemplateTable& t
   return os.str();
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -2,13 +2,13 @@
 // the templates, the instance DAG (one line per instance), and a GraphViz graph of it.
 #pragma once
 
-#include "ir/module.h"
+#include "src/ir/module.h"
 #include "specializer/plan.h"
 #include "specializer/residual.h"
 
 #include <string>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 /// Each template once: name, static arguments, argument and result signatures, and how many
 /// instances of it this residual program has.
@@ -20,4 +20,4 @@ std::string dump_dot(const Residual& r, const TemplateTable& t, const ir::Module
 /// Counts: instances, groups and rows per template, bytes of the groups' results.
 std::string dump_counts(const Residual& r, const Plan& p, const TemplateTable& t);
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

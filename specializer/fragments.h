@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 /// A reference inside a fragment, resolved against a replay's first instance, the input slot
 /// where each structured argument's payloads start, and the references of its tensor arguments.
@@ -95,4 +95,4 @@ struct FragmentMemo {
   }
 };
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -12,7 +12,7 @@
 #include <new>
 #include <sys/mman.h>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 template <class T> struct HugePageAllocator {
   using value_type = T;
@@ -55,4 +55,4 @@ private:
   static size_t round_up(size_t bytes) { return (bytes + kHuge - 1) & ~(kHuge - 1); }
 };
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 class KeyMap {
 public:
@@ -118,4 +118,4 @@ private:
   }
 };
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

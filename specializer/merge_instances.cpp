@@ -1,13 +1,13 @@
 // Value numbering of a residual program (merge_instances.h).
 #include "specializer/merge_instances.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 using interp::Value;
 
@@ -168,4 +168,4 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
   return removed;
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

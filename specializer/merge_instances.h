@@ -11,13 +11,13 @@
 // puts payload_pattern_hash into its plan key.
 #pragma once
 
-#include "interp/value.h"
+#include "src/interp/value.h"
 #include "specializer/residual.h"
 
 #include <cstdint>
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 /// The payload tensors of `batch` in input slot order (a preorder walk, as partial evaluation
 /// numbers them): what a plan's Input refs index.
@@ -38,4 +38,4 @@ uint64_t payload_pattern_hash(const std::vector<int32_t>& slots);
 /// order. Returns the number of instances removed.
 size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep);
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -4,14 +4,14 @@
 // Internal to the partial evaluator.
 #pragma once
 
-#include "interp/value.h"
+#include "src/interp/value.h"
 #include "specializer/residual.h"
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-namespace pejit::spec::pe {
+namespace pejit::specializer::pe {
 
 using interp::Values;
 
@@ -81,4 +81,4 @@ struct NodePool {
   };
 };
 
-} // namespace pejit::spec::pe
+} // namespace pejit::specializer::pe

@@ -52,7 +52,7 @@
 #include <cmath>
 #include <optional>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 using interp::Value;
 using interp::Values;
@@ -520,4 +520,4 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
   return out;
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -35,14 +35,14 @@
 //   unfolded instead), dynamic shapes (shapes are static by construction).
 #pragma once
 
-#include "interp/params.h"
-#include "interp/value.h"
+#include "src/interp/params.h"
+#include "src/interp/value.h"
 #include "specializer/residual.h"
-#include "util/diagnostics.h"
+#include "src/util/diagnostics.h"
 
 #include <string>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 struct PeOptions {
   /// Fuel per value of the batch's structure (nodes, list cells, payloads), plus kFuelBase.
@@ -88,4 +88,4 @@ bool is_template_eligible(const ir::FnDecl& f);
 /// what partial evaluation makes for its calls. Lets a session compile their kernels at start.
 std::vector<Template> static_templates(const ir::Module& m, const interp::DimBindings& dims);
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -5,8 +5,8 @@
 // The design note of fragments (the memo of inlined calls) is at the top of partial_eval.cpp.
 #pragma once
 
-#include "interp/evaluator.h"
-#include "ops/emitter.h"
+#include "src/interp/evaluator.h"
+#include "src/ops/emitter.h"
 #include "specializer/fragments.h"
 #include "specializer/node_pool.h"
 #include "specializer/partial_eval.h"
@@ -16,7 +16,7 @@
 #include <optional>
 #include <unordered_map>
 
-namespace pejit::spec::pe {
+namespace pejit::specializer::pe {
 
 using interp::Value;
 using interp::Values;
@@ -749,4 +749,4 @@ private:
   }
 };
 
-} // namespace pejit::spec::pe
+} // namespace pejit::specializer::pe

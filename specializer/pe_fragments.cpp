@@ -10,7 +10,7 @@
 #pragma GCC diagnostic ignored "-Wrestrict"
 #endif
 
-namespace pejit::spec::pe {
+namespace pejit::specializer::pe {
 
 [[gnu::flatten]] int32_t PeBackend::inline_begin(const ir::FnDecl& f, int fn_index,
                                                  const Values& args, int depth_left, Values& out,
@@ -553,4 +553,4 @@ Value PeBackend::rebuild_result(size_t& node, uint32_t i0, size_t frame, size_t 
   }
 }
 
-} // namespace pejit::spec::pe
+} // namespace pejit::specializer::pe

@@ -1,13 +1,13 @@
 // The batching schedule: levels, groups and row maps (see plan.h).
 #include "specializer/plan.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <span>
 #include <sstream>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 namespace {
 
@@ -278,4 +278,4 @@ std::string Plan::describe(const TemplateTable& t) const {
   return os.str();
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

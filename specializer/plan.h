@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 /// Where one row comes from: a group's result (group, out, row), or an input slot, a
 /// parameter or a constant (Ref kinds other than Inst; row unused).
@@ -121,4 +121,4 @@ struct Plan {
 /// Builds the plan of a residual program.
 Plan make_plan(const Residual& r, const TemplateTable& templates);
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

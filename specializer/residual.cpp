@@ -1,12 +1,12 @@
 // Template interning and printing helpers of the residual program.
 #include "specializer/residual.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <charconv>
 #include <sstream>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 std::string TensorSig::str() const {
   std::ostringstream os;
@@ -149,4 +149,4 @@ interp::Value build_result(std::span<const int64_t> result_shape, std::span<cons
   return v;
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

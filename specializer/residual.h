@@ -10,10 +10,10 @@
 // values, so two batches with the same skeleton key have equal DAGs.
 #pragma once
 
-#include "interp/value.h"
-#include "ops/op.h"
+#include "src/interp/value.h"
+#include "src/ops/op.h"
 #include "specializer/key_map.h"
-#include "tensor/tensor.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <iterator>
@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 struct FragmentMemo;
 
@@ -199,4 +199,4 @@ struct Residual {
   size_t num_results(const TemplateTable& t, size_t inst) const;
 };
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -1,13 +1,13 @@
 // Instance-by-instance evaluation of a residual program.
 #include "specializer/residual_eval.h"
 
-#include "kernels/kernels.h"
-#include "ops/emitter.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/emitter.h"
+#include "src/util/check.h"
 
 #include <functional>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 using interp::Value;
 using interp::Values;
@@ -80,4 +80,4 @@ std::vector<Tensor> evaluate_residual(const Residual& r, const TemplateTable& te
   return out;
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -4,15 +4,15 @@
 // plans are checked against, and it checks the partial evaluator against the generic path.
 #pragma once
 
-#include "interp/interpreter.h"
+#include "src/interp/interpreter.h"
 #include "specializer/residual.h"
 
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 /// Every output of `r` (Residual::outputs order), computed instance by instance.
 std::vector<Tensor> evaluate_residual(const Residual& r, const TemplateTable& templates,
                                       interp::Interpreter& in, const interp::Params& params);
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -2,10 +2,10 @@
 // seeded backward, and the pass order. See the design note in template_graph.h.
 #include "specializer/template_graph.h"
 
-#include "graph/boost_adaptor.h"
-#include "graph/evaluate.h"
-#include "graph/graph_emitter.h"
-#include "interp/evaluator.h"
+#include "src/graph/boost_adaptor.h"
+#include "src/graph/evaluate.h"
+#include "src/graph/graph_emitter.h"
+#include "src/interp/evaluator.h"
 #include "specializer/passes/eliminate_common_subexpressions.h"
 #include "specializer/passes/eliminate_dead_code.h"
 #include "specializer/passes/rebuild.h"
@@ -18,7 +18,7 @@
 #include <map>
 #include <unordered_map>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 using graph::kNoNode;
 using interp::Value;
@@ -400,13 +400,13 @@ std::string print_kernels(const TemplateGraph& tg) {
 
 TemplateGraph build_template_graph(const ir::Module& m, const interp::DimBindings& dims,
                                    const Template& t) {
-  CompileOptions opt;
+  TemplateOptions opt;
   opt.optimize = false;
   return compile_template(m, dims, t, opt);
 }
 
 TemplateGraph compile_template(const ir::Module& m, const interp::DimBindings& dims,
-                               const Template& t, const CompileOptions& opt) {
+                               const Template& t, const TemplateOptions& opt) {
   auto after = [&](TemplateGraph& tg, const std::string& pass) {
     tg.refresh();
     if (opt.verify)
@@ -450,4 +450,4 @@ TemplateGraph compile_template(const ir::Module& m, const interp::DimBindings& d
   return tg;
 }
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -21,8 +21,8 @@
 // read only by integer code (no gradient), second-order derivatives.
 #pragma once
 
-#include "graph/graph.h"
-#include "interp/params.h"
+#include "src/graph/graph.h"
+#include "src/interp/params.h"
 #include "specializer/passes/fold_constants.h"
 #include "specializer/passes/fuse_kernels.h"
 #include "specializer/residual.h"
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-namespace pejit::spec {
+namespace pejit::specializer {
 
 using graph::NodeId;
 using passes::Kernel;
@@ -69,7 +69,7 @@ struct TemplateGraph {
   void refresh();
 };
 
-struct CompileOptions {
+struct TemplateOptions {
   bool optimize = true; ///< false: trace, AD and fusion only
   passes::FoldOptions fold;
   /// Passes after which the graph is dumped (template_pass_names(), or "all").
@@ -89,7 +89,7 @@ TemplateGraph build_template_graph(const ir::Module& m, const interp::DimBinding
 
 /// The whole pipeline (see template_pass_names()), dumping and verifying as asked.
 TemplateGraph compile_template(const ir::Module& m, const interp::DimBindings& dims,
-                               const Template& t, const CompileOptions& opt = {});
+                               const Template& t, const TemplateOptions& opt = {});
 
 /// Checks a template graph's invariants (slots and types, output layout, kernels: every
 /// computed node the outputs need in exactly one kernel, kernels in dependency order);
@@ -99,4 +99,4 @@ void verify_template_graph(const TemplateGraph& tg);
 /// The kernels, one per line: "fwd 0: concat+matmul[300x750]+...:f32 (17 nodes)".
 std::string print_kernels(const TemplateGraph& tg);
 
-} // namespace pejit::spec
+} // namespace pejit::specializer

@@ -2,9 +2,9 @@
 // the file's size before anything is allocated, so corrupt or hostile files throw pejit::Error
 // instead of crashing or allocating absurdly). POSIX I/O; the blob is read with pread straight
 // into the tensors.
-#include "checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <nlohmann/json.hpp>
 

@@ -5,8 +5,8 @@
 // "optimizer_state":[entries like params'] (optional),"meta":{"key":"value"} (optional)}.
 #pragma once
 
-#include "interp/params.h"
-#include "tensor/tensor.h"
+#include "src/interp/params.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <map>

@@ -2,9 +2,9 @@
 // uses only mt19937_64's standard-specified output and integer arithmetic, so a seed gives the
 // same trees everywhere. Draws happen in a fixed order (SST: one stream for lengths and words,
 // another for splits and label noise in post-order), which the determinism tests pin down.
-#include "data/synthetic.h"
+#include "runtime/data/synthetic.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <array>

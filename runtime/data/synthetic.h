@@ -3,7 +3,7 @@
 // with integer-only distributions written here (no std:: distributions, no floating point).
 #pragma once
 
-#include "data/tree.h"
+#include "runtime/data/tree.h"
 
 #include <cstdint>
 #include <string>

@@ -1,8 +1,8 @@
 // ParseTree queries and the Vocab map. Queries run in one pass over the flat node array,
 // relying on children coming before their parents.
-#include "data/tree.h"
+#include "runtime/data/tree.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 

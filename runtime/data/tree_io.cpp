@@ -2,10 +2,10 @@
 // The reader is an explicit-stack state machine over one line at a time, so no input (however
 // deep, truncated or binary) can overflow the C++ stack or loop: every step consumes a byte or
 // fails. Columns in messages are 1-based byte offsets within the line.
-#include "data/tree_io.h"
+#include "runtime/data/tree_io.h"
 
-#include "util/check.h"
-#include "util/diagnostics.h"
+#include "src/util/check.h"
+#include "src/util/diagnostics.h"
 
 #include <atomic>
 #include <cerrno>

@@ -3,7 +3,7 @@
 // user error: pejit::Error with `file:line:col: error: what`, the source line and a caret.
 #pragma once
 
-#include "data/tree.h"
+#include "runtime/data/tree.h"
 
 #include <string>
 #include <string_view>

@@ -3,9 +3,9 @@
 // visits either every row (a dense part exists) or only the touched rows (sparse-only).
 // Dense and sparse-only paths share the per-element rule (update_span), which is what makes a
 // sparse step bit-identical to the step of its to_dense() for SGD and Adagrad.
-#include "optim/optimizer.h"
+#include "runtime/optim/optimizer.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <cmath>

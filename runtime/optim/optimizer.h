@@ -5,9 +5,9 @@
 // created on a parameter's first gradient and then written in place.
 #pragma once
 
-#include "interp/params.h"
-#include "interp/tape.h"
-#include "tensor/tensor.h"
+#include "src/interp/params.h"
+#include "src/interp/tape.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <map>

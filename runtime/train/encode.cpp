@@ -1,7 +1,7 @@
 // Host data to module values.
-#include "train/encode.h"
+#include "runtime/train/encode.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 namespace pejit::runtime {
 

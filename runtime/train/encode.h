@@ -6,8 +6,8 @@
 // i32[])`) takes the tree and its root's label: data labeled at the root only, like ListOps.
 #pragma once
 
-#include "data/tree.h"
-#include "interp/value.h"
+#include "runtime/data/tree.h"
+#include "src/interp/value.h"
 
 #include <string>
 #include <vector>

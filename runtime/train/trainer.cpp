@@ -2,25 +2,25 @@
 // per batch (encoding trees into values is cheap next to running them). Time is measured
 // around the training steps only: data loading and evaluation passes are excluded from
 // trees/s, as BENCH.md asks of pejit and its peers alike.
-#include "train/trainer.h"
+#include "runtime/train/trainer.h"
 
-#include "checkpoint/checkpoint.h"
-#include "data/tree_io.h"
-#include "engine.h"
-#include "interp/interpreter.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/tree_io.h"
+#include "runtime/engine.h"
+#include "src/interp/interpreter.h"
 #include "jit/jit.h"
 #include "jit/schedule.h"
 #include "jit/tuner.h"
-#include "kernel_dump.h"
-#include "optim/optimizer.h"
-#include "plan_executor.h"
+#include "runtime/kernel_dump.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/plan_executor.h"
 #include "specializer/dump.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "train/encode.h"
-#include "types/check.h"
-#include "util/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -596,17 +596,17 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
     enc.trees.emplace(*m, elem->name);
   Value batch = enc.batch(ds, idx, lo, hi);
 
-  spec::TemplateTable tt;
+  specializer::TemplateTable tt;
   auto t0 = Clock::now();
-  auto pe = spec::partially_evaluate(*m, dims, opt.entry, batch, tt);
+  auto pe = specializer::partially_evaluate(*m, dims, opt.entry, batch, tt);
   auto t1 = Clock::now();
   if (!pe.ok)
     throw Error("entry '" + opt.entry + "' cannot be specialized: " + pe.where.str() + ": " +
                 pe.reason);
   size_t merged = 0;
   if (opt.merge) // as the engine plans (EngineOptions::merge_equal)
-    merged = spec::merge_equal_instances(pe.residual, spec::equal_payload_slots(batch));
-  spec::Plan plan = spec::make_plan(pe.residual, tt);
+    merged = specializer::merge_equal_instances(pe.residual, specializer::equal_payload_slots(batch));
+  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
   auto t2 = Clock::now();
   char buf[240];
   std::snprintf(buf, sizeof buf,
@@ -614,7 +614,7 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
                 "instances merged into equal ones\n",
                 static_cast<long long>(opt.batch_index), hi - lo, secs(t0, t1) * 1e6,
                 secs(t1, t2) * 1e6, merged);
-  out << buf << spec::dump_counts(pe.residual, plan, tt);
+  out << buf << specializer::dump_counts(pe.residual, plan, tt);
   {
     // The executor's arena for this plan: forward blocks, and with the seed and gradient
     // blocks of training.
@@ -623,13 +623,13 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
         << " arena_bytes_training=" << layout.total_elems * 4 << "\n";
   }
   if (opt.emit == "templates")
-    out << spec::dump_templates(pe.residual, tt, *m);
+    out << specializer::dump_templates(pe.residual, tt, *m);
   else if (opt.emit == "instances")
-    out << spec::dump_instances(pe.residual, tt, *m);
+    out << specializer::dump_instances(pe.residual, tt, *m);
   else if (opt.emit == "plan")
     out << plan.describe(tt);
   else if (opt.emit == "dot")
-    out << spec::dump_dot(pe.residual, tt, *m);
+    out << specializer::dump_dot(pe.residual, tt, *m);
   else if (opt.emit == "kernels")
     out << print_kernel_dump(dump_kernels(*m, dims, plan, tt, false, tuned.get()));
   else if (opt.emit == "llvm")
@@ -669,11 +669,11 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
     enc.trees.emplace(*m, elem->name);
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
-  spec::TemplateTable tt;
+  specializer::TemplateTable tt;
   for (size_t lo = 0; lo < ds.size(); lo += static_cast<size_t>(opt.batch)) {
     Value batch = enc.batch(ds, idx, lo, std::min(ds.size(), lo + static_cast<size_t>(opt.batch)));
     for (const auto& e : entries)
-      (void)spec::partially_evaluate(*m, dims, e, batch, tt); // a refusal: nothing to tune
+      (void)specializer::partially_evaluate(*m, dims, e, batch, tt); // a refusal: nothing to tune
   }
   std::vector<jit::KernelSpec> specs = template_kernel_specs(*m, dims, tt);
   std::vector<jit::GemmSpec> gemms = template_gemm_specs(*m, dims, tt);
@@ -681,7 +681,7 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
     throw Error("tune: '" + opt.model + "' compiles no JIT kernel on '" + opt.data + "'");
 
   jit::Jit jit(jit::JitOptions{0});
-  jit::TuneOptions to;
+  jit::TuneTiming to;
   to.rows = opt.rows;
   to.min_ms = opt.min_ms;
   to.repeats = opt.repeats;

@@ -3,7 +3,7 @@
 
 #include "specializer/passes/rebuild.h"
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 graph::Graph eliminate_common_subexpressions(const graph::Graph& g) {
   graph::Graph out;
@@ -20,4 +20,4 @@ graph::Graph eliminate_common_subexpressions(const graph::Graph& g) {
   return out;
 }
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

@@ -5,12 +5,12 @@
 // order is topological, so operands are final before their users).
 #pragma once
 
-#include "graph/graph.h"
+#include "src/graph/graph.h"
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 /// A copy of `g` in which structurally equal nodes are one node. Outputs kept in order (two
 /// outputs may now be the same id); input slots unchanged; dead nodes are kept.
 graph::Graph eliminate_common_subexpressions(const graph::Graph& g);
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

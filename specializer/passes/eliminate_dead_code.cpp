@@ -1,10 +1,10 @@
 // eliminate_dead_code: one sweep in id order over graph::live's answer.
 #include "specializer/passes/eliminate_dead_code.h"
 
-#include "graph/boost_adaptor.h"
+#include "src/graph/boost_adaptor.h"
 #include "specializer/passes/rebuild.h"
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 graph::Graph eliminate_dead_code(const graph::Graph& g) {
   std::vector<bool> keep = graph::live(g);
@@ -24,4 +24,4 @@ graph::Graph eliminate_dead_code(const graph::Graph& g) {
   return out;
 }
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

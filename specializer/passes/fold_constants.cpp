@@ -1,13 +1,13 @@
 // fold_constants: one sweep in id order; see the design note in fold_constants.h.
 #include "specializer/passes/fold_constants.h"
 
-#include "graph/evaluate.h"
+#include "src/graph/evaluate.h"
 #include "specializer/passes/rebuild.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 using graph::Graph;
 using graph::Kind;
@@ -154,4 +154,4 @@ Graph fold_constants(const Graph& g, std::vector<Tensor>& known, const FoldOptio
   return Folder(g, known, opt).run();
 }
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

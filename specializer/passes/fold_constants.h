@@ -13,12 +13,12 @@
 // reassociation, anything that changes rounding.
 #pragma once
 
-#include "graph/graph.h"
-#include "tensor/tensor.h"
+#include "src/graph/graph.h"
+#include "src/tensor/tensor.h"
 
 #include <vector>
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 struct FoldOptions {
   /// Largest operand or result (elements) evaluated at compile time.
@@ -33,4 +33,4 @@ struct FoldOptions {
 graph::Graph fold_constants(const graph::Graph& g, std::vector<Tensor>& known,
                             const FoldOptions& opt = {});
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

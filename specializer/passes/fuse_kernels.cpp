@@ -1,8 +1,8 @@
 // fuse_kernels: greedy partition into anchor + epilogue kernels; see fuse_kernels.h.
 #include "specializer/passes/fuse_kernels.h"
 
-#include "graph/boost_adaptor.h"
-#include "util/check.h"
+#include "src/graph/boost_adaptor.h"
+#include "src/util/check.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <queue>
 #include <set>
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 using graph::Graph;
 using graph::Kind;
@@ -362,4 +362,4 @@ std::vector<Kernel> fuse_kernels(const Graph& g, std::span<const NodeId> roots,
   return Fuser(g, roots, available).run();
 }
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

@@ -20,13 +20,13 @@
 // instead of storing, shape-aware cost decisions.
 #pragma once
 
-#include "graph/graph.h"
+#include "src/graph/graph.h"
 
 #include <span>
 #include <string>
 #include <vector>
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 struct Kernel {
   std::vector<graph::NodeId> nodes;      ///< in id order
@@ -47,4 +47,4 @@ struct Kernel {
 std::vector<Kernel> fuse_kernels(const graph::Graph& g, std::span<const graph::NodeId> roots,
                                  const std::vector<bool>& available = {});
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

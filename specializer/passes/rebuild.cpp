@@ -1,9 +1,9 @@
 // copy_node and copy_outputs: the one place that knows how to re-add each node kind.
 #include "specializer/passes/rebuild.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 using graph::Kind;
 using graph::NodeId;
@@ -44,4 +44,4 @@ NodeId find_input(const graph::Graph& g, uint32_t slot) {
   return g.find(n);
 }
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

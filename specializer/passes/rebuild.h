@@ -3,12 +3,12 @@
 // over in order with copy_outputs. Input slots are never renumbered by a pass.
 #pragma once
 
-#include "graph/graph.h"
+#include "src/graph/graph.h"
 
 #include <span>
 #include <vector>
 
-namespace pejit::spec::passes {
+namespace pejit::specializer::passes {
 
 /// Adds to `to` a node like `n` (kind, code, attr, index map, slot, value, output index) over
 /// `operands` (ids in `to`) and returns its id: an existing one when an equal node exists.
@@ -23,4 +23,4 @@ void copy_outputs(const graph::Graph& from, graph::Graph& to,
 /// The node of `g` that is input `slot`, or kNoNode when the graph no longer reads it.
 graph::NodeId find_input(const graph::Graph& g, uint32_t slot);
 
-} // namespace pejit::spec::passes
+} // namespace pejit::specializer::passes

@@ -1,11 +1,11 @@
 // Implementations of the CLI subcommands.
-#include "cli/commands.h"
+#include "src/cli/commands.h"
 
-#include "data/synthetic.h"
-#include "data/tree_io.h"
-#include "ir/module.h"
-#include "types/check.h"
-#include "util/check.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
+#include "src/ir/module.h"
+#include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <cstdio>
 #include <iostream>

@@ -2,7 +2,7 @@
 // would need lives in the libraries; these functions only parse, call and print.
 #pragma once
 
-#include "train/trainer.h"
+#include "runtime/train/trainer.h"
 
 #include <CLI/CLI.hpp>
 

@@ -2,9 +2,9 @@
 // (vertex i = node i, one edge operand -> user per operand use) and the analyses of
 // boost_adaptor.h on it. Iterative Boost algorithms only, so deep graphs cannot overflow
 // the stack.
-#include "graph/boost_adaptor.h"
+#include "src/graph/boost_adaptor.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>

@@ -3,7 +3,7 @@
 // types stay inside boost_adaptor.cpp, so including this header costs nothing.
 #pragma once
 
-#include "graph/graph.h"
+#include "src/graph/graph.h"
 
 #include <span>
 #include <vector>

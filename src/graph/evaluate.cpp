@@ -1,12 +1,12 @@
 // evaluate(): one pass in id order over the live nodes. Values of nodes no later node needs
 // are released as soon as their last user has run, so peak memory follows the graph's width.
 // Split results are each computed by running split's kernel and keeping one part.
-#include "graph/evaluate.h"
+#include "src/graph/evaluate.h"
 
-#include "graph/boost_adaptor.h"
-#include "kernels/kernels.h"
-#include "ops/emitter.h"
-#include "util/check.h"
+#include "src/graph/boost_adaptor.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/emitter.h"
+#include "src/util/check.h"
 
 #include <fmt/format.h>
 

@@ -3,8 +3,8 @@
 // path's eager emitter (interp/tape.cpp). Differential tests compare plans against it.
 #pragma once
 
-#include "graph/graph.h"
-#include "tensor/tensor.h"
+#include "src/graph/graph.h"
+#include "src/tensor/tensor.h"
 
 #include <span>
 #include <vector>

@@ -1,9 +1,9 @@
 // The arena: hash-consing and every node kind's shape rule. Op nodes use the registry's shape
 // rules (ops::op_result_type, over ir::Type with constant dims); the rules of gradient helpers,
 // gather, scatter and n-ary sums are here, and mirror what the eager emitter's kernels accept.
-#include "graph/graph.h"
+#include "src/graph/graph.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <fmt/format.h>
 

@@ -10,9 +10,9 @@
 // (a TakeGrad node is a dense tensor here), tuples (split has one node per result).
 #pragma once
 
-#include "ops/emitter.h"
-#include "ops/op.h"
-#include "tensor/tensor.h"
+#include "src/ops/emitter.h"
+#include "src/ops/op.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <span>

@@ -3,10 +3,10 @@
 // visited, which decreasing-id order guarantees (users have larger ids). A multi-result op
 // (split) is differentiated once, at its smallest relevant result, when the gradients of all
 // its results are final; results the rule needs but the graph lacks are added (dead code).
-#include "graph/graph_emitter.h"
+#include "src/graph/graph_emitter.h"
 
-#include "graph/boost_adaptor.h"
-#include "util/check.h"
+#include "src/graph/boost_adaptor.h"
+#include "src/util/check.h"
 
 #include <fmt/format.h>
 

@@ -3,8 +3,8 @@
 // here just as they compute eagerly on the generic path.
 #pragma once
 
-#include "graph/graph.h"
-#include "ops/emitter.h"
+#include "src/graph/graph.h"
+#include "src/ops/emitter.h"
 
 #include <span>
 #include <vector>

@@ -2,7 +2,7 @@
 //   %2 = input #1 : f32[300, 450]       %0 = const 1 : f32[]
 //   %7 = add(%3, %5) : f32[150]         %4 = split[5]#2(%3) : f32[150]
 //   %9 = gather[0 2 1](%4) : f32[3, 150]
-#include "graph/graph.h"
+#include "src/graph/graph.h"
 
 #include <fmt/format.h>
 

@@ -33,11 +33,11 @@
 //       it reached, itself included. A call that throws never ends.
 #pragma once
 
-#include "interp/params.h"
-#include "interp/value.h"
-#include "ops/op.h"
-#include "types/builtins.h"
-#include "util/check.h"
+#include "src/interp/params.h"
+#include "src/interp/value.h"
+#include "src/ops/op.h"
+#include "src/types/builtins.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <optional>

@@ -1,14 +1,14 @@
 // The generic path: the shared evaluator (interp/evaluator.h) with an eager backend. Tensor
 // ops run their registry kernel and, when recording, are appended to the tape if any input
 // needs a gradient.
-#include "interp/interpreter.h"
+#include "src/interp/interpreter.h"
 
-#include "interp/evaluator.h"
-#include "interp/recorded_op.h"
+#include "src/interp/evaluator.h"
+#include "src/interp/recorded_op.h"
 
-#include "ops/emitter.h"
-#include "types/builtins.h"
-#include "util/check.h"
+#include "src/ops/emitter.h"
+#include "src/types/builtins.h"
+#include "src/util/check.h"
 
 #include <cmath>
 
@@ -65,7 +65,7 @@ private:
 
 } // namespace
 
-Interpreter::Interpreter(std::shared_ptr<const Module> m, DimBindings dims, EvalOptions opt)
+Interpreter::Interpreter(std::shared_ptr<const Module> m, DimBindings dims, InterpreterOptions opt)
     : m_(std::move(m)), dims_(std::move(dims)), opt_(opt) {
   ops::register_kernels();
   ops::register_gradients();

@@ -4,9 +4,9 @@
 // per module and reused across calls; it holds no hidden global state.
 #pragma once
 
-#include "interp/params.h"
-#include "interp/tape.h"
-#include "interp/value.h"
+#include "src/interp/params.h"
+#include "src/interp/tape.h"
+#include "src/interp/value.h"
 
 #include <memory>
 #include <string>
@@ -14,7 +14,7 @@
 
 namespace pejit::interp {
 
-struct EvalOptions {
+struct InterpreterOptions {
   /// Maximum depth of nested function calls; deeper recursion is a pejit::Error (never a
   /// stack overflow).
   int max_depth = 4000;
@@ -23,7 +23,7 @@ struct EvalOptions {
 class Interpreter {
 public:
   /// `m` must be checked and outlive the interpreter; `dims` binds its named dimensions.
-  Interpreter(std::shared_ptr<const ir::Module> m, DimBindings dims, EvalOptions opt = {});
+  Interpreter(std::shared_ptr<const ir::Module> m, DimBindings dims, InterpreterOptions opt = {});
 
   /// Runs an entry without gradients. Arguments are checked against the entry's types.
   Value run(const std::string& entry, const Values& args, const Params& params);
@@ -45,7 +45,7 @@ public:
 private:
   std::shared_ptr<const ir::Module> m_;
   DimBindings dims_;
-  EvalOptions opt_;
+  InterpreterOptions opt_;
   Tape tape_;
 };
 

@@ -1,8 +1,8 @@
 // Dimension binding, seeded parameter initialization and value checking.
-#include "interp/params.h"
+#include "src/interp/params.h"
 
-#include "types/builtins.h"
-#include "util/check.h"
+#include "src/types/builtins.h"
+#include "src/util/check.h"
 
 #include <cmath>
 

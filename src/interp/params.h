@@ -3,7 +3,7 @@
 // batch) against declared types, with a path to the offending part in the error.
 #pragma once
 
-#include "interp/value.h"
+#include "src/interp/value.h"
 
 #include <map>
 #include <string>

@@ -3,10 +3,10 @@
 // executor's batching backend) does for an op. Keeps its scratch buffers across calls.
 #pragma once
 
-#include "interp/tape.h"
-#include "interp/value.h"
-#include "util/check.h"
-#include "util/diagnostics.h"
+#include "src/interp/tape.h"
+#include "src/interp/value.h"
+#include "src/util/check.h"
+#include "src/util/diagnostics.h"
 
 #include <string>
 #include <vector>

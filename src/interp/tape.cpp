@@ -3,10 +3,10 @@
 // gradients: for y = a @ W with a 1-D and W a parameter, the rule's MatMulGradB(gy, a, W) is
 // not computed as an outer product; (a, gy) rows are kept and summed as one GEMM
 // A^T @ GY at the end of the sweep (the same sum, in one pass over W's gradient).
-#include "interp/tape.h"
+#include "src/interp/tape.h"
 
-#include "ops/emitter.h"
-#include "util/check.h"
+#include "src/ops/emitter.h"
+#include "src/util/check.h"
 
 #include <cstring>
 

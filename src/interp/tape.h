@@ -6,9 +6,9 @@
 // weight per backward pass instead of one outer product per node.
 #pragma once
 
-#include "kernels/kernels.h"
-#include "ops/op.h"
-#include "tensor/tensor.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/op.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <vector>

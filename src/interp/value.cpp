@@ -1,8 +1,8 @@
 // Construction and accessors of runtime values; misuse is a bug (PEJIT_CHECK), since the
 // checker guarantees well-typed programs.
-#include "interp/value.h"
+#include "src/interp/value.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 namespace pejit::interp {
 

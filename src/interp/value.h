@@ -7,8 +7,8 @@
 // times a second).
 #pragma once
 
-#include "ir/module.h"
-#include "tensor/tensor.h"
+#include "src/ir/module.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,6 @@
 // Builder API of the source IR: one small function per construct. The parser builds its
 // nodes through these too, so text and API produce identical trees.
-#include "ir/builder.h"
+#include "src/ir/builder.h"
 
 namespace pejit::ir::build {
 

@@ -4,7 +4,7 @@
 // real spans.
 #pragma once
 
-#include "ir/module.h"
+#include "src/ir/module.h"
 
 #include <optional>
 #include <string>

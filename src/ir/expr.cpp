@@ -1,5 +1,5 @@
 // Names and spellings of expression kinds, operators and binding times.
-#include "ir/expr.h"
+#include "src/ir/expr.h"
 
 namespace pejit::ir {
 
@@ -8,7 +8,7 @@ const char* expr_kind_name(ExprKind k) {
 #define PEJIT_EXPR(K)                                                                              \
   case ExprKind::K:                                                                                \
     return #K;
-#include "ir/expr_kinds.def"
+#include "src/ir/expr_kinds.def"
 #undef PEJIT_EXPR
   }
   return "?";

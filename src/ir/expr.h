@@ -15,8 +15,8 @@
 // After that, nodes are shared read-only across threads.
 #pragma once
 
-#include "ir/type.h"
-#include "util/diagnostics.h"
+#include "src/ir/type.h"
+#include "src/util/diagnostics.h"
 
 #include <cstdint>
 #include <memory>
@@ -28,7 +28,7 @@ namespace pejit::ir {
 
 enum class ExprKind : uint8_t {
 #define PEJIT_EXPR(K) K,
-#include "ir/expr_kinds.def"
+#include "src/ir/expr_kinds.def"
 #undef PEJIT_EXPR
 };
 const char* expr_kind_name(ExprKind k);
@@ -208,7 +208,7 @@ public:
 #define PEJIT_EXPR(K)                                                                              \
   case ExprKind::K:                                                                                \
     return static_cast<Derived*>(this)->visit_##K(static_cast<const K&>(e));
-#include "ir/expr_kinds.def"
+#include "src/ir/expr_kinds.def"
 #undef PEJIT_EXPR
     }
     __builtin_unreachable();

@@ -1,8 +1,8 @@
 // Module bookkeeping: definitions by name, versions, and dependency queries over a
 // Boost.Graph of the definitions (an edge f -> g when f's body or signature mentions g).
-#include "ir/module.h"
+#include "src/ir/module.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/breadth_first_search.hpp>

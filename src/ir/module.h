@@ -4,7 +4,7 @@
 // src/types; `add` of further definitions is incremental (see types/check.h: add_definitions).
 #pragma once
 
-#include "ir/expr.h"
+#include "src/ir/expr.h"
 
 #include <map>
 #include <memory>

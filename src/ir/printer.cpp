@@ -3,7 +3,7 @@
 // commas, minimal parentheses from the parser's levels (doubled binop precedence, `::` at 7,
 // unary 12, postfix 14). List constructors print as sugar: `h :: t` and `[]` in patterns,
 // `h :: t` for a two-argument call of `Cons`. Floats print shortest-round-trip with a '.'.
-#include "ir/module.h"
+#include "src/ir/module.h"
 
 #include <charconv>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Construction, equality and printing of types.
-#include "ir/type.h"
+#include "src/ir/type.h"
 
 #include <sstream>
 

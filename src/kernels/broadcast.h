@@ -5,7 +5,7 @@
 // kernel per innermost row with that row's unit-or-zero strides.
 #pragma once
 
-#include "tensor/tensor.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 

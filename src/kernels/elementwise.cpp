@@ -1,11 +1,11 @@
 // Elementwise kernels: unary ops, broadcasting binary ops, broadcast_to / sum_to_shape, the
 // activation backward rules and the in-place accumulators. Inner loops are written over unit
 // or zero strides (see broadcast.h) so that each specialisation vectorizes.
-#include "kernels/broadcast.h"
-#include "kernels/fast_math.h"
-#include "kernels/kernels.h"
-#include "kernels/row_ops.h"
-#include "util/check.h"
+#include "src/kernels/broadcast.h"
+#include "src/kernels/fast_math.h"
+#include "src/kernels/kernels.h"
+#include "src/kernels/row_ops.h"
+#include "src/util/check.h"
 
 #include <cmath>
 #include <cstring>

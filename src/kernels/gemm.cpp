@@ -9,11 +9,11 @@
 // libxsmm's own registry is thread-safe). Where libxsmm has no kernel (transposes it does not
 // generate), the operand is transposed into scratch first; a plain loop is the last resort.
 // Both take alpha = 1 and beta in {0, 1}; other alpha/beta go through a scratch product.
-#include "kernels/kernels.h"
+#include "src/kernels/kernels.h"
 
-#include "kernels/row_ops.h"
-#include "kernels/transpose.h"
-#include "util/check.h"
+#include "src/kernels/row_ops.h"
+#include "src/kernels/transpose.h"
+#include "src/util/check.h"
 #include <algorithm>
 #include <array>
 #include <utility>

@@ -5,7 +5,7 @@
 // naming the shapes involved; nothing is silently broadcast or truncated.
 #pragma once
 
-#include "tensor/tensor.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <span>

@@ -1,8 +1,8 @@
 // Layout kernels (concat, slice, transpose) and row gathers: take, its row-sparse gradient
 // (RowSparse: coalesce, to_dense) and the scatter-add that applies it to a dense table.
-#include "kernels/kernels.h"
-#include "kernels/transpose.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/kernels/transpose.h"
+#include "src/util/check.h"
 
 #include <algorithm>
 #include <cstring>

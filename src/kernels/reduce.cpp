@@ -1,10 +1,10 @@
 // Reductions: sum / mean (all or one axis), softmax and log-softmax over the last axis, the
 // cross-entropy loss with its backward, and argmax. Rows use the 16-lane helpers of row_ops.h,
 // so every result depends only on the shapes, never on alignment or timing.
-#include "kernels/fast_math.h"
-#include "kernels/kernels.h"
-#include "kernels/row_ops.h"
-#include "util/check.h"
+#include "src/kernels/fast_math.h"
+#include "src/kernels/kernels.h"
+#include "src/kernels/row_ops.h"
+#include "src/util/check.h"
 
 #include <cmath>
 #include <cstring>

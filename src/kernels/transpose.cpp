@@ -2,7 +2,7 @@
 // visited in 64x64 tiles so a tile's source and destination lines stay in L1. The scalar
 // ragged edges and the portable fallback move the same bits, so every path gives the same
 // result. Measured on 300x750 and 300x450 (a plan run's W^T): ~1.6x the scalar 32x32 tiles.
-#include "kernels/transpose.h"
+#include "src/kernels/transpose.h"
 
 #include <algorithm>
 #include <cstring>

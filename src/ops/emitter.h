@@ -3,7 +3,7 @@
 // building graph nodes. Handles are opaque ids owned by the emitter.
 #pragma once
 
-#include "ops/op.h"
+#include "src/ops/op.h"
 
 #include <initializer_list>
 #include <span>

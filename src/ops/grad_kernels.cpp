@@ -1,10 +1,10 @@
 // Reference kernels of the gradient-only operations (ops::GradOp), dense: what the graph
 // evaluator runs and what the eager emitter runs for every GradOp it does not keep sparse or
 // deferred (take's row-sparse gradient, vector-matrix weight gradients).
-#include "kernels/kernels.h"
-#include "ops/emitter.h"
-#include "tensor/tensor.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/emitter.h"
+#include "src/tensor/tensor.h"
+#include "src/util/check.h"
 
 #include <cstring>
 

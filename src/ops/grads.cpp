@@ -1,8 +1,8 @@
 // Every op's gradient rule, written once against ops::Emitter. The eager emitter runs these
 // on the generic path; the specializer's graph emitter turns them into graph nodes.
-#include "ops/emitter.h"
+#include "src/ops/emitter.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <mutex>
 

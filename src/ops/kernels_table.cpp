@@ -1,9 +1,9 @@
 // Every op's reference kernel: the registry's EvalFn, built on src/kernels. Used by the
 // generic path and, per batched row block, by plans on reference kernels.
-#include "kernels/kernels.h"
-#include "ops/emitter.h"
-#include "tensor/tensor.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/ops/emitter.h"
+#include "src/tensor/tensor.h"
+#include "src/util/check.h"
 
 #include <mutex>
 

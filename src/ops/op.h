@@ -4,7 +4,7 @@
 // (`sum(x, 0)`, `split(g, 5)`, `zeros(3, 4)`).
 #pragma once
 
-#include "ir/type.h"
+#include "src/ir/type.h"
 
 #include <cstdint>
 #include <optional>
@@ -20,7 +20,7 @@ namespace pejit::ops {
 
 enum class OpId : uint16_t {
 #define PEJIT_OP(Id, name, tmin, tmax, imin, imax, ew) Id,
-#include "ops/ops.def"
+#include "src/ops/ops.def"
 #undef PEJIT_OP
   Count
 };

@@ -1,8 +1,8 @@
 // The op table and every op's shape rule. Shape rules work on symbolic dimensions: a named
 // dimension equals only itself, so `f32[V, 300]` checks before V is bound.
-#include "ops/op.h"
+#include "src/ops/op.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <map>
 
@@ -13,7 +13,7 @@ namespace {
 OpDef g_ops[] = {
 #define PEJIT_OP(Id, nm, tmin, tmax, imin, imax, ew)                                               \
   OpDef{OpId::Id, nm, tmin, tmax, imin, imax, ew},
-#include "ops/ops.def"
+#include "src/ops/ops.def"
 #undef PEJIT_OP
 };
 

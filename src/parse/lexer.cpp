@@ -1,7 +1,7 @@
 // Lexer of the pejit language. One pass over the bytes with line/column tracking (columns
 // count bytes, 1-based). Every loop iteration consumes at least one byte, so any input,
 // including NUL and invalid UTF-8, terminates; runs of bad bytes give a single diagnostic.
-#include "parse/lexer.h"
+#include "src/parse/lexer.h"
 
 #include <charconv>
 #include <cstdio>

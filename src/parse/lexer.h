@@ -3,7 +3,7 @@
 // out-of-range literals become diagnostics; the lexer always makes progress and never throws.
 #pragma once
 
-#include "util/diagnostics.h"
+#include "src/util/diagnostics.h"
 
 #include <cstdint>
 #include <memory>

@@ -9,10 +9,10 @@
 //   and let sequences are bounded by kMaxChain, so the IR's depth is bounded too.
 // - `-` directly before a numeric literal folds into a negative literal (so -2^63 parses),
 //   unless the literal is followed by a postfix `(` or `.`.
-#include "parse/parser.h"
+#include "src/parse/parser.h"
 
-#include "ir/builder.h"
-#include "parse/lexer.h"
+#include "src/ir/builder.h"
+#include "src/parse/lexer.h"
 
 #include <climits>
 #include <optional>

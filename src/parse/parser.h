@@ -3,8 +3,8 @@
 // every node. Never throws or aborts on bad input: every mistake is a diagnostic.
 #pragma once
 
-#include "ir/module.h"
-#include "util/diagnostics.h"
+#include "src/ir/module.h"
+#include "src/util/diagnostics.h"
 
 #include <memory>
 #include <string>

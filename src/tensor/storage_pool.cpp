@@ -2,10 +2,10 @@
 // 64 bytes up to 1 KiB, then four classes per power of two (at most 25% slack) up to 1 GiB;
 // bigger blocks go straight to the system. Each thread keeps a few blocks per class without
 // locking; the shared lists are never trimmed implicitly (tensor_pool_trim() does it).
-#include "tensor/storage_pool.h"
+#include "src/tensor/storage_pool.h"
 
-#include "tensor/tensor.h"
-#include "util/check.h"
+#include "src/tensor/tensor.h"
+#include "src/util/check.h"
 
 #include <bit>
 #include <cstdlib>

@@ -1,9 +1,9 @@
 // Shape and Tensor: construction, checked accessors, reshaping and the debug printer. Storage
 // comes from the pool in storage_pool.cpp.
-#include "tensor/tensor.h"
+#include "src/tensor/tensor.h"
 
-#include "tensor/storage_pool.h"
-#include "util/check.h"
+#include "src/tensor/storage_pool.h"
+#include "src/util/check.h"
 
 #include <cstring>
 #include <sstream>

@@ -5,11 +5,11 @@
 // and every step is monotone, so the loop terminates. Lambdas are analyzed where they appear,
 // with parameter binding times from map/fold when they are applied there, else by type.
 // Imprecision, on purpose: list elements and closure results take their type's default.
-#include "types/binding_time.h"
+#include "src/types/binding_time.h"
 
-#include "ops/op.h"
-#include "types/builtins.h"
-#include "util/check.h"
+#include "src/ops/op.h"
+#include "src/types/builtins.h"
+#include "src/util/check.h"
 
 #include <map>
 #include <set>

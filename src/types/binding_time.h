@@ -5,8 +5,8 @@
 // control flow depends on a dynamic value (that entry will never specialize).
 #pragma once
 
-#include "ir/module.h"
-#include "util/diagnostics.h"
+#include "src/ir/module.h"
+#include "src/util/diagnostics.h"
 
 namespace pejit::types {
 

@@ -4,14 +4,14 @@
 // outside it becomes a capture. One error per mistake: an ill-typed subexpression has the
 // error type, which is equal to everything, so it does not cascade. The Checker is declared in
 // checker.h; its typing of calls and operators is in check_call.cpp.
-#include "types/check.h"
+#include "src/types/check.h"
 
-#include "ops/op.h"
-#include "parse/parser.h"
-#include "types/binding_time.h"
-#include "types/builtins.h"
-#include "types/checker.h"
-#include "util/check.h"
+#include "src/ops/op.h"
+#include "src/parse/parser.h"
+#include "src/types/binding_time.h"
+#include "src/types/builtins.h"
+#include "src/types/checker.h"
+#include "src/util/check.h"
 
 #include <fstream>
 #include <map>

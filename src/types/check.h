@@ -4,8 +4,8 @@
 // the functions that mention them are re-checked, and a module with errors is left unchanged.
 #pragma once
 
-#include "ir/module.h"
-#include "util/diagnostics.h"
+#include "src/ir/module.h"
+#include "src/util/diagnostics.h"
 
 #include <string>
 #include <string_view>

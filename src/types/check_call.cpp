@@ -1,9 +1,9 @@
 // The Checker's typing of calls: of functions, constructors (and the list constructors Nil
 // and Cons), closures, the list builtins and the tensor ops (leading tensor arguments, then Int
 // literals that fix shapes), and of the infix and prefix operators on Ints, Bools and tensors.
-#include "ops/op.h"
-#include "types/builtins.h"
-#include "types/checker.h"
+#include "src/ops/op.h"
+#include "src/types/builtins.h"
+#include "src/types/checker.h"
 
 #include <string>
 

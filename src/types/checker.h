@@ -4,10 +4,10 @@
 // functions, constructors, builtins and tensor ops) and the infix and prefix operators.
 #pragma once
 
-#include "ir/module.h"
-#include "ops/op.h"
-#include "types/builtins.h"
-#include "util/diagnostics.h"
+#include "src/ir/module.h"
+#include "src/ops/op.h"
+#include "src/types/builtins.h"
+#include "src/util/diagnostics.h"
 
 #include <cstdint>
 #include <optional>

@@ -1,5 +1,5 @@
 // Rendering of diagnostics in the compiler-standard format with a source excerpt.
-#include "util/diagnostics.h"
+#include "src/util/diagnostics.h"
 
 #include <sstream>
 

@@ -1,6 +1,6 @@
 // End-to-end tests of the `pejit` command: exit codes, diagnostics, `--json` output, a short
 // training run on generated data that must beat the majority class, checkpoints and eval.
-#include "data/tree_io.h"
+#include "runtime/data/tree_io.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

@@ -2,13 +2,13 @@
 // analyses, the reference evaluator, and reverse-mode AD through the registry's gradient
 // rules, checked differentially against the generic path (the Interpreter's tape AD) on the
 // TreeLSTM cell and by random directional derivatives.
-#include "graph/boost_adaptor.h"
-#include "graph/evaluate.h"
-#include "graph/graph.h"
-#include "graph/graph_emitter.h"
-#include "interp/interpreter.h"
-#include "types/check.h"
-#include "util/check.h"
+#include "src/graph/boost_adaptor.h"
+#include "src/graph/evaluate.h"
+#include "src/graph/graph.h"
+#include "src/graph/graph_emitter.h"
+#include "src/interp/interpreter.h"
+#include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

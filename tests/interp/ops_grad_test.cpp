@@ -3,7 +3,7 @@
 // losses with a fixed non-uniform constant C, including edge shapes (rank 0, one element, sizes
 // 17 and 33, one-row matrices), no-gradient ops and the row-sparse gradient of take. The
 // forward results are in ops_test.cpp.
-#include "ops_test_util.h"
+#include "tests/interp/ops_test_util.h"
 
 #include <doctest/doctest.h>
 

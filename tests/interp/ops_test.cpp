@@ -1,8 +1,8 @@
 // Every tensor op of src/ops/ops.def (and the infix operators) forward through the whole
 // generic path: a tiny pejit program is parsed, checked and run by the Interpreter, and its
 // results are compared with hand-computed numbers. The gradients are in ops_grad_test.cpp.
-#include "ops_test_util.h"
-#include "util/check.h"
+#include "tests/interp/ops_test_util.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

@@ -3,8 +3,8 @@
 // its interpreter and parameters, and an element-wise comparison with expected numbers.
 #pragma once
 
-#include "interp/interpreter.h"
-#include "types/check.h"
+#include "src/interp/interpreter.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 

@@ -3,9 +3,9 @@
 // higher-order functions, if/else, tuples), values checked by hand and gradients by
 // check_grad; then the evaluator's errors (recursion depth, Int division by zero, bad
 // arguments, unknown entries, non-scalar losses) and its reuse across calls.
-#include "interp/interpreter.h"
-#include "types/check.h"
-#include "util/check.h"
+#include "src/interp/interpreter.h"
+#include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 
@@ -35,7 +35,7 @@ struct Prog {
   std::unique_ptr<interp::Interpreter> in;
   interp::Params params;
 
-  explicit Prog(const std::string& src, interp::EvalOptions opt = {}) {
+  explicit Prog(const std::string& src, interp::InterpreterOptions opt = {}) {
     Diagnostics d;
     auto r = types::add_source(*m, src, "test.pe", d);
     INFO(d.render());
@@ -495,7 +495,7 @@ entry L(n: Int, c: f32[2]) -> f32[] { sum(iter(n, c) * c) }
 )";
 
   TEST_CASE("recursion deeper than a set limit is a pejit::Error, the evaluator stays usable") {
-    interp::EvalOptions opt;
+    interp::InterpreterOptions opt;
     opt.max_depth = 50;
     Prog p(kDeepSrc, opt);
     CHECK(p.run("deep", {Value::integer(40)}).as_int() == 40);

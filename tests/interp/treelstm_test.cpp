@@ -1,10 +1,10 @@
 // The TreeLSTM example on the generic path: gradients by check_grad on random trees of every
 // shape, and training through the API (plain SGD) lowers the loss.
-#include "data/synthetic.h"
-#include "interp/interpreter.h"
-#include "kernels/kernels.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/data/synthetic.h"
+#include "src/interp/interpreter.h"
+#include "src/kernels/kernels.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 

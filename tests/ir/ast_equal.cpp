@@ -1,6 +1,6 @@
 // Structural equality of source-IR trees for the parser and printer tests (spans and checker
 // annotations ignored; floats compared bit for bit; types compared by their printed form).
-#include "ast_equal.h"
+#include "tests/ir/ast_equal.h"
 
 #include <cstring>
 

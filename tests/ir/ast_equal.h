@@ -3,7 +3,7 @@
 // difference, so a failing test says where two trees part.
 #pragma once
 
-#include "ir/module.h"
+#include "src/ir/module.h"
 
 #include <string>
 #include <vector>

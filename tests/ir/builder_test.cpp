@@ -1,8 +1,8 @@
 // Tests of the builder API: a module built without text covering every construct prints,
 // parses back to a structurally equal module and prints identically.
-#include "ast_equal.h"
-#include "ir/builder.h"
-#include "parse/parser.h"
+#include "tests/ir/ast_equal.h"
+#include "src/ir/builder.h"
+#include "src/parse/parser.h"
 
 #include <doctest/doctest.h>
 

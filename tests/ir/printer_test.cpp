@@ -1,8 +1,8 @@
 // Tests of the printer on trees the parser cannot produce directly (builder-made): minimal
 // parentheses, negative literals, the list sugar, and floats that read back bit-exactly.
-#include "ast_equal.h"
-#include "ir/builder.h"
-#include "parse/parser.h"
+#include "tests/ir/ast_equal.h"
+#include "src/ir/builder.h"
+#include "src/parse/parser.h"
 
 #include <doctest/doctest.h>
 

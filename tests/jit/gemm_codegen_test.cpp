@@ -5,7 +5,7 @@
 // blocks, validation, canonical text, and 16-wide fma code on AVX-512 hosts.
 #include "jit/jit.h"
 #include "pejit/error.h"
-#include "random_data.h"
+#include "tests/jit/random_data.h"
 
 #include <doctest/doctest.h>
 

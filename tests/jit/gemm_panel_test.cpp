@@ -5,9 +5,9 @@
 // (into the product or a panel scratch) and core last, against the product made whole and the plain
 // kernel.
 #include "jit/jit.h"
-#include "kernels/kernels.h"
+#include "src/kernels/kernels.h"
 #include "pejit/error.h"
-#include "random_data.h"
+#include "tests/jit/random_data.h"
 
 #include <doctest/doctest.h>
 

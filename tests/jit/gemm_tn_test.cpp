@@ -5,9 +5,9 @@
 // ones, bit-identical to kernels::sgemm_tn_stretches (both sum each element in one fma chain
 // over k in order).
 #include "jit/jit.h"
-#include "kernels/kernels.h"
+#include "src/kernels/kernels.h"
 #include "pejit/error.h"
-#include "random_data.h"
+#include "tests/jit/random_data.h"
 
 #include <doctest/doctest.h>
 

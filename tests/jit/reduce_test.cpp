@@ -5,8 +5,8 @@
 // precision; the kinds with e^x bit for bit with the reference algorithm without contraction
 // and within a few ulps of the reference kernels; labels out of range.
 #include "jit/kernel_cache.h"
-#include "kernels/fast_math.h"
-#include "kernels/kernels.h"
+#include "src/kernels/fast_math.h"
+#include "src/kernels/kernels.h"
 #include "pejit/error.h"
 
 #include <doctest/doctest.h>

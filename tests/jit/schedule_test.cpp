@@ -340,7 +340,7 @@ TEST_CASE("bad database files are clear errors naming the file and the entry") {
 
 TEST_CASE("the tuner measures candidates and its entry is what the cache then compiles") {
   Jit jit;
-  TuneOptions opt{.rows = {1, 33}, .min_ms = 0.05, .repeats = 1};
+  TuneTiming opt{.rows = {1, 33}, .min_ms = 0.05, .repeats = 1};
   KernelSpec spec = gate(150);
   ScheduleEntry e = tune_kernel(jit, spec, opt);
   CHECK(e.signature == spec.signature());
@@ -374,9 +374,9 @@ TEST_CASE("the tuner measures candidates and its entry is what the cache then co
   KernelSpec named = spec;
   named.schedule = "v8x1";
   CHECK_THROWS_AS(tune_kernel(jit, named, opt), pejit::Error);
-  CHECK_THROWS_WITH_AS(tune_kernel(jit, spec, TuneOptions{.rows = {8, -1}}),
+  CHECK_THROWS_WITH_AS(tune_kernel(jit, spec, TuneTiming{.rows = {8, -1}}),
                        doctest::Contains("row count -1"), pejit::Error);
-  CHECK_THROWS_AS(tune_kernel(jit, g, TuneOptions{.rows = {}}), pejit::Error);
+  CHECK_THROWS_AS(tune_kernel(jit, g, TuneTiming{.rows = {}}), pejit::Error);
 }
 
 TEST_CASE("the tuner sizes strided arrays by their stride: every candidate of a strided spec "
@@ -385,7 +385,7 @@ TEST_CASE("the tuner sizes strided arrays by their stride: every candidate of a 
   // rows x stride floats. Sized rows x width, the kernels read and wrote past them, the
   // candidates disagreed and were dropped.
   Jit jit;
-  TuneOptions opt{.rows = {8, 64}, .min_ms = 0.02, .repeats = 1};
+  TuneTiming opt{.rows = {8, 64}, .min_ms = 0.02, .repeats = 1};
   KernelSpec spec = gate(150);
   spec.in_strides = {450, 0, 450};
   spec.out_strides = {300, 0};

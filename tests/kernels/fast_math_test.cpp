@@ -1,7 +1,7 @@
 // Accuracy of the vectorized exp / tanh / sigmoid against double-precision std::, over a dense
 // sweep of their input range; the bounds checked here are the ones fast_math.h states.
-#include "kernels/fast_math.h"
-#include "kernels/kernels.h"
+#include "src/kernels/fast_math.h"
+#include "src/kernels/kernels.h"
 
 #include <doctest/doctest.h>
 

@@ -2,8 +2,8 @@
 // transpose combinations, alpha/beta variants, padded leading dims) and matmul's shape rules;
 // the packed right operand (pack_b + sgemm_packed) and the unstacked weight gradient
 // (sgemm_tn_stretches) against the same loop and, bit for bit, against sgemm.
-#include "kernels/kernels.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

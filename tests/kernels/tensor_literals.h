@@ -1,7 +1,7 @@
 // Small tensors written as literals in the kernel tests, and read back as vectors.
 #pragma once
 
-#include "tensor/tensor.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,6 +1,6 @@
 // Expected-error tests: each tests/errors/parse/*.pe opens with `// expect: LINE:COL: text`
 // lines; each must match a diagnostic at exactly that location whose message contains text.
-#include "test_util.h"
+#include "tests/parse/test_util.h"
 
 #include <doctest/doctest.h>
 

@@ -3,9 +3,9 @@
 // chains). Every input must give diagnostics or a program, never a crash or hang; a mutant
 // that parses cleanly must round-trip through the printer and then go through the checker
 // (types, shapes, binding times), which must answer with diagnostics or success.
-#include "../ir/ast_equal.h"
-#include "test_util.h"
-#include "types/check.h"
+#include "tests/ir/ast_equal.h"
+#include "tests/parse/test_util.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 

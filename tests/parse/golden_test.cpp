@@ -1,8 +1,8 @@
 // Golden tests of the printer over the parser: tests/golden/<name>.pe printed must equal
 // <name>.pe.golden (PEJIT_UPDATE_GOLDEN=1 rewrites them), and every golden input and example
 // program round-trips: print(parse(print(M))) == print(M) with structurally equal trees.
-#include "../ir/ast_equal.h"
-#include "test_util.h"
+#include "tests/ir/ast_equal.h"
+#include "tests/parse/test_util.h"
 
 #include <doctest/doctest.h>
 

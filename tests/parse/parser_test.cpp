@@ -1,9 +1,9 @@
 // Unit tests of the lexer and parser: tree shapes for precedence and associativity, literal
 // edge cases, the list sugar, spans, and diagnostics for malformed input.
-#include "../ir/ast_equal.h"
-#include "ir/builder.h"
-#include "parse/lexer.h"
-#include "test_util.h"
+#include "tests/ir/ast_equal.h"
+#include "src/ir/builder.h"
+#include "src/parse/lexer.h"
+#include "tests/parse/test_util.h"
 
 #include <doctest/doctest.h>
 

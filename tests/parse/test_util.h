@@ -2,8 +2,8 @@
 // a Module and printing it, and the first difference between a golden file and an output.
 #pragma once
 
-#include "ir/module.h"
-#include "parse/parser.h"
+#include "src/ir/module.h"
+#include "src/parse/parser.h"
 
 #include <algorithm>
 #include <fstream>

@@ -2,12 +2,12 @@
 // same weights, pejit's generic path and PyTorch (naive and level-batched) give the same loss
 // and the same gradients (DESIGN.md §4 tolerances). Runs when /usr/bin/python3 has torch
 // (`scripts/setup.sh --bench` installs it); otherwise the case says so and checks nothing.
-#include "checkpoint/checkpoint.h"
-#include "data/synthetic.h"
-#include "data/tree_io.h"
-#include "interp/interpreter.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
+#include "src/interp/interpreter.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

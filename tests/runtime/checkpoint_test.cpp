@@ -1,9 +1,9 @@
 // Tests of runtime/checkpoint: bit-exact save/load round trips, the PyTorch peer's layout,
 // expected errors for malformed files, atomic saves that leave the previous file intact when
 // a write fails, and fuzzed (truncated, byte-flipped) files that must load or throw pejit::Error.
-#include "checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

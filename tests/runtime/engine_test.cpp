@@ -2,12 +2,12 @@
 // §4 tolerances, same batch order), failures and refusals fall back to generic with the
 // reason counted, the plan cache reuses, evicts and invalidates exactly what it should, and
 // the background pipeline publishes prefetched plans.
-#include "data/synthetic.h"
-#include "data/tree_io.h"
-#include "engine.h"
-#include "optim/optimizer.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
+#include "runtime/engine.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 

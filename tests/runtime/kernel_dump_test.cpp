@@ -2,14 +2,14 @@
 // by hash, whether the engine compiles them synchronously (specialized mode), in its
 // background pipeline (auto mode, prefetch and drain), or kernel_dump lowers them as
 // `pejit dump --emit llvm` does; every kernel records its schedule and where it came from.
-#include "data/synthetic.h"
-#include "engine.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/engine.h"
 #include "jit/jit.h"
-#include "kernel_dump.h"
+#include "runtime/kernel_dump.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -43,10 +43,10 @@ struct Batches {
 
 // What the JIT makes of batch `b`'s plan.
 std::vector<runtime::KernelDumpTemplate> dump_batch(const Batches& s, size_t b, bool with_ir) {
-  spec::TemplateTable tt;
-  auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", s.batches[b], tt);
+  specializer::TemplateTable tt;
+  auto pe = specializer::partially_evaluate(*s.m, s.dims, "loss", s.batches[b], tt);
   REQUIRE(pe.ok);
-  spec::Plan plan = spec::make_plan(pe.residual, tt);
+  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
   return runtime::dump_kernels(*s.m, s.dims, plan, tt, with_ir);
 }
 
@@ -91,10 +91,10 @@ TEST_SUITE("kernel_dump") {
     std::set<uint64_t> dumped;
     size_t runs = 0, reductions = 0, gemms = 0;
     for (const auto& b : s.batches) {
-      spec::TemplateTable tt;
-      auto pe = spec::partially_evaluate(*s.m, s.dims, "loss", b, tt);
+      specializer::TemplateTable tt;
+      auto pe = specializer::partially_evaluate(*s.m, s.dims, "loss", b, tt);
       REQUIRE(pe.ok);
-      spec::Plan plan = spec::make_plan(pe.residual, tt);
+      specializer::Plan plan = specializer::make_plan(pe.residual, tt);
       auto ts = runtime::dump_kernels(*s.m, s.dims, plan, tt, /*with_ir=*/true);
       REQUIRE(!ts.empty());
       for (const auto& t : ts) {

@@ -1,10 +1,10 @@
 // Tests of runtime/optim: the first steps of SGD, Adagrad and Adam against hand-computed
 // values (dense, row-sparse with duplicates, mixed, weight decay, clipping), sparse steps equal
 // to the dense step of to_dense(), lazy Adam, state round trips and steady-state allocation.
-#include "optim/optimizer.h"
+#include "runtime/optim/optimizer.h"
 
-#include "kernels/kernels.h"
-#include "util/check.h"
+#include "src/kernels/kernels.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

@@ -2,14 +2,14 @@
 // TreeLSTM training plan lands in its family with exactly its useful flops, nothing is timed
 // when the profile is off) and its memory (a plan's second run takes no tensor storage from
 // the system: results and gradients live in the arena, temporaries come back from the pool).
-#include "data/synthetic.h"
-#include "exec_layout.h"
-#include "plan_executor.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/exec_layout.h"
+#include "runtime/plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "tensor/tensor.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "src/tensor/tensor.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -22,9 +22,9 @@ struct PlannedBatch {
   std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
   interp::DimBindings dims;
   std::vector<data::ParseTree> trees;
-  spec::TemplateTable tt;
-  spec::PeResult pe;
-  spec::Plan plan;
+  specializer::TemplateTable tt;
+  specializer::PeResult pe;
+  specializer::Plan plan;
   runtime::ExecLayout layout;
   interp::Params params;
 
@@ -38,8 +38,8 @@ struct PlannedBatch {
     interp::Values xs;
     for (const auto& t : trees)
       xs.push_back(enc.encode(t));
-    pe = spec::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
-    plan = spec::make_plan(pe.residual, tt);
+    pe = specializer::partially_evaluate(*m, dims, "loss", interp::Value::list(xs), tt);
+    plan = specializer::make_plan(pe.residual, tt);
     layout = runtime::make_layout(plan);
     params = interp::init_params(*m, dims, 3);
   }

@@ -1,10 +1,10 @@
 // Tests of the synthetic SST and ListOps generators: determinism (pinned by a hash of the
 // text), SST-like length statistics, the depth of each shape, labels a model can learn from
 // (root majority below 50%), and ListOps root values checked by an independent evaluator.
-#include "data/synthetic.h"
-#include "data/tree_io.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

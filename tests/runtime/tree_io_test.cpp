@@ -1,10 +1,10 @@
 // Tests of the bracketed-tree reader/writer and the sentence reader: exact structure, round
 // trips, every malformed-input message with its line and column, and a mutation fuzz test
 // (each input either parses or throws pejit::Error, nothing else).
-#include "data/synthetic.h"
-#include "data/tree_io.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Tests of ParseTree's queries and of Vocab (ids, <unk>, rebuilding from a checkpoint's words).
-#include "data/tree.h"
+#include "runtime/data/tree.h"
 
-#include "util/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

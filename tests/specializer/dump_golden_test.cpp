@@ -3,8 +3,8 @@
 // each --emit form compared with tests/golden/dump_treelstm.<emit>.golden after the timing
 // figures are masked. To regenerate after an intended change, then review the diff:
 //   PEJIT_UPDATE_GOLDEN=1 ./build/tests/pejit_specializer_tests -tc="golden*"
-#include "../parse/test_util.h"
-#include "train/trainer.h"
+#include "tests/parse/test_util.h"
+#include "runtime/train/trainer.h"
 
 #include <doctest/doctest.h>
 

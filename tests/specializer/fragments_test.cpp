@@ -4,13 +4,13 @@
 // a replay would be wrong or unbounded (closures, constants, overlapping arguments, fuel and
 // depth bounds) are evaluated, with the same outcome as without fragments.
 // Also: without PeOptions::keep_inputs, the same residual with no payload copies.
-#include "data/synthetic.h"
+#include "runtime/data/synthetic.h"
 #include "pejit/error.h"
-#include "random_batches.h"
+#include "tests/specializer/random_batches.h"
 #include "specializer/fragments.h"
 #include "specializer/partial_eval.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -33,18 +33,18 @@ struct Model {
 };
 
 /// Everything a residual says, with templates by key (ids depend on the table's history).
-std::string canonical(const spec::PeResult& pe, const spec::TemplateTable& t) {
+std::string canonical(const specializer::PeResult& pe, const specializer::TemplateTable& t) {
   std::ostringstream os;
-  const spec::Residual& r = pe.residual;
+  const specializer::Residual& r = pe.residual;
   os << "ok " << pe.ok << " where " << pe.where.str() << " " << pe.reason << "\nkey " << r.key
      << " fuel " << r.fuel_used << " inputs " << r.num_inputs << " consts " << r.consts.size()
      << "\n";
-  auto ref = [&](const spec::Ref& a) {
+  auto ref = [&](const specializer::Ref& a) {
     os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
   };
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const auto& in = r.instances[i];
-    os << (in.tmpl == spec::Instance::kSumN ? "sum " + r.sum_sigs[in.sum_sig].str()
+    os << (in.tmpl == specializer::Instance::kSumN ? "sum " + r.sum_sigs[in.sum_sig].str()
                                             : t.at(in.tmpl).key());
     for (const auto& a : r.args(i))
       ref(a);
@@ -70,8 +70,8 @@ interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>
   return interp::Value::list(std::move(xs));
 }
 
-spec::PeOptions no_fragments() {
-  spec::PeOptions o;
+specializer::PeOptions no_fragments() {
+  specializer::PeOptions o;
   o.fragment_memo_bytes = 0;
   return o;
 }
@@ -81,15 +81,15 @@ const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
 // Runs every batch through one table with fragments and through another without, comparing
 // each residual; returns the calls replayed in all.
 size_t check_same(const Model& md, const std::string& entry,
-                  const std::vector<interp::Value>& batches, spec::PeOptions with = {}) {
-  spec::TemplateTable warm, cold;
+                  const std::vector<interp::Value>& batches, specializer::PeOptions with = {}) {
+  specializer::TemplateTable warm, cold;
   size_t replayed = 0;
-  spec::PeOptions without = with;
+  specializer::PeOptions without = with;
   without.fragment_memo_bytes = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
     CAPTURE(b);
-    auto a = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], warm, with);
-    auto c = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], cold, without);
+    auto a = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], warm, with);
+    auto c = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], cold, without);
     CHECK(c.replayed == 0);
     REQUIRE(canonical(a, warm) == canonical(c, cold));
     replayed += a.replayed;
@@ -100,14 +100,14 @@ size_t check_same(const Model& md, const std::string& entry,
 // Runs every batch with and without PeOptions::keep_inputs (one table each, so that both
 // replay alike): the same residual but for the payload copies, which only the first keeps.
 void check_inputs_dropped(const Model& md, const std::string& entry,
-                          const std::vector<interp::Value>& batches, spec::PeOptions with = {}) {
-  spec::TemplateTable kept_t, dropped_t;
-  spec::PeOptions drop = with;
+                          const std::vector<interp::Value>& batches, specializer::PeOptions with = {}) {
+  specializer::TemplateTable kept_t, dropped_t;
+  specializer::PeOptions drop = with;
   drop.keep_inputs = false;
   for (size_t b = 0; b < batches.size(); ++b) {
     CAPTURE(b);
-    auto kept = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], kept_t, with);
-    auto dropped = spec::partially_evaluate(*md.m, md.dims, entry, batches[b], dropped_t, drop);
+    auto kept = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], kept_t, with);
+    auto dropped = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], dropped_t, drop);
     CHECK(dropped.residual.inputs.empty());
     CHECK(kept.residual.inputs.size() == static_cast<size_t>(kept.residual.num_inputs));
     CHECK(dropped.replayed == kept.replayed);
@@ -119,19 +119,19 @@ void check_inputs_dropped(const Model& md, const std::string& entry,
 // Every Call step of the table's fragments names where its callee's steps and their
 // references start (what a replay asks the cache for ahead), and calls no flat fragment (one
 // whose instances a recording takes as its own); returns the Call steps checked.
-size_t check_call_steps(spec::TemplateTable& tt) {
+size_t check_call_steps(specializer::TemplateTable& tt) {
   const auto* fm = tt.pe_memo().fragments.p.get();
   REQUIRE(fm != nullptr);
   size_t calls = 0;
   for (const auto& fr : fm->fragments) {
-    if (fr.state != spec::FragmentMemo::Fragment::State::Ok)
+    if (fr.state != specializer::FragmentMemo::Fragment::State::Ok)
       continue;
     for (uint32_t k = 0; k < fr.num_steps; ++k) {
       const auto& st = fm->steps[fr.first_step + k];
-      if (st.kind != spec::FragmentMemo::Step::Kind::Call)
+      if (st.kind != specializer::FragmentMemo::Step::Kind::Call)
         continue;
       const auto& callee = fm->fragments[static_cast<size_t>(st.id)];
-      REQUIRE(callee.state == spec::FragmentMemo::Fragment::State::Ok);
+      REQUIRE(callee.state == specializer::FragmentMemo::Fragment::State::Ok);
       CHECK(!callee.flat);
       CHECK(st.callee_step == callee.first_step);
       if (callee.num_steps > 0)
@@ -179,10 +179,10 @@ TEST_SUITE("specializer") {
       CHECK(check_same(md, entry, batches) > 0);
     }
     // The first batch records, the next ones replay most of their calls.
-    spec::TemplateTable tt;
-    auto first = spec::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt);
-    auto second = spec::partially_evaluate(*md.m, md.dims, "loss", batches[1], tt);
-    auto again = spec::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt);
+    specializer::TemplateTable tt;
+    auto first = specializer::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt);
+    auto second = specializer::partially_evaluate(*md.m, md.dims, "loss", batches[1], tt);
+    auto again = specializer::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt);
     CHECK(first.recorded > 0);
     CHECK(second.replayed > 0);
     CHECK(again.recorded == 0);
@@ -201,9 +201,9 @@ TEST_SUITE("specializer") {
       CAPTURE(seed);
       auto p = testgen::generate(seed);
       Model rp(p.source, false);
-      spec::TemplateTable tt;
+      specializer::TemplateTable tt;
       for (int i = 0; i < 2; ++i)
-        (void)spec::partially_evaluate(*rp.m, rp.dims, "loss", p.batch, tt);
+        (void)specializer::partially_evaluate(*rp.m, rp.dims, "loss", p.batch, tt);
       if (tt.pe_memo().fragments.p)
         check_call_steps(tt);
     }
@@ -275,25 +275,25 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     interp::Value batch = interp::Value::list({chain});
     // Fuel: grow's fragments replay exponential work in bulk; the refusal comes where the
     // evaluation would have run out, with the same fuel spent.
-    spec::PeOptions small;
+    specializer::PeOptions small;
     small.fuel_per_value = 50;
     check_same(md, "work", {batch, batch}, small);
     // Depth: recorded under a loose bound, the chain's fragment is not replayed under a
     // tighter one: that batch fails as it does without fragments.
-    spec::TemplateTable tt;
-    auto loose = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    specializer::TemplateTable tt;
+    auto loose = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(loose.ok);
     CHECK(loose.recorded > 0);
-    spec::PeOptions tight;
+    specializer::PeOptions tight;
     tight.max_depth = 30;
-    CHECK_THROWS_WITH_AS(spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt, tight),
+    CHECK_THROWS_WITH_AS(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt, tight),
                          doctest::Contains("recursion deeper than"), pejit::Error);
     auto o = no_fragments();
     o.max_depth = 30;
-    spec::TemplateTable cold;
-    CHECK_THROWS_WITH_AS(spec::partially_evaluate(*md.m, md.dims, "loss", batch, cold, o),
+    specializer::TemplateTable cold;
+    CHECK_THROWS_WITH_AS(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, cold, o),
                          doctest::Contains("recursion deeper than"), pejit::Error);
-    auto again = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    auto again = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     CHECK(again.replayed == 1); // under the loose bound the whole chain replays
   }
 
@@ -307,9 +307,9 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     // The reference: batch b twice through one table (recorded, then replayed whole), on a
     // thread that never ran partial evaluation before.
     auto b_twice = [&] {
-      spec::TemplateTable t;
-      std::string s = canonical(spec::partially_evaluate(*md.m, md.dims, "loss", b, t), t);
-      auto again = spec::partially_evaluate(*md.m, md.dims, "loss", b, t);
+      specializer::TemplateTable t;
+      std::string s = canonical(specializer::partially_evaluate(*md.m, md.dims, "loss", b, t), t);
+      auto again = specializer::partially_evaluate(*md.m, md.dims, "loss", b, t);
       CHECK(again.replayed > 0);
       return s + "\n--\n" + canonical(again, t);
     };
@@ -317,21 +317,21 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     std::thread([&] { want = b_twice(); }).join();
     // Here: a batch, a refusal in the middle of an evaluation, a batch that fails the entry's
     // type in the middle of the scan, then b; each stops with the scratch in use.
-    spec::TemplateTable ta;
-    (void)spec::partially_evaluate(*md.m, md.dims, "loss", a, ta);
+    specializer::TemplateTable ta;
+    (void)specializer::partially_evaluate(*md.m, md.dims, "loss", a, ta);
     Model bad("type T = L(word: i32[], label: i32[]) | N(left: T, right: T, label: i32[])\n"
               "param E : f32[100, 2] = normal(0.0, 1.0)\n"
               "fn f(t: T) -> f32[] { match t { L(w, y) => if to_bool(sum(take(E, w)) > 0.0) "
               "{ 1.0 } else { 0.0 }, N(l, r, y) => f(l) + f(r) } }\n"
               "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n",
               false);
-    spec::TemplateTable tb;
-    auto refused = spec::partially_evaluate(*bad.m, bad.dims, "loss",
+    specializer::TemplateTable tb;
+    auto refused = specializer::partially_evaluate(*bad.m, bad.dims, "loss",
                                             tree_batch(*bad.m, {trees[0], trees[1]}, "T"), tb);
     CHECK(!refused.ok);
     interp::Values mixed = {tree_batch(*md.m, {trees[2]}).list_at(0), interp::Value::integer(3)};
     CHECK_THROWS_AS(
-        spec::partially_evaluate(*md.m, md.dims, "loss", interp::Value::list(std::move(mixed)), ta),
+        specializer::partially_evaluate(*md.m, md.dims, "loss", interp::Value::list(std::move(mixed)), ta),
         pejit::Error);
     CHECK(b_twice() == want);
   }

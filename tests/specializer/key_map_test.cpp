@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-using namespace pejit::spec;
+using namespace pejit::specializer;
 
 namespace {
 

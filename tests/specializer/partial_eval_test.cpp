@@ -1,14 +1,14 @@
 // The partial evaluator: residual programs agree with the generic path, templates are
 // interned once, skeleton keys separate structure from payloads, refusals name their
 // location, and fuel bounds the work.
-#include "data/synthetic.h"
-#include "data/tree_io.h"
-#include "interp/interpreter.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/data/tree_io.h"
+#include "src/interp/interpreter.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/residual_eval.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -45,11 +45,11 @@ interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>
   return interp::Value::list(std::move(xs));
 }
 
-std::map<std::string, int> count_by_template(const spec::Residual& r,
-                                             const spec::TemplateTable& t) {
+std::map<std::string, int> count_by_template(const specializer::Residual& r,
+                                             const specializer::TemplateTable& t) {
   std::map<std::string, int> c;
   for (const auto& i : r.instances)
-    c[i.tmpl == spec::Instance::kSumN ? "sum" : t.at(i.tmpl).name]++;
+    c[i.tmpl == specializer::Instance::kSumN ? "sum" : t.at(i.tmpl).name]++;
   return c;
 }
 
@@ -63,8 +63,8 @@ TEST_SUITE("specializer") {
     auto trees = data::gen_sst(25, 3, data::Shape::Sst, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
     interp::Value batch = tree_batch(*md.m, trees);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
 
     size_t leaves = 0, nodes = 0;
@@ -86,13 +86,13 @@ TEST_SUITE("specializer") {
 
     interp::Interpreter in(md.m, md.dims);
     float generic = in.run("loss", {batch}, md.params).as_tensor().item_f32();
-    auto out = spec::evaluate_residual(pe.residual, tt, in, md.params);
+    auto out = specializer::evaluate_residual(pe.residual, tt, in, md.params);
     REQUIRE(out.size() == 1);
     CHECK(std::fabs(out[0].item_f32() - generic) <= 1e-5 * std::fabs(generic));
 
     // The templates known before any batch (what a session compiles at start) are the ones
     // the partial evaluator made for leaf, cell and node_loss, not others.
-    auto known = spec::static_templates(*md.m, md.dims);
+    auto known = specializer::static_templates(*md.m, md.dims);
     std::set<std::string> names;
     for (const auto& t : known) {
       names.insert(t.name);
@@ -110,22 +110,22 @@ TEST_SUITE("specializer") {
   }
 
   TEST_CASE("a template's key names its function or op, static arguments and signatures") {
-    spec::Template f;
-    f.kind = spec::Template::Kind::Function;
+    specializer::Template f;
+    f.kind = specializer::Template::Kind::Function;
     f.fn = 3;
     f.name = "cell";
     f.statics = {150, -2};
     f.args = {{DType::F32, {150}}, {DType::I32, {}}, {DType::F32, {2, 300}}};
     CHECK(f.key() == "fn 3 cell #150 #-2 (f32[150],i32[],f32[2, 300],)");
-    spec::Template o;
-    o.kind = spec::Template::Kind::Op;
+    specializer::Template o;
+    o.kind = specializer::Template::Kind::Op;
     o.op = ops::OpId::Take;
     o.attr.ints = {0, 7};
     o.name = "op.take";
     o.args = {{DType::F32, {1000, 300}}};
     CHECK(o.key() ==
           "op " + std::to_string(static_cast<int>(ops::OpId::Take)) + " @0 @7 (f32[1000, 300],)");
-    spec::Template g = f;
+    specializer::Template g = f;
     g.statics = {150, 2};
     CHECK(g.key() != f.key()); // every part counts
   }
@@ -138,17 +138,17 @@ TEST_SUITE("specializer") {
                                    "t", vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size() + 3)}});
     interp::Value batch = tree_batch(*md.m, trees);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
-    spec::Residual merged = pe.residual;
-    std::vector<int32_t> slots = spec::equal_payload_slots(batch);
+    specializer::Residual merged = pe.residual;
+    std::vector<int32_t> slots = specializer::equal_payload_slots(batch);
     REQUIRE(slots.size() == static_cast<size_t>(pe.residual.num_inputs));
     // Words, leaf labels and node labels are compared within their own kind: 3 distinct
     // words, leaf labels {2, 0}, node labels {3, 4, 1}, although the values overlap.
     std::set<int32_t> classes(slots.begin(), slots.end());
     CHECK(classes.size() == 3 + 2 + 3);
-    size_t removed = spec::merge_equal_instances(merged, slots);
+    size_t removed = specializer::merge_equal_instances(merged, slots);
     auto before = count_by_template(pe.residual, tt), after = count_by_template(merged, tt);
     CHECK(before["leaf"] == 7);
     CHECK(after["leaf"] == 3);
@@ -161,8 +161,8 @@ TEST_SUITE("specializer") {
     CHECK(removed == pe.residual.instances.size() - merged.instances.size());
     interp::Interpreter in(md.m, md.dims);
     float generic = in.run("loss", {batch}, md.params).as_tensor().item_f32();
-    auto a = spec::evaluate_residual(pe.residual, tt, in, md.params);
-    auto b = spec::evaluate_residual(merged, tt, in, md.params);
+    auto a = specializer::evaluate_residual(pe.residual, tt, in, md.params);
+    auto b = specializer::evaluate_residual(merged, tt, in, md.params);
     REQUIRE(b.size() == 1);
     CHECK(std::fabs(b[0].item_f32() - generic) <= 1e-5 * std::fabs(generic));
     CHECK(std::fabs(b[0].item_f32() - a[0].item_f32()) <= 1e-6 * std::fabs(generic));
@@ -170,9 +170,9 @@ TEST_SUITE("specializer") {
     auto distinct = data::parse_trees("(3 (2 a) (4 (2 b) (2 c)))\n(1 (2 d) (0 e))\n"
                                       "(4 (2 f) (2 g))\n",
                                       "u", vocab);
-    auto slots2 = spec::equal_payload_slots(tree_batch(*md.m, distinct));
-    CHECK(spec::skeleton_hash(tree_batch(*md.m, distinct)) == spec::skeleton_hash(batch));
-    CHECK(spec::payload_pattern_hash(slots2) != spec::payload_pattern_hash(slots));
+    auto slots2 = specializer::equal_payload_slots(tree_batch(*md.m, distinct));
+    CHECK(specializer::skeleton_hash(tree_batch(*md.m, distinct)) == specializer::skeleton_hash(batch));
+    CHECK(specializer::payload_pattern_hash(slots2) != specializer::payload_pattern_hash(slots));
   }
 
   TEST_CASE("TreeLSTM infer and infer_nodes: residual outputs equal the generic path's") {
@@ -181,11 +181,11 @@ TEST_SUITE("specializer") {
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
     interp::Value batch = tree_batch(*md.m, trees);
     interp::Interpreter in(md.m, md.dims);
-    spec::TemplateTable tt;
+    specializer::TemplateTable tt;
     for (const char* entry : {"infer", "infer_nodes"}) {
-      auto pe = spec::partially_evaluate(*md.m, md.dims, entry, batch, tt);
+      auto pe = specializer::partially_evaluate(*md.m, md.dims, entry, batch, tt);
       REQUIRE(pe.ok);
-      auto out = spec::evaluate_residual(pe.residual, tt, in, md.params);
+      auto out = specializer::evaluate_residual(pe.residual, tt, in, md.params);
       interp::Value g = in.run(entry, {batch}, md.params);
       std::vector<int32_t> flat;
       std::function<void(const interp::Value&)> walk = [&](const interp::Value& v) {
@@ -218,12 +218,12 @@ TEST_SUITE("specializer") {
     auto d = a;
     std::swap(d[0], d[1]);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    spec::TemplateTable tt;
-    auto pa = spec::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, a), tt);
-    auto pb = spec::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, b), tt);
-    auto pc = spec::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, c), tt);
-    auto pd = spec::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, d), tt);
-    auto pi = spec::partially_evaluate(*md.m, md.dims, "infer", tree_batch(*md.m, a), tt);
+    specializer::TemplateTable tt;
+    auto pa = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, a), tt);
+    auto pb = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, b), tt);
+    auto pc = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, c), tt);
+    auto pd = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, d), tt);
+    auto pi = specializer::partially_evaluate(*md.m, md.dims, "infer", tree_batch(*md.m, a), tt);
     CHECK(pa.residual.key == pb.residual.key);
     CHECK(pa.residual.key != pc.residual.key);
     CHECK(pa.residual.key != pd.residual.key); // order is structure
@@ -238,7 +238,7 @@ TEST_SUITE("specializer") {
     REQUIRE(types::add_source(*md.m, "fn logits(h: f32[150]) -> f32[5] { h @ W_out + b_out * 1.0 }",
                               "edit.pe", dg)
                 .ok);
-    auto pe2 = spec::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, a), tt);
+    auto pe2 = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, a), tt);
     CHECK(pe2.residual.key != pa.residual.key);
   }
 
@@ -256,8 +256,8 @@ entry loss(ts: List[T]) -> f32[] { sum_list(map(f, ts)) }
              false);
     interp::Values leaves{interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, 1.0f))})};
     interp::Value batch = interp::Value::list(leaves);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     CHECK_FALSE(pe.ok);
     CHECK(pe.where.line == 5);
     CHECK(pe.where.col == 16);
@@ -273,10 +273,10 @@ entry loss(xs: List[f32[2]]) -> f32[] { let k = grow(60); sum_list(map(fn x => s
 )",
              false);
     interp::Value batch = interp::Value::list({interp::Value::tensor(Tensor::full({2}, 1.0f))});
-    spec::TemplateTable tt;
-    spec::PeOptions opt;
+    specializer::TemplateTable tt;
+    specializer::PeOptions opt;
     opt.fuel_per_value = 10;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt, opt);
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt, opt);
     CHECK_FALSE(pe.ok);
     CHECK(pe.reason.find("out of fuel") != std::string::npos);
   }
@@ -293,12 +293,12 @@ entry loss(xs: List[f32[2]]) -> f32[] { let k = grow(60); sum_list(map(fn x => s
         sents.push_back(interp::Value::list(words));
       }
       interp::Value batch = interp::Value::list(sents);
-      spec::TemplateTable tt;
-      auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+      specializer::TemplateTable tt;
+      auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
       REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
       interp::Interpreter in(md.m, md.dims);
       float generic = in.run("loss", {batch}, md.params).as_tensor().item_f32();
-      auto out = spec::evaluate_residual(pe.residual, tt, in, md.params);
+      auto out = specializer::evaluate_residual(pe.residual, tt, in, md.params);
       CHECK(std::fabs(out[0].item_f32() - generic) <= 1e-5 * std::fabs(generic));
     }
     // ListOps, labeled at the root through a wrapper ADT.
@@ -308,12 +308,12 @@ entry loss(xs: List[f32[2]]) -> f32[] { let k = grow(60); sum_list(map(fn x => s
       Model md(PEJIT_SOURCE_DIR "/examples/listops/listops.pe", true,
                {{"V", static_cast<int64_t>(vocab.size())}});
       interp::Value batch = tree_batch(*md.m, trees, "Example");
-      spec::TemplateTable tt;
-      auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+      specializer::TemplateTable tt;
+      auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
       REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
       interp::Interpreter in(md.m, md.dims);
       float generic = in.run("loss", {batch}, md.params).as_tensor().item_f32();
-      auto out = spec::evaluate_residual(pe.residual, tt, in, md.params);
+      auto out = specializer::evaluate_residual(pe.residual, tt, in, md.params);
       CHECK(std::fabs(out[0].item_f32() - generic) <= 1e-5 * std::fabs(generic));
     }
   }

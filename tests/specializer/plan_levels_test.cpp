@@ -5,12 +5,12 @@
 // longest path found by a forward ASAP pass (make_plan finds it as the greatest height, with
 // no such pass). On the TreeLSTM over trees of every shape and on random programs, with and
 // without sums flowing into template calls.
-#include "data/synthetic.h"
-#include "random_batches.h"
+#include "runtime/data/synthetic.h"
+#include "tests/specializer/random_batches.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -20,21 +20,21 @@ using namespace pejit;
 
 namespace {
 
-void check_levels(const spec::Residual& r, const spec::Plan& p) {
+void check_levels(const specializer::Residual& r, const specializer::Plan& p) {
   const size_t n = r.instances.size();
   std::vector<char> live(n, 0), feeds_template(n, 0);
   for (const auto& o : r.outputs)
-    if (o.kind == spec::Ref::Kind::Inst)
+    if (o.kind == specializer::Ref::Kind::Inst)
       live[static_cast<size_t>(o.index)] = 1;
   std::vector<int> height(n, 0);
   for (size_t i = n; i-- > 0;) {
     if (!live[i])
       continue;
     for (const auto& a : r.args(i))
-      if (a.kind == spec::Ref::Kind::Inst) {
+      if (a.kind == specializer::Ref::Kind::Inst) {
         auto ai = static_cast<size_t>(a.index);
         live[ai] = 1;
-        feeds_template[ai] |= r.instances[i].tmpl != spec::Instance::kSumN;
+        feeds_template[ai] |= r.instances[i].tmpl != specializer::Instance::kSumN;
         height[ai] = std::max(height[ai], height[i] + 1);
       }
   }
@@ -42,7 +42,7 @@ void check_levels(const spec::Residual& r, const spec::Plan& p) {
   int depth = 0;
   for (size_t i = 0; i < n; ++i) {
     for (const auto& a : r.args(i))
-      if (a.kind == spec::Ref::Kind::Inst)
+      if (a.kind == specializer::Ref::Kind::Inst)
         asap[i] = std::max(asap[i], asap[static_cast<size_t>(a.index)] + 1);
     if (live[i])
       depth = std::max(depth, asap[i]);
@@ -59,7 +59,7 @@ void check_levels(const spec::Residual& r, const spec::Plan& p) {
     }
     int start = 0;
     for (const auto& a : r.args(i))
-      if (a.kind == spec::Ref::Kind::Inst) {
+      if (a.kind == specializer::Ref::Kind::Inst) {
         int l = level_of(static_cast<size_t>(a.index));
         CHECK(l < level_of(i));
         start = std::max(start, l + 1);
@@ -88,12 +88,12 @@ TEST_CASE("plan levels: the TreeLSTM on trees of every shape") {
       interp::Values xs;
       for (const auto& t : trees)
         xs.push_back(enc.encode(t));
-      spec::TemplateTable tt;
+      specializer::TemplateTable tt;
       for (const char* entry : {"loss", "infer"}) {
         CAPTURE(entry);
-        auto pe = spec::partially_evaluate(*m, dims, entry, interp::Value::list(xs), tt);
+        auto pe = specializer::partially_evaluate(*m, dims, entry, interp::Value::list(xs), tt);
         REQUIRE(pe.ok);
-        check_levels(pe.residual, spec::make_plan(pe.residual, tt));
+        check_levels(pe.residual, specializer::make_plan(pe.residual, tt));
       }
     }
   }
@@ -112,10 +112,10 @@ TEST_CASE("plan levels: random programs, with and without sums flowing into temp
       Diagnostics d;
       REQUIRE_MESSAGE(types::add_source(*m, prog.source, "random.pe", d).ok, d.render());
       auto dims = interp::bind_dims(*m, {});
-      spec::TemplateTable tt;
-      auto pe = spec::partially_evaluate(*m, dims, "loss", prog.batch, tt);
+      specializer::TemplateTable tt;
+      auto pe = specializer::partially_evaluate(*m, dims, "loss", prog.batch, tt);
       REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
-      check_levels(pe.residual, spec::make_plan(pe.residual, tt));
+      check_levels(pe.residual, specializer::make_plan(pe.residual, tt));
     }
   }
 }

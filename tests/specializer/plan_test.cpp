@@ -1,15 +1,15 @@
 // Plans on reference kernels against the generic path (DESIGN.md §4: loss within a relative
 // 1e-5, every gradient within 1e-4 * max|ref| + 1e-6), on the examples and on trees of every
 // shape; and the structure of the batching schedule.
-#include "data/synthetic.h"
-#include "interp/interpreter.h"
+#include "runtime/data/synthetic.h"
+#include "src/interp/interpreter.h"
 #include "jit/kernel_cache.h"
 #include "pejit/error.h"
-#include "plan_executor.h"
+#include "runtime/plan_executor.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "train/encode.h"
-#include "types/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -66,13 +66,13 @@ runtime::ExecOptions exec_options(Exec e) {
 }
 
 // Generic path vs plan: loss and every gradient, on every executor configuration.
-void check_same(Model& md, const interp::Value& batch, spec::Plan* out_plan = nullptr,
-                spec::TemplateTable* out_tt = nullptr) {
-  spec::TemplateTable local;
-  spec::TemplateTable& tt = out_tt ? *out_tt : local;
-  auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+void check_same(Model& md, const interp::Value& batch, specializer::Plan* out_plan = nullptr,
+                specializer::TemplateTable* out_tt = nullptr) {
+  specializer::TemplateTable local;
+  specializer::TemplateTable& tt = out_tt ? *out_tt : local;
+  auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
   REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
-  spec::Plan plan = spec::make_plan(pe.residual, tt);
+  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
   interp::Interpreter in(md.m, md.dims);
   auto ref = in.value_and_grad("loss", {batch}, md.params);
   for (Exec mode : {Exec::Interpreter, Exec::Graphs, Exec::GraphsJit}) {
@@ -166,16 +166,16 @@ struct TreeLstmPlan {
   std::vector<data::ParseTree> trees;
   Model md;
   interp::Value batch;
-  spec::TemplateTable tt;
-  spec::PeResult pe;
-  spec::Plan plan;
+  specializer::TemplateTable tt;
+  specializer::PeResult pe;
+  specializer::Plan plan;
 
   TreeLstmPlan(size_t n, uint64_t seed)
       : trees(data::gen_sst(n, seed, data::Shape::Sst, vocab)),
         md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}}), batch(tree_batch(*md.m, trees)),
-        pe(spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt)) {
+        pe(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt)) {
     REQUIRE(pe.ok);
-    plan = spec::make_plan(pe.residual, tt);
+    plan = specializer::make_plan(pe.residual, tt);
   }
 };
 
@@ -209,10 +209,10 @@ TEST_SUITE("specializer") {
     trees[3].nodes[1].label = 7; // C = 5
     Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
     interp::Value batch = tree_batch(*md.m, trees);
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
-    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
     for (Exec mode : {Exec::Interpreter, Exec::Graphs, Exec::GraphsJit}) {
       CAPTURE(exec_name(mode));
       runtime::PlanExecutor ex(md.m, md.dims, exec_options(mode));
@@ -228,8 +228,8 @@ TEST_SUITE("specializer") {
     data::Vocab vocab;
     auto trees = data::gen_sst(25, 21, data::Shape::Sst, vocab);
     Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-    spec::Plan plan;
-    spec::TemplateTable tt;
+    specializer::Plan plan;
+    specializer::TemplateTable tt;
     check_same(md, tree_batch(*md.m, trees), &plan, &tt);
     std::map<std::string, int> groups;
     std::map<std::string, std::set<int>> levels;
@@ -237,7 +237,7 @@ TEST_SUITE("specializer") {
     for (const auto& t : trees)
       depth = std::max(depth, t.depth());
     for (const auto& g : plan.groups) {
-      std::string n = g.tmpl == spec::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
+      std::string n = g.tmpl == specializer::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
       groups[n]++;
       CHECK(levels[n].insert(g.level).second); // at most one group per template per level
     }
@@ -254,9 +254,9 @@ TEST_SUITE("specializer") {
   TEST_CASE("GEMM + epilogue panels: the same loss and gradients as the GEMM whole, then the run") {
     TreeLstmPlan tp(25, 31);
     Model& md = tp.md;
-    const spec::PeResult& pe = tp.pe;
-    const spec::TemplateTable& tt = tp.tt;
-    const spec::Plan& plan = tp.plan;
+    const specializer::PeResult& pe = tp.pe;
+    const specializer::TemplateTable& tt = tp.tt;
+    const specializer::Plan& plan = tp.plan;
     // 0: panels, their GEMM rows on the kernels' generated cores; 1: panels, the GEMM rows on
     // the C++ kernels; 2: no panels (the GEMM whole, then the run).
     interp::Interpreter::Gradients got[3];
@@ -312,9 +312,9 @@ TEST_SUITE("specializer") {
   TEST_CASE("weight gradients on generated TN kernels: the reference kernel's bits") {
     TreeLstmPlan tp(25, 37);
     Model& md = tp.md;
-    const spec::PeResult& pe = tp.pe;
-    const spec::TemplateTable& tt = tp.tt;
-    const spec::Plan& plan = tp.plan;
+    const specializer::PeResult& pe = tp.pe;
+    const specializer::TemplateTable& tt = tp.tt;
+    const specializer::Plan& plan = tp.plan;
     interp::Interpreter::Gradients got[2];
     for (bool jit_dw : {false, true}) {
       CAPTURE(jit_dw);
@@ -375,10 +375,10 @@ TEST_SUITE("specializer") {
     }
     interp::Value batch = interp::Value::list(xs);
     check_same(md, batch); // loss and gradients on every executor, the JIT's included
-    spec::TemplateTable tt;
-    auto pe = spec::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
-    spec::Plan plan = spec::make_plan(pe.residual, tt);
+    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
     runtime::PlanExecutor ex(md.m, md.dims, exec_options(Exec::GraphsJit));
     ex.value_and_grad(plan, pe.residual, tt, md.params);
     // 2 softmax (one of a per-row [2, 3] matrix), log_softmax, 2 sums, 2 means forward; the
@@ -406,15 +406,15 @@ TEST_SUITE("specializer") {
           words.push_back(interp::Value::tensor(Tensor::scalar_i32((s * 5 + w * 3) % 40)));
         sents.push_back(interp::Value::list(words));
       }
-      spec::Plan plan;
-      spec::TemplateTable tt;
+      specializer::Plan plan;
+      specializer::TemplateTable tt;
       check_same(md, interp::Value::list(sents), &plan, &tt);
 
       // One launch per template per time step.
       std::map<std::string, std::set<int>> levels;
       std::map<std::string, int> groups;
       for (const auto& g : plan.groups) {
-        std::string n = g.tmpl == spec::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
+        std::string n = g.tmpl == specializer::Instance::kSumN ? "sum" : tt.at(g.tmpl).name;
         groups[n]++;
         levels[n].insert(g.level);
       }

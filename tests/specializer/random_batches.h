@@ -3,9 +3,9 @@
 // labels. A batch continues the program generator's random stream, so one seed fixes both.
 #pragma once
 
-#include "interp/value.h"
-#include "random_programs.h"
-#include "tensor/tensor.h"
+#include "src/interp/value.h"
+#include "tests/specializer/random_programs.h"
+#include "src/tensor/tensor.h"
 
 #include <cstdint>
 #include <string>

@@ -3,7 +3,7 @@
 // the `loss` entry. Included at the end of random_programs.h; not on its own.
 #pragma once
 
-#include "random_programs.h"
+#include "tests/specializer/random_programs.h"
 
 namespace pejit::testgen::detail {
 

@@ -586,4 +586,4 @@ private:
 
 } // namespace pejit::testgen
 
-#include "random_encoder.h" // the members declared above
+#include "tests/specializer/random_encoder.h" // the members declared above

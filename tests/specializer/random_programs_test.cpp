@@ -3,15 +3,15 @@
 // agree on the loss and on every parameter gradient (DESIGN.md §4: loss within a relative 1e-5,
 // every gradient within 1e-4 * max|ref| + 1e-6), and the residual program's reference evaluator
 // agrees with the generic forward. A failing seed prints its program and its batch.
-#include "interp/interpreter.h"
+#include "src/interp/interpreter.h"
 #include "jit/kernel_cache.h"
-#include "plan_executor.h"
-#include "random_batches.h"
+#include "runtime/plan_executor.h"
+#include "tests/specializer/random_batches.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "specializer/residual_eval.h"
-#include "types/check.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
@@ -52,27 +52,27 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
   auto ref = in.value_and_grad("loss", {p.batch}, params);
   REQUIRE(std::isfinite(ref.loss));
 
-  spec::TemplateTable tt;
-  auto pe = spec::partially_evaluate(*m, dims, "loss", p.batch, tt);
+  specializer::TemplateTable tt;
+  auto pe = specializer::partially_evaluate(*m, dims, "loss", p.batch, tt);
   // The programs have no control flow on dynamic values: no refusal.
   REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
 
   // The residual program's reference evaluator == the generic forward.
-  auto res = spec::evaluate_residual(pe.residual, tt, in, params);
+  auto res = specializer::evaluate_residual(pe.residual, tt, in, params);
   REQUIRE(res.size() == 1);
   CHECK_MESSAGE(loss_close(res[0].item_f32(), ref.loss),
                 "residual " << res[0].item_f32() << " vs generic " << ref.loss);
 
   // Value numbering, as the engine plans (merge_instances.h): the merged residual's forward
   // too, and on even seeds the plans run on it (odd seeds: every instance, as --no-merge).
-  spec::Residual merged = pe.residual;
-  totals.merged += spec::merge_equal_instances(merged, spec::equal_payload_slots(p.batch));
-  auto mres = spec::evaluate_residual(merged, tt, in, params);
+  specializer::Residual merged = pe.residual;
+  totals.merged += specializer::merge_equal_instances(merged, specializer::equal_payload_slots(p.batch));
+  auto mres = specializer::evaluate_residual(merged, tt, in, params);
   REQUIRE(mres.size() == 1);
   CHECK_MESSAGE(loss_close(mres[0].item_f32(), ref.loss),
                 "merged residual " << mres[0].item_f32() << " vs generic " << ref.loss);
-  const spec::Residual& planned = seed % 2 == 0 ? merged : pe.residual;
-  spec::Plan plan = spec::make_plan(planned, tt);
+  const specializer::Residual& planned = seed % 2 == 0 ? merged : pe.residual;
+  specializer::Plan plan = specializer::make_plan(planned, tt);
   // Every executor configuration: the batching interpreter, the template graphs on reference
   // kernels, and the graphs with JIT-compiled elementwise runs (one kernel cache for all).
   static jit::Jit jit;

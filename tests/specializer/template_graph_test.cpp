@@ -2,15 +2,15 @@
 // agrees with the generic path (forward results, and the gradient of every argument and
 // parameter under random seeds); fusion partitions the graph into few, deterministic kernels;
 // folding and dead-code elimination do what a test can see.
-#include "data/synthetic.h"
-#include "graph/boost_adaptor.h"
-#include "graph/evaluate.h"
-#include "interp/interpreter.h"
+#include "runtime/data/synthetic.h"
+#include "src/graph/boost_adaptor.h"
+#include "src/graph/evaluate.h"
+#include "src/interp/interpreter.h"
 #include "specializer/partial_eval.h"
 #include "specializer/template_graph.h"
-#include "train/encode.h"
-#include "types/check.h"
-#include "util/check.h"
+#include "runtime/train/encode.h"
+#include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 
@@ -51,7 +51,7 @@ struct TreeLstm {
   data::Vocab vocab;
   std::vector<data::ParseTree> trees;
   std::unique_ptr<Model> md;
-  spec::TemplateTable tt;
+  specializer::TemplateTable tt;
   TreeLstm() {
     trees = data::gen_sst(4, 11, data::Shape::Sst, vocab);
     md = std::make_unique<Model>(read_file(kTreeLstm),
@@ -61,10 +61,10 @@ struct TreeLstm {
     for (const auto& t : trees)
       xs.push_back(enc.encode(t));
     auto pe =
-        spec::partially_evaluate(*md->m, md->dims, "loss", interp::Value::list(std::move(xs)), tt);
+        specializer::partially_evaluate(*md->m, md->dims, "loss", interp::Value::list(std::move(xs)), tt);
     REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
   }
-  const spec::Template& get(const std::string& name) const {
+  const specializer::Template& get(const std::string& name) const {
     for (size_t i = 0; i < tt.size(); ++i)
       if (tt.at(static_cast<int32_t>(i)).name == name)
         return tt.at(static_cast<int32_t>(i));
@@ -73,7 +73,7 @@ struct TreeLstm {
   }
 };
 
-Tensor random_tensor(const spec::TensorSig& s, std::mt19937& rng) {
+Tensor random_tensor(const specializer::TensorSig& s, std::mt19937& rng) {
   Shape sh{std::span<const int64_t>(s.dims)};
   Tensor t = Tensor::zeros(s.dtype, sh);
   if (s.dtype == DType::F32) {
@@ -127,7 +127,7 @@ struct Reference {
   std::vector<Tensor> param_grads; ///< by module parameter of the original module
 };
 
-Reference reference(const std::string& base_src, const Model& md, const spec::Template& t,
+Reference reference(const std::string& base_src, const Model& md, const specializer::Template& t,
                     const std::vector<Tensor>& args, const std::vector<Tensor>& seeds) {
   Reference ref;
   interp::Interpreter in(md.m, md.dims);
@@ -135,7 +135,7 @@ Reference reference(const std::string& base_src, const Model& md, const spec::Te
   std::vector<std::string> actuals;
   Tensor int_arg = Tensor::scalar_i32(0);
   size_t a = 0;
-  if (t.kind == spec::Template::Kind::Op) {
+  if (t.kind == specializer::Template::Kind::Op) {
     std::vector<Tensor> ins(args.begin(), args.end()), outs;
     ops::op_def(t.op).eval(ins, t.attr, outs);
     ref.results = outs;
@@ -205,8 +205,8 @@ Reference reference(const std::string& base_src, const Model& md, const spec::Te
 }
 
 // Evaluates the template graph and compares everything with the generic path.
-void check_against_generic(const std::string& src, const Model& md, const spec::Template& t,
-                           const spec::TemplateGraph& tg, uint32_t seed) {
+void check_against_generic(const std::string& src, const Model& md, const specializer::Template& t,
+                           const specializer::TemplateGraph& tg, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Tensor> args, seeds;
   for (const auto& s : t.args)
@@ -250,7 +250,7 @@ size_t count_ops(const graph::Graph& g, ops::OpId id) {
   return c;
 }
 
-bool kernel_has(const spec::TemplateGraph& tg, const spec::Kernel& k, ops::OpId id) {
+bool kernel_has(const specializer::TemplateGraph& tg, const specializer::Kernel& k, ops::OpId id) {
   return std::any_of(k.nodes.begin(), k.nodes.end(), [&](NodeId n) {
     const auto& nd = tg.g.node(n);
     return nd.kind == graph::Kind::Op && nd.op() == id;
@@ -259,7 +259,7 @@ bool kernel_has(const spec::TemplateGraph& tg, const spec::Kernel& k, ops::OpId 
 
 // Independent of verify_template_graph: every computed live node in exactly one kernel,
 // and a kernel reads only leaves, its own earlier nodes and earlier kernels' nodes.
-void check_partition(const spec::TemplateGraph& tg) {
+void check_partition(const specializer::TemplateGraph& tg) {
   std::vector<int> where(tg.g.size(), -1);
   int k = 0;
   for (const auto* list : {&tg.fwd_kernels, &tg.bwd_kernels})
@@ -287,7 +287,7 @@ void check_partition(const spec::TemplateGraph& tg) {
   }
 }
 
-std::vector<std::string> keys(const std::vector<spec::Kernel>& ks, bool full) {
+std::vector<std::string> keys(const std::vector<specializer::Kernel>& ks, bool full) {
   std::vector<std::string> out;
   for (const auto& k : ks)
     out.push_back(full ? k.key : k.signature);
@@ -302,45 +302,45 @@ TEST_SUITE("specializer") {
     std::string src = read_file(kTreeLstm);
     for (std::string name : {"leaf", "cell", "node_loss", "op.take"}) {
       CAPTURE(name);
-      const spec::Template& t = tl.get(name);
+      const specializer::Template& t = tl.get(name);
       for (bool optimize : {false, true}) {
         CAPTURE(optimize);
-        spec::CompileOptions opt;
+        specializer::TemplateOptions opt;
         opt.optimize = optimize;
-        spec::TemplateGraph tg = spec::compile_template(*tl.md->m, tl.md->dims, t, opt);
-        spec::verify_template_graph(tg);
+        specializer::TemplateGraph tg = specializer::compile_template(*tl.md->m, tl.md->dims, t, opt);
+        specializer::verify_template_graph(tg);
         check_partition(tg);
         check_against_generic(src, *tl.md, t, tg, 7);
         if (optimize)
           MESSAGE(name << ": " << tg.fwd_kernels.size() << " fwd + " << tg.bwd_kernels.size()
                        << " bwd kernels\n"
-                       << spec::print_kernels(tg));
+                       << specializer::print_kernels(tg));
       }
     }
   }
 
   TEST_CASE("the TreeLSTM templates read the parameters they use, and only those") {
     TreeLstm tl;
-    auto names = [&](const spec::TemplateGraph& tg) {
+    auto names = [&](const specializer::TemplateGraph& tg) {
       std::vector<std::string> s;
       for (int p : tg.param_index)
         s.push_back(tl.md->params.names[static_cast<size_t>(p)]);
       std::sort(s.begin(), s.end());
       return s;
     };
-    auto cell = spec::compile_template(*tl.md->m, tl.md->dims, tl.get("cell"));
+    auto cell = specializer::compile_template(*tl.md->m, tl.md->dims, tl.get("cell"));
     CHECK(names(cell) == std::vector<std::string>{"U", "b_node"});
-    auto loss = spec::compile_template(*tl.md->m, tl.md->dims, tl.get("node_loss"));
+    auto loss = specializer::compile_template(*tl.md->m, tl.md->dims, tl.get("node_loss"));
     CHECK(names(loss) == std::vector<std::string>{"W_out", "b_out"}); // logits() inlined
     CHECK(loss.bwd_arg_grads[1] == graph::kNoNode);                   // the label is i32
-    auto take = spec::compile_template(*tl.md->m, tl.md->dims, tl.get("op.take"));
+    auto take = specializer::compile_template(*tl.md->m, tl.md->dims, tl.get("op.take"));
     CHECK(take.g.size() <= 8);
     CHECK(take.fwd_kernels.size() == 1);
   }
 
   TEST_CASE("fusion: the cell's forward is one matmul kernel with its gate epilogue") {
     TreeLstm tl;
-    auto tg = spec::compile_template(*tl.md->m, tl.md->dims, tl.get("cell"));
+    auto tg = specializer::compile_template(*tl.md->m, tl.md->dims, tl.get("cell"));
     REQUIRE(tg.fwd_kernels.size() <= 2);
     const auto& k = tg.fwd_kernels[0];
     REQUIRE(k.anchor != graph::kNoNode);
@@ -363,11 +363,11 @@ TEST_SUITE("specializer") {
   TEST_CASE("fusion: signatures are deterministic and depend on the static dims") {
     TreeLstm tl;
     for (const char* name : {"leaf", "cell", "node_loss"}) {
-      auto a = spec::compile_template(*tl.md->m, tl.md->dims, tl.get(name));
-      auto b = spec::compile_template(*tl.md->m, tl.md->dims, tl.get(name));
+      auto a = specializer::compile_template(*tl.md->m, tl.md->dims, tl.get(name));
+      auto b = specializer::compile_template(*tl.md->m, tl.md->dims, tl.get(name));
       CHECK(keys(a.fwd_kernels, true) == keys(b.fwd_kernels, true));
       CHECK(keys(a.bwd_kernels, true) == keys(b.bwd_kernels, true));
-      CHECK(spec::print_kernels(a) == spec::print_kernels(b));
+      CHECK(specializer::print_kernels(a) == specializer::print_kernels(b));
     }
     // concat needs literal widths, so the dims are substituted into the text.
     const std::string text = R"(param U : f32[H2, H5] = xavier
@@ -389,13 +389,13 @@ fn cell(hl: f32[H], cl: f32[H], hr: f32[H], cr: f32[H]) -> (f32[H], f32[H]) {
     auto sigs = [&](int64_t h) {
       std::string src = with_dims(h);
       Model md(src);
-      spec::Template t;
+      specializer::Template t;
       t.fn = md.m->fn_index("cell");
       t.name = "cell";
       for (int i = 0; i < 4; ++i)
         t.args.push_back({DType::F32, {h}});
       t.results = {{DType::F32, {h}}, {DType::F32, {h}}};
-      auto tg = spec::compile_template(*md.m, md.dims, t);
+      auto tg = specializer::compile_template(*md.m, md.dims, t);
       check_partition(tg);
       check_against_generic(src, md, t, tg, 3);
       auto s = keys(tg.fwd_kernels, false);
@@ -418,17 +418,17 @@ fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
 )";
     Model md(src);
     auto tmpl = [&](const char* name) {
-      spec::Template t;
+      specializer::Template t;
       t.fn = md.m->fn_index(name);
       t.name = name;
       t.args = {{DType::F32, {4}}};
       t.results = {{DType::F32, {4}}};
       return t;
     };
-    spec::CompileOptions off;
+    specializer::TemplateOptions off;
     off.optimize = false;
-    auto raw = spec::compile_template(*md.m, md.dims, tmpl("f"), off);
-    auto tg = spec::compile_template(*md.m, md.dims, tmpl("f"));
+    auto raw = specializer::compile_template(*md.m, md.dims, tmpl("f"), off);
+    auto tg = specializer::compile_template(*md.m, md.dims, tmpl("f"));
     CHECK(count_ops(raw.g, ops::OpId::Add) == 2); // 2.0 + 3.0, and + zeros(4)
     CHECK(count_ops(tg.g, ops::OpId::Add) == 0);
     CHECK(count_ops(tg.g, ops::OpId::Zeros) == 0);
@@ -443,11 +443,11 @@ fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
     check_against_generic(src, md, tmpl("f"), raw, 1);
 
     // A non-uniform folded constant becomes a known input slot.
-    auto cg = spec::compile_template(*md.m, md.dims, tmpl("g"));
+    auto cg = specializer::compile_template(*md.m, md.dims, tmpl("g"));
     CHECK(count_ops(cg.g, ops::OpId::Concat) == 0);
     size_t const_slots = 0;
     for (const auto& s : cg.slots)
-      const_slots += s.role == spec::InputSlot::Role::Const;
+      const_slots += s.role == specializer::InputSlot::Role::Const;
     CHECK(const_slots == 1);
     CHECK(cg.fwd_kernels.size() == 1);
     check_against_generic(src, md, tmpl("g"), cg, 2);
@@ -458,15 +458,15 @@ fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
 fn f(x: f32[4]) -> f32[4] { let unused = tanh(x @ W); tanh(x * 1.0) + tanh(x) }
 )";
     Model md(src);
-    spec::Template t;
+    specializer::Template t;
     t.fn = md.m->fn_index("f");
     t.name = "f";
     t.args = {{DType::F32, {4}}};
     t.results = {{DType::F32, {4}}};
-    spec::CompileOptions off;
+    specializer::TemplateOptions off;
     off.optimize = false;
-    auto raw = spec::compile_template(*md.m, md.dims, t, off);
-    auto tg = spec::compile_template(*md.m, md.dims, t);
+    auto raw = specializer::compile_template(*md.m, md.dims, t, off);
+    auto tg = specializer::compile_template(*md.m, md.dims, t);
     CHECK(raw.params.size() == 1); // W is read (strict let) ...
     CHECK(tg.params.empty());      // ... but nothing needs it
     size_t matmuls = 0, tanhs = 0;
@@ -487,14 +487,14 @@ fn f(x: f32[4]) -> f32[4] { let unused = tanh(x @ W); tanh(x * 1.0) + tanh(x) }
 fn k(x: f32[], n: Int) -> f32[] { if n > 0 { k(x * 2.0, n - 1) } else { x } }
 )";
     Model md(src);
-    spec::Template t;
+    specializer::Template t;
     t.fn = md.m->fn_index("h");
     t.name = "h";
     t.args = {{DType::F32, {}}};
     t.results = {{DType::F32, {}}};
     std::string msg;
     try {
-      spec::compile_template(*md.m, md.dims, t);
+      specializer::compile_template(*md.m, md.dims, t);
     } catch (const Error& e) {
       msg = e.what();
     }
@@ -502,13 +502,13 @@ fn k(x: f32[], n: Int) -> f32[] { if n > 0 { k(x * 2.0, n - 1) } else { x } }
     CHECK(msg.find("to_bool") != std::string::npos);
 
     // Static Int arguments are concrete: recursion on them unrolls (inlined calls).
-    spec::Template u;
+    specializer::Template u;
     u.fn = md.m->fn_index("k");
     u.name = "k";
     u.statics = {3};
     u.args = {{DType::F32, {}}};
     u.results = {{DType::F32, {}}};
-    auto tg = spec::compile_template(*md.m, md.dims, u);
+    auto tg = specializer::compile_template(*md.m, md.dims, u);
     Tensor x = Tensor::scalar_f32(1.5f), s = Tensor::scalar_f32(1.0f);
     std::vector<NodeId> outs = {tg.fwd_outputs[0], tg.bwd_arg_grads[0]};
     auto v = graph::evaluate(
@@ -520,10 +520,10 @@ fn k(x: f32[], n: Int) -> f32[] { if n > 0 { k(x * 2.0, n - 1) } else { x } }
   TEST_CASE("compile_template dumps the graph after the passes it is asked to") {
     TreeLstm tl;
     std::ostringstream os;
-    spec::CompileOptions opt;
+    specializer::TemplateOptions opt;
     opt.dump_after = {"trace", "fuse"};
     opt.dump = &os;
-    spec::compile_template(*tl.md->m, tl.md->dims, tl.get("cell"), opt);
+    specializer::compile_template(*tl.md->m, tl.md->dims, tl.get("cell"), opt);
     std::string d = os.str();
     CHECK(d.find("// cell after trace") != std::string::npos);
     CHECK(d.find("// cell after fuse") != std::string::npos);

@@ -1,7 +1,7 @@
 // Tests of Shape, Tensor (construction, sharing, reshaping, checked access) and the storage
 // pool's block reuse.
-#include "tensor/tensor.h"
-#include "util/check.h"
+#include "src/tensor/tensor.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 

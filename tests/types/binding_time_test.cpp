@@ -1,5 +1,5 @@
 // Binding times recorded on expressions, and the warning for control flow on dynamic values.
-#include "types/check.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 

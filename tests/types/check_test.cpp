@@ -1,5 +1,5 @@
 // The checker: types and shapes, name resolution, incremental add and the call graph.
-#include "types/check.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Expected-error tests for the checker: each tests/errors/types/*.pe opens with one or more
 // `// expect: LINE:COL: text` lines (the file's own line numbers), and checking it must
 // report each of them at that location.
-#include "types/check.h"
+#include "src/types/check.h"
 
 #include <doctest/doctest.h>
 
