@@ -229,8 +229,8 @@ llvm::Function* emit_packed_gemm(const GemmSpec& spec, llvm::Module& m, const st
     // A narrow C (the classifier's 5 columns) would fill a fraction of each vector: the one
     // packed panel is B with kPackedCols floats between rows, which the plain NN lowering
     // runs as dot products along k on B^T copied per call (GemmSpec::packs_b_transposed).
-    // Faster than libxsmm there (bench/RESULTS.md); it sums k in another order than the
-    // avx512 kernels, so its bits differ from theirs by rounding.
+    // Faster than libxsmm there (bench/RESULTS.md); src/kernels/gemm.cpp runs a narrow B as
+    // the same dot products, so the reference kernels give the same bits.
     GemmSpec plain{.layout = GemmLayout::NN,
                    .n = spec.n,
                    .k = spec.k,

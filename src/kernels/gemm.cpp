@@ -76,7 +76,7 @@ libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, int64_t lda, in
 
 // Per-thread scratch, grown on demand and kept (no allocation in steady state).
 float* scratch(int slot, size_t n) {
-  thread_local std::vector<float> bufs[4];
+  thread_local std::vector<float> bufs[5];
   if (bufs[slot].size() < n)
     bufs[slot].resize(n);
   return bufs[slot].data();
@@ -128,6 +128,49 @@ void gemm_nt_dots(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
     }
   }
 }
+
+#ifdef __AVX512F__
+// A narrow B (2n <= 16 columns, as the classifier's 5): the JIT's generated GEMM runs it as
+// dot products along k (jit/gemm_codegen.cpp, GemmSpec::packs_b_transposed), and so does this
+// kernel, operation for operation, so that a plan gives the same bits on reference kernels
+// and on JIT kernels: B^T copied once; each C element a dot of 16 lanes of fma partial sums
+// over k in order, the k tail one more step with zeros in the lanes past k, the lanes reduced
+// by the same tree (lane l plus lane l + 8, then + 4, + 2, + 1), then added to C or stored.
+constexpr int64_t kNarrowMaxB = 16384; // jit::GemmSpec::kMaxPackedB
+
+bool narrow_nn(int64_t n, int64_t k) {
+  return 2 * n <= 16 && n * k <= kNarrowMaxB;
+}
+
+void gemm_narrow_dots(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                      int64_t ldb, bool beta0, float* c, int64_t ldc) {
+  float* bt = scratch(4, static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t p = 0; p < k; ++p)
+      bt[j * k + p] = b[p * ldb + j];
+  const int64_t k16 = k / 16 * 16;
+  const auto tail = static_cast<__mmask16>((1u << (k - k16)) - 1u);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* ar = a + i * lda;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* br = bt + j * k;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t p = 0; p < k16; p += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(ar + p), _mm512_loadu_ps(br + p), acc);
+      if (tail != 0)
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, ar + k16),
+                              _mm512_maskz_loadu_ps(tail, br + k16), acc);
+      alignas(64) float lane[16];
+      _mm512_store_ps(lane, acc);
+      for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; ++l)
+          lane[l] = lane[l] + lane[l + w];
+      float* cij = c + i * ldc + j;
+      *cij = beta0 ? lane[0] : *cij + lane[0];
+    }
+  }
+}
+#endif
 
 // Last resort, C (+)= A·B, no transposes.
 void gemm_nn_loops(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -313,6 +356,10 @@ void gemm_core(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
       b = bt;
       ldb = n;
     }
+    if (!ta && narrow_nn(n, k)) {
+      gemm_narrow_dots(m, n, k, a, lda, b, ldb, beta0, c, ldc);
+      return;
+    }
     if (ta)
       avx512::gemm<true>(m, n, k, a, lda, b, ldb, beta0, c, ldc);
     else
@@ -460,6 +507,10 @@ void sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
     return;
   }
 #ifdef __AVX512F__
+  if (narrow_nn(n, k)) { // one panel: B with kPackedWidth floats between rows
+    gemm_narrow_dots(m, n, k, a, lda, packed, kPackedWidth, beta == 0.0f, c, ldc);
+    return;
+  }
   avx512::gemm<false>(m, n, k, a, lda, packed, kPackedWidth, beta == 0.0f, c, ldc, true);
   return;
 #endif

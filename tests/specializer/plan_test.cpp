@@ -251,6 +251,43 @@ TEST_SUITE("specializer") {
     CHECK(d.find("launch bwd node_loss node_loss.bwd rows=") != std::string::npos);
   }
 
+  TEST_CASE("plans on reference kernels and on JIT kernels: the same bits") {
+    // What lets a seed fix an `auto` run whatever the compile timing: a batch gives the same
+    // bits on either tier. The reference kernels are built without FMA contraction, as the
+    // JIT's kernels are, and run the generated GEMMs' algorithms (src/kernels/gemm.cpp).
+    for (auto shape : {data::Shape::Sst, data::Shape::Deep}) {
+      CAPTURE(data::shape_name(shape));
+      data::Vocab vocab;
+      auto trees = data::gen_sst(25, 17, shape, vocab);
+      Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
+      interp::Value batch = tree_batch(*md.m, trees);
+      specializer::TemplateTable tt;
+      auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+      REQUIRE(pe.ok);
+      specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+      runtime::PlanExecutor ref(md.m, md.dims, exec_options(Exec::Graphs));
+      runtime::PlanExecutor jit(md.m, md.dims, exec_options(Exec::GraphsJit));
+      auto a = ref.value_and_grad(plan, pe.residual, tt, md.params);
+      auto b = jit.value_and_grad(plan, pe.residual, tt, md.params);
+      CHECK(jit.stats().jit_launches > 0);
+      CHECK(ref.stats().jit_launches == 0);
+#ifdef __AVX512F__
+      CHECK(a.loss == b.loss);
+      for (size_t p = 0; p < md.params.values.size(); ++p) {
+        CAPTURE(md.params.names[p]);
+        const Shape& s = md.params.values[p].shape();
+        Tensor ga = a.grads[p].to_dense(s), gb = b.grads[p].to_dense(s);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < ga.numel(); ++i)
+          differ += ga.f32()[i] == gb.f32()[i] ? 0 : 1;
+        CHECK(differ == 0);
+      }
+#else
+      CHECK(std::fabs(a.loss - b.loss) <= 1e-5 * std::fabs(b.loss)); // the GEMMs' orders differ
+#endif
+    }
+  }
+
   TEST_CASE("GEMM + epilogue panels: the same loss and gradients as the GEMM whole, then the run") {
     TreeLstmPlan tp(25, 31);
     Model& md = tp.md;
@@ -286,25 +323,27 @@ TEST_SUITE("specializer") {
     const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
     CHECK(ref_nodes[2] - ref_nodes[0] == (cells + 2) + (cells + 1) + cells);
     CHECK(ref_nodes[1] == ref_nodes[0]);
-    // Row results do not depend on how the rows are split into GEMM calls, so the bits agree
-    // with the C++ core where kernels::sgemm_packed runs src/kernels/gemm.cpp's AVX-512
-    // kernels; elsewhere up to rounding. The generated cores sum as those kernels do (bit for
-    // bit: tests/jit/gemm_panel_test.cpp) but for the classifier's narrow logits, dot products
-    // summed in another order: up to rounding.
+    // Row results do not depend on how the rows are split into GEMM calls, and where
+    // src/kernels/gemm.cpp runs its AVX-512 kernels the generated cores sum as they do (the
+    // classifier's narrow logits as the same dot products: tests/jit/gemm_panel_test.cpp), so
+    // the three configurations give the same bits there; elsewhere up to rounding.
     const double tol = 1e-6;
     for (int mode : {0, 1}) {
       CAPTURE(mode);
 #ifdef __AVX512F__
-      if (mode == 1)
-        CHECK(got[mode].loss == got[2].loss);
+      CHECK(got[mode].loss == got[2].loss);
 #endif
       CHECK(std::fabs(got[mode].loss - got[2].loss) <= tol * std::fabs(got[2].loss));
       for (size_t p = 0; p < md.params.values.size(); ++p) {
         CAPTURE(md.params.names[p]);
         const Shape& s = md.params.values[p].shape();
         Tensor a = got[mode].grads[p].to_dense(s), b = got[2].grads[p].to_dense(s);
-        for (int64_t i = 0; i < a.numel(); ++i)
+        for (int64_t i = 0; i < a.numel(); ++i) {
+#ifdef __AVX512F__
+          REQUIRE(a.f32()[i] == b.f32()[i]);
+#endif
           REQUIRE(std::fabs(a.f32()[i] - b.f32()[i]) <= tol * (1 + std::fabs(b.f32()[i])));
+        }
       }
     }
   }
