@@ -186,5 +186,6 @@ private:
     return op_.run(tape_, id, attr, args, n, s, batched, multi);
   }
 };
+static_assert(interp::EvaluatorBackend<BatchBackend>);
 
 } // namespace pejit::runtime::detail

@@ -159,6 +159,7 @@ private:
     return graph::evaluate(tg_.g, tg_.consts, std::span<const NodeId>(&id, 1))[0];
   }
 };
+static_assert(interp::EvaluatorBackend<TraceBackend>);
 
 TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const Template& t,
                     int max_depth) {

@@ -9,30 +9,13 @@
 // partial evaluator runs thousands of calls per batch (DESIGN.md §5). For the same reason
 // `let (a, b) = f(...)` never builds the tuple f returns (eval_into).
 //
-// A Backend provides:
-//   Value param(int index);
-//   Value op(ops::OpId, const ops::Attr&, const Value* args, size_t n, const Span&,
-//            Values* multi = nullptr);   // multi: every result of a multi-result op (split)
-//   std::optional<Value> call(const ir::FnDecl&, int fn_index, const Values& args, const Span&);
-//                                        // nullopt: evaluate the body inline
-//   optionally: bool call_flat(const ir::FnDecl&, int fn_index, const Values& args, const Span&,
-//                              Values& out); // as call, for a function returning a flat tuple of
-//                                        // tensors: its elements in `out`; false: inline it
-//   Value sum_list(const Value& list, const ir::Type& result_type, const Span&);
-//   Value to_int(const Value& tensor, const Span&);
-//   Value to_bool(const Value& tensor, const Span&);
-//   optionally, a memo of inlined calls (the partial evaluator's residual fragments):
-//     int32_t inline_begin(const ir::FnDecl&, int fn_index, const Values& args, int depth_left,
-//                          Values& out, bool flat);
-//       before a global function's body is evaluated inline: kInlineReplayed when the backend
-//       produced the call's result itself (in `out`: the elements of the tuple f returns if
-//       `flat`, else the value), else a token (-1: nothing to tell at the end). depth_left:
-//       the calls the depth bound still allows, this one included.
-//     void inline_end(int32_t token, const Value* results, size_t n, bool flat, int depth);
-//       after it, for a token >= 0: its result (as in `out`) and the deepest nesting of calls
-//       it reached, itself included. A call that throws never ends.
+// What a backend provides is the EvaluatorBackend concept (evaluator_backend.h): the evaluator
+// is constrained by it, so a backend that misses an operation fails to compile naming it. How a
+// call is evaluated (frames, the backend's calls, the memo of inlined calls, tuple returns
+// without the tuple) is in evaluator_calls.h.
 #pragma once
 
+#include "src/interp/evaluator_backend.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
 #include "src/ops/op.h"
@@ -68,30 +51,8 @@ using ir::Var;
 using ir::VarRef;
 using types::Builtin;
 
-/// Backend::sum_list as the eager backends compute it: zeros of `result_type` for an empty
-/// list, else the elements added left to right with the backend's own Add.
-template <class Backend>
-Value sum_left_to_right(Backend& be, const Value& xs, const ir::Type& result_type,
-                        const DimBindings& dims, const Span& s) {
-  if (xs.list_size() == 0)
-    return Value::tensor(Tensor::zeros(DType::F32, concrete_shape(result_type, dims)));
-  Value acc = xs.list_at(0);
-  for (size_t i = 1; i < xs.list_size(); ++i) {
-    Value two[2] = {acc, xs.list_at(i)};
-    acc = be.op(ops::OpId::Add, {}, two, 2, s);
-  }
-  return acc;
-}
-
-/// What Backend::inline_begin returns when it replayed the call.
-inline constexpr int32_t kInlineReplayed = -2;
-
-template <class Backend> class Evaluator {
-  static constexpr bool kInlineMemo =
-      requires(Backend & b, const FnDecl& f, const Values& a, Values& o) {
-    b.inline_begin(f, 0, a, 0, o, false);
-    b.inline_end(0, a.data(), a.size(), false, 0);
-  };
+template <EvaluatorBackend Backend> class Evaluator {
+  static constexpr bool kInlineMemo = InlineMemoBackend<Backend>;
 
 public:
   Evaluator(const Module& m, Backend& backend, int max_depth)
@@ -202,17 +163,7 @@ public:
     ~DepthGuard() { --e.depth_; }
   };
 
-  Value call_fn_impl(const FnDecl& f, const Values& args, const Span& at) {
-    DepthGuard g(*this, at.known() ? at : f.span);
-    size_t base = stack_.size();
-    stack_.resize(base + static_cast<size_t>(f.frame_size));
-    for (size_t i = 0; i < args.size(); ++i)
-      stack_[base + f.param_slots[i]] = args[i];
-    Frame fr{base, nullptr};
-    Value r = eval(f.body, fr);
-    stack_.resize(base);
-    return r;
-  }
+  Value call_fn_impl(const FnDecl& f, const Values& args, const Span& at);
 
   /// Pushes a frame for `f` with `args` moved into its parameter slots; returns its base.
   size_t enter_moving(const FnDecl& f, Values& args) {
@@ -224,16 +175,9 @@ public:
   }
 
   /// As call_fn_impl, moving the arguments into the frame (they are the caller's to lose).
-  Value call_fn_moving(const FnDecl& f, Values& args, const Span& at) {
-    DepthGuard g(*this, at.known() ? at : f.span);
-    size_t base = enter_moving(f, args);
-    Frame fr{base, nullptr};
-    Value r = eval(f.body, fr);
-    stack_.resize(base);
-    return r;
-  }
+  Value call_fn_moving(const FnDecl& f, Values& args, const Span& at);
 
-  // The argument-vector pool (see the header note).
+  // The argument-vector pool (see the note at the top).
   std::vector<Values> args_pool_;
   Values take_args(size_t n) {
     if (args_pool_.empty()) {
@@ -251,31 +195,7 @@ public:
     args_pool_.push_back(std::move(v));
   }
 
-  Value call_closure(const Closure& c, const Values& args, const Span& at) {
-    if (!c.lambda) {
-      const FnDecl& f = *m_.fns()[static_cast<size_t>(c.fn_index)];
-      if (auto v = backend_.call(f, c.fn_index, args, at))
-        return *v;
-      if constexpr (kInlineMemo) {
-        Values copy = take_args(args.size());
-        copy.insert(copy.end(), args.begin(), args.end());
-        Value r = call_global_inline(f, c.fn_index, copy, at);
-        give_args(std::move(copy));
-        return r;
-      }
-      return call_fn(f, args, at);
-    }
-    const Lambda& l = *c.lambda;
-    DepthGuard g(*this, at);
-    size_t base = stack_.size();
-    stack_.resize(base + static_cast<size_t>(l.frame_size));
-    for (size_t i = 0; i < args.size(); ++i)
-      stack_[base + l.param_slots[i]] = args[i];
-    Frame fr{base, &c.captures};
-    Value r = eval(l.body, fr);
-    stack_.resize(base);
-    return r;
-  }
+  Value call_closure(const Closure& c, const Values& args, const Span& at);
 
   Value lookup(const VarRef& r, const Frame& fr, const Span& s) {
     switch (r.kind) {
@@ -388,125 +308,23 @@ public:
   }
 
   // Returns false, having evaluated nothing, when the call is not of that form.
-  bool let_call_tuple(const Let& l, const Frame& fr) {
-    const Call& c = l.value->cast<Call>();
-    if (c.ref.kind != VarRef::Kind::Global)
-      return false;
-    const FnDecl& f = *m_.fns()[static_cast<size_t>(c.ref.index)];
-    const auto& ps = l.pattern.elems;
-    if (f.ret->kind != ir::TypeKind::Tuple || f.ret->elems.size() != ps.size())
-      return false;
-    Values args = eval_args_pooled(c, fr);
-    Values outs = take_args(ps.size());
-    bool asked = false, done = false;
-    if constexpr (requires { &Backend::call_flat; }) {
-      // A flat tuple of tensors bound to names: the backend's call_flat decides.
-      bool flat = true;
-      for (size_t i = 0; i < ps.size() && flat; ++i)
-        flat = f.ret->elems[i]->kind == ir::TypeKind::Tensor && ps[i].kind != Pattern::Kind::Tuple;
-      if (flat) {
-        asked = true;
-        done = backend_.call_flat(f, c.ref.index, args, c.span, outs);
-      }
-    }
-    if (!asked) {
-      if (auto v = backend_.call(f, c.ref.index, args, c.span)) {
-        bind(l.pattern, *v, fr);
-        give_args(std::move(outs));
-        give_args(std::move(args));
-        return true;
-      }
-    }
-    if (!done)
-      call_inline(f, c.ref.index, args, c.span, outs, true);
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (ps[i].kind == Pattern::Kind::Name)
-        stack_[fr.base + static_cast<size_t>(ps[i].slot)] = std::move(outs[i]);
-      else if (ps[i].kind == Pattern::Kind::Tuple)
-        bind(ps[i], outs[i], fr);
-    }
-    give_args(std::move(outs));
-    give_args(std::move(args));
-    return true;
-  }
+  bool let_call_tuple(const Let& l, const Frame& fr);
 
   // A call of the global function f that the backend did not take (Backend::call), its body
-  // evaluated here unless the backend's memo of inlined calls replays it (see the header).
+  // evaluated here unless the backend's memo of inlined calls replays it (InlineMemoBackend).
   // flat: f returns a tuple, whose elements are appended to `out`; else its value is.
   // `args` are the caller's to lose.
   void call_inline(const FnDecl& f, int fn_index, Values& args, const Span& at, Values& out,
-                   bool flat) {
-    if constexpr (kInlineMemo) {
-      int32_t token = backend_.inline_begin(f, fn_index, args, max_depth_ - depth_, out, flat);
-      if (token == kInlineReplayed)
-        return;
-      if (token >= 0) {
-        int saved = peak_, at_depth = depth_;
-        peak_ = depth_;
-        size_t first = out.size();
-        inline_body(f, args, at, out, flat);
-        backend_.inline_end(token, out.data() + first, out.size() - first, flat, peak_ - at_depth);
-        peak_ = std::max(saved, peak_);
-        return;
-      }
-    }
-    inline_body(f, args, at, out, flat);
-  }
-
-  void inline_body(const FnDecl& f, Values& args, const Span& at, Values& out, bool flat) {
-    if (flat)
-      call_fn_into(f, args, at, out);
-    else
-      out.push_back(call_fn_moving(f, args, at));
-  }
-
-  Value call_global_inline(const FnDecl& f, int fn_index, Values& args, const Span& at) {
-    Values out = take_args(1);
-    call_inline(f, fn_index, args, at, out, false);
-    Value r = std::move(out[0]);
-    give_args(std::move(out));
-    return r;
-  }
+                   bool flat);
+  void inline_body(const FnDecl& f, Values& args, const Span& at, Values& out, bool flat);
+  Value call_global_inline(const FnDecl& f, int fn_index, Values& args, const Span& at);
 
   /// As call_fn_moving for a function returning a tuple: its elements appended to `out`.
-  void call_fn_into(const FnDecl& f, Values& args, const Span& at, Values& out) {
-    DepthGuard g(*this, at.known() ? at : f.span);
-    size_t base = enter_moving(f, args);
-    Frame fr{base, nullptr};
-    eval_into(f.body, fr, out, f.ret->elems.size());
-    stack_.resize(base);
-  }
+  void call_fn_into(const FnDecl& f, Values& args, const Span& at, Values& out);
 
   // Evaluates e, whose value is an n-tuple, appending its elements to `out`: a tuple
   // expression in tail position (through let, if and match) is never built.
-  void eval_into(const Expr& e, const Frame& fr, Values& out, size_t n) {
-    switch (e->kind) {
-    case ExprKind::Tuple: {
-      const auto& t = e->cast<ir::Tuple>();
-      if (t.elems.size() != n)
-        break;
-      for (const auto& x : t.elems)
-        out.push_back(eval(x, fr));
-      return;
-    }
-    case ExprKind::Let: {
-      const auto& l = e->cast<Let>();
-      eval_let_value(l, fr);
-      return eval_into(l.body, fr, out, n);
-    }
-    case ExprKind::If: {
-      const auto& i = e->cast<If>();
-      return eval_into(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr, out, n);
-    }
-    case ExprKind::Match:
-      return eval_into(select_arm(e->cast<Match>(), fr), fr, out, n);
-    default:
-      break;
-    }
-    Value v = eval(e, fr);
-    for (const auto& x : v.items())
-      out.push_back(x);
-  }
+  void eval_into(const Expr& e, const Frame& fr, Values& out, size_t n);
 
   // Evaluates the scrutinee, binds the matching arm's fields and returns its body. A scrutinee
   // that is a local is read in its slot, not copied (a tree walk matches every node).
@@ -625,48 +443,7 @@ public:
     return call_closure(f.as_closure(), args, s);
   }
 
-  Value eval_call(const Call& c, const Frame& fr) {
-    switch (c.ref.kind) {
-    case VarRef::Kind::Global: {
-      const FnDecl& f = *m_.fns()[static_cast<size_t>(c.ref.index)];
-      Values args = eval_args_pooled(c, fr);
-      if (auto v = backend_.call(f, c.ref.index, args, c.span)) {
-        give_args(std::move(args));
-        return std::move(*v);
-      }
-      Value r = kInlineMemo ? call_global_inline(f, c.ref.index, args, c.span)
-                            : call_fn_moving(f, args, c.span);
-      give_args(std::move(args));
-      return r;
-    }
-    case VarRef::Kind::Ctor: {
-      if (c.ref.adt == types::kListAdt) {
-        if (c.ref.index == 0)
-          return Value::list({});
-        Value h = eval(c.args[0], fr);
-        Value t = eval(c.args[1], fr);
-        Values xs;
-        xs.reserve(t.list_size() + 1);
-        xs.push_back(std::move(h));
-        for (size_t i = 0; i < t.list_size(); ++i)
-          xs.push_back(t.list_at(i));
-        return Value::list(std::move(xs));
-      }
-      return Value::adt(c.ref.index, eval_args(c, fr));
-    }
-    case VarRef::Kind::Op:
-      return eval_op(c, fr);
-    case VarRef::Kind::Builtin:
-      return eval_builtin(c, static_cast<Builtin>(c.ref.index), fr);
-    default: {
-      Value f = eval(c.callee, fr);
-      Values args = eval_args_pooled(c, fr);
-      Value r = apply(f, args, c.span);
-      give_args(std::move(args));
-      return r;
-    }
-    }
-  }
+  Value eval_call(const Call& c, const Frame& fr);
 
   // Kept out of eval_call's frame so that deep recursion uses little native stack.
   __attribute__((noinline)) Value eval_op(const Call& c, const Frame& fr) {
@@ -738,3 +515,5 @@ public:
 };
 
 } // namespace pejit::interp
+
+#include "src/interp/evaluator_calls.h"

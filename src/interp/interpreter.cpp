@@ -62,6 +62,7 @@ private:
   const DimBindings& dims_;
   RecordedOp op_;
 };
+static_assert(EvaluatorBackend<EagerBackend>);
 
 } // namespace
 

@@ -1,7 +1,7 @@
-// Internal to the checker (check.cpp, check_call.cpp): the Checker class that types and
-// resolves one module's declarations and function bodies, and the frames it binds names in.
-// check.cpp checks declarations, bodies and expressions; check_call.cpp checks calls (of
-// functions, constructors, builtins and tensor ops) and the infix and prefix operators.
+// Internal to the checker (check.cpp, check_expr.cpp, check_call.cpp): the Checker class that
+// types and resolves one module's declarations and function bodies, and the frames it binds
+// names in. check.cpp checks declarations, bodies and scopes; check_expr.cpp expressions;
+// check_call.cpp calls (of functions, constructors, builtins and tensor ops) and operators.
 #pragma once
 
 #include "src/ir/module.h"
@@ -56,7 +56,7 @@ private:
   std::vector<Frame> frames_;
   std::set<std::string> uses_;
 
-  // check.cpp: types, scopes and expressions other than calls and operators.
+  // check.cpp: types and scopes.
   void note_type_uses(const ir::Type& t);
   void check_type_wf(const ir::Type& t, const Span& s);
   int bind(const std::string& name, ir::Type t);
@@ -66,6 +66,8 @@ private:
   ir::Type set(const ir::ExprNode& e, ir::Type t);
   ir::Type mismatch(const ir::ExprNode& e, const std::string& what, const ir::Type& want,
                     const ir::Type& got);
+
+  // check_expr.cpp: expressions other than calls and operators.
   // Checks `e`, with `expected` (may be null) as a hint; returns and records its type.
   ir::Type check(const ir::Expr& e, const ir::Type& expected = nullptr);
   ir::Type check_var(const ir::Var& v);

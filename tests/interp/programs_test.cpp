@@ -1,85 +1,22 @@
 // Whole programs on the generic path: recursion over a user ADT (expression trees), list
 // programs (patterns, map, fold, sum_list, append, length, closures, returned lambdas,
-// higher-order functions, if/else, tuples), values checked by hand and gradients by
-// check_grad; then the evaluator's errors (recursion depth, Int division by zero, bad
-// arguments, unknown entries, non-scalar losses) and its reuse across calls.
-#include "src/interp/interpreter.h"
-#include "src/types/check.h"
-#include "src/util/check.h"
+// higher-order functions, if/else, tuples) and Int/Bool arithmetic, values checked by hand and
+// gradients by check_grad. The evaluator's errors and its reuse are in evaluator_test.cpp.
+#include "tests/interp/programs_test_util.h"
 
 #include <doctest/doctest.h>
 
 #include <array>
 #include <cmath>
-#include <cstring>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
 using namespace pejit;
+using namespace pejit::interp::programs_test;
 using interp::Value;
 using interp::Values;
 
 namespace {
-
-Tensor F(const Shape& s, std::vector<float> v) {
-  return Tensor::from_f32(s, v);
-}
-Value V(Tensor t) {
-  return Value::tensor(std::move(t));
-}
-
-struct Prog {
-  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
-  std::unique_ptr<interp::Interpreter> in;
-  interp::Params params;
-
-  explicit Prog(const std::string& src, interp::InterpreterOptions opt = {}) {
-    Diagnostics d;
-    auto r = types::add_source(*m, src, "test.pe", d);
-    INFO(d.render());
-    REQUIRE(r.ok);
-    auto dims = interp::bind_dims(*m, {});
-    in = std::make_unique<interp::Interpreter>(m, dims, opt);
-    params = interp::init_params(*m, dims, 3);
-  }
-  Value run(const std::string& entry, const Values& args) { return in->run(entry, args, params); }
-  Tensor& param(const std::string& name) {
-    int i = params.index(name);
-    REQUIRE(i >= 0);
-    return params.values[static_cast<size_t>(i)];
-  }
-  void grad_ok(const std::string& entry, const Values& args) {
-    auto g = in->value_and_grad(entry, args, params);
-    for (size_t i = 0; i < g.grads.size(); ++i) {
-      INFO("parameter " << params.names[i]);
-      CHECK_FALSE(g.grads[i].empty());
-    }
-    auto rep = interp::check_grad(*in, entry, args, params);
-    INFO(rep.message);
-    CHECK(rep.ok);
-    double biggest = 0;
-    for (double x : rep.numeric)
-      biggest = std::max(biggest, std::fabs(x));
-    CHECK(biggest > 1e-2);
-  }
-};
-
-/// Message of the pejit::Error that `f` throws ("" and a failed check if none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL_CHECK("no pejit::Error thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 void check_vec(const Tensor& got, const std::vector<double>& want, double tol = 1e-5) {
   INFO("got " << got.str());
@@ -89,11 +26,6 @@ void check_vec(const Tensor& got, const std::vector<double>& want, double tol = 
     INFO("element " << i << ", want " << want[i]);
     CHECK(std::fabs(got.f32()[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
   }
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 // ---- expression trees ----------------------------------------------------------------------
@@ -335,44 +267,6 @@ Value vec_list(const std::vector<Vec2>& xs) {
   return Value::list(std::move(v));
 }
 
-// ---- a batch of trees, for argument checking ------------------------------------------------
-
-const char* kTreeSrc = R"(
-type Tree = Leaf(word: i32[], label: i32[])
-          | Node(left: Tree, right: Tree, label: i32[])
-
-dim V = 6
-param emb : f32[V, 4] = normal(0.0, 1.0)
-param Wo : f32[4, 3] = normal(0.0, 1.0)
-
-fn enc(t: Tree) -> (f32[4], f32[]) {
-  match t {
-    Leaf(w, y) => {
-      let h = tanh(take(emb, w));
-      (h, cross_entropy(h @ Wo, y))
-    }
-    Node(l, r, y) => {
-      let (hl, ll) = enc(l);
-      let (hr, lr) = enc(r);
-      let h = tanh(hl + hr);
-      (h, ll + lr + cross_entropy(h @ Wo, y))
-    }
-  }
-}
-
-entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) }
-entry embed(batch: List[Tree]) -> List[f32[4]] { map(fn t => enc(t).0, batch) }
-entry count(batch: List[Tree]) -> Int { length(batch) }
-fn helper(x: Int) -> Int { x }
-)";
-
-Value leaf(int w, int y) {
-  return Value::adt(0, {V(Tensor::scalar_i32(w)), V(Tensor::scalar_i32(y))});
-}
-Value node(Value l, Value r, int y) {
-  return Value::adt(1, {std::move(l), std::move(r), V(Tensor::scalar_i32(y))});
-}
-
 } // namespace
 
 TEST_SUITE("interp") {
@@ -484,142 +378,6 @@ TEST_SUITE("interp") {
     CHECK(n.items()[4].as_bool() == false);
     Value e = p.run("ints", {Value::integer(4), Value::integer(4)});
     CHECK(e.items()[3].as_bool() == true); // !(a != b)
-  }
-
-  const char* kDeepSrc = R"(
-param W : f32[2, 2] = normal(0.0, 0.5)
-fn down(n: Int) -> Int { if n == 0 { 0 } else { 1 + down(n - 1) } }
-fn iter(n: Int, x: f32[2]) -> f32[2] { if n == 0 { x } else { iter(n - 1, tanh(x @ W)) } }
-entry deep(n: Int) -> Int { down(n) }
-entry L(n: Int, c: f32[2]) -> f32[] { sum(iter(n, c) * c) }
-)";
-
-  TEST_CASE("recursion deeper than a set limit is a pejit::Error, the evaluator stays usable") {
-    interp::InterpreterOptions opt;
-    opt.max_depth = 50;
-    Prog p(kDeepSrc, opt);
-    CHECK(p.run("deep", {Value::integer(40)}).as_int() == 40);
-    std::string msg = error_of([&] { p.run("deep", {Value::integer(100000)}); });
-    CHECK(contains(msg, "recursion deeper than 50"));
-    CHECK(contains(msg, "test.pe:3:"));
-    Values args = {Value::integer(100000), V(F({2}, {0.5f, -0.5f}))};
-    msg = error_of([&] { p.in->value_and_grad("L", args, p.params); });
-    CHECK(contains(msg, "recursion deeper than 50"));
-    // Still usable after the errors (the tape of the failed call is not in the way).
-    args[0] = Value::integer(10);
-    auto g1 = p.in->value_and_grad("L", args, p.params);
-    Prog fresh(kDeepSrc, opt);
-    auto g2 = fresh.in->value_and_grad("L", args, fresh.params);
-    CHECK(g1.loss == g2.loss);
-    CHECK_FALSE(g1.grads[0].empty());
-    CHECK(p.run("deep", {Value::integer(5)}).as_int() == 5);
-    p.grad_ok("L", args);
-  }
-
-  TEST_CASE("recursion 100000 deep with the default limit is a pejit::Error, not a crash") {
-    // Deep recursion stops at the depth limit (or earlier, when the native stack runs
-    // low) with an error naming the call; it never overflows the stack.
-    Prog p(kDeepSrc);
-    CHECK(p.run("deep", {Value::integer(1000)}).as_int() == 1000); // within the limit
-    std::string msg = error_of([&] { p.run("deep", {Value::integer(100000)}); });
-    CHECK(contains(msg, "recursion deeper than"));
-    Values args = {Value::integer(100000), V(F({2}, {0.5f, -0.5f}))};
-    msg = error_of([&] { p.in->value_and_grad("L", args, p.params); });
-    CHECK(contains(msg, "recursion deeper than"));
-  }
-
-  TEST_CASE("Int division by zero is a pejit::Error naming the location") {
-    Prog p(R"(
-entry idiv(a: Int, b: Int) -> Int { a / b }
-entry imod(a: Int, b: Int) -> Int {
-  a % b
-}
-)");
-    CHECK(p.run("idiv", {Value::integer(7), Value::integer(2)}).as_int() == 3);
-    std::string msg = error_of([&] { p.run("idiv", {Value::integer(7), Value::integer(0)}); });
-    CHECK(contains(msg, "test.pe:2:"));
-    CHECK(contains(msg, "division by zero"));
-    msg = error_of([&] { p.run("imod", {Value::integer(7), Value::integer(0)}); });
-    CHECK(contains(msg, "test.pe:4:3"));
-    CHECK(contains(msg, "division by zero"));
-  }
-
-  TEST_CASE("a wrongly-shaped argument is a pejit::Error naming its path") {
-    Prog p(kTreeSrc);
-    Value good = Value::list({leaf(1, 2), node(leaf(0, 1), leaf(5, 0), 2)});
-    CHECK(std::isfinite(p.run("loss", {good}).as_tensor().item_f32()));
-
-    // batch[1].word is i32[2], not i32[].
-    Value bad_word = Value::list(
-        {leaf(1, 2), Value::adt(0, {V(Tensor::from_i32({2}, std::vector<int32_t>{1, 2})),
-                                    V(Tensor::scalar_i32(0))})});
-    std::string msg = error_of([&] { p.run("loss", {bad_word}); });
-    CHECK(contains(msg, "batch[1].word"));
-    CHECK(contains(msg, "i32[]"));
-    // The same through value_and_grad.
-    msg = error_of([&] { p.in->value_and_grad("loss", {bad_word}, p.params); });
-    CHECK(contains(msg, "batch[1].word"));
-
-    // Nested: batch[0].right.label is f32[], not i32[].
-    Value bad_label = Value::list({Value::adt(
-        1, {leaf(0, 0), Value::adt(0, {V(Tensor::scalar_i32(3)), V(Tensor::scalar_f32(1))}),
-            V(Tensor::scalar_i32(1))})});
-    msg = error_of([&] { p.run("loss", {bad_label}); });
-    CHECK(contains(msg, "batch[0].right.label"));
-
-    // Not a list at all; an ADT value with a tag out of range; an Int for a list.
-    CHECK(contains(error_of([&] { p.run("count", {Value::integer(3)}); }), "batch"));
-    CHECK(contains(error_of([&] { p.run("count", {Value::list({Value::adt(5, {})})}); }),
-                   "batch[0]"));
-    // A word id out of the vocabulary (V = 6) is caught when it is used.
-    CHECK_THROWS_AS(p.run("loss", {Value::list({leaf(6, 0)})}), Error);
-  }
-
-  TEST_CASE("unknown entries, wrong argument counts and non-scalar losses are pejit::Errors") {
-    Prog p(kTreeSrc);
-    Value batch = Value::list({leaf(1, 2)});
-    CHECK(contains(error_of([&] { p.run("nope", {batch}); }), "nope"));
-    CHECK(contains(error_of([&] { p.in->value_and_grad("nope", {batch}, p.params); }), "nope"));
-    // A function that is not an entry.
-    CHECK(contains(error_of([&] { p.run("helper", {Value::integer(1)}); }), "helper"));
-    CHECK(contains(error_of([&] { p.run("loss", {}); }), "argument"));
-    CHECK(contains(error_of([&] { p.run("loss", {batch, batch}); }), "argument"));
-    // value_and_grad needs an f32[] result.
-    CHECK(contains(error_of([&] { p.in->value_and_grad("embed", {batch}, p.params); }), "f32[]"));
-    CHECK(contains(error_of([&] { p.in->value_and_grad("count", {batch}, p.params); }), "f32[]"));
-  }
-
-  TEST_CASE("one Interpreter reused across calls gives the same results") {
-    Prog p(kTreeSrc);
-    Value batch = Value::list({node(node(leaf(1, 2), leaf(3, 0), 1), leaf(5, 2), 0), leaf(0, 1),
-                               node(leaf(2, 2), leaf(2, 2), 2)});
-    std::vector<interp::Interpreter::Gradients> gs;
-    std::vector<float> runs;
-    for (int i = 0; i < 3; ++i) {
-      gs.push_back(p.in->value_and_grad("loss", {batch}, p.params));
-      runs.push_back(p.run("loss", {batch}).as_tensor().item_f32());
-    }
-    for (int i = 1; i < 3; ++i) {
-      CHECK(gs[i].loss == gs[0].loss);
-      CHECK(runs[i] == runs[0]);
-      REQUIRE(gs[i].grads.size() == gs[0].grads.size());
-      for (size_t k = 0; k < gs[0].grads.size(); ++k) {
-        INFO("call " << i << ", parameter " << p.params.names[k]);
-        Shape s = p.params.values[k].shape();
-        CHECK(bitwise_equal(gs[i].grads[k].to_dense(s), gs[0].grads[k].to_dense(s)));
-      }
-    }
-    CHECK(runs[0] == doctest::Approx(gs[0].loss).epsilon(1e-6));
-    // emb's gradient is row-sparse; both parameters get one, and the whole is right.
-    CHECK_FALSE(gs[0].grads[0].sparse.empty());
-    CHECK_FALSE(gs[0].grads[1].empty());
-    auto rep = interp::check_grad(*p.in, "loss", {batch}, p.params);
-    INFO(rep.message);
-    CHECK(rep.ok);
-    // A different entry in between leaves no trace.
-    Value emb = p.run("embed", {batch});
-    CHECK(emb.list_size() == 3);
-    CHECK(p.in->value_and_grad("loss", {batch}, p.params).loss == gs[0].loss);
   }
 
 } // TEST_SUITE

@@ -1,0 +1,59 @@
+// IR emitters that every lowering in jit/ shares (declared in elementwise_codegen.h): the loop
+// metadata that keeps an explicit-vector loop as written, and e^x as src/kernels/fast_math.h's
+// fast_exp, operation for operation, so that JIT and reference kernels agree to a few ulps.
+#include "jit/elementwise_codegen.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Metadata.h>
+
+#include <cstdint>
+
+namespace pejit::jit {
+
+using llvm::Value;
+
+void keep_loop_as_written(llvm::BranchInst* latch) {
+  llvm::LLVMContext& ctx = latch->getContext();
+  auto hint = [&](const char* name, int32_t value) {
+    return llvm::MDNode::get(
+        ctx, {llvm::MDString::get(ctx, name), llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(
+                                                  llvm::Type::getInt32Ty(ctx), value))});
+  };
+  llvm::TempMDNode self = llvm::MDNode::getTemporary(ctx, {});
+  llvm::Metadata* ops[] = {
+      self.get(), llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")}),
+      hint("llvm.loop.vectorize.width", 1), hint("llvm.loop.interleave.count", 1)};
+  llvm::MDNode* id = llvm::MDNode::getDistinct(ctx, ops);
+  id->replaceOperandWith(0, id);
+  latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+}
+
+llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x) {
+  llvm::Type* ft = x->getType();
+  llvm::Type* it = b.getInt32Ty();
+  if (auto* vt = llvm::dyn_cast<llvm::VectorType>(ft))
+    it = llvm::VectorType::get(it, vt->getElementCount());
+  auto f = [&](float v) { return llvm::ConstantFP::get(ft, v); };
+  auto i = [&](int32_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v)); };
+  x = b.CreateSelect(b.CreateFCmpOLT(x, f(-104.0f)), f(-104.0f), x);
+  x = b.CreateSelect(b.CreateFCmpOGT(x, f(89.0f)), f(89.0f), x);
+  const float shifter = 12582912.0f;
+  Value* t = b.CreateFAdd(b.CreateFMul(x, f(1.44269504088896341f)), f(shifter));
+  Value* n = b.CreateSub(b.CreateBitCast(t, it), i(0x4B400000)); // bits(shifter)
+  Value* fn = b.CreateFSub(t, f(shifter));
+  Value* r = b.CreateFSub(x, b.CreateFMul(fn, f(0.693359375f)));
+  r = b.CreateFSub(r, b.CreateFMul(fn, f(-2.12194440e-4f)));
+  Value* p = f(1.9875691500e-4f);
+  for (float c :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    p = b.CreateFAdd(b.CreateFMul(p, r), f(c));
+  Value* y = b.CreateFAdd(b.CreateFAdd(b.CreateFMul(p, b.CreateFMul(r, r)), r), f(1.0f));
+  Value* n1 = b.CreateAShr(n, 1);
+  Value* n2 = b.CreateSub(n, n1);
+  auto scale = [&](Value* k) {
+    return b.CreateBitCast(b.CreateShl(b.CreateAdd(k, i(127)), 23), ft);
+  };
+  return b.CreateFMul(b.CreateFMul(y, scale(n1)), scale(n2));
+}
+
+} // namespace pejit::jit
