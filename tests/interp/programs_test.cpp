@@ -6,6 +6,7 @@
 #include "src/interp/interpreter.h"
 #include "src/types/check.h"
 #include "src/util/check.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -89,11 +90,6 @@ void check_vec(const Tensor& got, const std::vector<double>& want, double tol = 
     INFO("element " << i << ", want " << want[i]);
     CHECK(std::fabs(got.f32()[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
   }
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 // ---- expression trees ----------------------------------------------------------------------
@@ -606,7 +602,7 @@ entry imod(a: Int, b: Int) -> Int {
       for (size_t k = 0; k < gs[0].grads.size(); ++k) {
         INFO("call " << i << ", parameter " << p.params.names[k]);
         Shape s = p.params.values[k].shape();
-        CHECK(bitwise_equal(gs[i].grads[k].to_dense(s), gs[0].grads[k].to_dense(s)));
+        CHECK(test::same_bits(gs[i].grads[k].to_dense(s), gs[0].grads[k].to_dense(s)));
       }
     }
     CHECK(runs[0] == doctest::Approx(gs[0].loss).epsilon(1e-6));
