@@ -1,9 +1,10 @@
 // GraphRunner on its own, outside the plan executor: the templates of a tiny program, built by
 // the template pipeline and handed out by the runner cache as the executor gets them, run on
-// all rows at once. Forward results, the loss and the parameter gradients agree with the
-// interpreter row by row, the argument gradients with the template graph evaluated one row at
-// a time, on reference kernels and on JIT kernels; a runner is deterministic and copies give
-// its bits; a graph with a node it has no batched rule for is refused with the node and why.
+// all rows at once. Results, the loss and the parameter gradients agree with the interpreter
+// row by row, the argument gradients with the template graph evaluated one row at a time, on
+// reference and on JIT kernels (a loss: with the same bits on both); a runner is deterministic
+// and a copy gives its bits; a graph with a node it has no batched rule for is refused, with
+// the node and why.
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
 #include "runtime/graph_runner.h"
@@ -317,11 +318,13 @@ TEST_SUITE("runtime") {
         want_dv.f32()[e] += d.f32()[e];
     }
 
+    std::vector<Outcome> tiers;
     for (bool jit : {false, true}) {
       CAPTURE(jit);
       auto r = make_runner(p.m, p.dims, t, jit ? &shared_kernels() : nullptr);
       REQUIRE(r != nullptr);
       Outcome got = run_rows(*r, t, kRows, args, ones, p.params);
+      tiers.push_back(got);
       REQUIRE(got.results[0].shape() == Shape{kRows});
       double loss = 0;
       for (int64_t i = 0; i < kRows; ++i) {
@@ -340,6 +343,13 @@ TEST_SUITE("runtime") {
       else
         CHECK(got.stats.jit_reductions == 0);
     }
+    // The compiled cross-entropy computes the reference kernel's algorithm and h·V and dV are
+    // the same GEMMs on both tiers: the same loss and dV bits. (dh = dY·V^T is a narrow panel
+    // core's dot products with the JIT: up to rounding, checked above.)
+    CHECK(test::same_bits(tiers[1].results[0], tiers[0].results[0]));
+    const Shape& vs = p.params.values[static_cast<size_t>(v)].shape();
+    CHECK(test::same_bits(tiers[1].param_grads[static_cast<size_t>(v)].to_dense(vs),
+                          tiers[0].param_grads[static_cast<size_t>(v)].to_dense(vs)));
   }
 
   TEST_CASE("GraphRunner: runs are deterministic, a copy gives the same bits, rows are "
