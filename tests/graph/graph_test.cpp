@@ -9,6 +9,8 @@
 #include "src/interp/interpreter.h"
 #include "src/types/check.h"
 #include "src/util/check.h"
+#include "tests/support/compare.h"
+#include "tests/support/tensors.h"
 
 #include <doctest/doctest.h>
 
@@ -41,31 +43,6 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no pejit::Error)";
-}
-
-/// A fixed, non-uniform tensor (values in about [-0.6, 1.2]).
-Tensor weights(const Shape& s, int salt = 0) {
-  Tensor t = Tensor::zeros(DType::F32, s);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.f32()[i] = 0.3f + 0.9f * std::sin(1.7f * static_cast<float>(i) + 0.4f + 0.9f * salt);
-  return t;
-}
-
-float max_abs(const Tensor& t) {
-  float m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    m = std::max(m, std::fabs(t.f32()[i]));
-  return m;
-}
-
-/// DESIGN.md §4: max|a-b| <= 1e-4 max|ref| + 1e-6.
-void check_agree(const Tensor& got, const Tensor& ref, const std::string& what) {
-  INFO(what << ": " << got.str() << " vs " << ref.str());
-  REQUIRE(got.shape() == ref.shape());
-  float diff = 0;
-  for (int64_t i = 0; i < got.numel(); ++i)
-    diff = std::max(diff, std::fabs(got.f32()[i] - ref.f32()[i]));
-  CHECK(diff <= 1e-4f * max_abs(ref) + 1e-6f);
 }
 
 /// The loss's value at `inputs`.
@@ -207,9 +184,7 @@ TEST_SUITE("graph") {
       INFO(msg);
       CHECK(msg.find(part) != std::string::npos);
     };
-    has(error_of([&] {
-          g.op(OpId::Add, {A, v});
-        }),
+    has(error_of([&] { g.op(OpId::Add, {A, v}); }),
         "add: shapes [2, 3] and [4] do not broadcast (operands f32[2, 3], f32[4])");
     has(error_of([&] { g.op(OpId::MatMul, {B, A}); }), "matmul: inner dimensions differ");
     has(error_of([&] { g.op(OpId::Split, {B}, Attr{{3}}); }), "not divisible into 3 parts");
@@ -219,13 +194,9 @@ TEST_SUITE("graph") {
     has(error_of([&] { g.scatter(A, {0}, 4); }), "scatter: 1 indices for the 2 rows of f32[2, 3]");
     has(error_of([&] { g.scatter(A, {0, 4}, 4); }), "scatter: index 4 out of range for 4 rows");
     has(error_of([&] { g.sum_n(std::vector{A, B}); }), "sum_n: operands differ in type");
-    has(error_of([&] {
-          g.grad(GradOp::SigmoidBwd, {A, B});
-        }),
+    has(error_of([&] { g.grad(GradOp::SigmoidBwd, {A, B}); }),
         "sigmoid_bwd: operands 1 and 2 differ: f32[2, 3] vs f32[3, 4]");
-    has(error_of([&] {
-          g.grad(GradOp::MatMulGradA, {v, A, B});
-        }),
+    has(error_of([&] { g.grad(GradOp::MatMulGradA, {v, A, B}); }),
         "matmul_grad_a: gradient f32[4] does not match matmul's result f32[2, 4]");
     has(error_of([&] { g.grad(GradOp::TanhBwd, {A}); }), "tanh_bwd: takes 2 operands, got 1");
   }
@@ -295,7 +266,7 @@ TEST_SUITE("graph") {
     NodeId sc = g.scatter(ga, {1, 1, 0}, 3); // row0 = x2, row1 = x2 + x0, row2 = 0
     NodeId t = g.sum_n(std::vector{sc, sc, g.op(OpId::Mul, {sc, K})});
     NodeId loss = g.op(OpId::Sum, {g.op(OpId::Mul, {t, K})});
-    std::vector<Tensor> in = {weights({4, 2}, 1), weights({3, 2}, 2)};
+    std::vector<Tensor> in = {test::weights({4, 2}, 1), test::weights({3, 2}, 2)};
     const float* X = in[0].f32();
     const float* k = in[1].f32();
     auto v = evaluate(g, in, std::vector{sc, t});
@@ -330,9 +301,9 @@ TEST_SUITE("graph") {
     NodeId table = g.input(0, f32({5, 3})), idx = g.input(1, i32({4})), K = g.input(2, f32({4, 3}));
     NodeId loss = g.op(OpId::Sum, {g.op(OpId::Mul, {g.op(OpId::Take, {table, idx}), K})});
     auto grads = differentiate(g, loss, std::vector{table, K});
-    std::vector<Tensor> in = {weights({5, 3}, 1),
+    std::vector<Tensor> in = {test::weights({5, 3}, 1),
                               Tensor::from_i32({4}, std::vector<int32_t>{1, 3, 1, 0}),
-                              weights({4, 3}, 2)};
+                              test::weights({4, 3}, 2)};
     auto gv = evaluate(g, in, grads);
     const float* k = in[2].f32();
     std::vector<float> want(15, 0.0f);
@@ -360,7 +331,7 @@ TEST_SUITE("graph") {
     const Node& gx = g.node(d1[0]);
     CHECK(gx.kind == Kind::SumN);
     CHECK(gx.operands.size() == 3); // x * x contributes twice, tanh once
-    Tensor xv = weights({5}, 3);
+    Tensor xv = test::weights({5}, 3);
     auto gv = evaluate(g, std::vector{xv}, d1);
     for (int i = 0; i < 5; ++i) {
       float t = std::tanh(xv.f32()[i]);
@@ -376,8 +347,8 @@ TEST_SUITE("graph") {
     NodeId loss =
         g.op(OpId::Add, {g.op(OpId::Sum, {g.op(OpId::Mul, {p0, K})}), g.op(OpId::Sum, {p2})});
     auto d = differentiate(g, loss, std::vector{x, z});
-    std::vector<Tensor> in = {weights({6}), Tensor::from_f32({2}, std::vector<float>{3, -2}),
-                              weights({2})};
+    std::vector<Tensor> in = {test::weights({6}), Tensor::from_f32({2}, std::vector<float>{3, -2}),
+                              test::weights({2})};
     auto gv = evaluate(g, in, d);
     std::vector<float> want = {3, -2, 0, 0, 1, 1};
     for (int i = 0; i < 6; ++i)
@@ -390,7 +361,7 @@ TEST_SUITE("graph") {
     CHECK(error_of([&] { differentiate(g, second, std::vector{x}); }).find("second-order") !=
           std::string::npos);
     CHECK(error_of([&] {
-            evaluate(g, std::vector{weights({5})}, std::vector{p0});
+            evaluate(g, std::vector{test::weights({5})}, std::vector{p0});
           }).find("input #0 is f32[5], the graph expects f32[6]") != std::string::npos);
   }
 
@@ -422,8 +393,8 @@ TEST_SUITE("graph") {
     std::vector<Tensor> gv(v.begin() + 1, v.end());
     for (size_t i = 0; i < 8; ++i) {
       Tensor want = ref.grads[i].to_dense(params.values[i].shape());
-      CHECK(max_abs(want) > 1e-3); // every input matters
-      check_agree(gv[i], want, params.names[i]);
+      CHECK(test::max_abs(want) > 1e-3); // every input matters
+      test::check_close(gv[i], want, params.names[i]);
     }
     check_directional(g, loss, params.values, {0, 1, 2, 3, 4, 5, 6, 7}, gv);
     // AD only appends: the loss still needs exactly the forward nodes. Split's rule runs once

@@ -5,6 +5,7 @@
 // them and gives the same results when reused across calls.
 #include "src/interp/evaluator_backend.h"
 #include "tests/interp/programs_test_util.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -243,7 +244,7 @@ entry imod(a: Int, b: Int) -> Int {
       for (size_t k = 0; k < gs[0].grads.size(); ++k) {
         INFO("call " << i << ", parameter " << p.params.names[k]);
         Shape s = p.params.values[k].shape();
-        CHECK(bitwise_equal(gs[i].grads[k].to_dense(s), gs[0].grads[k].to_dense(s)));
+        CHECK(test::same_bits(gs[i].grads[k].to_dense(s), gs[0].grads[k].to_dense(s)));
       }
     }
     CHECK(runs[0] == doctest::Approx(gs[0].loss).epsilon(1e-6));

@@ -4,6 +4,7 @@
 // 17 and 33, one-row matrices), no-gradient ops and the row-sparse gradient of take. The
 // forward results are in ops_test.cpp.
 #include "tests/interp/ops_test_util.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -18,15 +19,6 @@ using interp::Value;
 using interp::Values;
 
 namespace {
-
-void check_close(const Tensor& a, const Tensor& b, double tol = 1e-5) {
-  INFO(a.str() << " vs " << b.str());
-  REQUIRE(a.shape() == b.shape());
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    INFO("element " << i);
-    CHECK(std::fabs(a.f32()[i] - b.f32()[i]) <= tol * std::max(1.0f, std::fabs(b.f32()[i])));
-  }
-}
 
 /// Moves every element of a parameter at least `gap` away from 0 (keeps relu off its kink),
 /// even indices positive and odd ones negative (so relu passes something through).
@@ -363,7 +355,7 @@ entry L_2d(c: f32[2, 3, 4], i: i32[2, 3]) -> f32[] { sum(take(E, i) * c) + sum(t
     auto gd = p.in->value_and_grad("L_onehot", {V(c), V(F({6, 5}, oh))}, p.params);
     REQUIRE(gd.grads[0].dense.defined());
     CHECK(gd.loss == doctest::Approx(g.loss).epsilon(1e-5));
-    check_close(sparse_dense, gd.grads[0].to_dense({5, 4}));
+    pejit::test::check_elementwise(sparse_dense, gd.grads[0].to_dense({5, 4}), 1e-5);
 
     // check_grad agrees, for every index shape.
     {

@@ -1,10 +1,12 @@
 // Helpers shared by the tensor-op tests (ops_test.cpp: forward results, ops_grad_test.cpp:
-// gradients): tensor and value literals, a fixed non-uniform constant, a checked program with
-// its interpreter and parameters, and an element-wise comparison with expected numbers.
+// gradients): value literals (tensor literals and the fixed constant: tests/support/tensors.h),
+// a checked program with its interpreter and parameters, and an element-wise comparison with
+// expected numbers.
 #pragma once
 
 #include "src/interp/interpreter.h"
 #include "src/types/check.h"
+#include "tests/support/tensors.h"
 
 #include <doctest/doctest.h>
 
@@ -16,22 +18,12 @@
 
 namespace pejit::interp::test {
 
-inline Tensor F(const Shape& s, std::vector<float> v) {
-  return Tensor::from_f32(s, v);
-}
-inline Tensor I(const Shape& s, std::vector<int32_t> v) {
-  return Tensor::from_i32(s, v);
-}
+using pejit::test::F;
+using pejit::test::I;
+using pejit::test::weights;
+
 inline Value V(Tensor t) {
   return Value::tensor(std::move(t));
-}
-
-/// A fixed, non-uniform constant of shape `s` (values in about [-0.6, 1.2], neighbors differ).
-inline Tensor weights(const Shape& s, int salt = 0) {
-  Tensor t = Tensor::zeros(DType::F32, s);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.f32()[i] = 0.3f + 0.9f * std::sin(1.7f * static_cast<float>(i) + 0.4f + 0.9f * salt);
-  return t;
 }
 
 /// A checked module, its interpreter and its parameters (normal-initialized from seed 1).

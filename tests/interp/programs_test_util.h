@@ -78,9 +78,4 @@ inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 } // namespace pejit::interp::programs_test

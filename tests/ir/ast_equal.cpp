@@ -1,8 +1,7 @@
 // Structural equality of source-IR trees for the parser and printer tests (spans and checker
 // annotations ignored; floats compared bit for bit; types compared by their printed form).
 #include "tests/ir/ast_equal.h"
-
-#include <cstring>
+#include "tests/support/compare.h"
 
 namespace pejit::testing {
 
@@ -37,10 +36,6 @@ std::string pattern_diff(const Pattern& a, const Pattern& b, const std::string& 
   return "";
 }
 
-bool same_bits(double a, double b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
 std::string diff(const Expr& a, const Expr& b, const std::string& where);
 
 std::string diffs(const std::vector<Expr>& a, const std::vector<Expr>& b,
@@ -64,8 +59,9 @@ std::string diff(const Expr& a, const Expr& b, const std::string& where) {
   case ExprKind::IntLit:
     return a->cast<IntLit>().value == b->cast<IntLit>().value ? "" : w + ": values differ";
   case ExprKind::FloatLit:
-    return same_bits(a->cast<FloatLit>().value, b->cast<FloatLit>().value) ? ""
-                                                                           : w + ": values differ";
+    return test::same_bits(a->cast<FloatLit>().value, b->cast<FloatLit>().value)
+               ? ""
+               : w + ": values differ";
   case ExprKind::BoolLit:
     return a->cast<BoolLit>().value == b->cast<BoolLit>().value ? "" : w + ": values differ";
   case ExprKind::Var:
@@ -193,7 +189,7 @@ std::string decl_diff(const Decl& a, const Decl& b) {
     if (x.init.kind != y.init.kind)
       return w + ": initializers differ";
     bool args = x.init.kind == Init::Kind::Normal || x.init.kind == Init::Kind::Uniform;
-    if (args && (!same_bits(x.init.a, y.init.a) || !same_bits(x.init.b, y.init.b)))
+    if (args && (!test::same_bits(x.init.a, y.init.a) || !test::same_bits(x.init.b, y.init.b)))
       return w + ": initializer arguments differ";
     return "";
   }

@@ -5,15 +5,15 @@
 // ones, bit-identical to kernels::sgemm_tn_stretches (both sum each element in one fma chain
 // over k in order).
 #include "jit/jit.h"
-#include "src/kernels/kernels.h"
 #include "pejit/error.h"
+#include "src/kernels/kernels.h"
 #include "tests/jit/random_data.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -61,10 +61,6 @@ void check_sum(const GemmSpec& r, const Rows& rows, const std::vector<float>& c0
   CHECK(padding_kept);
 }
 
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
 // The reference kernels' bits are the JIT's where both are the AVX-512 fma kernels.
 bool reference_is_avx512(const Jit& jit) {
 #ifdef __AVX512F__
@@ -110,7 +106,7 @@ void check_spec(Jit& jit, GemmSpec spec, std::mt19937& rng) {
     std::vector<float> c1 = c0;
     for (size_t s = 0; s < rows.st.size(); ++s)
       (s == 0 ? p : pa).fn(rows.st[s].a, rows.st[s].b, c1.data(), rows.st[s].k);
-    CHECK(same_bits(c, c1));
+    CHECK(pejit::test::same_bits(c, c1));
     if (dense && r.ldc == r.n && reference_is_avx512(jit)) {
       std::vector<float> ref = c0;
       std::vector<pejit::kernels::GemmStretch> parts;
@@ -118,7 +114,7 @@ void check_spec(Jit& jit, GemmSpec spec, std::mt19937& rng) {
         parts.push_back({s.a, s.b, s.k});
       pejit::kernels::sgemm_tn_stretches(r.m, r.n, parts.data(), parts.size(), acc ? 1.0f : 0.0f,
                                          ref.data(), r.n);
-      CHECK(same_bits(c, ref));
+      CHECK(pejit::test::same_bits(c, ref));
     }
   }
 }

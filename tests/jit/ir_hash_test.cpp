@@ -1,6 +1,6 @@
-// IR hashes (DESIGN.md §6): a compiled kernel records the hash of the optimized IR it linked,
-// equal to the hash of optimized_ir() for the same spec from another Jit, and the kernel cache
-// lists its entries' hashes.
+// IR hashes (docs/architecture.md): a compiled kernel records the hash of the optimized IR it
+// linked, equal to the hash of optimized_ir() for the same spec from another Jit, and the kernel
+// cache lists its entries' hashes.
 #include "jit/kernel_cache.h"
 
 #include <doctest/doctest.h>

@@ -5,14 +5,14 @@
 // precision; the kinds with e^x bit for bit with the reference algorithm without contraction
 // and within a few ulps of the reference kernels; labels out of range.
 #include "jit/kernel_cache.h"
+#include "pejit/error.h"
 #include "src/kernels/fast_math.h"
 #include "src/kernels/kernels.h"
-#include "pejit/error.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -35,10 +35,6 @@ Tensor random_labels(int64_t rows, int64_t c, std::mt19937& rng) {
   for (int64_t i = 0; i < rows; ++i)
     t.i32()[i] = d(rng);
   return t;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 // Bound of reduce_codegen.cpp's design note, with a factor of 2 of slack for the double
@@ -96,7 +92,7 @@ TEST_CASE("sum_rows: JIT equals kernels::sum_axis(x, 0) bit for bit") {
       const void* in[] = {x.raw()};
       void* out[] = {got.raw()};
       CHECK(k.fn(in, out, rows) == -1);
-      CHECK(same_bits(got, want));
+      CHECK(test::same_bits(got, want));
     }
     jit.remove(k.handle);
   }
@@ -177,8 +173,8 @@ TEST_CASE("cross_entropy: JIT equals the reference algorithm without contraction
     for (int64_t r = 0; r < rows; ++r)
       ce_emulated(x.f32() + r * c, y.i32()[r], gy.f32()[r], c, want_l.f32()[r],
                   want_d.f32() + r * c);
-    CHECK(same_bits(loss, want_l));
-    CHECK(same_bits(dx, want_d));
+    CHECK(test::same_bits(loss, want_l));
+    CHECK(test::same_bits(dx, want_d));
   }
 }
 
@@ -321,13 +317,13 @@ TEST_CASE("along rows: sum, mean, softmax, log_softmax and their backward equal 
         for (int64_t r = 0; r < rows; ++r)
           along_emulated(kind, x.f32() + r * c, g.f32() + r * c, c,
                          want.f32() + r * (per_row ? 1 : c));
-        CHECK(same_bits(got, want));
+        CHECK(test::same_bits(got, want));
         // The reference kernels: the same bits without e^x; else within a few ulps (their
         // exp is compiled with contracted multiply-adds).
         Tensor ref = along_reference(kind, x, g);
         REQUIRE(ref.numel() == got.numel());
         if (exact) {
-          CHECK(same_bits(got, ref));
+          CHECK(test::same_bits(got, ref));
           continue;
         }
         // Relative to the magnitude of what was added up: the backward kinds subtract terms

@@ -1,8 +1,8 @@
 // Elementwise kernels: unary ops, broadcasting binary ops (edge cases and error messages),
 // broadcast_to / sum_to_shape, the activation backward rules and the in-place accumulators.
 #include "src/kernels/kernels.h"
-#include "tests/kernels/tensor_literals.h"
 #include "src/util/check.h"
+#include "tests/support/tensors.h"
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
 // Layout kernels (concat, slice, transpose) and row gathers: take, take_backward, coalesce,
 // to_dense and add_rows_inplace against a dense scatter.
 #include "src/kernels/kernels.h"
-#include "tests/kernels/tensor_literals.h"
 #include "src/util/check.h"
+#include "tests/support/tensors.h"
 
 #include <doctest/doctest.h>
 

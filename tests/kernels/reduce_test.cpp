@@ -1,8 +1,8 @@
 // Reductions: sum/mean (all, per axis), softmax and log-softmax stability, cross-entropy and
 // its backward against hand values and finite differences, argmax ties.
 #include "src/kernels/kernels.h"
-#include "tests/kernels/tensor_literals.h"
 #include "src/util/check.h"
+#include "tests/support/tensors.h"
 
 #include <doctest/doctest.h>
 

@@ -78,8 +78,12 @@ TEST_SUITE("parse") {
 
   TEST_CASE("round trip: golden inputs, golden outputs and examples") {
     std::vector<fs::path> files = pe_files("tests/golden", false);
+    const size_t golden_inputs = files.size();
     for (const auto& f : pe_files("examples", true))
       files.push_back(f);
+    // Not vacuous: both folders were found (the treelstm, listops and rnn examples at least).
+    REQUIRE(golden_inputs >= 2);
+    REQUIRE(files.size() >= golden_inputs + 3);
     for (const auto& f : files) {
       CAPTURE(f.string());
       check_round_trip(f.filename().string(), read_text(f.string()));

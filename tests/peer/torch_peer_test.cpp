@@ -1,13 +1,15 @@
 // Differential test against the PyTorch peer (bench/torch): on the same batch of trees and the
 // same weights, pejit's generic path and PyTorch (naive and level-batched) give the same loss
-// and the same gradients (DESIGN.md §4 tolerances). Runs when /usr/bin/python3 has torch
-// (`scripts/setup.sh --bench` installs it); otherwise the case says so and checks nothing.
+// and the same gradients (tests/support/compare.h tolerances). Runs when /usr/bin/python3 has torch
+// (`scripts/setup.sh --bench` installs it); otherwise the case reports itself skipped.
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
-#include "src/interp/interpreter.h"
 #include "runtime/train/encode.h"
+#include "src/interp/interpreter.h"
 #include "src/types/check.h"
+#include "tests/support/compare.h"
+#include "tests/support/skip.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -43,7 +45,7 @@ std::string capture(const std::string& cmd) {
 TEST_SUITE("peer") {
   TEST_CASE("TreeLSTM loss and gradients agree with PyTorch on the same batch and weights") {
     if (!have_torch()) {
-      MESSAGE("skipped: /usr/bin/python3 has no torch (scripts/setup.sh --bench installs it)");
+      test::skip("/usr/bin/python3 has no torch (scripts/setup.sh --bench installs it)");
       return;
     }
     namespace fs = std::filesystem;
@@ -82,7 +84,7 @@ TEST_SUITE("peer") {
     for (const char* style : {"loss_naive", "loss_batched"}) {
       double ref = j[style].get<double>();
       CAPTURE(style);
-      CHECK(std::fabs(g.loss - ref) <= 1e-5 * std::fabs(ref));
+      CHECK(test::loss_close(g.loss, ref));
     }
 
     checkpoint::Checkpoint tg = checkpoint::load(grads);
@@ -91,14 +93,7 @@ TEST_SUITE("peer") {
       REQUIRE(k >= 0);
       Tensor mine = g.grads[p].to_dense(params.values[p].shape());
       const Tensor& ref = tg.params.values[static_cast<size_t>(k)];
-      REQUIRE(mine.shape() == ref.shape());
-      double max_ref = 0, max_diff = 0;
-      for (int64_t i = 0; i < ref.numel(); ++i) {
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref.f32()[i])));
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref.f32()[i] - mine.f32()[i])));
-      }
-      CAPTURE(params.names[p]);
-      CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
+      test::check_close(mine, ref, params.names[p]);
     }
     fs::remove_all(dir);
   }

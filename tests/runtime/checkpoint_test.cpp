@@ -4,6 +4,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 
 #include "src/util/check.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -70,22 +71,17 @@ Checkpoint sample() {
   return ck;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.defined() && b.defined() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 void check_equal(const Checkpoint& a, const Checkpoint& b) {
   REQUIRE(a.params.names == b.params.names);
   for (size_t i = 0; i < a.params.values.size(); ++i) {
     CAPTURE(a.params.names[i]);
-    CHECK(same_bits(a.params.values[i], b.params.values[i]));
+    CHECK(test::same_bits(a.params.values[i], b.params.values[i]));
   }
   CHECK(a.vocab == b.vocab);
   REQUIRE(a.optimizer_state.size() == b.optimizer_state.size());
   for (size_t i = 0; i < a.optimizer_state.size(); ++i) {
     CHECK(a.optimizer_state[i].first == b.optimizer_state[i].first);
-    CHECK(same_bits(a.optimizer_state[i].second, b.optimizer_state[i].second));
+    CHECK(test::same_bits(a.optimizer_state[i].second, b.optimizer_state[i].second));
   }
   CHECK(a.meta == b.meta);
 }

@@ -1,13 +1,14 @@
-// The dispatcher: auto and specialized training give the generic path's parameters (DESIGN.md
-// §4 tolerances, same batch order), failures and refusals fall back to generic with the
-// reason counted, the plan cache reuses, evicts and invalidates exactly what it should, and
-// the background pipeline publishes prefetched plans.
+// The dispatcher: auto and specialized training give the generic path's parameters (the
+// tolerances of tests/support/compare.h, same batch order), failures and refusals fall back to
+// generic with the reason counted, the plan cache reuses, evicts and invalidates exactly what it
+// should, and the background pipeline publishes prefetched plans.
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -67,19 +68,6 @@ interp::Params train(Setup& s, runtime::Mode mode, optim::Kind kind, int steps,
   return params;
 }
 
-void check_close(const interp::Params& a, const interp::Params& b) {
-  for (size_t p = 0; p < a.values.size(); ++p) {
-    CAPTURE(a.names[p]);
-    double max_ref = 0, max_diff = 0;
-    for (int64_t i = 0; i < a.values[p].numel(); ++i) {
-      max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.values[p].f32()[i])));
-      max_diff = std::max(
-          max_diff, static_cast<double>(std::fabs(a.values[p].f32()[i] - b.values[p].f32()[i])));
-    }
-    CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
-  }
-}
-
 } // namespace
 
 TEST_SUITE("engine") {
@@ -91,8 +79,8 @@ TEST_SUITE("engine") {
       auto g = train(s, runtime::Mode::Generic, kind, steps);
       auto a = train(s, runtime::Mode::Auto, kind, steps, &sa);
       auto p = train(s, runtime::Mode::Specialized, kind, steps, &ss);
-      check_close(a, g);
-      check_close(p, g);
+      test::check_close(a, g);
+      test::check_close(p, g);
       CHECK(sa.specialized_batches == steps);
       CHECK(sa.generic_batches == 0);
       CHECK(ss.specialized_batches == steps);
@@ -106,14 +94,14 @@ TEST_SUITE("engine") {
     runtime::EngineStats ss, sa, sn;
     auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 8);
     auto p = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 8, &ss);
-    check_close(p, g);
+    test::check_close(p, g);
     CHECK(ss.jit_batches == 8); // compiled before the first batch ran, waiting for it
     CHECK(ss.kernels_compiled > 0);
     CHECK(ss.jit_seconds <= ss.specialized_seconds);
     // Auto: the training thread never compiles; the pipeline compiles the templates of the
     // plans it makes, and batches after that run on JIT kernels.
     auto a = train(s, runtime::Mode::Auto, optim::Kind::Sgd, 8, &sa);
-    check_close(a, g);
+    test::check_close(a, g);
     CHECK(sa.specialized_batches == 8);
     CHECK(sa.kernels_compiled > 0);
     CHECK(sa.compile_failures.empty());
@@ -121,7 +109,7 @@ TEST_SUITE("engine") {
     runtime::EngineOptions off;
     off.jit = false;
     auto n = train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 8, &sn, off);
-    check_close(n, g);
+    test::check_close(n, g);
     CHECK(sn.jit_batches == 0);
     CHECK(sn.kernels_compiled == 0);
   }
@@ -164,7 +152,7 @@ TEST_SUITE("engine") {
       CAPTURE(runtime::mode_name(mode));
       runtime::EngineStats st;
       auto p = train(s, mode, optim::Kind::Sgd, 6, &st, eo);
-      check_close(p, g);
+      test::check_close(p, g);
       CHECK(st.jit_batches == 0);
       REQUIRE_FALSE(st.compile_failures.empty());
       const std::string& f = st.compile_failures[0];
@@ -208,7 +196,7 @@ TEST_SUITE("engine") {
       runtime::EngineStats st;
       auto a = train(s, runtime::Mode::Auto, optim::Kind::Sgd, 4, &st, eo);
       auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 4);
-      check_close(a, g);
+      test::check_close(a, g);
       CHECK(st.generic_batches == 4);
       CHECK(st.specialized_batches == 0);
       REQUIRE_FALSE(st.fallbacks.empty());
@@ -251,7 +239,7 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
       CAPTURE(runtime::mode_name(mode));
       runtime::EngineStats st;
       auto a = train(s, mode, optim::Kind::Sgd, 10, &st, eo);
-      check_close(a, g);
+      test::check_close(a, g);
       CHECK(st.plan_evictions > 0);
       CHECK(st.kernel_evictions > 0);
       CHECK(st.specialized_batches == 10);
@@ -349,14 +337,14 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     runtime::EngineStats merged, plain;
     auto g = train(s, runtime::Mode::Generic, optim::Kind::Adagrad, 4);
     auto p = train(s, runtime::Mode::Specialized, optim::Kind::Adagrad, 4, &merged);
-    check_close(p, g);
+    test::check_close(p, g);
     CHECK(merged.specialized_batches == 4);
     CHECK(merged.plan_misses == 2); // a's plan would give b the words of a's repeats
     CHECK(merged.plan_hits == 2);
     runtime::EngineOptions off;
     off.merge_equal = false;
     auto q = train(s, runtime::Mode::Specialized, optim::Kind::Adagrad, 4, &plain, off);
-    check_close(q, g);
+    test::check_close(q, g);
     CHECK(plain.plan_misses == 1); // one skeleton: one plan for both
     CHECK(plain.plan_hits == 3);
   }

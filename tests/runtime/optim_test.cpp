@@ -5,10 +5,11 @@
 
 #include "src/kernels/kernels.h"
 #include "src/util/check.h"
+#include "tests/support/compare.h"
+#include "tests/support/tensors.h"
 
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <random>
 
 using namespace pejit;
@@ -18,10 +19,6 @@ using interp::Params;
 using kernels::RowSparse;
 
 namespace {
-
-Tensor f32(const Shape& s, std::vector<float> v) {
-  return Tensor::from_f32(s, v);
-}
 
 RowSparse sparse(std::vector<int32_t> idx, const Shape& rows_shape, std::vector<float> rows,
                  int64_t num_rows) {
@@ -57,10 +54,6 @@ void check_values(const Tensor& t, std::vector<float> expect) {
     INFO("element " << i);
     CHECK(t.f32()[i] == doctest::Approx(expect[i]).epsilon(1e-6));
   }
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 OptimizerOptions opts(Kind k, float lr) {
@@ -106,9 +99,9 @@ TEST_SUITE("optim") {
   }
 
   TEST_CASE("dense steps: SGD, Adagrad, Adam") {
-    ParamGrad g1 = dense_grad(f32(Shape{2}, {0.5f, -1.0f}));
+    ParamGrad g1 = dense_grad(test::F(Shape{2}, {0.5f, -1.0f}));
     {
-      Params p = one_param("w", f32(Shape{2}, {1, 2}));
+      Params p = one_param("w", test::F(Shape{2}, {1, 2}));
       Optimizer o(opts(Kind::Sgd, 0.1f));
       o.step(p, {g1});
       check_values(p.values[0], {0.95f, 2.1f});
@@ -117,7 +110,7 @@ TEST_SUITE("optim") {
       CHECK(o.steps() == 2);
     }
     {
-      Params p = one_param("w", f32(Shape{2}, {1, 2}));
+      Params p = one_param("w", test::F(Shape{2}, {1, 2}));
       Optimizer o(opts(Kind::Adagrad, 0.1f));
       o.step(p, {g1}); // sum = g^2, so the first step is lr * sign(g)
       check_values(p.values[0], {0.9f, 2.1f});
@@ -131,11 +124,11 @@ TEST_SUITE("optim") {
       check_values(st[1].second, {0.0f, 2.0f});
     }
     {
-      Params p = one_param("w", f32(Shape{1}, {1}));
+      Params p = one_param("w", test::F(Shape{1}, {1}));
       Optimizer o(opts(Kind::Adam, 0.1f));
-      o.step(p, {dense_grad(f32(Shape{1}, {0.5f}))});
+      o.step(p, {dense_grad(test::F(Shape{1}, {0.5f}))});
       check_values(p.values[0], {0.9f});
-      o.step(p, {dense_grad(f32(Shape{1}, {-1.0f}))});
+      o.step(p, {dense_grad(test::F(Shape{1}, {-1.0f}))});
       check_values(p.values[0], {0.93661035f});
     }
   }
@@ -144,14 +137,14 @@ TEST_SUITE("optim") {
     OptimizerOptions o = opts(Kind::Adagrad, 0.1f);
     o.adagrad_init = 0.75f;
     o.adagrad_eps = 0.5f;
-    Params p = one_param("w", f32(Shape{1}, {1}));
+    Params p = one_param("w", test::F(Shape{1}, {1}));
     Optimizer opt(o);
-    opt.step(p, {dense_grad(f32(Shape{1}, {0.5f}))}); // sum = 1, p -= 0.1*0.5/1.5
+    opt.step(p, {dense_grad(test::F(Shape{1}, {0.5f}))}); // sum = 1, p -= 0.1*0.5/1.5
     check_values(p.values[0], {1.0f - 0.05f / 1.5f});
   }
 
   TEST_CASE("sparse steps with duplicate indices touch only their rows") {
-    Tensor init = f32(Shape{4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+    Tensor init = test::F(Shape{4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
     // indices [2, 0, 2]: row 0 gets [2, -2], row 2 gets [1, 1] + [3, 0] = [4, 1].
     ParamGrad g1 = sparse_grad({sparse({2, 0, 2}, Shape{3, 2}, {1, 1, 2, -2, 3, 0}, 4)});
     ParamGrad g2 = sparse_grad({sparse({3, 2}, Shape{2, 2}, {1, 0, -4, 1}, 4)});
@@ -173,9 +166,9 @@ TEST_SUITE("optim") {
   }
 
   TEST_CASE("mixed dense + sparse gradient on one parameter") {
-    ParamGrad g = dense_grad(f32(Shape{3, 1}, {1, 1, 1}));
+    ParamGrad g = dense_grad(test::F(Shape{3, 1}, {1, 1, 1}));
     g.sparse.push_back(sparse({1, 1}, Shape{2, 1}, {2, 3}, 3));
-    Params p = one_param("w", f32(Shape{3, 1}, {0, 0, 0}));
+    Params p = one_param("w", test::F(Shape{3, 1}, {0, 0, 0}));
     Optimizer o(opts(Kind::Sgd, 0.1f));
     o.step(p, {g}); // g = [1, 6, 1]
     check_values(p.values[0], {-0.1f, -0.6f, -0.1f});
@@ -186,16 +179,16 @@ TEST_SUITE("optim") {
   TEST_CASE("weight decay, dense and sparse") {
     OptimizerOptions oo = opts(Kind::Sgd, 0.5f);
     oo.weight_decay = 0.1f;
-    Params p = one_param("w", f32(Shape{2}, {1, 2}));
+    Params p = one_param("w", test::F(Shape{2}, {1, 2}));
     Optimizer o(oo);
-    ParamGrad g = dense_grad(f32(Shape{2}, {0, 1}));
+    ParamGrad g = dense_grad(test::F(Shape{2}, {0, 1}));
     o.step(p, {g}); // g' = [0.1, 1.2]
     check_values(p.values[0], {0.95f, 1.4f});
     o.step(p, {g}); // g' = [0.095, 1.14]
     check_values(p.values[0], {0.9025f, 0.83f});
 
     // Sparse: decay applies to the touched row only.
-    Params q = one_param("emb", f32(Shape{3, 1}, {1, 2, 3}));
+    Params q = one_param("emb", test::F(Shape{3, 1}, {1, 2, 3}));
     Optimizer os(oo);
     os.step(q, {sparse_grad({sparse({1}, Shape{1, 1}, {1}, 3)})}); // g' = 1 + 0.2
     check_values(q.values[0], {1, 1.4f, 3});
@@ -206,10 +199,11 @@ TEST_SUITE("optim") {
     oo.clip_norm = 1.0f;
     Params p;
     p.names = {"a", "b", "c"};
-    p.values = {f32(Shape{1}, {0}), f32(Shape{2, 1}, {0, 0}), f32(Shape{1}, {7})};
+    p.values = {test::F(Shape{1}, {0}), test::F(Shape{2, 1}, {0, 0}), test::F(Shape{1}, {7})};
     // a: 3; b: row 0 gets 2 + 2 = 4; c: no gradient. Norm 5 (not sqrt(17): duplicates summed).
-    std::vector<ParamGrad> g = {
-        dense_grad(f32(Shape{1}, {3})), sparse_grad({sparse({0, 0}, Shape{2, 1}, {2, 2}, 2)}), {}};
+    std::vector<ParamGrad> g = {dense_grad(test::F(Shape{1}, {3})),
+                                sparse_grad({sparse({0, 0}, Shape{2, 1}, {2, 2}, 2)}),
+                                {}};
     Optimizer o(oo);
     o.step(p, g);
     check_values(p.values[0], {-0.6f});
@@ -240,10 +234,10 @@ TEST_SUITE("optim") {
           g.dense = random_tensor(rng, Shape{6, 3}); // mixed
         os.step(ps, {g});
         od.step(pd, {dense_grad(g.to_dense(Shape{6, 3}))});
-        CHECK(same_bits(ps.values[0], pd.values[0]));
+        CHECK(test::same_bits(ps.values[0], pd.values[0]));
       }
       if (k == Kind::Adagrad)
-        CHECK(same_bits(os.state()[0].second, od.state()[0].second));
+        CHECK(test::same_bits(os.state()[0].second, od.state()[0].second));
       // Rows 2 and 3 had no gradient until the mixed step.
     }
   }
@@ -260,7 +254,7 @@ TEST_SUITE("optim") {
       ParamGrad g = sparse_grad({random_sparse(rng, {1, 2, 4, 2}, 5, 2)});
       os.step(ps, {g});
       od.step(pd, {dense_grad(g.to_dense(Shape{5, 2}))});
-      CHECK(same_bits(ps.values[0], pd.values[0])); // untouched rows: m = v = 0, no move
+      CHECK(test::same_bits(ps.values[0], pd.values[0])); // untouched rows: m = v = 0, no move
     }
     for (int r : {0, 3})
       CHECK(row(ps.values[0], r) == row(init, r));
@@ -278,8 +272,8 @@ TEST_SUITE("optim") {
   }
 
   TEST_CASE("an empty gradient leaves the parameter and its Adam state alone") {
-    ParamGrad g = dense_grad(f32(Shape{1}, {0.5f}));
-    Params a = one_param("w", f32(Shape{1}, {1})), b = a.clone();
+    ParamGrad g = dense_grad(test::F(Shape{1}, {0.5f}));
+    Params a = one_param("w", test::F(Shape{1}, {1})), b = a.clone();
     Optimizer oa(opts(Kind::Adam, 0.1f)), ob(opts(Kind::Adam, 0.1f));
     oa.step(a, {g});
     oa.step(a, {ParamGrad{}});
@@ -287,7 +281,7 @@ TEST_SUITE("optim") {
     oa.step(a, {g});
     ob.step(b, {g});
     ob.step(b, {g});
-    CHECK(same_bits(a.values[0], b.values[0]));
+    CHECK(test::same_bits(a.values[0], b.values[0]));
     auto st = oa.state();
     REQUIRE(st.size() == 4); // adam_m.w, adam_step.w, adam_v.w, steps
     CHECK(st[1].first == "adam_step.w");
@@ -317,7 +311,7 @@ TEST_SUITE("optim") {
       o1.step(p, g);
       o2.step(p2, g);
       for (size_t i = 0; i < 2; ++i)
-        CHECK(same_bits(p.values[i], p2.values[i]));
+        CHECK(test::same_bits(p.values[i], p2.values[i]));
     }
     Optimizer adam(opts(Kind::Adam, 0.1f));
     CHECK_THROWS_WITH_AS(adam.load_state({{"adagrad_sum.w", Tensor::zeros(DType::F32, Shape{1})}}),
@@ -325,22 +319,22 @@ TEST_SUITE("optim") {
     CHECK_THROWS_AS(adam.load_state({{"adam_m.w", Tensor::zeros(DType::F32, Shape{1})}}), Error);
     Optimizer ada(opts(Kind::Adagrad, 0.1f));
     ada.load_state({{"adagrad_sum.w", Tensor::zeros(DType::F32, Shape{5})}});
-    Params p = one_param("w", f32(Shape{2}, {1, 2}));
-    CHECK_THROWS_WITH_AS(ada.step(p, {dense_grad(f32(Shape{2}, {1, 1}))}), doctest::Contains("[5]"),
-                         Error);
+    Params p = one_param("w", test::F(Shape{2}, {1, 2}));
+    CHECK_THROWS_WITH_AS(ada.step(p, {dense_grad(test::F(Shape{2}, {1, 1}))}),
+                         doctest::Contains("[5]"), Error);
     check_values(p.values[0], {1, 2});
   }
 
   TEST_CASE("bad gradients throw before anything is modified") {
     Params p;
     p.names = {"a", "emb"};
-    p.values = {f32(Shape{1}, {1}), f32(Shape{2, 1}, {1, 2})};
+    p.values = {test::F(Shape{1}, {1}), test::F(Shape{2, 1}, {1, 2})};
     Optimizer o(opts(Kind::Sgd, 0.1f));
-    std::vector<ParamGrad> g = {dense_grad(f32(Shape{1}, {1})),
+    std::vector<ParamGrad> g = {dense_grad(test::F(Shape{1}, {1})),
                                 sparse_grad({sparse({2}, Shape{1, 1}, {1}, 2)})};
     CHECK_THROWS_WITH_AS(o.step(p, g), doctest::Contains("outside [0, 2)"), Error);
     check_values(p.values[0], {1});
-    g[1] = dense_grad(f32(Shape{3}, {1, 1, 1}));
+    g[1] = dense_grad(test::F(Shape{3}, {1, 1, 1}));
     CHECK_THROWS_WITH_AS(o.step(p, g), doctest::Contains("does not match"), Error);
     CHECK_THROWS_AS(o.step(p, {g[0]}), Error);
     check_values(p.values[0], {1});
@@ -348,7 +342,7 @@ TEST_SUITE("optim") {
   }
 
   TEST_CASE("shared storage is copied before writing, steady state allocates no tensors") {
-    Tensor v = f32(Shape{8, 4}, std::vector<float>(32, 1.0f));
+    Tensor v = test::F(Shape{8, 4}, std::vector<float>(32, 1.0f));
     Params p = one_param("emb", v);
     Optimizer o(opts(Kind::Adam, 0.1f));
     std::mt19937 rng(5);
@@ -371,6 +365,6 @@ TEST_SUITE("optim") {
     auto snap = o.state();
     Tensor m = snap[0].second.clone();
     o.step(p, {g});
-    CHECK(same_bits(snap[0].second, m));
+    CHECK(test::same_bits(snap[0].second, m));
   }
 }

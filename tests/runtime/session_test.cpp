@@ -2,6 +2,7 @@
 // trains and infers like a generic one (steps and run() both go through the engine), and
 // definitions added while it lives invalidate only the entries that depend on them.
 #include "pejit/pejit.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -72,12 +73,8 @@ TEST_SUITE("session") {
     }
     std::vector<float> ug = g.get_param("U"), up = p.get_param("U");
     REQUIRE(ug.size() == up.size());
-    float max_ref = 0, max_diff = 0;
-    for (size_t i = 0; i < ug.size(); ++i) {
-      max_ref = std::max(max_ref, std::fabs(ug[i]));
-      max_diff = std::max(max_diff, std::fabs(ug[i] - up[i]));
-    }
-    CHECK(max_diff <= 1e-4f * max_ref + 1e-6f);
+    pejit::test::Diff d = pejit::test::diff(up, ug);
+    CHECK_MESSAGE(d.close(), d.str());
 
     // run() goes through the engine too: planned in the specialized session.
     int64_t before = p.stats().specialized_batches;

@@ -4,13 +4,14 @@
 // a replay would be wrong or unbounded (closures, constants, overlapping arguments, fuel and
 // depth bounds) are evaluated, with the same outcome as without fragments.
 // Also: without PeOptions::keep_inputs, the same residual with no payload copies.
-#include "runtime/data/synthetic.h"
 #include "pejit/error.h"
-#include "tests/specializer/random_batches.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/train/encode.h"
 #include "specializer/fragments.h"
 #include "specializer/partial_eval.h"
-#include "runtime/train/encode.h"
 #include "src/types/check.h"
+#include "tests/specializer/random_batches.h"
+#include "tests/support/batches.h"
 
 #include <doctest/doctest.h>
 
@@ -45,7 +46,7 @@ std::string canonical(const specializer::PeResult& pe, const specializer::Templa
   for (size_t i = 0; i < r.instances.size(); ++i) {
     const auto& in = r.instances[i];
     os << (in.tmpl == specializer::Instance::kSumN ? "sum " + r.sum_sigs[in.sum_sig].str()
-                                            : t.at(in.tmpl).key());
+                                                   : t.at(in.tmpl).key());
     for (const auto& a : r.args(i))
       ref(a);
     os << "\n";
@@ -59,15 +60,6 @@ std::string canonical(const specializer::PeResult& pe, const specializer::Templa
   for (size_t i = 0; i < r.inputs.size(); ++i)
     os << (i % 16 ? " " : "\n") << r.inputs[i].shape().str();
   return os.str();
-}
-
-interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>& ts,
-                         const std::string& adt = "Tree") {
-  runtime::TreeEncoder enc(m, adt);
-  interp::Values xs;
-  for (const auto& t : ts)
-    xs.push_back(enc.encode(t));
-  return interp::Value::list(std::move(xs));
 }
 
 specializer::PeOptions no_fragments() {
@@ -100,14 +92,16 @@ size_t check_same(const Model& md, const std::string& entry,
 // Runs every batch with and without PeOptions::keep_inputs (one table each, so that both
 // replay alike): the same residual but for the payload copies, which only the first keeps.
 void check_inputs_dropped(const Model& md, const std::string& entry,
-                          const std::vector<interp::Value>& batches, specializer::PeOptions with = {}) {
+                          const std::vector<interp::Value>& batches,
+                          specializer::PeOptions with = {}) {
   specializer::TemplateTable kept_t, dropped_t;
   specializer::PeOptions drop = with;
   drop.keep_inputs = false;
   for (size_t b = 0; b < batches.size(); ++b) {
     CAPTURE(b);
     auto kept = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], kept_t, with);
-    auto dropped = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], dropped_t, drop);
+    auto dropped =
+        specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], dropped_t, drop);
     CHECK(dropped.residual.inputs.empty());
     CHECK(kept.residual.inputs.size() == static_cast<size_t>(kept.residual.num_inputs));
     CHECK(dropped.replayed == kept.replayed);
@@ -151,7 +145,7 @@ TEST_SUITE("specializer") {
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
     std::vector<interp::Value> batches;
     for (size_t b = 0; b + 10 <= trees.size(); b += 10)
-      batches.push_back(tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+      batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
     batches.push_back(batches[1]);
     for (std::string entry : {"loss", "infer"}) {
       CAPTURE(entry);
@@ -172,7 +166,7 @@ TEST_SUITE("specializer") {
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
     std::vector<interp::Value> batches;
     for (size_t b = 0; b + 10 <= trees.size(); b += 10)
-      batches.push_back(tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+      batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
     batches.push_back(batches[0]); // a batch seen before: whole trees replayed
     for (std::string entry : {"loss", "infer", "infer_nodes"}) {
       CAPTURE(entry);
@@ -302,8 +296,8 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     data::Vocab vocab;
     auto trees = data::gen_sst(30, 5, data::Shape::Sst, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    auto a = tree_batch(*md.m, {trees.begin(), trees.begin() + 10});
-    auto b = tree_batch(*md.m, {trees.begin() + 10, trees.begin() + 20});
+    auto a = test::tree_batch(*md.m, {trees.begin(), trees.begin() + 10});
+    auto b = test::tree_batch(*md.m, {trees.begin() + 10, trees.begin() + 20});
     // The reference: batch b twice through one table (recorded, then replayed whole), on a
     // thread that never ran partial evaluation before.
     auto b_twice = [&] {
@@ -326,13 +320,14 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
               "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n",
               false);
     specializer::TemplateTable tb;
-    auto refused = specializer::partially_evaluate(*bad.m, bad.dims, "loss",
-                                            tree_batch(*bad.m, {trees[0], trees[1]}, "T"), tb);
+    auto refused = specializer::partially_evaluate(
+        *bad.m, bad.dims, "loss", test::tree_batch(*bad.m, {trees[0], trees[1]}, "T"), tb);
     CHECK(!refused.ok);
-    interp::Values mixed = {tree_batch(*md.m, {trees[2]}).list_at(0), interp::Value::integer(3)};
-    CHECK_THROWS_AS(
-        specializer::partially_evaluate(*md.m, md.dims, "loss", interp::Value::list(std::move(mixed)), ta),
-        pejit::Error);
+    interp::Values mixed = {test::tree_batch(*md.m, {trees[2]}).list_at(0),
+                            interp::Value::integer(3)};
+    CHECK_THROWS_AS(specializer::partially_evaluate(*md.m, md.dims, "loss",
+                                                    interp::Value::list(std::move(mixed)), ta),
+                    pejit::Error);
     CHECK(b_twice() == want);
   }
 }

@@ -3,12 +3,13 @@
 // location, and fuel bounds the work.
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
-#include "src/interp/interpreter.h"
+#include "runtime/train/encode.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/residual_eval.h"
-#include "runtime/train/encode.h"
+#include "src/interp/interpreter.h"
 #include "src/types/check.h"
+#include "tests/support/batches.h"
 
 #include <doctest/doctest.h>
 
@@ -36,15 +37,6 @@ struct Model {
   }
 };
 
-interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>& ts,
-                         const std::string& adt = "Tree") {
-  runtime::TreeEncoder enc(m, adt);
-  interp::Values xs;
-  for (const auto& t : ts)
-    xs.push_back(enc.encode(t));
-  return interp::Value::list(std::move(xs));
-}
-
 std::map<std::string, int> count_by_template(const specializer::Residual& r,
                                              const specializer::TemplateTable& t) {
   std::map<std::string, int> c;
@@ -62,7 +54,7 @@ TEST_SUITE("specializer") {
     data::Vocab vocab;
     auto trees = data::gen_sst(25, 3, data::Shape::Sst, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    interp::Value batch = tree_batch(*md.m, trees);
+    interp::Value batch = test::tree_batch(*md.m, trees);
     specializer::TemplateTable tt;
     auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
@@ -137,7 +129,7 @@ TEST_SUITE("specializer") {
                                    "(4 (2 film) (2 the))\n",
                                    "t", vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size() + 3)}});
-    interp::Value batch = tree_batch(*md.m, trees);
+    interp::Value batch = test::tree_batch(*md.m, trees);
     specializer::TemplateTable tt;
     auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
@@ -170,8 +162,9 @@ TEST_SUITE("specializer") {
     auto distinct = data::parse_trees("(3 (2 a) (4 (2 b) (2 c)))\n(1 (2 d) (0 e))\n"
                                       "(4 (2 f) (2 g))\n",
                                       "u", vocab);
-    auto slots2 = specializer::equal_payload_slots(tree_batch(*md.m, distinct));
-    CHECK(specializer::skeleton_hash(tree_batch(*md.m, distinct)) == specializer::skeleton_hash(batch));
+    auto slots2 = specializer::equal_payload_slots(test::tree_batch(*md.m, distinct));
+    CHECK(specializer::skeleton_hash(test::tree_batch(*md.m, distinct)) ==
+          specializer::skeleton_hash(batch));
     CHECK(specializer::payload_pattern_hash(slots2) != specializer::payload_pattern_hash(slots));
   }
 
@@ -179,7 +172,7 @@ TEST_SUITE("specializer") {
     data::Vocab vocab;
     auto trees = data::gen_sst(6, 8, data::Shape::Deep, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    interp::Value batch = tree_batch(*md.m, trees);
+    interp::Value batch = test::tree_batch(*md.m, trees);
     interp::Interpreter in(md.m, md.dims);
     specializer::TemplateTable tt;
     for (const char* entry : {"infer", "infer_nodes"}) {
@@ -219,11 +212,16 @@ TEST_SUITE("specializer") {
     std::swap(d[0], d[1]);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
     specializer::TemplateTable tt;
-    auto pa = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, a), tt);
-    auto pb = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, b), tt);
-    auto pc = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, c), tt);
-    auto pd = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, d), tt);
-    auto pi = specializer::partially_evaluate(*md.m, md.dims, "infer", tree_batch(*md.m, a), tt);
+    auto pa =
+        specializer::partially_evaluate(*md.m, md.dims, "loss", test::tree_batch(*md.m, a), tt);
+    auto pb =
+        specializer::partially_evaluate(*md.m, md.dims, "loss", test::tree_batch(*md.m, b), tt);
+    auto pc =
+        specializer::partially_evaluate(*md.m, md.dims, "loss", test::tree_batch(*md.m, c), tt);
+    auto pd =
+        specializer::partially_evaluate(*md.m, md.dims, "loss", test::tree_batch(*md.m, d), tt);
+    auto pi =
+        specializer::partially_evaluate(*md.m, md.dims, "infer", test::tree_batch(*md.m, a), tt);
     CHECK(pa.residual.key == pb.residual.key);
     CHECK(pa.residual.key != pc.residual.key);
     CHECK(pa.residual.key != pd.residual.key); // order is structure
@@ -238,7 +236,8 @@ TEST_SUITE("specializer") {
     REQUIRE(types::add_source(*md.m, "fn logits(h: f32[150]) -> f32[5] { h @ W_out + b_out * 1.0 }",
                               "edit.pe", dg)
                 .ok);
-    auto pe2 = specializer::partially_evaluate(*md.m, md.dims, "loss", tree_batch(*md.m, a), tt);
+    auto pe2 =
+        specializer::partially_evaluate(*md.m, md.dims, "loss", test::tree_batch(*md.m, a), tt);
     CHECK(pe2.residual.key != pa.residual.key);
   }
 
@@ -307,7 +306,7 @@ entry loss(xs: List[f32[2]]) -> f32[] { let k = grow(60); sum_list(map(fn x => s
       auto trees = data::gen_listops(8, 4, vocab);
       Model md(PEJIT_SOURCE_DIR "/examples/listops/listops.pe", true,
                {{"V", static_cast<int64_t>(vocab.size())}});
-      interp::Value batch = tree_batch(*md.m, trees, "Example");
+      interp::Value batch = test::tree_batch(*md.m, trees, "Example");
       specializer::TemplateTable tt;
       auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
       REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);

@@ -1,20 +1,21 @@
-// Plans on reference kernels against the generic path (DESIGN.md §4: loss within a relative
+// Plans on reference kernels against the generic path (docs/architecture.md: loss within a relative
 // 1e-5, every gradient within 1e-4 * max|ref| + 1e-6), on the examples and on trees of every
 // shape; and the structure of the batching schedule.
-#include "runtime/data/synthetic.h"
-#include "src/interp/interpreter.h"
 #include "jit/kernel_cache.h"
 #include "pejit/error.h"
+#include "runtime/data/synthetic.h"
 #include "runtime/plan_executor.h"
+#include "runtime/train/encode.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "runtime/train/encode.h"
+#include "src/interp/interpreter.h"
 #include "src/types/check.h"
+#include "tests/support/batches.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -36,15 +37,6 @@ struct Model {
     params = interp::init_params(*m, dims, 9);
   }
 };
-
-interp::Value tree_batch(const ir::Module& m, const std::vector<data::ParseTree>& ts,
-                         const std::string& adt = "Tree") {
-  runtime::TreeEncoder enc(m, adt);
-  interp::Values xs;
-  for (const auto& t : ts)
-    xs.push_back(enc.encode(t));
-  return interp::Value::list(std::move(xs));
-}
 
 // The executor configurations every differential check runs: the batching interpreter, the
 // template graphs on reference kernels, and the template graphs with JIT-compiled elementwise
@@ -79,21 +71,15 @@ void check_same(Model& md, const interp::Value& batch, specializer::Plan* out_pl
     CAPTURE(exec_name(mode));
     runtime::PlanExecutor ex(md.m, md.dims, exec_options(mode));
     auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
-    CHECK(std::fabs(got.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+    CHECK(test::loss_close(got.loss, ref.loss));
     auto fwd = ex.run(plan, pe.residual, tt, md.params);
     REQUIRE(fwd.size() == 1);
-    CHECK(std::fabs(fwd[0].item_f32() - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+    CHECK(test::loss_close(fwd[0].item_f32(), ref.loss));
     for (size_t p = 0; p < md.params.values.size(); ++p) {
       CAPTURE(md.params.names[p]);
       const Shape& s = md.params.values[p].shape();
       CHECK(got.grads[p].empty() == ref.grads[p].empty());
-      Tensor a = got.grads[p].to_dense(s), b = ref.grads[p].to_dense(s);
-      double max_ref = 0, max_diff = 0;
-      for (int64_t i = 0; i < a.numel(); ++i) {
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.f32()[i])));
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[i] - b.f32()[i])));
-      }
-      CHECK(max_diff <= 1e-4 * max_ref + 1e-6);
+      test::check_close(got.grads[p].to_dense(s), ref.grads[p].to_dense(s), md.params.names[p]);
     }
     // The embedding's gradient stays row-sparse on the specialized path too.
     int e = md.params.index("emb");
@@ -172,7 +158,8 @@ struct TreeLstmPlan {
 
   TreeLstmPlan(size_t n, uint64_t seed)
       : trees(data::gen_sst(n, seed, data::Shape::Sst, vocab)),
-        md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}}), batch(tree_batch(*md.m, trees)),
+        md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}}),
+        batch(test::tree_batch(*md.m, trees)),
         pe(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt)) {
     REQUIRE(pe.ok);
     plan = specializer::make_plan(pe.residual, tt);
@@ -188,7 +175,7 @@ TEST_SUITE("specializer") {
       data::Vocab vocab;
       auto trees = data::gen_sst(25, 13, shape, vocab);
       Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-      check_same(md, tree_batch(*md.m, trees));
+      check_same(md, test::tree_batch(*md.m, trees));
     }
     // A batch of single-leaf trees.
     data::Vocab vocab;
@@ -200,7 +187,7 @@ TEST_SUITE("specializer") {
       leaves.push_back(t);
     }
     Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-    check_same(md, tree_batch(*md.m, leaves));
+    check_same(md, test::tree_batch(*md.m, leaves));
   }
 
   TEST_CASE("a label out of range is the reference kernel's error on every executor, JIT too") {
@@ -208,7 +195,7 @@ TEST_SUITE("specializer") {
     auto trees = data::gen_sst(6, 21, data::Shape::Sst, vocab);
     trees[3].nodes[1].label = 7; // C = 5
     Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-    interp::Value batch = tree_batch(*md.m, trees);
+    interp::Value batch = test::tree_batch(*md.m, trees);
     specializer::TemplateTable tt;
     auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
@@ -230,7 +217,7 @@ TEST_SUITE("specializer") {
     Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
     specializer::Plan plan;
     specializer::TemplateTable tt;
-    check_same(md, tree_batch(*md.m, trees), &plan, &tt);
+    check_same(md, test::tree_batch(*md.m, trees), &plan, &tt);
     std::map<std::string, int> groups;
     std::map<std::string, std::set<int>> levels;
     size_t depth = 0;
@@ -380,7 +367,7 @@ TEST_SUITE("specializer") {
       Tensor a = got[0].grads[p].to_dense(s), b = got[1].grads[p].to_dense(s);
       REQUIRE(a.numel() == b.numel());
       if (bits) {
-        CHECK(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
+        CHECK(test::same_bits(a, b));
         continue;
       }
       for (int64_t i = 0; i < a.numel(); ++i)
@@ -431,7 +418,7 @@ TEST_SUITE("specializer") {
       auto trees = data::gen_listops(12, 5, vocab);
       Model md(PEJIT_SOURCE_DIR "/examples/listops/listops.pe",
                {{"V", static_cast<int64_t>(vocab.size())}});
-      check_same(md, tree_batch(*md.m, trees, "Example"));
+      check_same(md, test::tree_batch(*md.m, trees, "Example"));
     }
     {
       Model md(PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe", {{"V", 40}});

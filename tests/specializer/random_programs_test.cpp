@@ -1,17 +1,18 @@
 // Random programs (random_programs.h) on random batches (random_batches.h): the generic path
 // (interpreter + tape AD) and the specialized path (partial evaluation, plan on reference kernels)
-// agree on the loss and on every parameter gradient (DESIGN.md §4: loss within a relative 1e-5,
-// every gradient within 1e-4 * max|ref| + 1e-6), and the residual program's reference evaluator
-// agrees with the generic forward. A failing seed prints its program and its batch.
-#include "src/interp/interpreter.h"
+// agree on the loss and on every parameter gradient (docs/architecture.md: loss within a relative
+// 1e-5, every gradient within 1e-4 * max|ref| + 1e-6), and the residual program's reference
+// evaluator agrees with the generic forward. A failing seed prints its program and its batch.
 #include "jit/kernel_cache.h"
 #include "runtime/plan_executor.h"
-#include "tests/specializer/random_batches.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "specializer/residual_eval.h"
+#include "src/interp/interpreter.h"
 #include "src/types/check.h"
+#include "tests/specializer/random_batches.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -29,10 +30,6 @@ struct Totals {
   int64_t groups_on_graphs = 0, graph_fallbacks = 0, jit_launches = 0;
   size_t merged = 0; ///< instances that value numbering merged
 };
-
-bool loss_close(double got, double ref) {
-  return std::fabs(got - ref) <= 1e-5 * std::fabs(ref);
-}
 
 // Checks one generated program on its batch; every mismatch is a failed CHECK with the seed,
 // the program and the batch in its context.
@@ -60,16 +57,17 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
   // The residual program's reference evaluator == the generic forward.
   auto res = specializer::evaluate_residual(pe.residual, tt, in, params);
   REQUIRE(res.size() == 1);
-  CHECK_MESSAGE(loss_close(res[0].item_f32(), ref.loss),
+  CHECK_MESSAGE(test::loss_close(res[0].item_f32(), ref.loss),
                 "residual " << res[0].item_f32() << " vs generic " << ref.loss);
 
   // Value numbering, as the engine plans (merge_instances.h): the merged residual's forward
   // too, and on even seeds the plans run on it (odd seeds: every instance, as --no-merge).
   specializer::Residual merged = pe.residual;
-  totals.merged += specializer::merge_equal_instances(merged, specializer::equal_payload_slots(p.batch));
+  totals.merged +=
+      specializer::merge_equal_instances(merged, specializer::equal_payload_slots(p.batch));
   auto mres = specializer::evaluate_residual(merged, tt, in, params);
   REQUIRE(mres.size() == 1);
-  CHECK_MESSAGE(loss_close(mres[0].item_f32(), ref.loss),
+  CHECK_MESSAGE(test::loss_close(mres[0].item_f32(), ref.loss),
                 "merged residual " << mres[0].item_f32() << " vs generic " << ref.loss);
   const specializer::Residual& planned = seed % 2 == 0 ? merged : pe.residual;
   specializer::Plan plan = specializer::make_plan(planned, tt);
@@ -85,27 +83,20 @@ void check_program(const testgen::RandomProgram& p, uint64_t seed, Totals& total
     eo.kernels = mode == 2 ? &kernels : nullptr;
     runtime::PlanExecutor ex(m, dims, eo);
     auto got = ex.value_and_grad(plan, planned, tt, params);
-    CHECK_MESSAGE(loss_close(got.loss, ref.loss),
+    CHECK_MESSAGE(test::loss_close(got.loss, ref.loss),
                   "plan " << got.loss << " vs generic " << ref.loss);
     auto fwd = ex.run(plan, planned, tt, params);
     REQUIRE(fwd.size() == 1);
-    CHECK_MESSAGE(loss_close(fwd[0].item_f32(), ref.loss),
+    CHECK_MESSAGE(test::loss_close(fwd[0].item_f32(), ref.loss),
                   "plan forward " << fwd[0].item_f32() << " vs generic " << ref.loss);
 
     REQUIRE(got.grads.size() == params.values.size());
     for (size_t i = 0; i < params.values.size(); ++i) {
       CAPTURE(params.names[i]);
       const Shape& s = params.values[i].shape();
-      Tensor a = got.grads[i].to_dense(s), b = ref.grads[i].to_dense(s);
-      double max_ref = 0, max_diff = 0;
-      for (int64_t k = 0; k < a.numel(); ++k) {
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.f32()[k])));
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[k] - b.f32()[k])));
-      }
-      any_grad = any_grad || max_ref > 0;
-      CHECK_MESSAGE(max_diff <= 1e-4 * max_ref + 1e-6, "gradient of " << params.names[i]
-                                                                      << ": max diff " << max_diff
-                                                                      << ", max |ref| " << max_ref);
+      test::Diff d = test::diff(got.grads[i].to_dense(s), ref.grads[i].to_dense(s));
+      any_grad = any_grad || d.max_ref > 0;
+      CHECK_MESSAGE(d.close(), "gradient of " << params.names[i] << ": " << d.str());
     }
     if (mode == 0) {
       totals.groups_batched += ex.stats().groups_batched;

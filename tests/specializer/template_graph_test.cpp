@@ -3,14 +3,15 @@
 // parameter under random seeds); fusion partitions the graph into few, deterministic kernels;
 // folding and dead-code elimination do what a test can see.
 #include "runtime/data/synthetic.h"
+#include "runtime/train/encode.h"
+#include "specializer/partial_eval.h"
+#include "specializer/template_graph.h"
 #include "src/graph/boost_adaptor.h"
 #include "src/graph/evaluate.h"
 #include "src/interp/interpreter.h"
-#include "specializer/partial_eval.h"
-#include "specializer/template_graph.h"
-#include "runtime/train/encode.h"
 #include "src/types/check.h"
 #include "src/util/check.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
@@ -60,8 +61,8 @@ struct TreeLstm {
     interp::Values xs;
     for (const auto& t : trees)
       xs.push_back(enc.encode(t));
-    auto pe =
-        specializer::partially_evaluate(*md->m, md->dims, "loss", interp::Value::list(std::move(xs)), tt);
+    auto pe = specializer::partially_evaluate(*md->m, md->dims, "loss",
+                                              interp::Value::list(std::move(xs)), tt);
     REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
   }
   const specializer::Template& get(const std::string& name) const {
@@ -86,29 +87,6 @@ Tensor random_tensor(const specializer::TensorSig& s, std::mt19937& rng) {
       t.i32()[i] = u(rng);
   }
   return t;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    m = std::max(m, std::fabs(double(t.f32()[i])));
-  return m;
-}
-
-// DESIGN.md §4: max|a - b| <= 1e-4 * max|ref| + 1e-6.
-void check_close(const Tensor& got, const Tensor& ref, const std::string& what) {
-  REQUIRE_MESSAGE(graph::type_of(got) == graph::type_of(ref),
-                  what << ": " << graph::type_of(got).str() << " vs " << graph::type_of(ref).str());
-  if (ref.dtype() == DType::I32) {
-    for (int64_t i = 0; i < ref.numel(); ++i)
-      CHECK(got.i32()[i] == ref.i32()[i]);
-    return;
-  }
-  double err = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i)
-    err = std::max(err, std::fabs(double(got.f32()[i]) - double(ref.f32()[i])));
-  double tol = 1e-4 * max_abs(ref) + 1e-6;
-  CHECK_MESSAGE(err <= tol, what << ": max error " << err << " > " << tol);
 }
 
 std::string dims_text(const std::vector<int64_t>& d) {
@@ -223,23 +201,23 @@ void check_against_generic(const std::string& src, const Model& md, const specia
   auto vals = graph::evaluate(tg.g, tg.bind_inputs(args, md.params, seeds), outs);
   size_t k = 0;
   for (size_t r = 0; r < tg.fwd_outputs.size(); ++r)
-    check_close(vals[k++], ref.results[r], t.name + " result " + std::to_string(r));
+    test::check_close(vals[k++], ref.results[r], t.name + " result " + std::to_string(r));
   for (size_t i = 0; i < tg.bwd_arg_grads.size(); ++i) {
     if (tg.bwd_arg_grads[i] == graph::kNoNode) {
       CHECK(args[i].dtype() == DType::I32);
       continue;
     }
-    check_close(vals[k++], ref.arg_grads[i], t.name + " d/arg " + std::to_string(i));
+    test::check_close(vals[k++], ref.arg_grads[i], t.name + " d/arg " + std::to_string(i));
   }
   std::vector<bool> covered(md.params.names.size(), false);
   for (size_t p = 0; p < tg.bwd_param_grads.size(); ++p) {
     auto pi = static_cast<size_t>(tg.param_index[p]);
     covered[pi] = true;
-    check_close(vals[k++], ref.param_grads[pi], t.name + " d/" + md.params.names[pi]);
+    test::check_close(vals[k++], ref.param_grads[pi], t.name + " d/" + md.params.names[pi]);
   }
   for (size_t pi = 0; pi < covered.size(); ++pi) // what the graph does not read has no gradient
     if (!covered[pi])
-      CHECK_MESSAGE(max_abs(ref.param_grads[pi]) == 0.0, md.params.names[pi]);
+      CHECK_MESSAGE(test::max_abs(ref.param_grads[pi]) == 0.0, md.params.names[pi]);
 }
 
 size_t count_ops(const graph::Graph& g, ops::OpId id) {
@@ -307,7 +285,8 @@ TEST_SUITE("specializer") {
         CAPTURE(optimize);
         specializer::TemplateOptions opt;
         opt.optimize = optimize;
-        specializer::TemplateGraph tg = specializer::compile_template(*tl.md->m, tl.md->dims, t, opt);
+        specializer::TemplateGraph tg =
+            specializer::compile_template(*tl.md->m, tl.md->dims, t, opt);
         specializer::verify_template_graph(tg);
         check_partition(tg);
         check_against_generic(src, *tl.md, t, tg, 7);

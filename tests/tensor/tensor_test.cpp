@@ -23,8 +23,9 @@ TEST_SUITE("tensor") {
     s.push_back(2);
     CHECK(s == Shape{3, 4, 2});
     CHECK(s != Shape{3, 4});
-    s[0] = 7;
-    CHECK(s[0] == 7);
+    s[0] = 7; // writes the dimension itself: the shape and its size follow
+    CHECK(s == Shape{7, 4, 2});
+    CHECK(s.numel() == 56);
     std::vector<int64_t> v{1, 2, 3};
     CHECK(Shape(std::span<const int64_t>(v)) == Shape{1, 2, 3});
     int64_t prod = 1;
