@@ -1,20 +1,20 @@
-// The dispatcher: runs each batch of an entry on the best path available. Three tiers
-// (DESIGN.md §1): a ready plan runs on the plan executor; a batch without a ready plan is
-// planned inline (planning costs far less than the generic path); the generic interpreter
-// runs only batches that cannot be planned (a refusal, remembered per entry, location and
-// definition versions, so it is not retried batch after batch). In `auto` mode a background
-// pipeline (TBB, its own low-priority arena) partially evaluates and plans the batches handed
-// to prefetch() ahead of time and publishes the plans in the plan cache.
+// The dispatcher: runs each batch of an entry on the best path available
+// (docs/architecture.md). A ready plan runs on the plan executor; a batch without a ready plan
+// is planned inline (planning costs far less than the generic path); the generic interpreter
+// runs only batches that cannot be planned (a refusal, remembered per entry and definition
+// versions, so it is not retried batch after batch). In `auto` mode a background pipeline
+// (TBB, its own low-priority arena) partially evaluates and plans the batches handed to
+// prefetch() ahead of time and publishes the plans in the plan cache.
 //
 // Modes: generic (never specialize), specialized (plan every batch, waiting if needed),
 // auto (the default of the CLI's main job: use a ready plan, plan inline otherwise, fall back
 // to generic on refusal).
 #pragma once
 
-#include "src/interp/interpreter.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
+#include "src/interp/interpreter.h"
 
 #include <cstdint>
 #include <map>
@@ -53,14 +53,8 @@ struct EngineOptions {
   size_t kernel_cache_entries = 256;
   /// A tuned schedule database (`--tuned FILE`, CompileOptions::schedules): kernels with an
   /// entry for this CPU compile with its schedule. Null: every kernel gets its default
-  /// schedule; no database is ever looked for elsewhere (DESIGN.md §6).
+  /// schedule; no database is ever looked for elsewhere (docs/architecture.md).
   std::shared_ptr<const jit::ScheduleDB> schedules;
-  /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
-  /// internal error, to check that such batches run generic with the reason counted; or
-  /// every kernel compile ("compile") fail with invalid IR, to check that plans keep running
-  /// on reference kernels with the failure recorded; or every plan run ("execute") throw, to
-  /// check that such batches run generic.
-  std::string inject_failure;
 };
 
 struct EngineStats {
@@ -89,7 +83,7 @@ struct EngineStats {
   std::vector<std::string> compile_failures;
 };
 
-/// A compiled kernel in the engine's kernel cache, with its provenance (DESIGN.md §6).
+/// A compiled kernel in the engine's kernel cache, with its provenance (docs/architecture.md).
 struct EngineKernel {
   /// The cache key: the spec's canonical text (with the schedule it got) and the target CPU.
   std::string signature;
@@ -104,9 +98,14 @@ struct EngineKernel {
   jit::ReduceSpec reduce_spec; ///< row reduction or loss: what was compiled
 };
 
+class FaultHooks;
+
 class Engine {
 public:
-  Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt);
+  /// `faults`: tests only (fault_hooks.h), to make partial evaluation, planning, kernel
+  /// compiles or plan runs fail; null in production.
+  Engine(std::shared_ptr<const ir::Module> m, interp::DimBindings dims, EngineOptions opt,
+         std::shared_ptr<const FaultHooks> faults = nullptr);
   ~Engine();
 
   /// Value and gradients of scalar entry `entry` on `batch`, on the path the mode picks.

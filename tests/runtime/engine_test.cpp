@@ -5,13 +5,17 @@
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
 #include "runtime/engine.h"
+#include "runtime/fault_hooks.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/plan_cache.h"
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
 #include "tests/support/compare.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 
 using namespace pejit;
@@ -43,9 +47,10 @@ struct Setup {
 
 // Trains `steps` steps over the batches (cycling) with `mode`; returns the parameters.
 interp::Params train(Setup& s, runtime::Mode mode, optim::Kind kind, int steps,
-                     runtime::EngineStats* stats = nullptr, runtime::EngineOptions eo = {}) {
+                     runtime::EngineStats* stats = nullptr, runtime::EngineOptions eo = {},
+                     std::shared_ptr<const runtime::FaultHooks> faults = nullptr) {
   eo.mode = mode;
-  runtime::Engine engine(s.m, s.dims, eo);
+  runtime::Engine engine(s.m, s.dims, eo, std::move(faults));
   interp::Params params = interp::init_params(*s.m, s.dims, 17);
   optim::OptimizerOptions oo;
   oo.kind = kind;
@@ -67,6 +72,47 @@ interp::Params train(Setup& s, runtime::Mode mode, optim::Kind kind, int steps,
     *stats = engine.stats();
   return params;
 }
+
+// Fails one of the engine's steps on every batch, as a bug there would.
+enum class Stage { PartialEval, Planning, Compile, Execute };
+
+class FailAt : public runtime::FaultHooks {
+public:
+  explicit FailAt(Stage s) : stage_(s) {}
+  void before_partial_eval(const std::string&) const override {
+    if (stage_ == Stage::PartialEval)
+      throw InternalError("injected failure in partial evaluation");
+  }
+  void before_planning(const std::string&) const override {
+    if (stage_ == Stage::Planning)
+      throw InternalError("injected failure in planning");
+  }
+  bool corrupt_kernel_ir() const override { return stage_ == Stage::Compile; }
+  void before_execute(const std::string&) const override {
+    if (stage_ == Stage::Execute)
+      throw InternalError("injected failure in plan execution");
+  }
+
+private:
+  Stage stage_;
+};
+
+// Counts the calls of each hook (from any thread: no doctest assertion in them) and fails
+// nothing.
+class CountCalls : public runtime::FaultHooks {
+public:
+  mutable std::atomic<int> pe{0}, planning{0}, execute{0}, other_entry{0};
+  void before_partial_eval(const std::string& entry) const override { count(pe, entry); }
+  void before_planning(const std::string& entry) const override { count(planning, entry); }
+  void before_execute(const std::string& entry) const override { count(execute, entry); }
+
+private:
+  void count(std::atomic<int>& n, const std::string& entry) const {
+    ++n;
+    if (entry != "loss")
+      ++other_entry;
+  }
+};
 
 } // namespace
 
@@ -145,13 +191,12 @@ TEST_SUITE("engine") {
 
   TEST_CASE("an LLVM failure sends the plan's batches to the generic path, counted, training on") {
     Setup s(3);
-    runtime::EngineOptions eo;
-    eo.inject_failure = "compile";
     auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 6);
     for (auto mode : {runtime::Mode::Specialized, runtime::Mode::Auto}) {
       CAPTURE(runtime::mode_name(mode));
       runtime::EngineStats st;
-      auto p = train(s, mode, optim::Kind::Sgd, 6, &st, eo);
+      auto p =
+          train(s, mode, optim::Kind::Sgd, 6, &st, {}, std::make_shared<FailAt>(Stage::Compile));
       test::check_close(p, g);
       CHECK(st.jit_batches == 0);
       REQUIRE_FALSE(st.compile_failures.empty());
@@ -189,19 +234,44 @@ TEST_SUITE("engine") {
 
   TEST_CASE("failures in PE, planning or plan execution leave training on the generic path") {
     Setup s(2);
-    for (const char* stage : {"pe", "plan", "execute"}) {
-      CAPTURE(stage);
-      runtime::EngineOptions eo;
-      eo.inject_failure = stage;
+    for (auto [stage, reason] :
+         {std::pair{Stage::PartialEval,
+                    "specialization failed: injected failure in partial evaluation"},
+          std::pair{Stage::Planning, "specialization failed: injected failure in planning"},
+          std::pair{Stage::Execute, "plan execution failed: injected failure in plan execution"}}) {
+      CAPTURE(reason);
       runtime::EngineStats st;
-      auto a = train(s, runtime::Mode::Auto, optim::Kind::Sgd, 4, &st, eo);
+      auto a = train(s, runtime::Mode::Auto, optim::Kind::Sgd, 4, &st, {},
+                     std::make_shared<FailAt>(stage));
       auto g = train(s, runtime::Mode::Generic, optim::Kind::Sgd, 4);
       test::check_close(a, g);
       CHECK(st.generic_batches == 4);
       CHECK(st.specialized_batches == 0);
       REQUIRE_FALSE(st.fallbacks.empty());
       CHECK(st.fallbacks.begin()->first.find("injected failure") != std::string::npos);
+      CHECK(st.fallbacks.size() == 1);
+      CHECK(st.fallbacks.begin()->first == reason);
+      CHECK(st.fallbacks.begin()->second == 4);
     }
+  }
+
+  TEST_CASE("the fault hooks are called where a batch is partially evaluated, planned and run") {
+    Setup s(3);
+    auto hooks = std::make_shared<CountCalls>();
+    runtime::EngineStats st;
+    train(s, runtime::Mode::Specialized, optim::Kind::Sgd, 6, &st, {}, hooks);
+    CHECK(st.specialized_batches == 6);
+    CHECK(st.plan_misses == 3);
+    CHECK(hooks->pe == 3); // once per plan made, never for a cached plan
+    CHECK(hooks->planning == 3);
+    CHECK(hooks->execute == 6);
+    CHECK(hooks->other_entry == 0);
+    // Auto: the pipeline plans the prefetched batches; every batch then runs its plan.
+    auto ahead = std::make_shared<CountCalls>();
+    train(s, runtime::Mode::Auto, optim::Kind::Sgd, 6, &st, {}, ahead);
+    CHECK(st.plans_prefetched + st.plan_misses == ahead->pe);
+    CHECK(ahead->pe >= 3);
+    CHECK(ahead->execute == 6);
   }
 
   TEST_CASE("an entry that cannot be specialized trains on the generic path, refusal remembered") {
@@ -385,5 +455,79 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(std::fabs(ga.loss - ra.loss) <= 1e-5 * std::fabs(ra.loss));
     CHECK(std::fabs(gb.loss - rb.loss) <= 1e-5 * std::fabs(rb.loss));
     CHECK(std::fabs(ga.loss - gb.loss) > 1e-3); // the payloads did change the result
+  }
+
+  // A plan of `entry` whose size counts `bytes` towards the cache's byte bound.
+  std::shared_ptr<const runtime::PlanEntry> plan_of(const std::string& entry, size_t bytes = 1) {
+    auto e = std::make_shared<runtime::PlanEntry>();
+    e->entry = entry;
+    e->bytes = bytes;
+    return e;
+  }
+
+  TEST_CASE("plan cache: new plans wait on probation, oldest out first, and leave ghosts") {
+    runtime::PlanCache cache({/*entries=*/8, /*bytes=*/1000, /*probation_entries=*/2});
+    for (uint64_t k = 1; k <= 4; ++k)
+      cache.publish(k, plan_of("a"), 1);
+    CHECK(cache.count("a") == 2);
+    CHECK(cache.evictions() == 2);
+    CHECK(cache.lookup(1, false) == nullptr); // the oldest went first
+    CHECK(cache.lookup(2, false) == nullptr);
+    CHECK(cache.lookup(3, false) != nullptr);
+    // Key 1 left probation unused: published again, it goes to the LRU list and stays while
+    // new plans churn through probation.
+    cache.publish(1, plan_of("a"), 1);
+    for (uint64_t k = 10; k < 20; ++k)
+      cache.publish(k, plan_of("a"), 1);
+    CHECK(cache.lookup(1, false) != nullptr);
+    CHECK(cache.count("a") == 3); // 1 on the LRU list, two on probation
+  }
+
+  TEST_CASE("plan cache: a second use promotes; the LRU list keeps the most recent") {
+    runtime::PlanCache cache({/*entries=*/2, /*bytes=*/1000, /*probation_entries=*/1});
+    for (uint64_t k = 1; k <= 3; ++k) {
+      cache.publish(k, plan_of("a"), 1);
+      CHECK(cache.lookup(k, true) != nullptr); // the second use: off probation
+    }
+    // Looking without using neither promotes nor refreshes.
+    cache.publish(4, plan_of("a"), 1);
+    CHECK(cache.lookup(4, false) != nullptr);
+    cache.publish(5, plan_of("a"), 1);
+    CHECK(cache.lookup(4, false) == nullptr); // stayed on probation, pushed out by 5
+    // Three promoted into room for two: 1, the least recently used, is gone.
+    CHECK(cache.lookup(1, false) == nullptr);
+    CHECK(cache.lookup(2, true) != nullptr);
+    CHECK(cache.lookup(3, true) != nullptr);
+    CHECK(cache.evictions() == 2);
+  }
+
+  TEST_CASE("plan cache: plans made ahead wait for their batch unless the byte bound is hit") {
+    runtime::PlanCache cache({/*entries=*/8, /*bytes=*/100, /*probation_entries=*/1});
+    for (uint64_t k = 1; k <= 4; ++k)
+      cache.publish(k, plan_of("a", 10), 0); // made ahead: no use yet
+    CHECK(cache.count("a") == 4);
+    CHECK(cache.evictions() == 0);
+    // Its batch ran: that plan may leave probation now, the others still wait.
+    CHECK(cache.lookup(1, true) != nullptr);
+    CHECK(cache.lookup(1, false) == nullptr);
+    CHECK(cache.count("a") == 3);
+    // Over the byte bound, even unused plans go, oldest first.
+    cache.publish(5, plan_of("a", 80), 0);
+    CHECK(cache.lookup(2, false) == nullptr);
+    CHECK(cache.lookup(5, false) != nullptr);
+    CHECK(cache.evictions() == 2);
+  }
+
+  TEST_CASE("plan cache: drop_entries drops exactly the plans of those entries") {
+    runtime::PlanCache cache({});
+    cache.publish(1, plan_of("a"), 1);
+    cache.publish(2, plan_of("b"), 1);
+    cache.publish(3, plan_of("a"), 0);
+    CHECK(cache.lookup(2, true) != nullptr); // b's plan on the LRU list
+    cache.drop_entries({"b"});
+    CHECK(cache.count("a") == 2);
+    CHECK(cache.count("b") == 0);
+    CHECK(cache.lookup(2, false) == nullptr);
+    CHECK(cache.evictions() == 0); // an invalidation is not an eviction
   }
 }

@@ -1,0 +1,90 @@
+// PlanCache: the engine's published plans by plan key, bounded 2Q style so that shuffled
+// training (skeletons that almost never repeat) cannot push out the plans that are reused.
+// PlanEntry: one published plan with what running it needs besides the batch's payloads.
+#pragma once
+
+#include "runtime/exec_layout.h"
+#include "specializer/plan.h"
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace pejit::runtime {
+
+/// A published plan: immutable once published (but for compile_requested), so the training
+/// thread runs it while the pipeline interns new templates.
+struct PlanEntry {
+  std::string entry;
+  specializer::Residual residual; ///< instances, constants, outputs; inputs cleared
+  specializer::Plan plan;
+  ExecLayout layout; ///< the executor's index maps and arena offsets
+  /// Set once a compile of this plan's templates has been asked for.
+  mutable std::atomic<bool> compile_requested{false};
+  /// A snapshot of the template table (shared by the plans made while it did not grow).
+  std::shared_ptr<const specializer::TemplateTable> templates;
+  size_t bytes = 0; ///< an estimate of its memory, for the cache's byte bound
+};
+
+struct PlanCacheLimits {
+  size_t entries = 2048;         ///< plans on the LRU list of reused plans
+  size_t bytes = 512u << 20;     ///< bytes of every cached plan, both lists
+  size_t probation_entries = 64; ///< plans on the probation list
+};
+
+/// The 2Q cache of plans over plan keys. A new plan waits on a short probation list (oldest
+/// out first, but a plan made ahead waits for its batch unless the byte bound is hit); its
+/// second use moves it to the LRU list of reused plans. A key that left probation unused is
+/// remembered (a ghost): if its plan is published again it goes straight to the LRU list, so
+/// passes that repeat less often than probation turns over (evaluation each epoch, fixed
+/// batches) are kept from their second pass on. Owns the lists, the slots, the ghosts and the
+/// eviction count, all under its one lock.
+class PlanCache {
+public:
+  explicit PlanCache(PlanCacheLimits limits) : limits_(limits) {}
+
+  /// The plan for `key`, or null. `use`: a batch is about to run it (counts towards
+  /// promotion); else the caller only asks whether it exists.
+  std::shared_ptr<const PlanEntry> lookup(uint64_t key, bool use);
+  /// Publishes `e` under `key` unless a plan is there already. `uses`: 1 for a plan made for
+  /// the batch that runs it now, 0 for one made ahead.
+  void publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses);
+  /// Drops the plans of these entries (their definitions changed).
+  void drop_entries(const std::vector<std::string>& entries);
+  /// The number of cached plans of `entry`.
+  size_t count(const std::string& entry) const;
+  /// Plans dropped by the bounds so far (not by drop_entries()).
+  int64_t evictions() const;
+
+private:
+  struct Slot {
+    std::shared_ptr<const PlanEntry> entry;
+    std::list<uint64_t>::iterator pos;
+    bool reused = false; ///< on the LRU list (else on probation)
+    int uses = 0;
+  };
+  using Slots = std::unordered_map<uint64_t, Slot>;
+  static constexpr size_t kGhosts = size_t{1} << 16;
+
+  void drop(Slots::iterator it); // mu_ held
+  void evict();                  // mu_ held
+
+  const PlanCacheLimits limits_;
+  mutable std::mutex mu_;
+  // Everything below is under mu_.
+  std::list<uint64_t> lru_, probation_; // most recent first
+  Slots slots_;
+  size_t bytes_ = 0;
+  std::unordered_set<uint64_t> ghosts_; // keys that left probation unused, oldest first in
+  std::deque<uint64_t> ghost_order_;    // ghost_order_, at most kGhosts
+  int64_t evictions_ = 0;
+};
+
+} // namespace pejit::runtime

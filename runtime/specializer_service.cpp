@@ -1,0 +1,123 @@
+// Partial evaluation, merging and planning of one batch, with the template table, refusals
+// and cone versions they share (specializer_service.h).
+#include "runtime/specializer_service.h"
+
+#include "runtime/chrome_trace.h"
+#include "runtime/fault_hooks.h"
+#include "specializer/merge_instances.h"
+#include "specializer/partial_eval.h"
+
+#include <chrono>
+
+namespace pejit::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+} // namespace
+
+uint64_t ConeVersions::of(const std::string& entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (generation_ != m_->generation()) {
+    versions_.clear();
+    generation_ = m_->generation();
+  }
+  auto it = versions_.find(entry);
+  if (it != versions_.end())
+    return it->second;
+  return versions_[entry] = m_->cone_version(entry);
+}
+
+void ConeVersions::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  versions_.clear();
+}
+
+SpecializerService::SpecializerService(std::shared_ptr<const ir::Module> m,
+                                       interp::DimBindings dims, bool merge_equal,
+                                       const FaultHooks* faults, ChromeTrace& trace)
+    : m_(m), dims_(std::move(dims)), merge_equal_(merge_equal), faults_(faults), trace_(trace),
+      cones_(std::move(m)) {}
+
+PlanKey SpecializerService::key(const std::string& entry, const interp::Value& batch) {
+  PlanKey k;
+  k.hash = specializer::skeleton_hash(batch);
+  if (merge_equal_) {
+    k.slots = specializer::equal_payload_slots(batch);
+    k.hash = mix(k.hash, specializer::payload_pattern_hash(k.slots));
+  }
+  for (char c : entry)
+    k.hash = mix(k.hash, static_cast<uint8_t>(c));
+  k.hash = mix(k.hash, cones_.of(entry));
+  for (const auto& [n, s] : dims_) {
+    for (char c : n)
+      k.hash = mix(k.hash, static_cast<uint8_t>(c));
+    k.hash = mix(k.hash, static_cast<uint64_t>(s));
+  }
+  return k;
+}
+
+std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& entry,
+                                                          const interp::Value& batch,
+                                                          const std::vector<int32_t>& slots,
+                                                          std::string& why, double& seconds) {
+  auto t0 = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t cone = cones_.of(entry);
+  auto r = refused_.find(entry);
+  if (r != refused_.end() && r->second.cone == cone) {
+    why = r->second.why;
+    return nullptr;
+  }
+  try {
+    if (faults_)
+      faults_->before_partial_eval(entry);
+    // The executor reads this batch's payloads from the batch itself (batch_payloads):
+    // partial evaluation only numbers them.
+    specializer::PeOptions pe_opt;
+    pe_opt.keep_inputs = false;
+    auto pe = specializer::partially_evaluate(*m_, dims_, entry, batch, templates_, pe_opt);
+    if (!pe.ok) {
+      why = "refused at " + pe.where.str() + ": " + pe.reason;
+      refused_[entry] = {cone, why};
+      return nullptr;
+    }
+    if (merge_equal_)
+      specializer::merge_equal_instances(pe.residual, slots);
+    auto e = std::make_shared<PlanEntry>();
+    e->entry = entry;
+    if (faults_)
+      faults_->before_planning(entry);
+    e->plan = specializer::make_plan(pe.residual, templates_);
+    e->residual = std::move(pe.residual);
+    e->residual.inputs.clear();
+    e->layout = make_layout(e->plan);
+    if (!snapshot_ || snapshot_->size() != templates_.size())
+      snapshot_ = std::make_shared<const specializer::TemplateTable>(templates_);
+    e->templates = snapshot_;
+    e->bytes = sizeof(PlanEntry) + e->residual.instances.size() * 64 + e->plan.groups.size() * 256 +
+               e->layout.bytes();
+    auto t1 = Clock::now();
+    seconds = std::chrono::duration<double>(t1 - t0).count();
+    trace_.add("plan " + entry, "specialize", t0, t1);
+    return e;
+  } catch (const std::exception& ex) {
+    why = std::string("specialization failed: ") + ex.what();
+    return nullptr;
+  }
+}
+
+void SpecializerService::forget(const std::vector<std::string>& entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : entries)
+    refused_.erase(e);
+  cones_.clear();
+}
+
+} // namespace pejit::runtime

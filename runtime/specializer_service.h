@@ -1,0 +1,90 @@
+// SpecializerService: turns one batch of an entry into a plan (partial evaluation, merging of
+// equal instances, planning) and owns what that needs across batches: the template table,
+// the refusals, and the cone versions the plan keys are made of.
+#pragma once
+
+#include "runtime/plan_cache.h"
+#include "src/interp/params.h"
+#include "src/interp/value.h"
+#include "src/ir/module.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pejit::runtime {
+
+class ChromeTrace;
+class FaultHooks;
+
+/// The cone version of each entry (ir::Module::cone_version), cached until the module's
+/// generation changes. Owns the cache under its one lock, which is never held during a
+/// partial evaluation: the training thread computes plan keys while the pipeline plans.
+class ConeVersions {
+public:
+  explicit ConeVersions(std::shared_ptr<const ir::Module> m) : m_(std::move(m)) {}
+  uint64_t of(const std::string& entry);
+  void clear();
+
+private:
+  std::shared_ptr<const ir::Module> m_;
+  std::mutex mu_;
+  std::map<std::string, uint64_t> versions_; // under mu_
+  uint64_t generation_ = ~0ull;              // under mu_: the module generation of versions_
+};
+
+/// A batch's plan key, and with merge_equal the pattern of its equal payloads
+/// (specializer::equal_payload_slots) that a merged plan depends on.
+struct PlanKey {
+  uint64_t hash = 0;
+  std::vector<int32_t> slots;
+};
+
+/// Partial evaluation and planning, one batch at a time, from the training thread (inline
+/// planning) and the pipeline's threads. Owns the template table (append-only; plans hold
+/// snapshots of it), the last snapshot, and the refusals (per entry, at the cone version
+/// they were made at, so a refused entry is not partially evaluated again batch after batch
+/// until its definitions change), all under its one lock; the cone versions are a
+/// ConeVersions of their own.
+class SpecializerService {
+public:
+  /// `faults` (null in production) and `trace` must outlive the service.
+  SpecializerService(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
+                     bool merge_equal, const FaultHooks* faults, ChromeTrace& trace);
+
+  /// The key of `batch`'s plan: its skeleton, the entry, its definitions' cone version and
+  /// the dims, and with merge_equal which of its payloads are equal.
+  PlanKey key(const std::string& entry, const interp::Value& batch);
+
+  /// Partially evaluates and plans `batch` (`slots`: its PlanKey's); null with `why` on a
+  /// refusal (remembered) or a failure (not remembered). `seconds`: the time it took.
+  std::shared_ptr<const PlanEntry> make(const std::string& entry, const interp::Value& batch,
+                                        const std::vector<int32_t>& slots, std::string& why,
+                                        double& seconds);
+
+  /// Forgets the refusals of these entries and every cached cone version (definitions
+  /// changed).
+  void forget(const std::vector<std::string>& entries);
+
+private:
+  struct Refusal {
+    uint64_t cone;
+    std::string why;
+  };
+  const std::shared_ptr<const ir::Module> m_;
+  const interp::DimBindings dims_;
+  const bool merge_equal_;
+  const FaultHooks* const faults_;
+  ChromeTrace& trace_;
+  ConeVersions cones_;
+
+  std::mutex mu_;                        // held for a whole partial evaluation: one at a time
+  specializer::TemplateTable templates_; // under mu_
+  std::shared_ptr<const specializer::TemplateTable> snapshot_; // under mu_: of templates_
+  std::map<std::string, Refusal> refused_;                     // under mu_
+};
+
+} // namespace pejit::runtime
