@@ -421,9 +421,11 @@ void take_params(interp::Params& params, const checkpoint::Checkpoint& ck,
 
 std::vector<std::string> Session::load(const std::string& path) {
   checkpoint::Checkpoint ck = checkpoint::load(path);
-  take_params(impl_->params, ck, path);
+  interp::Params next = impl_->params; // unchanged when the optimizer state does not fit
+  take_params(next, ck, path);
   if (!ck.optimizer_state.empty())
     impl_->optimizer->load_state(ck.optimizer_state);
+  impl_->params = std::move(next);
   return ck.vocab;
 }
 
