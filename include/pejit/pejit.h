@@ -221,7 +221,8 @@ public:
   void save(const std::string& path, const std::vector<std::string>& vocab = {},
             const std::map<std::string, std::string>& meta = {}) const;
   /// Loads parameters saved by save() or `pejit train --save`, and the optimizer state saved
-  /// with them; returns the vocabulary.
+  /// with them; returns the vocabulary. Throws pejit::Error, the session unchanged, for a
+  /// missing parameter, another shape, or another optimizer's state.
   std::vector<std::string> load(const std::string& path);
   /// Loads only the parameters of a checkpoint: the session's optimizer keeps its state (a
   /// checkpoint written with another optimizer is fine). Returns the vocabulary.
