@@ -4,7 +4,7 @@
 // What is timed, per batch of --batch trees (BENCH.md's "training loop"): Interpreter::
 // value_and_grad("loss") + Optimizer::step (Adagrad, lr 0.05). Encoding the batch's trees into
 // ADT values is timed separately ("encode_s") and NOT included in trees/s, as in
-// `pejit train` (runtime/train/trainer.cpp). Shuffled per epoch (xorshift, --seed).
+// `pejit train` (runtime/train/train.cpp). Shuffled per epoch (xorshift, --seed).
 // Inference (--infer): after the training epochs (--epochs 0: none), over the same trees in
 // file order, three entries timed separately:
 //  - `bench_infer_roots`, added here (kInferRoots below): forward (h, c) of every node,

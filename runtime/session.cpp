@@ -5,9 +5,10 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/engine.h"
-#include "src/interp/interpreter.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/schedule_api.h"
+#include "runtime/session_access.h"
+#include "src/interp/interpreter.h"
 #include "src/types/builtins.h"
 #include "src/types/check.h"
 #include "src/util/check.h"
@@ -184,21 +185,21 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
-Session Session::from_source(const std::string& text, const std::string& name,
-                             const SessionOptions& opt) {
+// The one place where SessionOptions become the engine's and the optimizer's options (the
+// CLI's train and eval come through here too).
+Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
+                                            const SessionOptions& opt) {
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
+  eo.trace_file = opt.trace_file;
   eo.merge_equal = opt.merge_equal;
+  eo.jit = opt.compile.jit;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Session::Impl>();
   impl->opt = opt;
-  impl->module = std::make_shared<ir::Module>();
-  Diagnostics d;
-  auto r = types::add_source(*impl->module, text, name, d);
-  if (!r.ok)
-    throw ProgramError("the program has errors:\n" + d.render());
+  impl->module = std::move(m);
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
@@ -209,6 +210,29 @@ Session Session::from_source(const std::string& text, const std::string& name,
   oo.clip_norm = opt.clip;
   impl->optimizer = std::make_unique<optim::Optimizer>(oo);
   return Session(std::move(impl));
+}
+
+const ir::Module& runtime::SessionAccess::module(const Session& s) {
+  return *s.impl_->module;
+}
+
+Value runtime::SessionAccess::wrap(interp::Value v) {
+  return pejit::wrap(std::move(v));
+}
+
+const interp::Value& runtime::SessionAccess::unwrap(const Value& v) {
+  return pejit::unwrap(v);
+}
+
+Session Session::from_source(const std::string& text, const std::string& name,
+                             const SessionOptions& opt) {
+  (void)runtime::parse_mode(opt.mode); // a bad mode fails before the program is read
+  auto module = std::make_shared<ir::Module>();
+  Diagnostics d;
+  auto r = types::add_source(*module, text, name, d);
+  if (!r.ok)
+    throw ProgramError("the program has errors:\n" + d.render());
+  return runtime::SessionAccess::from_module(std::move(module), opt);
 }
 
 Session Session::from_file(const std::string& path, const SessionOptions& opt) {
@@ -279,9 +303,22 @@ void Session::init_params(uint64_t seed) {
 
 void Session::prefetch(const std::string& entry, const std::vector<Value>& batches) {
   std::vector<interp::Value> vs;
+  vs.reserve(batches.size());
   for (const auto& b : batches)
     vs.push_back(unwrap(b));
   impl_->engine->prefetch(entry, std::move(vs));
+}
+
+void Session::drain() {
+  impl_->engine->drain();
+}
+
+std::string Session::explain(const std::string& entry) const {
+  return impl_->engine->explain(entry);
+}
+
+void Session::write_trace() const {
+  impl_->engine->write_trace();
 }
 
 std::string Session::entry_status(const std::string& entry) const {
@@ -352,30 +389,49 @@ void Session::set_param(const std::string& name, const std::vector<float>& data)
   t = Tensor::from_f32(t.shape(), data);
 }
 
-void Session::save(const std::string& path, const std::vector<std::string>& vocab) const {
+void Session::save(const std::string& path, const std::vector<std::string>& vocab,
+                   const std::map<std::string, std::string>& meta) const {
   checkpoint::Checkpoint ck;
   ck.params = impl_->params;
   ck.vocab = vocab;
   if (ck.vocab.empty())
     ck.vocab = {"<unk>"};
   ck.optimizer_state = impl_->optimizer->state();
+  ck.meta = meta;
   checkpoint::save(path, ck);
 }
 
+namespace {
+// Every parameter of `params` from the checkpoint, which must hold each with the same shape
+// (it may hold more).
+void take_params(interp::Params& params, const checkpoint::Checkpoint& ck,
+                 const std::string& path) {
+  for (size_t i = 0; i < params.names.size(); ++i) {
+    int j = ck.params.index(params.names[i]);
+    if (j < 0)
+      throw Error("checkpoint '" + path + "' has no parameter " + params.names[i]);
+    if (ck.params.values[j].shape() != params.values[i].shape())
+      throw Error("checkpoint '" + path + "': parameter " + params.names[i] + " has shape " +
+                  ck.params.values[j].shape().str() + ", the model wants " +
+                  params.values[i].shape().str());
+    params.values[i] = ck.params.values[j];
+  }
+}
+} // namespace
+
 std::vector<std::string> Session::load(const std::string& path) {
   checkpoint::Checkpoint ck = checkpoint::load(path);
-  for (size_t i = 0; i < impl_->params.names.size(); ++i) {
-    int j = ck.params.index(impl_->params.names[i]);
-    if (j < 0)
-      throw Error("'" + path + "' has no parameter " + impl_->params.names[i]);
-    if (ck.params.values[j].shape() != impl_->params.values[i].shape())
-      throw Error("'" + path + "': parameter " + impl_->params.names[i] + " has shape " +
-                  ck.params.values[j].shape().str() + ", the session has " +
-                  impl_->params.values[i].shape().str());
-    impl_->params.values[i] = ck.params.values[j];
-  }
+  interp::Params next = impl_->params; // unchanged when the optimizer state does not fit
+  take_params(next, ck, path);
   if (!ck.optimizer_state.empty())
     impl_->optimizer->load_state(ck.optimizer_state);
+  impl_->params = std::move(next);
+  return ck.vocab;
+}
+
+std::vector<std::string> Session::load_params(const std::string& path) {
+  checkpoint::Checkpoint ck = checkpoint::load(path);
+  take_params(impl_->params, ck, path);
   return ck.vocab;
 }
 
@@ -388,6 +444,18 @@ SessionStats Session::stats() const {
   out.specialized_seconds = s.specialized_seconds;
   out.plan_hits = s.plan_hits;
   out.plan_misses = s.plan_misses;
+  out.plans_prefetched = s.plans_prefetched;
+  out.plan_evictions = s.plan_evictions;
+  out.plan_seconds = s.plan_seconds;
+  out.background_plan_seconds = s.background_plan_seconds;
+  out.jit_batches = s.jit_batches;
+  out.jit_seconds = s.jit_seconds;
+  out.kernels_compiled = s.kernels_compiled;
+  out.compile_ms = s.compile_ms;
+  out.first_planned_s = s.first_planned_s;
+  out.first_jit_s = s.first_jit_s;
+  out.last_compile_s = s.last_compile_s;
+  out.fallbacks = s.fallbacks;
   return out;
 }
 

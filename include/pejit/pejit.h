@@ -17,6 +17,10 @@
 
 namespace pejit {
 
+namespace runtime {
+struct SessionAccess; // the library's own access to a session (runtime/session_access.h)
+}
+
 /// A value of the language: Int, Bool, tensor, tuple, list or ADT value. Immutable; copies
 /// share their contents.
 class Value {
@@ -85,6 +89,9 @@ struct CompileOptions {
   /// schedule, valid on every x86-64 host. Nothing is ever read implicitly (no environment
   /// variable, home directory or network).
   std::optional<ScheduleDB> schedules;
+  /// Planned batches run kernels compiled with LLVM; false: reference kernels only (no LLVM
+  /// is set up). Results are the same either way.
+  bool jit = true;
 };
 
 /// A compiled kernel and where its schedule came from.
@@ -109,6 +116,9 @@ struct SessionOptions {
   /// repeated word's leaf) run once; false: every instance runs. Results are the same.
   bool merge_equal = true;
   CompileOptions compile;
+  /// A Chrome trace (chrome://tracing, Perfetto) of the pipeline's stages and the batches'
+  /// runs, written by Session::write_trace(); empty: nothing is recorded.
+  std::string trace_file;
 };
 
 /// An optimizer and its own state (Adagrad accumulators, Adam moments), for
@@ -138,6 +148,25 @@ struct SessionStats {
   /// Batches that found their plan made (by an earlier batch of the same skeleton and, with
   /// merge_equal, the same repeated payloads), and plans made.
   int64_t plan_hits = 0, plan_misses = 0;
+  /// Plans made in the background for prefetched batches, and plans dropped by the plan
+  /// cache's bound.
+  int64_t plans_prefetched = 0, plan_evictions = 0;
+  /// Seconds spent making plans (partial evaluation and planning): inline, before a batch
+  /// could run, and in the background pipeline.
+  double plan_seconds = 0, background_plan_seconds = 0;
+  /// Planned batches that ran JIT-compiled kernels, and their time (part of
+  /// specialized_seconds).
+  int64_t jit_batches = 0;
+  double jit_seconds = 0;
+  /// Kernels compiled so far and the milliseconds it took.
+  int64_t kernels_compiled = 0;
+  double compile_ms = 0;
+  /// Seconds from the session's start to the end of its first planned batch and of its first
+  /// batch on JIT kernels, and an upper bound on the end of the last kernel compile (-1: not
+  /// yet).
+  double first_planned_s = -1, first_jit_s = -1, last_compile_s = -1;
+  /// Why batches ran generic: the number of batches per reason.
+  std::map<std::string, int64_t> fallbacks;
 };
 
 /// A model instantiated with parameters and an optimizer. Not thread-safe: use one per thread.
@@ -165,6 +194,11 @@ public:
   Value run(const std::string& entry, const Value& batch);
   /// Batches that will come next: in auto mode they are planned in the background.
   void prefetch(const std::string& entry, const std::vector<Value>& batches);
+  /// Waits until the background pipeline has planned (and compiled) every prefetched batch,
+  /// so that stats() counts that work.
+  void drain();
+  /// Why the last batch of `entry` ran generic; empty when it ran a plan.
+  std::string explain(const std::string& entry) const;
   /// "specialized: N plans cached", "generic: <why>" or "not specialized yet".
   std::string entry_status(const std::string& entry) const;
   std::vector<std::string> entries() const;
@@ -182,16 +216,26 @@ public:
   std::vector<int64_t> param_shape(const std::string& name) const;
   std::vector<float> get_param(const std::string& name) const;
   void set_param(const std::string& name, const std::vector<float>& data);
-  /// Parameters (and a vocabulary, if given) in pejit's checkpoint format, written atomically.
-  void save(const std::string& path, const std::vector<std::string>& vocab = {}) const;
-  /// Loads parameters saved by save() or `pejit train --save`; returns the vocabulary.
+  /// Parameters, the session's optimizer state, a vocabulary and free-form `meta` strings
+  /// (if given) in pejit's checkpoint format, written atomically.
+  void save(const std::string& path, const std::vector<std::string>& vocab = {},
+            const std::map<std::string, std::string>& meta = {}) const;
+  /// Loads parameters saved by save() or `pejit train --save`, and the optimizer state saved
+  /// with them; returns the vocabulary. Throws pejit::Error, the session unchanged, for a
+  /// missing parameter, another shape, or another optimizer's state.
   std::vector<std::string> load(const std::string& path);
+  /// Loads only the parameters of a checkpoint: the session's optimizer keeps its state (a
+  /// checkpoint written with another optimizer is fine). Returns the vocabulary.
+  std::vector<std::string> load_params(const std::string& path);
 
   SessionStats stats() const;
   /// The kernels compiled so far, by signature, each with the schedule it got and its source.
   std::vector<KernelInfo> kernels() const;
+  /// Writes the trace to SessionOptions::trace_file (nothing when it is empty).
+  void write_trace() const;
 
 private:
+  friend struct runtime::SessionAccess;
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -1,8 +1,12 @@
 // Training and evaluation of a model on a data file: what `pejit train` and `pejit eval` run,
-// usable from C++ too. Batches of trees (or sentences) are shuffled per epoch by a seed, run
-// through the session's `loss` entry, and stepped by an optimizer; per epoch it reports loss
-// per node, root and all-node accuracy on train and dev, trees/s and time per path.
+// usable from C++ too. Both run on a public pejit::Session whose options (SessionOptions: seed,
+// optimizer, mode, lookahead, JIT, merging, trace) the caller sets; batches of trees (or
+// sentences) are shuffled per epoch by the seed, stepped through the session's `loss` entry
+// and its optimizer; per epoch it reports loss per node, root and all-node accuracy on train
+// and dev, trees/s and time per path. dump and tune are tooling over the specializer and JIT.
 #pragma once
+
+#include "pejit/pejit.h"
 
 #include <cmath>
 #include <cstdint>
@@ -21,27 +25,21 @@ struct TrainOptions {
   int epochs = 1;
   int batch = 25;
   int64_t limit = 0; ///< use the first N training trees (0: all)
-  std::string optimizer = "adagrad";
-  float lr = 0.05f;
-  float weight_decay = 0.0f;
-  float clip = 0.0f;
-  uint64_t seed = 1;
   bool fixed_batches = false;
   std::string save;
   std::string init_params; ///< start from this checkpoint's parameters (and vocabulary)
   bool json = false;
-  std::string mode = "auto";
-  int lookahead = 8;      ///< batches planned ahead by the background pipeline (auto mode)
-  bool jit = true;        ///< planned batches on JIT kernels (false: reference kernels only)
-  bool merge = true;      ///< EngineOptions::merge_equal (false: every instance runs)
-  std::string trace;      ///< write a Chrome trace here
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
   int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
   std::string tuned;      ///< a tuned schedule database (`pejit tune`); empty: defaults
+  /// The session trained: its seed (also the shuffling's), optimizer, mode, lookahead, JIT,
+  /// merging and trace file. train() sets its dims (V: the vocabulary's size) and
+  /// compile.schedules (from `tuned`).
+  SessionOptions session;
 };
 
-/// A compiled kernel and where its schedule came from (DESIGN.md §6), for `--json`.
+/// A compiled kernel and where its schedule came from, for `--json`.
 struct KernelProvenance {
   std::string signature; ///< the kernel cache's key
   std::string schedule, schedule_source;
@@ -64,7 +62,7 @@ struct EpochStats {
   double compile_ms = 0;
   /// Since the engine started (once per run, not per epoch; NaN: not yet): the end of the
   /// first planned batch, of the first batch on JIT kernels, and an upper bound on the end of
-  /// the last kernel compile (EngineStats::first_planned_s, first_jit_s, last_compile_s).
+  /// the last kernel compile (SessionStats::first_planned_s, first_jit_s, last_compile_s).
   double first_planned_s = std::nan(""), first_jit_s = std::nan(""), last_compile_s = std::nan("");
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
@@ -87,10 +85,10 @@ struct EvalOptions {
   int batch = 25;
   int64_t limit = 0;
   bool json = false;
-  std::string mode = "auto";
-  bool jit = true;
-  bool merge = true; ///< EngineOptions::merge_equal
   std::string tuned; ///< a tuned schedule database; empty: defaults
+  /// The session evaluated on: its mode, JIT and merging. evaluate() sets its dims and
+  /// compile.schedules, and loads the parameters into it.
+  SessionOptions session;
 };
 
 struct EvalStats {
@@ -129,16 +127,13 @@ struct TuneOptions {
   std::vector<int64_t> rows = {16, 128, 512}; ///< run-time row counts timed per candidate
   double min_ms = 1.0;                        ///< each timing lasts at least this long
   int repeats = 3;                            ///< timings per candidate and row count
-  /// Batches trained (specialized mode, default schedules, nothing saved) to collect every
-  /// kernel the engine compiles, GEMM kernels included; the elementwise kernels of every
-  /// template of every batch are found without running anything.
-  int run_batches = 2;
 };
 
-/// `pejit tune`: finds the kernels the model's entries (loss, and infer / infer_nodes when
-/// present) compile for the data's batches (see run_batches), measures candidate schedules for each
-/// on this machine (jit/tuner.h) and writes the database to opt.out, merged with the entries
-/// already there. One line per kernel on `out`; returns the number of kernels tuned. Throws
+/// `pejit tune`: finds the kernels (elementwise runs and weight-gradient GEMMs) of every
+/// template the model's entries (loss, and infer / infer_nodes when present) specialize to on
+/// the data's batches, without running anything, measures candidate schedules for each on this
+/// machine (jit/tuner.h) and writes the database to opt.out, merged with the entries already
+/// there. One line per kernel on `out`; returns the number of kernels tuned. Throws
 /// pejit::Error on bad input, naming the file.
 size_t tune(const TuneOptions& opt, std::ostream& out);
 

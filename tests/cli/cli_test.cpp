@@ -169,6 +169,52 @@ TEST_SUITE("cli") {
           doctest::Approx(gj[0]["loss"].get<double>()).epsilon(1e-5));
   }
 
+  TEST_CASE("train --init starts from a checkpoint's parameters, whatever optimizer wrote it") {
+    std::string train = tmp("init_train.txt"), ck = tmp("init_adam.ckpt");
+    REQUIRE(run_pejit("gen sst --trees 100 --seed 21 -o " + train).code == 0);
+    const std::string common = "train " + kModel + " --data " + train +
+                               " --epochs 1 --json --no-train-eval --mode generic --batch 20";
+    Run a = run_pejit(common + " --optimizer adam --lr 0.01 --save " + ck);
+    INFO(a.err);
+    REQUIRE(a.code == 0);
+    // The checkpoint's header (its first line): the model it was trained from, Adam's state.
+    std::ifstream in(ck);
+    std::string header;
+    std::getline(in, header);
+    nlohmann::json h = nlohmann::json::parse(header);
+    CHECK(h["meta"]["model"] == kModel);
+    REQUIRE(h.contains("optimizer_state"));
+    CHECK(h["optimizer_state"].dump().find("adam_m.") != std::string::npos);
+    // Adagrad at rate 0 from those parameters (Adam's state is not loaded: it is no Adagrad
+    // state): its loss is the checkpoint's, as eval computes it.
+    Run init = run_pejit(common + " --optimizer adagrad --lr 0 --init " + ck);
+    Run fresh = run_pejit(common + " --optimizer adagrad --lr 0");
+    Run ev = run_pejit("eval " + kModel + " --params " + ck + " --data " + train +
+                       " --json --mode generic --batch 20");
+    INFO(init.err);
+    REQUIRE(init.code == 0);
+    REQUIRE(fresh.code == 0);
+    REQUIRE(ev.code == 0);
+    auto ij = json_lines(init.out), fj = json_lines(fresh.out), ej = json_lines(ev.out);
+    REQUIRE(ij.size() == 1);
+    REQUIRE(fj.size() == 1);
+    REQUIRE(ej.size() == 1);
+    CHECK(ij[0]["loss"].get<double>() ==
+          doctest::Approx(ej[0]["loss"].get<double>()).epsilon(1e-5));
+    CHECK(fj[0]["loss"].get<double>() != doctest::Approx(ej[0]["loss"].get<double>()));
+    // A checkpoint whose parameters do not fit the model names the parameter.
+    std::string other = tmp("init_other.pe");
+    std::ofstream(other) << "type Tree = Leaf(word: i32[], label: i32[]) | Node(left: Tree, "
+                            "right: Tree, label: i32[])\n"
+                            "param W : f32[3] = normal(0.0, 1.0)\n"
+                            "fn f(t: Tree) -> f32[] { match t { Leaf(w, y) => sum(W), "
+                            "Node(l, r, y) => f(l) + f(r) } }\n"
+                            "entry loss(b: List[Tree]) -> f32[] { sum_list(map(f, b)) }\n";
+    Run bad = run_pejit("train " + other + " --data " + train + " --init " + ck);
+    CHECK(bad.code == 1);
+    CHECK(bad.err.find("checkpoint '" + ck + "' has no parameter W") != std::string::npos);
+  }
+
   TEST_CASE("train: bad data and bad options are clear errors") {
     std::string bad = tmp("bad_trees.txt");
     std::ofstream(bad) << "(3 (2 a) (2 b))\n(3 (2 a) (2 b)\n";

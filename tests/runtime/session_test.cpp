@@ -7,8 +7,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -158,5 +163,111 @@ TEST_SUITE("session") {
     CHECK(b.step("loss", batch(b)) == fresh.step("loss", batch(fresh)));
     CHECK_THROWS_WITH_AS(pejit::Optimizer("rmsprop"), doctest::Contains("rmsprop"), pejit::Error);
     CHECK_THROWS_AS(pejit::Optimizer("sgd", -1.0f), pejit::Error);
+  }
+
+  TEST_CASE("what pejit train sets: prefetch and drain, JIT off, a trace, explain, stats") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("pejit_session_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    // Auto mode: prefetched batches are planned in the background; drain() waits for them.
+    pejit::SessionOptions o;
+    o.dims = {{"V", 8}};
+    o.mode = "auto";
+    o.trace_file = (dir / "trace.json").string();
+    pejit::Session a = pejit::Session::from_file(kTreeLstm, o);
+    a.prefetch("loss", {batch(a)});
+    a.drain();
+    pejit::SessionStats st = a.stats();
+    CHECK(st.plans_prefetched == 1);
+    CHECK(st.background_plan_seconds > 0);
+    CHECK(st.plan_misses == 0);
+    a.step("loss", batch(a)); // the background's plan
+    st = a.stats();
+    CHECK(st.plan_hits == 1);
+    CHECK(st.specialized_batches == 1);
+    CHECK(st.first_planned_s >= 0);
+    CHECK(st.fallbacks.empty());
+    CHECK(a.explain("loss").empty());
+    a.write_trace();
+    std::stringstream trace;
+    trace << std::ifstream(o.trace_file).rdbuf();
+    CHECK(trace.str().find("traceEvents") != std::string::npos);
+    CHECK(trace.str().find("\"plan ") != std::string::npos);
+
+    // Specialized mode compiles JIT kernels before its first batch; compile.jit = false runs
+    // reference kernels only, with the same loss.
+    o.mode = "specialized";
+    o.trace_file.clear();
+    pejit::Session j = pejit::Session::from_file(kTreeLstm, o);
+    o.compile.jit = false;
+    pejit::Session r = pejit::Session::from_file(kTreeLstm, o);
+    float lj = j.step("loss", batch(j)), lr = r.step("loss", batch(r));
+    CHECK(std::fabs(lj - lr) <= 1e-5f * std::fabs(lr));
+    CHECK(j.stats().jit_batches == 1);
+    CHECK(j.stats().jit_seconds > 0);
+    CHECK(j.stats().kernels_compiled > 0);
+    CHECK(j.stats().compile_ms > 0);
+    CHECK(j.stats().first_jit_s >= 0);
+    CHECK(r.stats().jit_batches == 0);
+    CHECK(r.stats().kernels_compiled == 0);
+    CHECK(r.stats().first_jit_s == -1);
+    CHECK(r.kernels().empty());
+    CHECK(!j.kernels().empty());
+    CHECK(r.stats().specialized_batches == 1);
+
+    // A program whose control depends on tensor values cannot be planned: explain says why,
+    // and the reason is counted.
+    pejit::SessionOptions g;
+    g.mode = "auto";
+    pejit::Session d = pejit::Session::from_source(
+        "type T = L(word: i32[], label: i32[]) | N(left: T, right: T, label: i32[])\n"
+        "param E : f32[10, 2] = normal(0.0, 1.0)\n"
+        "fn f(t: T) -> f32[] { match t { L(w, y) => if to_bool(sum(take(E, w)) > 0.0) "
+        "{ sum(take(E, w)) } else { 0.0 }, N(l, r, y) => f(l) + f(r) } }\n"
+        "entry loss(b: List[T]) -> f32[] { sum_list(map(f, b)) }\n",
+        "dynamic.pe", g);
+    auto l = [&](int w) {
+      return d.make("L", {pejit::Value::scalar_i32(w), pejit::Value::scalar_i32(0)});
+    };
+    d.step("loss", pejit::Value::list({d.make("N", {l(1), l(2), pejit::Value::scalar_i32(0)})}));
+    CHECK(!d.explain("loss").empty());
+    CHECK(d.stats().generic_batches == 1);
+    CHECK(!d.stats().fallbacks.empty());
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("load_params takes a checkpoint's parameters only, load its optimizer state too") {
+    namespace fs = std::filesystem;
+    const std::string ck =
+        (fs::temp_directory_path() / ("pejit_session_" + std::to_string(getpid()) + ".ckpt"))
+            .string();
+    pejit::SessionOptions o;
+    o.dims = {{"V", 8}};
+    o.mode = "generic";
+    o.optimizer = "adam";
+    pejit::Session adam = pejit::Session::from_file(kTreeLstm, o);
+    adam.step("loss", batch(adam));
+    adam.save(ck, {"<unk>", "a"}, {{"model", "treelstm.pe"}});
+    o.optimizer = "adagrad";
+    o.seed = 9;
+    pejit::Session s = pejit::Session::from_file(kTreeLstm, o);
+    pejit::Session t = pejit::Session::from_file(kTreeLstm, o);
+    // Adam's moments are no state of an Adagrad optimizer: load() fails and changes nothing.
+    CHECK_THROWS_WITH_AS(s.load(ck), doctest::Contains("adam"), pejit::Error);
+    CHECK(s.get_param("U") == t.get_param("U"));
+    CHECK(s.get_param("U") != adam.get_param("U"));
+    CHECK(s.load_params(ck) == std::vector<std::string>{"<unk>", "a"});
+    for (const auto& n : s.param_names())
+      CHECK(s.get_param(n) == adam.get_param(n));
+    // The optimizer kept its (fresh) state: the next step is a fresh Adagrad's from there.
+    for (const auto& n : t.param_names())
+      t.set_param(n, adam.get_param(n));
+    CHECK(s.step("loss", batch(s)) == t.step("loss", batch(t)));
+    CHECK(s.get_param("U") == t.get_param("U"));
+    // A checkpoint of another model's shapes names the parameter.
+    o.dims = {{"V", 9}};
+    pejit::Session wide = pejit::Session::from_file(kTreeLstm, o);
+    CHECK_THROWS_WITH_AS(wide.load_params(ck), doctest::Contains("the model wants"), pejit::Error);
+    std::remove(ck.c_str());
   }
 }

@@ -1,5 +1,5 @@
 // Implementations of the CLI subcommands.
-#include "src/cli/commands.h"
+#include "runtime/cli/commands.h"
 
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
@@ -66,6 +66,20 @@ int run_gen(const GenArgs& a) {
   return 0;
 }
 
+namespace {
+// The execution flags train and eval share, bound to the session's options.
+void add_session_options(CLI::App& app, SessionOptions& s) {
+  app.add_option("--mode", s.mode, "execution path")
+      ->check(CLI::IsMember({"generic", "specialized", "auto"}))
+      ->capture_default_str();
+  app.add_flag("!--no-jit", s.compile.jit,
+               "run planned batches on reference kernels only (no LLVM)");
+  app.add_flag("!--no-merge", s.merge_equal,
+               "run every instance of a batch, also those that compute what another does (the "
+               "same template on equal arguments)");
+}
+} // namespace
+
 void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("model", a.model, "model program (.pe)")->required();
   app.add_option("--data", a.data, "training data: bracketed trees or sentences, one a line")
@@ -75,28 +89,25 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--batch", a.batch, "trees per batch")->capture_default_str();
   app.add_option("--limit", a.limit, "use the first N training examples (0: all)")
       ->capture_default_str();
-  app.add_option("--optimizer", a.optimizer)
+  app.add_option("--optimizer", a.session.optimizer)
       ->check(CLI::IsMember({"adagrad", "sgd", "adam"}))
       ->capture_default_str();
-  app.add_option("--lr", a.lr, "learning rate")->capture_default_str();
-  app.add_option("--weight-decay", a.weight_decay)->capture_default_str();
-  app.add_option("--clip", a.clip, "clip the global gradient norm (0: off)")->capture_default_str();
-  app.add_option("--seed", a.seed, "seed of initialization and shuffling")->capture_default_str();
+  app.add_option("--lr", a.session.lr, "learning rate")->capture_default_str();
+  app.add_option("--weight-decay", a.session.weight_decay)->capture_default_str();
+  app.add_option("--clip", a.session.clip, "clip the global gradient norm (0: off)")
+      ->capture_default_str();
+  app.add_option("--seed", a.session.seed, "seed of initialization and shuffling")
+      ->capture_default_str();
   app.add_flag("--fixed-batches", a.fixed_batches, "do not shuffle between epochs");
   app.add_option("--save", a.save, "write parameters and vocabulary here at the end");
   app.add_option("--init", a.init_params, "start from this checkpoint");
   app.add_flag("--json", a.json, "one JSON object per epoch on stdout");
-  app.add_option("--mode", a.mode, "execution path")
-      ->check(CLI::IsMember({"generic", "specialized", "auto"}))
-      ->capture_default_str();
+  add_session_options(app, a.session);
   app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
-  app.add_option("--lookahead", a.lookahead, "batches the background pipeline plans ahead")
+  app.add_option("--lookahead", a.session.lookahead, "batches the background pipeline plans ahead")
       ->capture_default_str();
-  app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
-  app.add_flag("!--no-merge", a.merge,
-               "run every instance of a batch, also those that compute what another does (the "
-               "same template on equal arguments)");
-  app.add_option("--trace", a.trace, "write a Chrome trace (chrome://tracing, Perfetto) here");
+  app.add_option("--trace", a.session.trace_file,
+                 "write a Chrome trace (chrome://tracing, Perfetto) here");
   app.add_flag("--explain", a.explain, "say why each batch that ran generic did");
   app.add_option("--tuned", a.tuned,
                  "tuned schedule database (`pejit tune`); without it every kernel gets its "
@@ -119,12 +130,7 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
   app.add_option("--batch", a.batch)->capture_default_str();
   app.add_option("--limit", a.limit)->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object on stdout");
-  app.add_option("--mode", a.mode, "execution path")
-      ->check(CLI::IsMember({"generic", "specialized", "auto"}))
-      ->capture_default_str();
-  app.add_flag("!--no-jit", a.jit, "run planned batches on reference kernels only (no LLVM)");
-  app.add_flag("!--no-merge", a.merge,
-               "run every instance of a batch, also those that compute what another does");
+  add_session_options(app, a.session);
   app.add_option("--tuned", a.tuned,
                  "tuned schedule database (`pejit tune`); without it every kernel gets its "
                  "default schedule");
@@ -164,9 +170,6 @@ void add_tune_options(CLI::App& app, TuneArgs& a) {
   app.add_option("--min-ms", a.min_ms, "each timing lasts at least this long")
       ->capture_default_str();
   app.add_option("--repeats", a.repeats, "timings per candidate and row count (fastest counts)")
-      ->capture_default_str();
-  app.add_option("--run-batches", a.run_batches,
-                 "batches trained to collect the kernels the engine compiles (GEMMs included)")
       ->capture_default_str();
 }
 

@@ -1,7 +1,7 @@
 // The pejit command line. Each subcommand is a thin layer over the library: check (parse +
-// type and binding-time check), gen (built-in data sets), train and eval (runtime/train), dump,
-// and tune (schedules measured on this machine).
-#include "src/cli/commands.h"
+// type and binding-time check), gen (built-in data sets), train and eval (runtime/train, on a
+// pejit::Session), dump, and tune (schedules measured on this machine).
+#include "runtime/cli/commands.h"
 
 #include "pejit/error.h"
 #include "pejit/pejit.h"

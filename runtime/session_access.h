@@ -1,0 +1,23 @@
+// The library's own access to a public Session (include/pejit/pejit.h): what the trainer
+// (runtime/train) needs beyond the public API. It reads its data with the model's types before
+// it knows the vocabulary's size, so it opens the session over a module it has already loaded,
+// and it encodes batches as interpreter values.
+#pragma once
+
+#include "pejit/pejit.h"
+#include "src/interp/value.h"
+#include "src/ir/module.h"
+
+#include <memory>
+
+namespace pejit::runtime {
+
+struct SessionAccess {
+  /// A session over a module already checked (Session::from_source parses, then calls this).
+  static Session from_module(std::shared_ptr<ir::Module> m, const SessionOptions& opt);
+  static const ir::Module& module(const Session& s);
+  static Value wrap(interp::Value v);
+  static const interp::Value& unwrap(const Value& v);
+};
+
+} // namespace pejit::runtime

@@ -1,0 +1,81 @@
+// What train, eval, dump and tune share: the model, a data set of trees or sentences read
+// with the model's types, its encoding into batch values, the scoring pass over a session, and
+// small formatting helpers for their summaries.
+#pragma once
+
+#include "pejit/pejit.h"
+#include "runtime/data/tree_io.h"
+#include "runtime/train/encode.h"
+#include "src/interp/params.h"
+#include "src/ir/module.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pejit::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+inline double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+inline double ratio(int64_t a, int64_t b) {
+  return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN;
+}
+
+/// "12.3%", or "n/a" for NaN.
+std::string fmt_pct(double v);
+
+/// The tuned database's warning, when it has no entry for this CPU and kernels are compiled.
+void warn_schedules(const SessionOptions& so, std::ostream& err);
+
+/// Loads and checks the model file. Throws pejit::ProgramError with the diagnostics.
+std::shared_ptr<ir::Module> load_model(const std::string& path);
+
+/// A data set of trees or sentences, with what is needed to encode and score it.
+struct Dataset {
+  bool is_trees = true;
+  std::vector<data::ParseTree> trees;
+  std::vector<std::vector<int32_t>> sents;
+
+  size_t size() const { return is_trees ? trees.size() : sents.size(); }
+  /// Nodes that carry a loss: labeled nodes of a tree, or the words of a sentence.
+  int64_t nodes(size_t i) const;
+  /// Keeps the first n examples (n <= 0: all).
+  void limit(int64_t n);
+};
+
+/// Reads trees (the batch element is an ADT) or sentences (List[i32[]]) from `path`; `grow`
+/// adds unseen words to the vocabulary. Throws pejit::Error for another element type or an
+/// empty file.
+Dataset read_dataset(const std::string& path, data::Vocab& vocab, bool grow, const ir::Type& elem);
+
+/// The size of the model's dimension V, the vocabulary's, when the model has one.
+interp::DimBindings vocab_dims(const ir::Module& m, const data::Vocab& vocab);
+
+/// Encodes examples as one batch value (a List).
+struct Encoder {
+  std::optional<TreeEncoder> trees;
+  Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem);
+  /// Examples idx[b], ..., idx[e - 1].
+  interp::Value batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b, size_t e) const;
+};
+
+struct Scores {
+  double loss = 0;
+  int64_t nodes = 0, root_ok = 0, roots = 0, node_ok = 0, labeled = 0;
+};
+
+/// Loss and accuracy over a data set (the entries `loss`, and `infer_nodes` or `infer` when
+/// the model has them), without gradients, on the session (plans where its mode allows, the
+/// generic path otherwise).
+Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch);
+
+} // namespace pejit::runtime
