@@ -634,8 +634,10 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
     out << print_kernel_dump(dump_kernels(*m, dims, plan, tt, false, tuned.get()));
   else if (opt.emit == "llvm")
     out << print_kernel_llvm(dump_kernels(*m, dims, plan, tt, true, tuned.get()));
+  else if (opt.emit == "kernel-program")
+    out << print_kernel_programs(*m, dims, plan, tt);
   else
-    throw Error("--emit must be templates, instances, plan, dot, kernels or llvm");
+    throw Error("--emit must be templates, instances, plan, dot, kernels, kernel-program or llvm");
 }
 
 size_t tune(const TuneOptions& opt, std::ostream& out) {
