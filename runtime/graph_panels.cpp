@@ -234,9 +234,9 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
     core.gemm_b = core.packed;
   auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
   if (r.spec.panel_rows > 0)
-    kernel.kernel.panel(ins.data(), outs.data(), st.rows, &core);
+    kernel.elementwise().panel(ins.data(), outs.data(), st.rows, &core);
   else
-    kernel.kernel.fn(ins.data(), outs.data(), st.rows);
+    kernel.elementwise().fn(ins.data(), outs.data(), st.rows);
   const bool fused = core.fn == &GemmPanel::run;
   if (x_arg_gathered != nullptr) // the block is filled now
     x_arg_gathered->clear();

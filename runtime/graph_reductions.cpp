@@ -49,7 +49,7 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   for (int i = 0; i < jit::reduce_inputs(kind); ++i)
     in[i] = val(static_cast<size_t>(i)).raw();
   void* out[1] = {y.raw()};
-  if (kernel->reduce.fn(in, out, krows) >= 0)
+  if (kernel->reduce().fn(in, out, krows) >= 0)
     return false; // a label out of range: the reference kernel says which
   st.vals[static_cast<size_t>(id)] = std::move(y);
   if (stats.profile)
@@ -71,7 +71,7 @@ Tensor GraphRunner::sum_rows(const specializer::ParamGradStep& pg, const Tensor&
     Tensor y = Tensor::empty(DType::F32, s);
     const void* in[1] = {v.raw()};
     void* out[1] = {y.raw()};
-    reduce_kernels_[index]->reduce.fn(in, out, rows);
+    reduce_kernels_[index]->reduce().fn(in, out, rows);
     stats.jit_reductions++;
     if (stats.profile)
       record(stats.time, Family::Other, t0);

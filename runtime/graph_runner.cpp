@@ -7,6 +7,7 @@
 #include "src/kernels/kernels.h"
 #include "src/ops/emitter.h"
 #include "src/util/check.h"
+#include "src/util/overloaded.h"
 
 #include <algorithm>
 #include <array>
@@ -20,7 +21,6 @@ using graph::NodeId;
 using ops::GradOp;
 using ops::OpId;
 
-using detail::Overloaded;
 using detail::rank_of;
 using detail::with_rows;
 

@@ -1,6 +1,5 @@
 // GraphRunner's internals shared by its files (internal to runtime/): the row-shape helpers
-// of the executor (graph_runner.cpp, graph_panels.cpp, graph_reductions.cpp) and the visitor
-// helper for the program's steps.
+// of the executor (graph_runner.cpp, graph_panels.cpp, graph_reductions.cpp).
 #pragma once
 
 #include "runtime/graph_runner.h"
@@ -22,11 +21,5 @@ inline Shape with_rows(int64_t rows, std::span<const int64_t> dims) {
 inline size_t rank_of(const graph::Node& n) {
   return n.type.dims.size();
 }
-
-/// std::visit over a closed set of lambdas.
-template <class... F> struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F> Overloaded(F...) -> Overloaded<F...>;
 
 } // namespace pejit::runtime::detail

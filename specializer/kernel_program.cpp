@@ -3,6 +3,7 @@
 #include "specializer/kernel_program.h"
 
 #include "specializer/template_graph.h"
+#include "src/util/overloaded.h"
 
 #include <fmt/format.h>
 
@@ -23,11 +24,6 @@ const char* row_class_name(RowClass c) {
 }
 
 namespace {
-
-template <class... F> struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F> Overloaded(F...) -> Overloaded<F...>;
 
 std::string view_text(NodeId id, ColumnView v) {
   if (v.first == graph::kNoNode)

@@ -19,9 +19,8 @@ void find_cores(Lowering& l, const std::vector<std::vector<NodeId>>& users,
   const graph::Graph& g = l.g;
   const TemplateGraph& tg = l.tg;
   // Rows of a panel: a multiple of the GEMM kernels' 12-row blocks; 48 rows of a 750-wide
-  // product (144 KB) and the epilogue's outputs stay in L2 between the GEMM and the chain.
-  // (Measured in training, paired: 24, 48, 96 rows and whole levels all within 1-2% of each
-  // other; bench/RESULTS.md.)
+  // product and the epilogue's outputs stay in L2 between the GEMM and the chain (other
+  // heights and whole levels measured in training: bench/RESULTS.md).
   constexpr int64_t kPanelRows = 48;
   l.fused.assign(g.size(), false);
   l.p.lazy_args.clear();
