@@ -73,6 +73,12 @@ std::string print_kernel_program(const TemplateGraph& tg, const KernelProgram& p
   }
   if (!p.kernels)
     s += "reference kernels only\n";
+  std::string lazy;
+  for (size_t a = 0; a < p.lazy_args.size(); ++a)
+    if (p.lazy_args[a])
+      lazy += fmt::format(" {}", a);
+  if (!lazy.empty())
+    s += "arguments a panel core gathers (the caller may pass their rows):" + lazy + "\n";
   for (int pass = 0; pass < 2; ++pass) {
     const auto& ks = pass == 0 ? tg.fwd_kernels : tg.bwd_kernels;
     const auto& steps = pass == 0 ? p.fwd : p.bwd;

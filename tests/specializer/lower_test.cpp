@@ -162,6 +162,8 @@ TEST_SUITE("specializer") {
     CHECK(text.find("core of run 0") != std::string::npos);
     CHECK(text.find("gather %") != std::string::npos);
     CHECK(text.find("deferred weight grad") != std::string::npos);
+    CHECK(text.find("arguments a panel core gathers (the caller may pass their rows): 0 1 2") !=
+          std::string::npos);
   }
 
   TEST_CASE("lower: the loss and its backward run on reduction kernels") {
@@ -201,7 +203,7 @@ TEST_SUITE("specializer") {
     CHECK(wg[0]->index == -1);
   }
 
-  TEST_CASE("lower: the embedding gradient stays row-sparse; a per-row table is unsupported") {
+  TEST_CASE("lower: the embedding gradient stays row-sparse, a per-row table is unsupported") {
     Fixture f;
     TemplateGraph e = f.compile("embed", {{DType::I32, {}}}, {kVec4});
     REQUIRE_MESSAGE(e.program.supported(), e.program.why);
