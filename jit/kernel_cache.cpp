@@ -40,49 +40,49 @@ std::string KernelCache::key(const ReduceSpec& spec) const {
 std::shared_ptr<const CachedKernel> KernelCache::get(const KernelSpec& spec) {
   std::string source;
   KernelSpec s = resolve(spec, source);
-  return get_or_compile(s.canonical_text() + " cpu=" + jit_.target_cpu(), [&](CachedKernel& c) {
-    c.kernel = jit_.compile(s);
-    c.spec = s;
-    c.schedule = s.schedule;
-    c.schedule_source = source;
-    c.ir_hash = c.kernel.ir_hash;
-  });
+  return get_or_compile(s.canonical_text() + " cpu=" + jit_.target_cpu(), source,
+                        [&] { return ElementwiseKernel{s, jit_.compile(s)}; });
 }
 
 std::shared_ptr<const CachedKernel> KernelCache::get_gemm(const GemmSpec& spec) {
   std::string source;
   GemmSpec s = resolve(spec, source);
-  return get_or_compile(s.canonical_text() + " cpu=" + jit_.target_cpu(), [&](CachedKernel& c) {
-    c.gemm = jit_.compile_gemm(s);
-    c.is_gemm = true;
-    c.gemm_spec = s;
-    // The block it got ("6x4"), without CompiledGemm::schedule's "(default)": the source says.
-    c.schedule = c.gemm.schedule.substr(0, c.gemm.schedule.find(' '));
-    c.schedule_source = source;
-    c.ir_hash = c.gemm.ir_hash;
-    c.kernel.handle = c.gemm.handle;
-    c.kernel.compile_ms = c.gemm.compile_ms;
-    c.kernel.ir_hash = c.gemm.ir_hash;
-  });
+  return get_or_compile(s.canonical_text() + " cpu=" + jit_.target_cpu(), source,
+                        [&] { return GemmKernel{s, jit_.compile_gemm(s)}; });
 }
 
 std::shared_ptr<const CachedKernel> KernelCache::get_reduce(const ReduceSpec& spec) {
-  return get_or_compile(key(spec), [&](CachedKernel& c) {
-    c.reduce = jit_.compile_reduce(spec);
-    c.is_reduce = true;
-    c.reduce_spec = spec;
-    c.schedule = spec.schedule;
-    c.schedule_source = "default";
-    c.ir_hash = c.reduce.ir_hash;
-    c.kernel.handle = c.reduce.handle;
-    c.kernel.compile_ms = c.reduce.compile_ms;
-    c.kernel.ir_hash = c.reduce.ir_hash;
-  });
+  return get_or_compile(key(spec), "default",
+                        [&] { return ReduceKernel{spec, jit_.compile_reduce(spec)}; });
 }
 
+namespace {
+
+// What every family's entry records besides its code, from the family.
+void describe(CachedKernel& c) {
+  std::visit(
+      [&](const auto& f) {
+        c.handle = f.code.handle;
+        c.compile_ms = f.code.compile_ms;
+        c.ir_hash = f.code.ir_hash;
+      },
+      c.family);
+  struct Schedule {
+    std::string operator()(const ElementwiseKernel& f) const { return f.spec.schedule; }
+    // The block it got ("6x4"), without CompiledGemm::schedule's "(default)": the source says.
+    std::string operator()(const GemmKernel& f) const {
+      return f.code.schedule.substr(0, f.code.schedule.find(' '));
+    }
+    std::string operator()(const ReduceKernel& f) const { return f.spec.schedule; }
+  };
+  c.schedule = std::visit(Schedule{}, c.family);
+}
+
+} // namespace
+
 template <class Compile>
-std::shared_ptr<const CachedKernel> KernelCache::get_or_compile(const std::string& k,
-                                                                Compile compile) {
+std::shared_ptr<const CachedKernel>
+KernelCache::get_or_compile(const std::string& k, const std::string& source, Compile compile) {
   std::promise<std::shared_ptr<const CachedKernel>> promise;
   Future pending;
   uint64_t generation = 0;
@@ -107,12 +107,14 @@ std::shared_ptr<const CachedKernel> KernelCache::get_or_compile(const std::strin
   try {
     auto c = std::make_unique<CachedKernel>();
     c->key = k;
-    compile(*c);
+    c->family = compile();
+    c->schedule_source = source;
+    describe(*c);
     Jit* jit = &jit_;
     // The code lives until the entry is evicted and the last holder lets go.
     result = std::shared_ptr<const CachedKernel>(c.release(), [jit](const CachedKernel* c) {
       try {
-        jit->remove(c->kernel.handle);
+        jit->remove(c->handle);
       } catch (const Error&) {
         // Nothing to do from a destructor; the code stays mapped until the Jit dies.
       }
@@ -134,7 +136,7 @@ std::shared_ptr<const CachedKernel> KernelCache::get_or_compile(const std::strin
   {
     std::lock_guard lock(mu_);
     ++stats_.compiles;
-    stats_.compile_ms += result->kernel.compile_ms;
+    stats_.compile_ms += result->compile_ms;
   }
   promise.set_value(result);
   return result;

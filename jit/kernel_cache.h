@@ -19,28 +19,43 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace pejit::jit {
 
-/// One cached kernel: immutable once published. An elementwise kernel has `kernel` set, a
-/// GEMM kernel `gemm`, a row-reduction or loss kernel `reduce` (the others' fn is null;
-/// `kernel.handle`, `compile_ms` and `ir_hash` are filled for every kind).
+/// The kernel families, each the spec that was compiled (its schedule resolved) with its code.
+struct ElementwiseKernel {
+  KernelSpec spec;
+  CompiledKernel code;
+};
+struct GemmKernel {
+  GemmSpec spec; ///< its block resolved when tuned
+  CompiledGemm code;
+};
+struct ReduceKernel { ///< family 3: a row reduction or a loss
+  ReduceSpec spec;
+  CompiledReduce code;
+};
+/// One closed set: a new family is a compile error wherever a visitor does not handle it.
+using KernelFamily = std::variant<ElementwiseKernel, GemmKernel, ReduceKernel>;
+
+/// One cached kernel: immutable once published.
 struct CachedKernel {
-  CompiledKernel kernel;
+  KernelFamily family;
   std::string key;
   std::string schedule; ///< the schedule it was compiled with ("default", "v16x2", "6x4", ...)
   /// Where the schedule came from: "default", "given" (by the caller's spec) or
   /// "tuned FILE entry N" (jit::tuned_source).
   std::string schedule_source;
   uint64_t ir_hash = 0; ///< the hash of the optimized IR that was linked
-  bool is_gemm = false;
-  KernelSpec spec;    ///< elementwise: the spec compiled (its schedule resolved)
-  GemmSpec gemm_spec; ///< gemm: the spec compiled (its block resolved when tuned)
-  CompiledGemm gemm;  ///< gemm: the kernel
-  bool is_reduce = false;
-  ReduceSpec reduce_spec; ///< family 3: the spec compiled
-  CompiledReduce reduce;  ///< family 3: the kernel
+  KernelHandle handle;  ///< its code in the Jit
+  double compile_ms = 0;
+
+  /// The code of a kernel of that family (std::bad_variant_access for another family).
+  const CompiledKernel& elementwise() const { return std::get<ElementwiseKernel>(family).code; }
+  const CompiledGemm& gemm() const { return std::get<GemmKernel>(family).code; }
+  const CompiledReduce& reduce() const { return std::get<ReduceKernel>(family).code; }
 };
 
 struct KernelCacheStats {
@@ -100,9 +115,10 @@ private:
     uint64_t generation;                  // tells a re-inserted key from the original
   };
   void evict_over_bound(); // mu_ held
-  // A miss runs `compile` (which fills kernel or gemm, spec and ir_hash) outside the lock.
+  // A miss runs `compile` (which returns the compiled family) outside the lock.
   template <class Compile>
-  std::shared_ptr<const CachedKernel> get_or_compile(const std::string& k, Compile compile);
+  std::shared_ptr<const CachedKernel> get_or_compile(const std::string& k,
+                                                     const std::string& source, Compile compile);
 
   Jit& jit_;
   std::shared_ptr<const ScheduleDB> schedules_;

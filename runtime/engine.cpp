@@ -15,6 +15,7 @@
 #include "runtime/fault_hooks.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_cache.h"
+#include "src/util/overloaded.h"
 #include "runtime/plan_executor.h"
 #include "runtime/runner_cache.h"
 #include "runtime/specializer_service.h"
@@ -338,9 +339,25 @@ EngineStats Engine::stats() const {
 std::vector<EngineKernel> Engine::kernels() const {
   std::vector<EngineKernel> out;
   if (impl_->kernels)
-    for (const auto& k : impl_->kernels->entries())
-      out.push_back({k->key, k->ir_hash, k->schedule, k->schedule_source, k->kernel.compile_ms,
-                     k->is_gemm, k->spec, k->gemm_spec, k->is_reduce, k->reduce_spec});
+    for (const auto& k : impl_->kernels->entries()) {
+      EngineKernel e;
+      e.signature = k->key;
+      e.ir_hash = k->ir_hash;
+      e.schedule = k->schedule;
+      e.schedule_source = k->schedule_source;
+      e.compile_ms = k->compile_ms;
+      std::visit(Overloaded{[&](const jit::ElementwiseKernel& f) { e.spec = f.spec; },
+                            [&](const jit::GemmKernel& f) {
+                              e.is_gemm = true;
+                              e.gemm_spec = f.spec;
+                            },
+                            [&](const jit::ReduceKernel& f) {
+                              e.is_reduce = true;
+                              e.reduce_spec = f.spec;
+                            }},
+                 k->family);
+      out.push_back(std::move(e));
+    }
   return out;
 }
 

@@ -1,8 +1,7 @@
-// GraphRunner's panel kernels: which runs get a GEMM core (find_cores: the x·W a gate
-// epilogue reads, the dY·W^T a gate-gradient chain feeds, the rows a core gathers itself) and
-// launching a run with its core (launch: the C++ side of jit::PanelCore, the packed weights,
-// the scratch, the arguments the caller left ungathered). The generated side is
-// jit/elementwise_codegen.cpp; the design note is in graph_runner.h ("Panels").
+// GraphRunner's panel kernels: launching a run with its GEMM core (the C++ side of
+// jit::PanelCore, the packed weights, the scratch, the arguments the caller left ungathered).
+// Which runs get a core is the lowering's (specializer/passes/lower_panels.cpp); the generated
+// side is jit/elementwise_codegen.cpp.
 #include "runtime/graph_runs.h"
 
 #include "src/kernels/kernels.h"
@@ -21,214 +20,6 @@ using ops::OpId;
 
 using detail::rank_of;
 using detail::with_rows;
-
-void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
-                             const std::vector<bool>& kept) {
-  const graph::Graph& g = tg_.g;
-  // Rows of a panel: a multiple of the GEMM kernels' 12-row blocks; 48 rows of a 750-wide
-  // product (144 KB) and the epilogue's outputs stay in L2 between the GEMM and the chain.
-  // (Measured in training, paired: 24, 48, 96 rows and whole levels all within 1-2% of each
-  // other; bench/RESULTS.md.)
-  constexpr int64_t kPanelRows = 48;
-  fused_.assign(g.size(), false);
-  lazy_arg_.clear();
-  auto row_vector = [&](NodeId id) {
-    const Node& n = g.node(id);
-    return cls_[static_cast<size_t>(id)] == RowClass::Rows && n.type.dtype == DType::F32 &&
-           rank_of(n) == 1;
-  };
-  auto weight = [&](NodeId w, int64_t rows, int64_t cols) {
-    const Node& n = g.node(w);
-    return cls_[static_cast<size_t>(w)] == RowClass::Shared && n.type.dtype == DType::F32 &&
-           n.type.dims == std::vector<int64_t>{rows, cols};
-  };
-  auto position = [](const specializer::Kernel& k, NodeId id) {
-    return static_cast<size_t>(std::find(k.nodes.begin(), k.nodes.end(), id) - k.nodes.begin());
-  };
-  // Forward: the x·W that the run reads (through a split's view, a bias sum or directly),
-  // with nothing computed between the GEMM and the run but what the views skip.
-  for (size_t ki = 0; ki < fwd_runs_.size(); ++ki)
-    for (Run& r : fwd_runs_[ki]) {
-      NodeId m = graph::kNoNode;
-      bool unique = true;
-      for (size_t i = 0; i < r.inputs.size(); ++i) {
-        NodeId src = r.in_view[i].first != graph::kNoNode ? r.in_view[i].first : r.inputs[i];
-        const Node& n = g.node(src);
-        if (r.spec.inputs[i] != jit::InputShape::Full || n.kind != Kind::Op ||
-            n.op() != OpId::MatMul)
-          continue;
-        unique = unique && (m == graph::kNoNode || m == src);
-        m = src;
-      }
-      if (m == graph::kNoNode || !unique)
-        continue;
-      const Node& mn = g.node(m);
-      const specializer::Kernel& k = tg_.fwd_kernels[ki];
-      size_t pm = position(k, m);
-      bool ok = row_vector(m) && row_vector(mn.operands[0]) &&
-                !deferrable_[static_cast<size_t>(m)] &&
-                weight(mn.operands[1], g.node(mn.operands[0]).type.dims[0], mn.type.dims[0]) &&
-                pm < r.first;
-      for (size_t t = pm + 1; ok && t < r.first; ++t)
-        ok = skip_[static_cast<size_t>(k.nodes[t])];
-      if (!ok)
-        continue;
-      r.core = m;
-      r.spec.panel_rows = kPanelRows;
-      r.spec.core_first = true;
-      r.spec.gemm_n = mn.type.dims[0];
-      r.spec.gemm_k = g.node(mn.operands[0]).type.dims[0];
-      fused_[static_cast<size_t>(m)] = true;
-      // x = concat(h_l, h_r) made just before the GEMM: the core assembles each panel's rows of
-      // x right before multiplying them (x is still kept whole: the weight gradient reads it).
-      NodeId x = mn.operands[0];
-      const Node& xn = g.node(x);
-      bool gather = xn.kind == Kind::Op && xn.op() == OpId::Concat && pm > 0 &&
-                    k.nodes[pm - 1] == x && !xn.operands.empty() &&
-                    xn.operands.size() <= detail::kMaxGatherParts;
-      for (NodeId o : xn.operands)
-        gather = gather && row_vector(o);
-      for (const auto* all : {&fwd_runs_, &bwd_runs_}) // not a concat some run writes
-        for (const auto& runs : *all)
-          for (const Run& o : runs)
-            for (auto [dst, off] : o.out_view)
-              gather = gather && dst != x;
-      auto mark_lazy = [&](NodeId o) {
-        size_t a = static_cast<size_t>(tg_.slots[g.node(o).slot].index);
-        if (lazy_arg_.size() <= a)
-          lazy_arg_.resize(a + 1, false);
-        lazy_arg_[a] = true;
-      };
-      auto is_arg = [&](NodeId o) {
-        const Node& on = g.node(o);
-        return on.kind == Kind::Input && tg_.slots[on.slot].role == specializer::InputSlot::Role::Arg &&
-               !kept[static_cast<size_t>(o)];
-      };
-      if (gather) {
-        r.gather = x;
-        for (NodeId o : xn.operands)
-          r.spec.gather_widths.push_back(g.node(o).type.dims[0]);
-        fused_[static_cast<size_t>(x)] = true;
-        // A part that is an argument read by nothing else can stay ungathered by the caller.
-        for (NodeId o : xn.operands)
-          if (is_arg(o) && users[static_cast<size_t>(o)].size() == 1)
-            mark_lazy(o);
-      } else if (is_arg(x) && row_vector(x)) {
-        // x is an argument (a leaf's embedding rows): the core gathers each panel's rows into
-        // x's block just before multiplying them, if nothing in the forward pass reads x
-        // before the run (the backward pass, after it, finds the block filled).
-        bool only_m = true;
-        for (const auto& fk : tg_.fwd_kernels)
-          for (NodeId u : fk.nodes)
-            for (NodeId o : g.node(u).operands)
-              only_m = only_m && (o != x || u == m);
-        if (only_m) {
-          r.gather = x;
-          r.spec.gather_widths = {xn.type.dims[0]};
-          mark_lazy(x);
-        }
-      }
-      // The run's other per-row inputs that are arguments read in the forward pass by this
-      // run alone (a cell's c_l, c_r): the core gathers each panel's rows into their blocks
-      // too, before the chain reads them (the backward pass finds the blocks filled).
-      for (size_t i = 0; i < r.inputs.size(); ++i) {
-        NodeId o = r.inputs[i];
-        if (r.spec.inputs[i] != jit::InputShape::Full || r.in_view[i].first != graph::kNoNode ||
-            !is_arg(o) || !row_vector(o) || o == x ||
-            std::find(r.fills.begin(), r.fills.end(), o) != r.fills.end())
-          continue;
-        bool only_run = true;
-        for (const auto& fk : tg_.fwd_kernels)
-          for (NodeId u : fk.nodes)
-            for (NodeId p : g.node(u).operands)
-              only_run =
-                  only_run &&
-                  (p != o ||
-                   std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
-                             k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count), u) !=
-                       k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
-        if (only_run && r.fills.size() < detail::kMaxGatherParts) {
-          r.fills.push_back(o);
-          r.spec.fill_inputs.push_back(static_cast<int>(i));
-          mark_lazy(o);
-        }
-      }
-      // Nothing but this run reads the product (through its bias sum and split views, which
-      // are not computed): the GEMM writes each panel into scratch, never the whole product.
-      auto reads_m = [&](const Run& o) {
-        for (size_t i = 0; i < o.inputs.size(); ++i)
-          if (o.inputs[i] == m || o.in_view[i].first == m)
-            return true;
-        return false;
-      };
-      bool dead = !kept[static_cast<size_t>(m)];
-      for (NodeId u : users[static_cast<size_t>(m)])
-        dead = dead &&
-               (skip_[static_cast<size_t>(u)] ||
-                std::find(k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first),
-                          k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count),
-                          u) != k.nodes.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
-      for (const auto* all : {&fwd_runs_, &bwd_runs_})
-        for (const auto& runs : *all)
-          for (const Run& o : runs)
-            dead = dead && (&o == &r || !reads_m(o));
-      if (dead) {
-        r.spec.in_panel.assign(r.inputs.size(), false);
-        for (size_t i = 0; i < r.inputs.size(); ++i)
-          r.spec.in_panel[i] = r.inputs[i] == m || r.in_view[i].first == m;
-      }
-    }
-  // Backward: the dY·W^T (MatMulGradA) whose dY is a concat that the run writes, met next
-  // (in this kernel or at the start of the next) with only such concats between.
-  for (size_t ki = 0; ki < bwd_runs_.size(); ++ki)
-    for (Run& r : bwd_runs_[ki]) {
-      std::vector<NodeId> made; // the concats the run writes in place
-      for (auto [dst, off] : r.out_view)
-        if (dst != graph::kNoNode && std::find(made.begin(), made.end(), dst) == made.end())
-          made.push_back(dst);
-      NodeId q = graph::kNoNode;
-      bool unique = true;
-      for (NodeId d : made)
-        for (NodeId u : users[static_cast<size_t>(d)]) {
-          const Node& un = g.node(u);
-          if (un.kind == Kind::Grad && un.grad_op() == GradOp::MatMulGradA && un.operands[0] == d) {
-            unique = unique && q == graph::kNoNode;
-            q = u;
-          }
-        }
-      if (q == graph::kNoNode || !unique)
-        continue;
-      const Node& qn = g.node(q);
-      NodeId d = qn.operands[0];
-      if (!row_vector(q) || !row_vector(d) || qn.operands.size() < 3 ||
-          !weight(qn.operands[2], qn.type.dims[0], g.node(d).type.dims[0]) ||
-          deferrable_[static_cast<size_t>(q)])
-        continue;
-      bool reached = false, ok = true;
-      size_t t = r.first + r.count;
-      for (size_t kk = ki; kk < tg_.bwd_kernels.size() && kk <= ki + 1 && ok && !reached;
-           ++kk, t = 0) {
-        const auto& nodes = tg_.bwd_kernels[kk].nodes;
-        for (; t < nodes.size(); ++t) {
-          if (nodes[t] == q) {
-            reached = true;
-            break;
-          }
-          if (std::find(made.begin(), made.end(), nodes[t]) == made.end()) {
-            ok = false;
-            break;
-          }
-        }
-      }
-      if (!reached || !ok)
-        continue;
-      r.core = q;
-      r.spec.panel_rows = kPanelRows;
-      r.spec.core_first = false;
-      r.spec.gemm_n = qn.type.dims[0];
-      r.spec.gemm_k = g.node(d).type.dims[0];
-    }
-}
 
 namespace {
 
@@ -294,8 +85,8 @@ void GraphRunner::fill_arg(NodeId id, State& st) const {
   st.arg_rows[static_cast<size_t>(tg_.slots[tg_.g.node(id).slot].index)].clear();
 }
 
-void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<float*>& outs,
-                         State& st, GraphRunStats& stats) const {
+void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vector<float*>& ins,
+                         std::vector<float*>& outs, State& st, GraphRunStats& stats) const {
   using Clock = ProfileClock;
   const graph::Graph& g = tg_.g;
   auto val = [&](NodeId id) -> Tensor& { return st.vals[static_cast<size_t>(id)]; };
@@ -320,7 +111,7 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
   // Forward: C = x·W, into a scratch of one panel's rows when only this run reads C.
   Tensor scratch;
   std::vector<const float*>* x_arg_gathered = nullptr; ///< x's rows, gathered by the core
-  std::array<std::vector<const float*>*, detail::kMaxGatherParts> filled{}; ///< the chain's
+  std::array<std::vector<const float*>*, jit::PanelCore::kMaxParts> filled{}; ///< the chain's
   if (r.core != graph::kNoNode && r.spec.core_first) {
     const Node& m = g.node(r.core);
     const NodeId xid = m.operands[0];
@@ -443,9 +234,9 @@ void GraphRunner::launch(const Run& r, std::vector<float*>& ins, std::vector<flo
     core.gemm_b = core.packed;
   auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
   if (r.spec.panel_rows > 0)
-    r.kernel->kernel.panel(ins.data(), outs.data(), st.rows, &core);
+    kernel.elementwise().panel(ins.data(), outs.data(), st.rows, &core);
   else
-    r.kernel->kernel.fn(ins.data(), outs.data(), st.rows);
+    kernel.elementwise().fn(ins.data(), outs.data(), st.rows);
   const bool fused = core.fn == &GemmPanel::run;
   if (x_arg_gathered != nullptr) // the block is filled now
     x_arg_gathered->clear();

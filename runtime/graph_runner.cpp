@@ -7,6 +7,7 @@
 #include "src/kernels/kernels.h"
 #include "src/ops/emitter.h"
 #include "src/util/check.h"
+#include "src/util/overloaded.h"
 
 #include <algorithm>
 #include <array>
@@ -20,7 +21,6 @@ using graph::NodeId;
 using ops::GradOp;
 using ops::OpId;
 
-using detail::jit_op;
 using detail::rank_of;
 using detail::with_rows;
 
@@ -71,196 +71,14 @@ Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w,
 
 } // namespace
 
-GraphRunner::GraphRunner(specializer::TemplateGraph tg, bool jit_runs) : tg_(std::move(tg)) {
-  ops::register_kernels();
-  // The parts of each split: nodes with the same operand and attribute.
-  const graph::Graph& g = tg_.g;
-  split_parts_.assign(g.size(), {});
-  for (NodeId a = 0; a < static_cast<NodeId>(g.size()); ++a) {
-    const Node& na = g.node(a);
-    if (na.kind != Kind::Op || na.op() != OpId::Split)
-      continue;
-    for (NodeId b = 0; b < static_cast<NodeId>(g.size()); ++b) {
-      const Node& nb = g.node(b);
-      if (b != a && nb.kind == Kind::Op && nb.op() == OpId::Split && nb.operands == na.operands &&
-          nb.attr.ints == na.attr.ints)
-        split_parts_[static_cast<size_t>(a)].push_back(b);
-    }
-  }
-  classify();
-  // Weight gradients x^T·gy that are a parameter's whole gradient and read by nothing else.
-  deferrable_.assign(g.size(), false);
-  std::vector<int> users(g.size(), 0);
-  for (const Node& n : g.nodes())
-    for (NodeId o : n.operands)
-      ++users[static_cast<size_t>(o)];
-  for (NodeId o : tg_.bwd_param_grads) {
-    if (o == graph::kNoNode || users[static_cast<size_t>(o)] != 0)
-      continue;
-    const Node& n = g.node(o);
-    if (n.kind == Kind::Grad && n.grad_op() == GradOp::MatMulGradB &&
-        cls_[static_cast<size_t>(o)] == RowClass::Summed && rank_of(g.node(n.operands[1])) == 1 &&
-        rank_of(g.node(n.operands[0])) == 1 && rank_of(g.node(n.operands[2])) == 2 &&
-        std::count(tg_.bwd_param_grads.begin(), tg_.bwd_param_grads.end(), o) == 1)
-      deferrable_[static_cast<size_t>(o)] = true;
-  }
-  if (supported() && jit_runs) {
-    plan_runs();
-    plan_reductions();
-    plan_weight_grads();
-  }
-}
-
-GraphRunner::GraphRunner(const GraphRunner&) = default;
-
-GraphRunner::~GraphRunner() = default;
-
-void GraphRunner::classify() {
-  const graph::Graph& g = tg_.g;
-  cls_.assign(g.size(), RowClass::Shared);
-  auto fail = [this](NodeId id, const std::string& what) {
-    if (why_.empty()) // appended piece by piece: GCC 12 -O3 warns (-Wrestrict) on "%" + s
-      why_.append("%")
-          .append(std::to_string(id))
-          .append(" ")
-          .append(what)
-          .append(": ")
-          .append(graph::print_node(tg_.g, id));
-  };
-  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
-    const Node& n = g.node(id);
-    bool rows = false, summed = false;
-    for (NodeId o : n.operands) {
-      rows = rows || cls_[static_cast<size_t>(o)] == RowClass::Rows;
-      summed = summed || cls_[static_cast<size_t>(o)] == RowClass::Summed;
-    }
-    auto c = [&](size_t i) { return cls_[static_cast<size_t>(n.operands[i])]; };
-    RowClass& out = cls_[static_cast<size_t>(id)];
-    switch (n.kind) {
-    case Kind::Input: {
-      auto role = tg_.slots[n.slot].role;
-      out = role == specializer::InputSlot::Role::Arg || role == specializer::InputSlot::Role::Seed
-                ? RowClass::Rows
-                : RowClass::Shared;
-      continue;
-    }
-    case Kind::Const:
-      continue;
-    case Kind::Gather:
-    case Kind::Scatter:
-      if (rows || summed)
-        fail(id, "gather/scatter of per-row values");
-      continue;
-    default:
-      break;
-    }
-    if (!rows && !summed)
-      continue; // Shared
-    if (summed) {
-      // Linear combinations of summed gradients (a parameter read twice); a per-row term is
-      // summed over the rows first.
-      bool linear = n.kind == Kind::SumN ||
-                    (n.kind == Kind::Op &&
-                     (n.op() == OpId::Add || n.op() == OpId::Sub || n.op() == OpId::Neg));
-      for (size_t i = 0; i < n.operands.size(); ++i)
-        linear = linear && c(i) != RowClass::Shared;
-      if (!linear)
-        fail(id, "non-linear use of a row-summed gradient");
-      out = RowClass::Summed;
-      continue;
-    }
-    out = RowClass::Rows;
-    if (n.kind == Kind::SumN)
-      continue;
-    if (n.kind == Kind::Op) {
-      const auto& def = ops::op_def(n.op());
-      if (def.elementwise)
-        continue;
-      switch (n.op()) {
-      case OpId::MatMul:
-        if (!(c(0) == RowClass::Rows && c(1) == RowClass::Shared &&
-              rank_of(g.node(n.operands[0])) == 1 && rank_of(g.node(n.operands[1])) == 2))
-          fail(id, "matmul other than per-row vector @ shared matrix");
-        continue;
-      case OpId::Concat:
-      case OpId::Split:
-      case OpId::Slice:
-      case OpId::Softmax:
-      case OpId::LogSoftmax:
-      case OpId::Argmax:
-      case OpId::Sum:
-      case OpId::Mean:
-      case OpId::Reshape:
-        continue;
-      case OpId::Take:
-        if (c(0) != RowClass::Shared)
-          fail(id, "take from a per-row table");
-        continue;
-      case OpId::CrossEntropy:
-        if (c(0) != RowClass::Rows || c(1) != RowClass::Rows)
-          fail(id, "cross_entropy of shared logits or labels");
-        continue;
-      default:
-        fail(id, "no batched rule");
-        continue;
-      }
-    }
-    // Gradient helpers.
-    switch (n.grad_op()) {
-    case GradOp::SigmoidBwd:
-    case GradOp::TanhBwd:
-    case GradOp::ReluBwd:
-    case GradOp::BroadcastTo:
-    case GradOp::UnsumAxis:
-      continue;
-    case GradOp::SoftmaxBwd:
-    case GradOp::LogSoftmaxBwd:
-    case GradOp::CrossEntropyBwd:
-    case GradOp::PadSlice:
-    case GradOp::ReshapeLike:
-      for (size_t i = 0; i < n.operands.size(); ++i)
-        if (c(i) != RowClass::Rows)
-          fail(id, "per-row gradient op with a shared operand");
-      continue;
-    case GradOp::SumToShape:
-      if (c(1) == RowClass::Shared)
-        out = RowClass::Summed; // the gradient of a shared value: summed over the rows
-      continue;
-    case GradOp::MatMulGradA:
-      if (!(c(1) == RowClass::Rows && c(2) == RowClass::Shared))
-        fail(id, "matmul gradient of a shared left operand");
-      continue;
-    case GradOp::MatMulGradB:
-      if (c(1) == RowClass::Rows && c(2) == RowClass::Shared && rank_of(g.node(n.operands[1])) == 1)
-        out = RowClass::Summed; // one GEMM over all rows: a^T gy
-      else
-        fail(id, "matmul gradient other than of a shared matrix");
-      continue;
-    case GradOp::TakeGrad:
-      if (c(2) == RowClass::Shared)
-        out = RowClass::Summed;
-      else
-        fail(id, "gradient of a per-row table");
-      continue;
-    default:
-      fail(id, "no batched rule");
-      continue;
-    }
-  }
-  // Argument gradients are per row; one summed over the rows would be a batched rule this
-  // runner does not have (the interpreter takes such a template).
-  for (NodeId o : tg_.bwd_arg_grads)
-    if (o != graph::kNoNode && cls_[static_cast<size_t>(o)] == RowClass::Summed)
-      fail(o, "an argument gradient summed over the rows");
-}
-
 Tensor GraphRunner::eval(NodeId id, State& st) const {
   const graph::Graph& g = tg_.g;
   const Node& n = g.node(id);
   const int64_t rows = st.rows;
   auto val = [&](size_t i) -> const Tensor& { return st.vals[static_cast<size_t>(n.operands[i])]; };
-  auto cls = [&](size_t i) { return cls_[static_cast<size_t>(n.operands[i])]; };
-  RowClass me = cls_[static_cast<size_t>(id)];
+  const specializer::KernelProgram& p = program();
+  auto cls = [&](size_t i) { return p.cls(n.operands[i]); };
+  RowClass me = p.cls(id);
   std::vector<Tensor> in;
   for (size_t i = 0; i < n.operands.size(); ++i)
     in.push_back(val(i));
@@ -352,7 +170,7 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
       // All parts at once; the sibling nodes (the other parts) get theirs too.
       std::vector<Tensor> parts;
       ops::op_def(o).eval(in, n.attr, parts);
-      for (NodeId sib : split_parts_[static_cast<size_t>(id)])
+      for (NodeId sib : p.split_parts[static_cast<size_t>(id)])
         st.vals[static_cast<size_t>(sib)] = parts[g.node(sib).output_index];
       return parts[n.output_index];
     }
@@ -418,34 +236,15 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
   }
 }
 
-void GraphRunner::run_kernel(const specializer::Kernel& k, const std::vector<Run>* runs, State& st,
+void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
                              GraphRunStats& stats) const {
   using Clock = ProfileClock;
-  size_t next = 0;
   std::vector<float*> ins, outs;
-  for (size_t i = 0; i < k.nodes.size();) {
-    if (runs != nullptr && next < runs->size() && (*runs)[next].first == i &&
-        (*runs)[next].kernel) {
-      const Run& r = (*runs)[next++];
-      launch(r, ins, outs, st, stats);
-      i += r.count;
-      continue;
-    }
-    if (runs != nullptr && next < runs->size() && (*runs)[next].first == i)
-      ++next; // not compiled (yet): its nodes run on reference kernels
-    NodeId id = k.nodes[i++];
+  // A node on its reference kernel, unless something computed it already (a split part
+  // computed with its siblings, a concat made by a run, a GEMM made by its run's core).
+  auto compute = [&](NodeId id) {
     if (st.vals[static_cast<size_t>(id)].defined())
-      continue; // a split part computed with its siblings, or a concat made by a run
-    if (st.views && skip_[static_cast<size_t>(id)]) {
-      stats.in_place++; // read in place by the runs
-      continue;
-    }
-    if (st.views && st.panels && fused_[static_cast<size_t>(id)])
-      continue; // its run computes it, panel by panel
-    if (st.deferred != nullptr && deferrable_[static_cast<size_t>(id)])
-      continue; // the caller does it, with the other groups' rows
-    if (run_reduction(id, st, stats))
-      continue; // on its row-reduction kernel
+      return;
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
     st.vals[static_cast<size_t>(id)] = eval(id, st);
     if (stats.profile) {
@@ -453,16 +252,74 @@ void GraphRunner::run_kernel(const specializer::Kernel& k, const std::vector<Run
       record(stats.time, f, t0, flops);
     }
     stats.ref_nodes++;
+  };
+  auto defined = [&](NodeId id) { return st.vals[static_cast<size_t>(id)].defined(); };
+  for (size_t i = 0; i < k.steps.size();) {
+    // Each step says how many of the steps after it it has done (a compiled run: its nodes').
+    i +=
+        1 + std::visit(Overloaded{
+                           [&](const specializer::ElementwiseRun& r) -> size_t {
+                             const auto& kernel = run_kernels_[r.index];
+                             if (!kernel)
+                               return 0; // not compiled (yet): its nodes run on reference kernels
+                             launch(r, *kernel, ins, outs, st, stats);
+                             return r.count;
+                           },
+                           [&](const specializer::InPlaceView& v) -> size_t {
+                             if (!defined(v.node) && st.views)
+                               stats.in_place++; // read in place by the runs
+                             else
+                               compute(v.node);
+                             return 0;
+                           },
+                           [&](const specializer::RowGemm& m) -> size_t {
+                             // A forward core's product is made by its run, panel by panel.
+                             if (!(m.fused_into_run >= 0 && !m.transposed && st.views && st.panels))
+                               compute(m.node);
+                             return 0;
+                           },
+                           [&](const specializer::GatherConcat& c) -> size_t {
+                             if (!(st.views && st.panels)) // else its run's core assembles it
+                               compute(c.node);
+                             return 0;
+                           },
+                           [&](const specializer::DeferredWeightGrad& w) -> size_t {
+                             if (st.deferred == nullptr) // else the caller does it, with the other
+                               compute(w.node);          // groups' rows
+                             return 0;
+                           },
+                           [&](const specializer::RowReduction& r) -> size_t {
+                             if (!defined(r.node) && !run_reduction(r.index, r.node, st, stats))
+                               compute(r.node);
+                             return 0;
+                           },
+                           [&](const specializer::Loss& l) -> size_t {
+                             if (!defined(l.node) && !run_reduction(l.index, l.node, st, stats))
+                               compute(l.node);
+                             return 0;
+                           },
+                           [&](const specializer::SparseEmbeddingGrad& e) -> size_t {
+                             if (e.dense) // else never densified
+                               compute(e.node);
+                             return 0;
+                           },
+                           [&](const specializer::ReferenceNode& r) -> size_t {
+                             compute(r.node);
+                             return 0;
+                           },
+                       },
+                       k.steps[i]);
   }
 }
 
 void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const interp::Params& params,
                           std::span<Tensor> results, State& st, GraphRunStats& stats) const {
-  PEJIT_CHECK(supported()) << "GraphRunner::forward on an unsupported graph: " << why_;
+  PEJIT_CHECK(supported()) << "GraphRunner::forward on an unsupported graph: " << why();
   const graph::Graph& g = tg_.g;
   st.rows = rows;
   st.vals.assign(g.size(), Tensor());
-  st.views = !fwd_runs_.empty() && compiled();
+  const specializer::KernelProgram& p = program();
+  st.views = p.kernels && !tg_.fwd_kernels.empty() && compiled();
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
     if (n.kind == Kind::Const) {
@@ -491,12 +348,12 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
     for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
       fill_arg(id, st);
   bind(tg_.fwd_outputs, results, st);
-  for (size_t k = 0; k < tg_.fwd_kernels.size(); ++k)
-    run_kernel(tg_.fwd_kernels[k], fwd_runs_.empty() ? nullptr : &fwd_runs_[k], st, stats);
+  for (const specializer::KernelSteps& k : p.fwd)
+    run_kernel(k, st, stats);
   for (size_t k = 0; k < tg_.fwd_outputs.size(); ++k) {
     NodeId o = tg_.fwd_outputs[k];
     Tensor v = st.vals[static_cast<size_t>(o)];
-    if (cls_[static_cast<size_t>(o)] == RowClass::Shared)
+    if (p.cls(o) == RowClass::Shared)
       v = repeat_rows(v, rows);
     PEJIT_CHECK(v.numel() == results[k].numel()) << tg_.name << ": result " << k << " size";
     if (v.raw() != results[k].raw()) // not written in place
@@ -508,6 +365,7 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
                            std::span<Tensor> arg_grads, std::vector<interp::ParamGrad>& param_grads,
                            State& st, GraphRunStats& stats) const {
   const graph::Graph& g = tg_.g;
+  const specializer::KernelProgram& p = program();
   const int64_t rows = st.rows;
   for (size_t k = 0; k < tg_.seeds.size(); ++k) {
     NodeId s = tg_.seeds[k];
@@ -518,20 +376,9 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
       v = Tensor::zeros(DType::F32, with_rows(rows, g.node(s).type.dims));
     st.vals[static_cast<size_t>(s)] = v;
   }
-  // The row-sparse embedding gradient: a parameter gradient that is a TakeGrad of per-row ids
-  // is not computed densely (its kernel node is skipped).
-  std::vector<bool> sparse(g.size(), false);
-  for (NodeId p : tg_.bwd_param_grads)
-    if (p != graph::kNoNode && g.node(p).kind == Kind::Grad &&
-        g.node(p).grad_op() == GradOp::TakeGrad)
-      sparse[static_cast<size_t>(p)] = true;
   bind(tg_.bwd_arg_grads, arg_grads, st);
-  for (size_t k = 0; k < tg_.bwd_kernels.size(); ++k) {
-    const auto& kn = tg_.bwd_kernels[k];
-    if (kn.nodes.size() == 1 && sparse[static_cast<size_t>(kn.nodes[0])])
-      continue;
-    run_kernel(kn, bwd_runs_.empty() ? nullptr : &bwd_runs_[k], st, stats);
-  }
+  for (const specializer::KernelSteps& k : p.bwd)
+    run_kernel(k, st, stats);
   for (size_t a = 0; a < tg_.bwd_arg_grads.size() && a < arg_grads.size(); ++a) {
     if (!arg_grads[a].defined())
       continue;
@@ -541,27 +388,30 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
       continue;
     }
     Tensor v = st.vals[static_cast<size_t>(o)];
-    if (cls_[static_cast<size_t>(o)] == RowClass::Shared)
+    if (p.cls(o) == RowClass::Shared)
       v = repeat_rows(v, rows);
-    PEJIT_CHECK(cls_[static_cast<size_t>(o)] != RowClass::Summed &&
-                v.numel() == arg_grads[a].numel())
+    PEJIT_CHECK(p.cls(o) != RowClass::Summed && v.numel() == arg_grads[a].numel())
         << tg_.name << ": argument gradient " << a;
     if (v.raw() != arg_grads[a].raw()) // not written in place
       std::memmove(arg_grads[a].raw(), v.raw(), v.nbytes());
   }
-  for (size_t j = 0; j < tg_.bwd_param_grads.size(); ++j) {
-    NodeId o = tg_.bwd_param_grads[j];
+  using How = specializer::ParamGradStep::How;
+  for (const specializer::ParamGradStep& pg : p.param_grads) {
+    const NodeId o = pg.node;
     if (o == graph::kNoNode)
       continue;
-    auto& dst = param_grads[static_cast<size_t>(tg_.param_index[j])];
-    const Tensor& table = params.values[static_cast<size_t>(tg_.param_index[j])];
-    if (st.deferred != nullptr && deferrable_[static_cast<size_t>(o)]) {
+    auto& dst = param_grads[static_cast<size_t>(pg.param)];
+    const Tensor& table = params.values[static_cast<size_t>(pg.param)];
+    if (st.deferred != nullptr && pg.how == How::Deferred) {
       const Node& n = g.node(o);
-      st.deferred->push_back({tg_.param_index[j], st.vals[static_cast<size_t>(n.operands[1])],
-                              st.vals[static_cast<size_t>(n.operands[0])], weight_grad_kernel(o)});
+      st.deferred->push_back({pg.param, st.vals[static_cast<size_t>(n.operands[1])],
+                              st.vals[static_cast<size_t>(n.operands[0])],
+                              pg.weight_grad >= 0
+                                  ? weight_grad_kernels_[static_cast<size_t>(pg.weight_grad)]
+                                  : nullptr});
       continue;
     }
-    if (sparse[static_cast<size_t>(o)]) {
+    if (pg.how == How::Sparse) {
       const Node& n = g.node(o);
       const Tensor& idx = st.vals[static_cast<size_t>(n.operands[0])];
       const Tensor& gy = st.vals[static_cast<size_t>(n.operands[1])];
@@ -576,9 +426,9 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
       continue;
     }
     Tensor v = st.vals[static_cast<size_t>(o)];
-    switch (cls_[static_cast<size_t>(o)]) {
+    switch (p.cls(o)) {
     case RowClass::Rows:
-      v = sum_rows(o, v, rows, stats);
+      v = sum_rows(pg, v, rows, stats);
       break;
     case RowClass::Shared: // the same gradient for every row
       v = run_op(OpId::Mul, {v, Tensor::scalar_f32(static_cast<float>(rows))}, {});

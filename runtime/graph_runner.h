@@ -1,50 +1,31 @@
-// GraphRunner: runs a template's graph (specializer::TemplateGraph: traced, differentiated, optimized,
-// partitioned into fused kernels) on all rows of a plan group at once: the forward kernels,
-// and for training the backward kernels, in their order.
+// GraphRunner: runs a template's graph (specializer::TemplateGraph: traced, differentiated,
+// optimized, partitioned into fused kernels) on all rows of a plan group at once: the forward
+// kernels, and for training the backward kernels, in their order.
 //
-// Design note.
-// - Row classes, decided once per graph: a node is Shared (no row dimension: parameters,
-//   constants and what depends only on them), Rows ([rows, ...]: arguments, seeds and what
-//   depends on them) or Summed (a parameter-shaped gradient already summed over the rows: the
-//   weight gradient of `x @ W` is one GEMM over all rows, a bias gradient one reduction).
-//   Each op has a rule saying which classes it takes and how its operands line up (a per-row
-//   value of lower rank is expanded after the row axis; axis attributes shift by one). A graph
-//   with a node no rule covers is not supported: the executor runs that template through the
-//   batching interpreter instead (supported() and why()).
-// - Kernels: a fused kernel's maximal runs of f32 elementwise nodes over rows of one width
-//   (the gate epilogue of a TreeLSTM cell, its backward chain) get a JIT kernel spec each;
-//   once compile() has compiled them they run as one pass over the rows, until then on
-//   reference kernels. Cross-entropy and its backward over per-row logits and labels, and
-//   the sums over the rows (a bias gradient: a SumToShape summed over the rows, a parameter
-//   gradient that is a per-row value) get a row-reduction kernel (jit/reduce_spec.h) each,
-//   compiled and launched the same way (graph_reductions.cpp). Every other node (GEMMs
-//   through the library, layout ops, other reductions) runs its reference kernel on all rows.
-// - Panels: a run that reads the rows of an x·W (its gate epilogue), or whose output is the
-//   dY of a dY·W^T (its gate-gradient chain), is compiled as a panel kernel: generated code
-//   that walks the rows in panels of 48 and per panel gathers the rows the GEMM reads (and
-//   the chain's ungathered argument rows), computes those rows of the product with the
-//   kernel's own generated GEMM core (jit/gemm_panel_codegen.cpp, on W or W^T packed once per
-//   plan run) and runs the chain on them, so a panel's GEMM rows are consumed while in cache,
-//   all in one generated function (jit::PanelCore says what it is given). The GEMM
-//   node is then not evaluated on its own. Row results do not depend on the panel split, and
-//   the generated core gives the bits of src/kernels/gemm.cpp's kernels (State::jit_gemm).
+// What runs where is the template's KernelProgram (specializer/kernel_program.h), made by the
+// lowering pass (specializer/passes/lower.h, whose design note says how it decides): the
+// runner holds the program and its compiled kernels (one per elementwise run, row reduction
+// and weight-gradient GEMM) and walks the program's steps. Until compile() has compiled them,
+// or when a step's operands are not laid out as its kernel reads them, its nodes run on
+// reference kernels (the same results: a panel kernel's generated GEMM core gives the bits of
+// src/kernels/gemm.cpp's kernels, State::jit_gemm).
+// - Panel kernels (graph_panels.cpp): a run with a GEMM core walks the rows in panels and per
+//   panel gathers the rows the GEMM reads, computes those rows of the product (on W or W^T
+//   packed once per plan run) and runs the chain on them (jit::PanelCore says what it is
+//   given).
 // - Weight gradients x^T·gy that are a parameter's whole gradient can be left to the caller
 //   (State::deferred), which sums every group's rows in one GEMM per weight: a generated TN
-//   kernel over the groups' row stretches once compiled (graph_weight_grads.cpp), until then
-//   the reference kernel (the same bits).
-// - The embedding gradient stays row-sparse: a parameter gradient that is a TakeGrad of
-//   per-row ids is returned as the rows and their ids, never densified.
-// Not handled (falls back): arguments shared by all rows of a group, matmuls whose per-row
-// operand is a matrix, take from a per-row table, gathers/scatters inside a template.
+//   kernel over the groups' row stretches once compiled, until then the reference kernel.
+// - The embedding gradient stays row-sparse: returned as the rows and their ids.
 #pragma once
 
-#include "src/interp/params.h"
-#include "src/interp/tape.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
 #include "runtime/profile.h"
 #include "specializer/template_graph.h"
+#include "src/interp/params.h"
+#include "src/interp/tape.h"
 
 #include <cstdint>
 #include <memory>
@@ -60,7 +41,7 @@ struct CachedKernel;
 
 namespace pejit::runtime {
 
-enum class RowClass : uint8_t { Shared, Rows, Summed };
+using specializer::RowClass;
 
 struct GraphRunStats {
   int64_t jit_launches = 0; ///< compiled elementwise runs launched
@@ -109,9 +90,9 @@ public:
     std::vector<std::vector<const float*>> arg_rows;
   };
 
-  /// Classifies the nodes; with `jit_runs`, finds the elementwise runs and their kernel specs
-  /// (compiled by compile(); until then they run on reference kernels).
-  GraphRunner(specializer::TemplateGraph tg, bool jit_runs);
+  /// Executes `tg.program` (made by the template pipeline's lower pass); its kernel steps
+  /// run on reference kernels until compile().
+  explicit GraphRunner(specializer::TemplateGraph tg);
   GraphRunner(const GraphRunner&);
   ~GraphRunner();
 
@@ -153,11 +134,12 @@ public:
 
   /// Argument `a` is read only by a concat that a panel core assembles (Run::gather): the
   /// caller may pass its rows' addresses in State::arg_rows instead of gathering them.
-  bool lazy_arg(size_t a) const { return a < lazy_arg_.size() && lazy_arg_[a]; }
+  bool lazy_arg(size_t a) const { return a < program().lazy_args.size() && program().lazy_args[a]; }
 
-  bool supported() const { return why_.empty(); }
-  const std::string& why() const { return why_; }
+  bool supported() const { return program().supported(); }
+  const std::string& why() const { return program().why; }
   const specializer::TemplateGraph& graph() const { return tg_; }
+  const specializer::KernelProgram& program() const { return tg_.program; }
 
   /// Forward on `rows` rows: args[i] is argument i as [rows, ...]; result k is copied into
   /// results[k] ([rows, ...], e.g. an arena block).
@@ -172,55 +154,34 @@ public:
                 GraphRunStats& stats) const;
 
 private:
-  struct Run;
+  using Run = specializer::ElementwiseRun;
   Tensor eval(graph::NodeId id, State& st) const;
-  void run_kernel(const specializer::Kernel& k, const std::vector<Run>* runs, State& st,
+  void run_kernel(const specializer::KernelSteps& k, State& st, GraphRunStats& stats) const;
+  /// Computes node `id` on compiled row-reduction kernel `index` into st.vals; false (nothing
+  /// done) when it is not compiled yet, or the kernel reports a bad label (the reference
+  /// kernel then runs and reports it).
+  bool run_reduction(size_t index, graph::NodeId id, State& st, GraphRunStats& stats) const;
+  /// The sum over the rows of per-row value `v` (a parameter gradient): on its kernel when
+  /// compiled, else kernels::sum_axis(v, 0). The same bits either way. Timed as "reductions
+  /// and losses" (Family::Other) when profiling.
+  Tensor sum_rows(const specializer::ParamGradStep& pg, const Tensor& v, int64_t rows,
                   GraphRunStats& stats) const;
-  struct Reduction;
-  void plan_reductions();
-  /// Computes node `id` on its compiled row-reduction kernel into st.vals; false (nothing
-  /// done) when it has none, it is not compiled yet, or the kernel reports a bad label (the
-  /// reference kernel then runs and reports it).
-  bool run_reduction(graph::NodeId id, State& st, GraphRunStats& stats) const;
-  /// The sum over the rows of per-row value `v` of node `id` (a parameter gradient): on its
-  /// kernel when compiled, else kernels::sum_axis(v, 0). The same bits either way. Timed as
-  /// "reductions and losses" (Family::Other) when profiling.
-  Tensor sum_rows(graph::NodeId id, const Tensor& v, int64_t rows, GraphRunStats& stats) const;
-  void classify();
-  void plan_runs();
-  struct WeightGrad;
-  void plan_weight_grads(); ///< a TN GEMM spec per deferrable weight gradient
-  /// The compiled kernel of deferrable weight gradient `id`, or null.
-  std::shared_ptr<const jit::CachedKernel> weight_grad_kernel(graph::NodeId id) const;
   /// Once every run has its kernel: run outputs that are results (or argument gradients) are
   /// written by their run straight into the caller's blocks dest[k], not copied there after.
   void bind(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
-
-  specializer::TemplateGraph tg_;
-  std::vector<RowClass> cls_;
-  std::vector<bool> deferrable_; ///< by node: a weight gradient a caller may take (DeferredGemm)
-  std::vector<std::vector<graph::NodeId>> split_parts_; ///< per split node: its siblings
-  /// By node: not computed once every run has its kernel (a split part the runs read in
-  /// place; a bias sum whose columns the runs add themselves).
-  std::vector<bool> skip_;
-  std::vector<bool> run_output_; ///< by node: a row output of a run, written where bind() says
-  /// By node: a forward GEMM that its run computes per panel (not evaluated on its own).
-  std::vector<bool> fused_;
-  std::vector<bool> lazy_arg_; ///< by argument index: see lazy_arg()
   /// Argument node `id`'s lazily passed rows (State::arg_rows), or null.
   const std::vector<const float*>* arg_rows(graph::NodeId id, const State& st) const;
   /// Gathers a lazily passed argument's rows into its block, once.
   void fill_arg(graph::NodeId id, State& st) const;
-  /// The GEMM cores of runs: which runs get one (plan_runs), and launching a run with its core.
-  void find_cores(const std::vector<std::vector<graph::NodeId>>& users,
-                  const std::vector<bool>& kept);
-  void launch(const Run& r, std::vector<float*>& ins, std::vector<float*>& outs, State& st,
-              GraphRunStats& stats) const;
-  std::string why_;
-  std::vector<std::vector<Run>> fwd_runs_, bwd_runs_; ///< per kernel
-  std::vector<Reduction> reductions_;
-  std::vector<WeightGrad> weight_grads_;
-  std::vector<int32_t> reduction_of_; ///< by node: its index in reductions_, or -1
+  /// Launches run `r` on its compiled kernel, with its GEMM core (graph_panels.cpp).
+  void launch(const Run& r, const jit::CachedKernel& kernel, std::vector<float*>& ins,
+              std::vector<float*>& outs, State& st, GraphRunStats& stats) const;
+
+  specializer::TemplateGraph tg_;
+  /// The compiled kernels: by ElementwiseRun::index, by KernelProgram::reductions and
+  /// weight_grads entry; null until compile().
+  std::vector<std::shared_ptr<const jit::CachedKernel>> run_kernels_, reduce_kernels_,
+      weight_grad_kernels_;
 };
 
 } // namespace pejit::runtime

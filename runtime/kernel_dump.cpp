@@ -3,8 +3,8 @@
 // cached; only the IR needs LLVM, through a Jit of its own that links nothing.
 #include "runtime/kernel_dump.h"
 
-#include "runtime/graph_runner.h"
 #include "jit/jit.h"
+#include "runtime/graph_runner.h"
 #include "specializer/template_graph.h"
 
 #include <fmt/format.h>
@@ -18,8 +18,8 @@ namespace pejit::runtime {
 
 std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
                                              const specializer::Plan& plan,
-                                             const specializer::TemplateTable& templates, bool with_ir,
-                                             const jit::ScheduleDB* schedules) {
+                                             const specializer::TemplateTable& templates,
+                                             bool with_ir, const jit::ScheduleDB* schedules) {
   std::vector<bool> used(templates.size(), false);
   for (const auto& g : plan.groups)
     if (g.tmpl >= 0)
@@ -36,7 +36,7 @@ std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::
     d.id = static_cast<int32_t>(id);
     d.name = t.name;
     try {
-      GraphRunner runner(specializer::compile_template(m, dims, t), /*jit_runs=*/true);
+      GraphRunner runner(specializer::compile_template(m, dims, t));
       d.kernels = specializer::print_kernels(runner.graph());
       if (!runner.supported())
         d.why = runner.why();
@@ -111,7 +111,7 @@ void for_each_runner(const ir::Module& m, const interp::DimBindings& dims,
     const specializer::Template& t = templates.at(static_cast<int32_t>(id));
     std::unique_ptr<GraphRunner> runner;
     try {
-      runner = std::make_unique<GraphRunner>(specializer::compile_template(m, dims, t), true);
+      runner = std::make_unique<GraphRunner>(specializer::compile_template(m, dims, t));
     } catch (const std::exception&) {
       continue;
     }
@@ -172,6 +172,34 @@ std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts) {
     for (const auto& g : t.gemms)
       s += fmt::format("  gemm %{} (weight grad {}): {}\n    schedule {} (source: {})\n", g.node,
                        g.param, g.spec.canonical_text(), g.schedule, g.schedule_source);
+  }
+  return s;
+}
+
+std::string print_kernel_programs(const ir::Module& m, const interp::DimBindings& dims,
+                                  const specializer::Plan& plan,
+                                  const specializer::TemplateTable& templates) {
+  std::vector<bool> used(templates.size(), false);
+  for (const auto& g : plan.groups)
+    if (g.tmpl >= 0)
+      used[static_cast<size_t>(g.tmpl)] = true;
+  std::string s;
+  for (size_t id = 0; id < used.size(); ++id) {
+    if (!used[id])
+      continue;
+    const specializer::Template& t = templates.at(static_cast<int32_t>(id));
+    s += fmt::format("template {}#{}\n", t.name, id);
+    std::string text;
+    try {
+      specializer::TemplateGraph tg = specializer::compile_template(m, dims, t);
+      text = specializer::print_kernel_program(tg, tg.program);
+    } catch (const std::exception& e) {
+      text = std::string("no graph: ") + e.what() + "\n";
+    }
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line))
+      s += "  " + line + "\n";
   }
   return s;
 }

@@ -2,18 +2,18 @@
 // determinism tests (DESIGN.md §6): per template of the plan, its fused kernels and, under
 // each, the elementwise runs the JIT compiles, then its row reductions and loss kernels, with
 // their schedule, its source, and optionally their optimized LLVM IR and its hash. The template
-// graphs are built as the engine builds them (specializer::compile_template, GraphRunner with JIT runs),
-// so the specs and the IR are those the engine compiles for the same plan.
+// graphs are built as the engine builds them (specializer::compile_template, GraphRunner with JIT
+// runs), so the specs and the IR are those the engine compiles for the same plan.
 #pragma once
 
-#include "src/graph/graph.h"
-#include "src/interp/params.h"
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
 #include "jit/schedule.h"
 #include "specializer/plan.h"
 #include "specializer/residual.h"
+#include "src/graph/graph.h"
+#include "src/interp/params.h"
 
 #include <cstdint>
 #include <string>
@@ -75,7 +75,8 @@ struct KernelDumpTemplate {
 /// when the host has no JIT target.
 std::vector<KernelDumpTemplate> dump_kernels(const ir::Module& m, const interp::DimBindings& dims,
                                              const specializer::Plan& plan,
-                                             const specializer::TemplateTable& templates, bool with_ir,
+                                             const specializer::TemplateTable& templates,
+                                             bool with_ir,
                                              const jit::ScheduleDB* schedules = nullptr);
 
 /// The elementwise kernel specs (no schedule named) of every template in `templates` that a
@@ -92,6 +93,12 @@ std::vector<jit::GemmSpec> template_gemm_specs(const ir::Module& m, const interp
 /// "schedule S (source: SRC)"; then its row reductions, "reduce %N (WHERE): TEXT" and their
 /// schedule line; then its weight gradients, "gemm %N (weight grad PARAM): TEXT" and theirs.
 std::string print_kernel_dump(const std::vector<KernelDumpTemplate>& ts);
+
+/// The lowered kernel program (specializer::print_kernel_program) of every template `plan`
+/// launches, in template order, each after a line "template NAME#ID", indented; no JIT needed.
+std::string print_kernel_programs(const ir::Module& m, const interp::DimBindings& dims,
+                                  const specializer::Plan& plan,
+                                  const specializer::TemplateTable& templates);
 
 /// The IR of every run, each preceded by "; kernel NAME#ID fwd|bwd K run R fnv=HASH" (HASH:
 /// 16 hex digits of jit::ir_text_hash, FNV-1a 64), then of every row reduction, preceded by

@@ -96,7 +96,8 @@ struct PlanExecutor::Impl {
           return nullptr;
         g = d.kernel.get();
       }
-    if (g == nullptr || g->gemm.stretches == nullptr || g->gemm_spec.m != k || g->gemm_spec.n != m)
+    const auto* gemm = g != nullptr ? std::get_if<jit::GemmKernel>(&g->family) : nullptr;
+    if (gemm == nullptr || gemm->code.stretches == nullptr || gemm->spec.m != k || gemm->spec.n != m)
       return nullptr;
     return g;
   }
@@ -129,8 +130,8 @@ struct PlanExecutor::Impl {
         jit_parts.clear();
         for (const auto& s : parts)
           jit_parts.push_back({s.a, s.b, s.k});
-        g->gemm.stretches(jit_parts.data(), static_cast<int64_t>(jit_parts.size()), dst.f32(),
-                          beta != 0.0f);
+        g->gemm().stretches(jit_parts.data(), static_cast<int64_t>(jit_parts.size()), dst.f32(),
+                            beta != 0.0f);
         stats.jit_weight_grads++;
       } else {
         kernels::sgemm_tn_stretches(k, m, parts.data(), parts.size(), beta, dst.f32(), m);

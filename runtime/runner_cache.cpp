@@ -35,8 +35,9 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template&
   }
   if (!found) {
     try {
-      auto r =
-          std::make_shared<GraphRunner>(specializer::compile_template(*m_, dims_, t), kernels_ != nullptr);
+      specializer::TemplateOptions opt;
+      opt.lower.kernels = kernels_ != nullptr; // without a JIT: reference steps only
+      auto r = std::make_shared<GraphRunner>(specializer::compile_template(*m_, dims_, t, opt));
       if (r->supported())
         e.runner = std::move(r);
       else

@@ -2,13 +2,14 @@
 // seeded backward, and the pass order. See the design note in template_graph.h.
 #include "specializer/template_graph.h"
 
+#include "specializer/passes/eliminate_common_subexpressions.h"
+#include "specializer/passes/eliminate_dead_code.h"
+#include "specializer/passes/lower.h"
+#include "specializer/passes/rebuild.h"
 #include "src/graph/boost_adaptor.h"
 #include "src/graph/evaluate.h"
 #include "src/graph/graph_emitter.h"
 #include "src/interp/evaluator.h"
-#include "specializer/passes/eliminate_common_subexpressions.h"
-#include "specializer/passes/eliminate_dead_code.h"
-#include "specializer/passes/rebuild.h"
 
 #include <fmt/format.h>
 
@@ -333,8 +334,8 @@ void TemplateGraph::refresh() {
 }
 
 const std::vector<std::string>& template_pass_names() {
-  static const std::vector<std::string> names = {"trace",    "fold",    "cse",     "dce", "ad",
-                                                 "fold.bwd", "cse.bwd", "dce.bwd", "fuse"};
+  static const std::vector<std::string> names = {"trace",    "fold",    "cse",     "dce",  "ad",
+                                                 "fold.bwd", "cse.bwd", "dce.bwd", "fuse", "lower"};
   return names;
 }
 
@@ -421,6 +422,8 @@ TemplateGraph compile_template(const ir::Module& m, const interp::DimBindings& d
     os << "// " << tg.name << " after " << pass << "\n" << graph::print(tg.g) << "\n";
     if (pass == "fuse")
       os << print_kernels(tg);
+    if (pass == "lower")
+      os << print_kernel_program(tg, tg.program);
   };
   auto fold = [&](TemplateGraph& tg) {
     tg.g = passes::fold_constants(tg.g, tg.consts, opt.fold);
@@ -448,6 +451,8 @@ TemplateGraph compile_template(const ir::Module& m, const interp::DimBindings& d
   optimize(tg, ".bwd");
   fuse(tg);
   after(tg, "fuse");
+  tg.program = passes::lower(tg, opt.lower);
+  after(tg, "lower");
   return tg;
 }
 

@@ -21,11 +21,12 @@
 // read only by integer code (no gradient), second-order derivatives.
 #pragma once
 
-#include "src/graph/graph.h"
-#include "src/interp/params.h"
+#include "specializer/kernel_program.h"
 #include "specializer/passes/fold_constants.h"
 #include "specializer/passes/fuse_kernels.h"
 #include "specializer/residual.h"
+#include "src/graph/graph.h"
+#include "src/interp/params.h"
 
 #include <iosfwd>
 #include <span>
@@ -60,6 +61,9 @@ struct TemplateGraph {
   std::vector<NodeId> bwd_param_grads; ///< per `params` entry
   std::vector<Kernel> fwd_kernels, bwd_kernels;
   std::string name; ///< the template's
+  /// The kernels as the lowering pass decided them (the last pass; a graph changed after it
+  /// must be lowered again).
+  KernelProgram program;
 
   /// Tensors by input slot for graph::evaluate: `args` by argument, parameters from
   /// `params`, constants, and `seeds` by result (may be empty: forward only).
@@ -76,10 +80,11 @@ struct TemplateOptions {
   std::vector<std::string> dump_after;
   std::ostream* dump = nullptr; ///< where dumps go (null: std::cerr)
   bool verify = true;           ///< check the invariants after every pass
+  LowerOptions lower;           ///< the last pass's (kernel steps or reference steps only)
   int max_depth = 4000;         ///< nested calls while tracing
 };
 
-/// trace -> fold -> cse -> dce -> ad -> fold.bwd -> cse.bwd -> dce.bwd -> fuse.
+/// trace -> fold -> cse -> dce -> ad -> fold.bwd -> cse.bwd -> dce.bwd -> fuse -> lower.
 const std::vector<std::string>& template_pass_names();
 
 /// The template's graph, traced and differentiated, unoptimized, with its kernels. Throws

@@ -144,7 +144,8 @@ void add_dump_options(CLI::App& app, DumpArgs& a) {
   app.add_option("--batch-index", a.batch_index, "which batch of the file (unshuffled)")
       ->capture_default_str();
   app.add_option("--emit", a.emit)
-      ->check(CLI::IsMember({"templates", "instances", "plan", "dot", "kernels", "llvm"}))
+      ->check(CLI::IsMember(
+          {"templates", "instances", "plan", "dot", "kernels", "kernel-program", "llvm"}))
       ->capture_default_str();
   app.add_option("--tuned", a.tuned,
                  "resolve the kernels' schedules against this tuned database, as train does");

@@ -85,8 +85,10 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
     out << print_kernel_dump(dump_kernels(*m, dims, plan, tt, false, tuned));
   else if (opt.emit == "llvm")
     out << print_kernel_llvm(dump_kernels(*m, dims, plan, tt, true, tuned));
+  else if (opt.emit == "kernel-program")
+    out << print_kernel_programs(*m, dims, plan, tt);
   else
-    throw Error("--emit must be templates, instances, plan, dot, kernels or llvm");
+    throw Error("--emit must be templates, instances, plan, dot, kernels, kernel-program or llvm");
 }
 
 } // namespace pejit::runtime

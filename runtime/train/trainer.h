@@ -108,7 +108,7 @@ struct DumpOptions {
   std::string entry = "loss";
   int batch = 25;
   int64_t batch_index = 0;
-  std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, llvm
+  std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, kernel-program, llvm
   std::string tuned;         ///< the tuned schedule database the kernels are resolved against
   bool merge = true;         ///< merge equal instances first, as training does (--no-merge)
 };

@@ -385,6 +385,10 @@ TEST_SUITE("cli") {
     CHECK(t.out.find("template cell(f32[150], f32[150], f32[150], f32[150])") != std::string::npos);
     Run i = run_pejit("dump " + kModel + " --data " + data + " --batch 2 --emit instances");
     CHECK(i.out.find("= sum(") != std::string::npos);
+    Run kp = run_pejit("dump " + kModel + " --data " + data + " --emit kernel-program");
+    CHECK(kp.code == 0);
+    CHECK(kp.out.find("template cell#") != std::string::npos);
+    CHECK(kp.out.find("core of run 0") != std::string::npos);
     CHECK(run_pejit("dump " + kModel + " --data " + data + " --batch-index 99").code == 1);
     std::string prog = tmp("dynamic.pe");
     std::ofstream(prog)

@@ -24,7 +24,7 @@ float run_scale(const CachedKernel& k, int64_t width) {
   float a = 2.0f;
   float* in[] = {x.data(), &a};
   float* o[] = {out.data()};
-  k.kernel.fn(in, o, 1);
+  k.elementwise().fn(in, o, 1);
   return out[0];
 }
 
@@ -36,13 +36,13 @@ TEST_CASE("a second request is a hit with the same code, a different spec misses
   auto a = cache.get(scale(16));
   auto b = cache.get(scale(16));
   CHECK(a.get() == b.get());
-  CHECK((a->kernel.fn == b->kernel.fn));
+  CHECK((a->elementwise().fn == b->elementwise().fn));
   CHECK(a->schedule == "default");
   CHECK(a->schedule_source == "default");
   CHECK(a->key.find("cpu=" + jit.target_cpu()) != std::string::npos);
   CHECK(run_scale(*a, 16) == 6.0f);
   auto c = cache.get(scale(17));
-  CHECK((c->kernel.fn != a->kernel.fn));
+  CHECK((c->elementwise().fn != a->elementwise().fn));
   KernelCacheStats st = cache.stats();
   CHECK(st.hits == 1);
   CHECK(st.misses == 2);

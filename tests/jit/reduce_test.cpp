@@ -365,8 +365,9 @@ TEST_CASE("reduce specs: canonical text, validation, the kernel cache") {
   auto b = cache.get_reduce(s);
   auto sum = cache.get_reduce({.kind = ReduceKind::SumRows, .width = 150});
   CHECK(a == b);
-  CHECK(a->is_reduce);
-  CHECK(static_cast<bool>(a->reduce.fn));
+  CHECK(std::holds_alternative<ReduceKernel>(a->family));
+  CHECK_THROWS_AS(a->elementwise(), std::bad_variant_access); // not that family
+  CHECK(static_cast<bool>(a->reduce().fn));
   CHECK(a->schedule == "default");
   CHECK(a->schedule_source == "default");
   CHECK(a->key == cache.key(s));

@@ -217,13 +217,13 @@ TEST_CASE("schedule selection: default without a database, tuned for this CPU on
   auto t = tuned.get(spec);
   CHECK(t->schedule == "v4x2");
   CHECK(t->schedule_source == "tuned " + mine + " entry 0");
-  CHECK(t->spec.schedule == "v4x2");
+  CHECK(std::get<ElementwiseKernel>(t->family).spec.schedule == "v4x2");
   CHECK(t->key == spec.signature() + " sched=v4x2 cpu=" + cpu);
   KernelSpec resolved = spec;
   resolved.schedule = "v4x2";
   CHECK(t->ir_hash == ir_text_hash(jit.optimized_ir(resolved)));
   CHECK(t->ir_hash != d->ir_hash);
-  CHECK(run_ew(t->kernel, spec, 25) == run_ew(d->kernel, spec, 25));
+  CHECK(run_ew(t->elementwise(), spec, 25) == run_ew(d->elementwise(), spec, 25));
   // Another kernel has no entry: default.
   auto other = tuned.get(gate(17));
   CHECK(other->schedule == "default");
@@ -251,7 +251,7 @@ TEST_CASE("gemm kernels: default block, tuned block for this CPU, foreign entry 
   KernelCache plain(jit, 8);
   auto d = plain.get_gemm(spec);
   GemmSpec r = spec.resolved(jit.vector_lanes());
-  CHECK(d->is_gemm);
+  CHECK(std::holds_alternative<GemmKernel>(d->family));
   CHECK(d->schedule == std::to_string(r.mr) + "x" + std::to_string(r.nr));
   CHECK(d->schedule_source == "default");
   CHECK(plain.get_gemm(spec).get() == d.get()); // cached
@@ -261,7 +261,7 @@ TEST_CASE("gemm kernels: default block, tuned block for this CPU, foreign entry 
   auto t = tuned.get_gemm(spec);
   CHECK(t->schedule == "2x1");
   CHECK(t->schedule_source == "tuned " + mine + " entry 0");
-  CHECK(t->gemm_spec.mr == 2);
+  CHECK(std::get<GemmKernel>(t->family).spec.mr == 2);
   CHECK(t->ir_hash != d->ir_hash);
   // Same results, bit for bit (the block never changes the order of a sum over k).
   std::mt19937 rng(5);
@@ -271,8 +271,8 @@ TEST_CASE("gemm kernels: default block, tuned block for this CPU, foreign entry 
     x = dist(rng);
   for (float& x : b)
     x = dist(rng);
-  d->gemm.fn(a.data(), b.data(), c1.data(), 7);
-  t->gemm.fn(a.data(), b.data(), c2.data(), 7);
+  d->gemm().fn(a.data(), b.data(), c1.data(), 7);
+  t->gemm().fn(a.data(), b.data(), c2.data(), 7);
   CHECK(c1 == c2);
   double ref = 0;
   for (int p = 0; p < 24; ++p)

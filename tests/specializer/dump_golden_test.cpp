@@ -1,10 +1,12 @@
 // Golden files of `pejit dump` (runtime::dump, over specializer/dump.h) on a small fixed batch:
 // three hand-written trees (tests/golden/dump_trees.txt) through examples/treelstm/treelstm.pe,
 // each --emit form compared with tests/golden/dump_treelstm.<emit>.golden after the timing
-// figures are masked. To regenerate after an intended change, then review the diff:
+// figures are masked; and the lowered kernel programs (--emit kernel-program) of the treelstm,
+// listops and rnn examples on three examples each (tests/golden/dump_<example>.kernel_program
+// .golden). To regenerate after an intended change, then review the diff:
 //   PEJIT_UPDATE_GOLDEN=1 ./build/tests/pejit_specializer_tests -tc="golden*"
-#include "tests/parse/test_util.h"
 #include "runtime/train/trainer.h"
+#include "tests/parse/test_util.h"
 
 #include <doctest/doctest.h>
 
@@ -18,11 +20,13 @@ using namespace pejit::testing;
 
 namespace {
 
-/// `pejit dump` on the golden batch, its microsecond figures replaced by `<us>`.
-std::string dump_golden_batch(const std::string& emit) {
+/// `pejit dump` on a golden batch, its microsecond figures replaced by `<us>`.
+std::string dump_golden_batch(const std::string& emit,
+                              const std::string& model = "examples/treelstm/treelstm.pe",
+                              const std::string& data = "tests/golden/dump_trees.txt") {
   runtime::DumpOptions opt;
-  opt.model = source_path("examples/treelstm/treelstm.pe");
-  opt.data = source_path("tests/golden/dump_trees.txt");
+  opt.model = source_path(model);
+  opt.data = source_path(data);
   opt.batch = 3;
   opt.emit = emit;
   std::ostringstream os;
@@ -43,6 +47,35 @@ TEST_SUITE("specializer") {
       CHECK(got.find("partial evaluation <us>, planning <us>") != std::string::npos);
       CHECK(dump_golden_batch(emit) == got); // deterministic
       fs::path golden = source_path("tests/golden/dump_treelstm." + emit + ".golden");
+      if (update) {
+        std::ofstream(golden, std::ios::binary) << got;
+        MESSAGE("rewrote " << golden.string());
+        continue;
+      }
+      REQUIRE_MESSAGE(fs::exists(golden), golden.string()
+                                              << " is missing; run with PEJIT_UPDATE_GOLDEN=1");
+      std::string want = read_text(golden.string());
+      CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
+    }
+  }
+
+  TEST_CASE(
+      "golden: the kernel programs of the examples match tests/golden/*.kernel_program.golden") {
+    const char* env = std::getenv("PEJIT_UPDATE_GOLDEN");
+    bool update = env && std::string(env) == "1";
+    struct Example {
+      const char *name, *model, *data;
+    };
+    for (const Example& e :
+         {Example{"treelstm", "examples/treelstm/treelstm.pe", "tests/golden/dump_trees.txt"},
+          Example{"listops", "examples/listops/listops.pe", "tests/golden/dump_listops.txt"},
+          Example{"rnn", "examples/rnn/rnn.pe", "tests/golden/dump_sentences.txt"}}) {
+      CAPTURE(e.name);
+      std::string got = dump_golden_batch("kernel-program", e.model, e.data);
+      // Every example has a template whose GEMM is the core of a panel kernel.
+      CHECK(got.find("core of run") != std::string::npos);
+      fs::path golden =
+          source_path(std::string("tests/golden/dump_") + e.name + ".kernel_program.golden");
       if (update) {
         std::ofstream(golden, std::ios::binary) << got;
         MESSAGE("rewrote " << golden.string());
