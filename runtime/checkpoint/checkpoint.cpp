@@ -11,8 +11,12 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -105,6 +109,39 @@ private:
   bool committed_ = false;
 };
 
+std::string hex64(uint64_t v) {
+  char buf[17];
+  for (int i = 15; i >= 0; --i, v >>= 4)
+    buf[i] = "0123456789abcdef"[v & 15];
+  buf[16] = 0;
+  return buf;
+}
+
+/// Removes "<path>.tmp.<pid>" files left by saves whose process no longer exists (a save
+/// killed mid-write). Temporary files of live processes (a concurrent save) are left alone.
+void remove_stale_temps(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string prefix = p.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    long pid = 0;
+    const char* first = name.data() + prefix.size();
+    const char* last = name.data() + name.size();
+    auto [ptr, err] = std::from_chars(first, last, pid);
+    if (err != std::errc() || ptr != last || pid <= 0 || pid == ::getpid())
+      continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+    }
+  }
+}
+
 /// Header entries for `tensors`, laid out from blob offset `off` (advanced past them).
 json layout(const std::string& path, const char* what,
             const std::vector<std::pair<const std::string*, const Tensor*>>& tensors,
@@ -121,7 +158,11 @@ json layout(const std::string& path, const char* what,
     json shape = json::array();
     for (int64_t d : t->shape())
       shape.push_back(d);
-    arr.push_back({{"name", *name}, {"dtype", "f32"}, {"shape", shape}, {"offset", off}});
+    arr.push_back({{"name", *name},
+                   {"dtype", "f32"},
+                   {"shape", shape},
+                   {"offset", off},
+                   {"checksum", hex64(tensor_checksum(t->raw(), t->nbytes()))}});
     int64_t bytes = static_cast<int64_t>(t->nbytes());
     off += (bytes + kAlign - 1) / kAlign * kAlign;
   }
@@ -225,7 +266,7 @@ const json& field(const std::string& path, const json& obj, const char* key,
 std::vector<std::pair<std::string, Tensor>> read_tensors(Reader& rd, const std::string& path,
                                                          const json& arr, const char* key,
                                                          int64_t base, int64_t blob_len,
-                                                         int64_t& budget) {
+                                                         int64_t& budget, bool finite) {
   if (!arr.is_array())
     fail(path, std::string("\"") + key + "\" must be an array");
   std::vector<std::pair<std::string, Tensor>> out;
@@ -270,12 +311,48 @@ std::vector<std::pair<std::string, Tensor>> read_tensors(Reader& rd, const std::
     budget -= bytes;
     Tensor t = Tensor::empty(DType::F32, shape);
     rd.read_at(t.raw(), bytes, base + off, where);
+    if (auto it = e.find("checksum"); it != e.end()) {
+      if (!it->is_string() || it->get_ref<const std::string&>().size() != 16)
+        fail(path, where + ".checksum must be a string of 16 hex digits");
+      std::string have = hex64(tensor_checksum(t.raw(), static_cast<size_t>(bytes)));
+      if (have != it->get_ref<const std::string&>())
+        fail(path, where + " does not match its checksum (stored " + it->get<std::string>() +
+                       ", data " + have + "): the file was damaged or changed after it was written");
+    }
+    if (finite) {
+      const float* v = t.f32();
+      for (int64_t k = 0; k < numel; ++k)
+        if (!std::isfinite(v[k]))
+          fail(path, where + " holds a non-finite value (" + std::to_string(v[k]) + ") at element " +
+                         std::to_string(k) + "; a model trained into NaN or infinity cannot be used");
+    }
     out.emplace_back(std::move(name), std::move(t));
   }
   return out;
 }
 
 } // namespace
+
+uint64_t tensor_checksum(const void* data, size_t bytes) {
+  // FNV-1a's offset and prime over 8-byte words: xor then multiply by an odd constant are both
+  // bijections of the state, so changing any one word changes the result. The length is mixed
+  // in last, so zero padding cannot pass for data.
+  constexpr uint64_t kPrime = 0x100000001b3ULL;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * kPrime;
+  }
+  if (i < bytes) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, bytes - i);
+    h = (h ^ w) * kPrime;
+  }
+  return (h ^ static_cast<uint64_t>(bytes)) * kPrime;
+}
 
 namespace detail {
 void set_save_failure_after_bytes(int64_t n) {
@@ -314,6 +391,7 @@ void save(const std::string& path, const Checkpoint& ck) {
   }
   text.push_back('\n');
 
+  remove_stale_temps(path);
   TempFile tmp(path + ".tmp." + std::to_string(::getpid()), path);
   tmp.write(text.data(), text.size());
   static const char zeros[kAlign] = {};
@@ -326,7 +404,7 @@ void save(const std::string& path, const Checkpoint& ck) {
   tmp.commit();
 }
 
-Checkpoint load(const std::string& path) {
+Checkpoint load(const std::string& path, bool finite_params) {
   Reader rd(path);
   std::string line = rd.header_line();
   json h;
@@ -371,13 +449,14 @@ Checkpoint load(const std::string& path) {
 
   int64_t budget = blob_len;
   auto params = read_tensors(rd, path, field(path, h, "params", "the header"), "params", base,
-                             blob_len, budget);
+                             blob_len, budget, finite_params);
   for (auto& [n, t] : params) {
     ck.params.names.push_back(std::move(n));
     ck.params.values.push_back(std::move(t));
   }
   if (auto it = h.find("optimizer_state"); it != h.end())
-    ck.optimizer_state = read_tensors(rd, path, *it, "optimizer_state", base, blob_len, budget);
+    ck.optimizer_state =
+        read_tensors(rd, path, *it, "optimizer_state", base, blob_len, budget, false);
   if (auto it = h.find("meta"); it != h.end()) {
     if (!it->is_object())
       fail(path, "\"meta\" must be an object");

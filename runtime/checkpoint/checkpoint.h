@@ -1,8 +1,10 @@
 // The pejit checkpoint format, shared with the PyTorch peer (bench/torch/treelstm_torch.py):
 // one line of JSON, '\n', then a blob of raw little-endian row-major f32 tensors, each starting
 // at a multiple of 64 bytes. Header: {"format":"pejit-checkpoint","version":1,
-// "params":[{"name","dtype":"f32","shape","offset"}...],"vocab":[...],"data_bytes":N,
-// "optimizer_state":[entries like params'] (optional),"meta":{"key":"value"} (optional)}.
+// "params":[{"name","dtype":"f32","shape","offset","checksum"}...],"vocab":[...],
+// "data_bytes":N,"optimizer_state":[entries like params'] (optional),"meta":{...} (optional)}.
+// "checksum" (16 hex digits, tensor_checksum() of the tensor's bytes) is written by pejit and
+// checked on load when present; files without it (the peer's) load unchecked.
 #pragma once
 
 #include "src/interp/params.h"
@@ -28,7 +30,8 @@ struct Checkpoint {
 };
 
 /// Writes `ck` atomically: to "<path>.tmp.<pid>", fsync, then rename over `path`, so a crash or
-/// an error never leaves a partial file under `path` (the previous file stays intact). Params
+/// an error never leaves a partial file under `path` (the previous file stays intact). Temporary
+/// files of earlier saves to `path` whose process is gone (a killed save) are removed. Params
 /// come first in the blob, then the optimizer state. Throws pejit::Error naming the path for an
 /// I/O failure, a tensor that is undefined or not f32, a duplicate or empty name, or a string
 /// that is not valid UTF-8.
@@ -38,8 +41,15 @@ void save(const std::string& path, const Checkpoint& ck);
 /// input (missing or unreadable file, no header line, bad JSON, wrong format or version,
 /// missing or mistyped fields, a dtype other than f32, negative or overflowing shapes, offsets
 /// not 64-aligned or out of range, a truncated blob, duplicate names). Allocates at most about
-/// the file's size: the tensors together may not claim more bytes than the blob holds.
-Checkpoint load(const std::string& path);
+/// the file's size: the tensors together may not claim more bytes than the blob holds. A tensor
+/// whose bytes do not match its checksum is an error naming the file and the tensor; so is a
+/// parameter holding a NaN or an infinity, unless `finite_params` is false (a tool that reads
+/// any file as it is).
+Checkpoint load(const std::string& path, bool finite_params = true);
+
+/// The checksum a checkpoint stores per tensor: a 64-bit hash over its bytes, in which any
+/// change of one 8-byte word changes the result (each step is a bijection of the state).
+uint64_t tensor_checksum(const void* data, size_t bytes);
 
 namespace detail {
 /// Test hook: when n >= 0, the next save() calls fail with pejit::Error once they have written
