@@ -145,7 +145,7 @@ std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::string& why) {
   if (!o.jit || !o.graphs)
     return nullptr;
   try {
-    // No ORC pool: the pipeline's threads compile, one at a time (DESIGN.md §7).
+    // No ORC pool: the pipeline's threads compile, one at a time (docs/architecture.md).
     return std::make_unique<jit::Jit>(jit::JitOptions{0});
   } catch (const std::exception& e) {
     why = e.what(); // no host target: plans run on reference kernels
@@ -450,7 +450,7 @@ struct Engine::Impl {
     };
     if (!e)
       return run_generic();
-    // DESIGN.md §8: a plan whose kernels failed to compile runs generic (counted, and the
+    // Failure policy: a plan whose kernels failed to compile runs generic (counted, and the
     // failure is remembered: never compiled again). Specialized mode compiles before the
     // first run so that even that batch takes the generic path.
     if (runners && runners->jit()) {

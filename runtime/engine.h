@@ -1,5 +1,5 @@
 // The dispatcher: runs each batch of an entry on the best path available. Three tiers
-// (DESIGN.md §1): a ready plan runs on the plan executor; a batch without a ready plan is
+// (docs/architecture.md): a ready plan runs on the plan executor; a batch without a ready plan is
 // planned inline (planning costs far less than the generic path); the generic interpreter
 // runs only batches that cannot be planned (a refusal, remembered per entry, location and
 // definition versions, so it is not retried batch after batch). In `auto` mode a background
@@ -53,7 +53,7 @@ struct EngineOptions {
   size_t kernel_cache_entries = 256;
   /// A tuned schedule database (`--tuned FILE`, CompileOptions::schedules): kernels with an
   /// entry for this CPU compile with its schedule. Null: every kernel gets its default
-  /// schedule; no database is ever looked for elsewhere (DESIGN.md §6).
+  /// schedule; no database is ever looked for elsewhere (docs/architecture.md, schedules).
   std::shared_ptr<const jit::ScheduleDB> schedules;
   /// For tests: make every partial evaluation ("pe") or planning ("plan") fail with an
   /// internal error, to check that such batches run generic with the reason counted; or
@@ -89,7 +89,7 @@ struct EngineStats {
   std::vector<std::string> compile_failures;
 };
 
-/// A compiled kernel in the engine's kernel cache, with its provenance (DESIGN.md §6).
+/// A compiled kernel in the engine's kernel cache, with its provenance (docs/cli.md).
 struct EngineKernel {
   /// The cache key: the spec's canonical text (with the schedule it got) and the target CPU.
   std::string signature;

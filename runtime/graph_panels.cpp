@@ -27,8 +27,7 @@ void GraphRunner::find_cores(const std::vector<std::vector<NodeId>>& users,
   const graph::Graph& g = tg_.g;
   // Rows of a panel: a multiple of the GEMM kernels' 12-row blocks; 48 rows of a 750-wide
   // product (144 KB) and the epilogue's outputs stay in L2 between the GEMM and the chain.
-  // (Measured in training, paired: 24, 48, 96 rows and whole levels all within 1-2% of each
-  // other; bench/RESULTS.md.)
+  // (Other panel heights and whole levels train at the same speed; bench/RESULTS.md.)
   constexpr int64_t kPanelRows = 48;
   fused_.assign(g.size(), false);
   lazy_arg_.clear();

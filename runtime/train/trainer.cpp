@@ -1,7 +1,7 @@
 // The training loop behind `pejit train` and `pejit eval`. Everything a batch needs is built
 // per batch (encoding trees into values is cheap next to running them). Time is measured
 // around the training steps only: data loading and evaluation passes are excluded from
-// trees/s, as BENCH.md asks of pejit and its peers alike.
+// trees/s, as docs/benchmarks.md asks of pejit and its peers alike.
 #include "runtime/train/trainer.h"
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -355,8 +355,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     EngineStats before = engine.stats();
     // Batches are encoded once, `lookahead` ahead of training, and handed to the pipeline (auto
     // mode). Without a pipeline each is encoded just before its step: encoded ahead, its values
-    // would be out of the caches when the step walks them (the skeleton key, the scan: ~3% of a
-    // specialized step on SST).
+    // would be out of the caches when the step walks them (the skeleton key, the scan).
     std::deque<Value> ahead;
     size_t encoded = 0;
     auto encode_ahead = [&](size_t upto) {

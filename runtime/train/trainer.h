@@ -41,7 +41,7 @@ struct TrainOptions {
   std::string tuned;      ///< a tuned schedule database (`pejit tune`); empty: defaults
 };
 
-/// A compiled kernel and where its schedule came from (DESIGN.md §6), for `--json`.
+/// A compiled kernel and where its schedule came from, for `--json` (docs/cli.md).
 struct KernelProvenance {
   std::string signature; ///< the kernel cache's key
   std::string schedule, schedule_source;

@@ -58,7 +58,7 @@ float max_abs(const Tensor& t) {
   return m;
 }
 
-/// DESIGN.md §4: max|a-b| <= 1e-4 max|ref| + 1e-6.
+/// docs/architecture.md, invariants: max|a-b| <= 1e-4 max|ref| + 1e-6.
 void check_agree(const Tensor& got, const Tensor& ref, const std::string& what) {
   INFO(what << ": " << got.str() << " vs " << ref.str());
   REQUIRE(got.shape() == ref.shape());

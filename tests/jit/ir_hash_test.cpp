@@ -1,4 +1,4 @@
-// IR hashes (DESIGN.md §6): a compiled kernel records the hash of the optimized IR it linked,
+// IR hashes (docs/cli.md): a compiled kernel records the hash of the optimized IR it linked,
 // equal to the hash of optimized_ir() for the same spec from another Jit, and the kernel cache
 // lists its entries' hashes.
 #include "jit/kernel_cache.h"

@@ -1,4 +1,4 @@
-// Schedules (DESIGN.md §6): the text of each family's parameters; every elementwise schedule
+// Schedules (docs/cli.md): the text of each family's parameters; every elementwise schedule
 // computes the same bits as the default and forces its vector width; the kernel cache picks
 // the default unless a tuned database has an entry for this CPU (an entry for another CPU is
 // not used), and records where each schedule came from; bad database files are clear errors

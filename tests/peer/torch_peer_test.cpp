@@ -1,6 +1,6 @@
 // Differential test against the PyTorch peer (bench/torch): on the same batch of trees and the
 // same weights, pejit's generic path and PyTorch (naive and level-batched) give the same loss
-// and the same gradients (DESIGN.md §4 tolerances). Runs when /usr/bin/python3 has torch
+// and the same gradients (docs/architecture.md tolerances). Runs when /usr/bin/python3 has torch
 // (`scripts/setup.sh --bench` installs it); otherwise the case says so and checks nothing.
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/synthetic.h"

@@ -1,5 +1,5 @@
-// The dispatcher: auto and specialized training give the generic path's parameters (DESIGN.md
-// §4 tolerances, same batch order), failures and refusals fall back to generic with the
+// The dispatcher: auto and specialized training give the generic path's parameters (within
+// tolerance, same batch order), failures and refusals fall back to generic with the
 // reason counted, the plan cache reuses, evicts and invalidates exactly what it should, and
 // the background pipeline publishes prefetched plans.
 #include "runtime/data/synthetic.h"

@@ -1,4 +1,4 @@
-// Kernel dumps and determinism (DESIGN.md §6): the same plans give the same optimized IR,
+// Kernel dumps and determinism (docs/architecture.md): the same plans give the same optimized IR,
 // by hash, whether the engine compiles them synchronously (specialized mode), in its
 // background pipeline (auto mode, prefetch and drain), or kernel_dump lowers them as
 // `pejit dump --emit llvm` does; every kernel records its schedule and where it came from.

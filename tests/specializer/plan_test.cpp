@@ -1,4 +1,4 @@
-// Plans on reference kernels against the generic path (DESIGN.md §4: loss within a relative
+// Plans on reference kernels against the generic path (docs/architecture.md: loss within a relative
 // 1e-5, every gradient within 1e-4 * max|ref| + 1e-6), on the examples and on trees of every
 // shape; and the structure of the batching schedule.
 #include "runtime/data/synthetic.h"

@@ -1,6 +1,6 @@
 // Random programs (random_programs.h) on random batches (random_batches.h): the generic path
 // (interpreter + tape AD) and the specialized path (partial evaluation, plan on reference kernels)
-// agree on the loss and on every parameter gradient (DESIGN.md §4: loss within a relative 1e-5,
+// agree on the loss and on every parameter gradient (loss within a relative 1e-5,
 // every gradient within 1e-4 * max|ref| + 1e-6), and the residual program's reference evaluator
 // agrees with the generic forward. A failing seed prints its program and its batch.
 #include "src/interp/interpreter.h"

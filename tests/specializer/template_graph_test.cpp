@@ -95,7 +95,7 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
-// DESIGN.md §4: max|a - b| <= 1e-4 * max|ref| + 1e-6.
+// docs/architecture.md, invariants: max|a - b| <= 1e-4 * max|ref| + 1e-6.
 void check_close(const Tensor& got, const Tensor& ref, const std::string& what) {
   REQUIRE_MESSAGE(graph::type_of(got) == graph::type_of(ref),
                   what << ": " << graph::type_of(got).str() << " vs " << graph::type_of(ref).str());
