@@ -2,7 +2,7 @@
 # pejit (generic path) vs the PyTorch TreeLSTM peers (naive recursive, level-batched) on the
 # same data, same model and hyper-parameters (batch 25, Adagrad lr 0.05, shuffled per epoch),
 # on the same cores, interleaved: pejit, naive, batched, pejit, naive, batched, ...
-# Rules: ../shared/BENCH.md. What each figure means: bench/README.md.
+# Rules: docs/benchmarks.md. What each figure means: bench/README.md.
 #
 #   bench/compare.sh [options]
 #     -b BUILD      build dir holding pejit and pejit_generic_bench (default build-bench)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Epoch by epoch on one core (issue 7): trees/s and the share of each epoch's batch time that
+# Epoch by epoch on one core: trees/s and the share of each epoch's batch time that
 # ran on each tier, for `pejit train --mode auto|specialized|generic`, next to the PyTorch
 # level-batched peer's epochs on the same data (same batch 25, Adagrad 0.05, shuffled).
 #

@@ -1,4 +1,4 @@
-// pejit_gemm_bench: GFLOP/s of the GEMM core at the TreeLSTM plan's real shapes (issue 6):
+// pejit_gemm_bench: GFLOP/s of the GEMM core at the TreeLSTM plan's real shapes:
 // (a) the JIT's generated register-blocked kernel (jit/gemm_codegen.h), (b) kernels::sgemm as
 // the reference kernels call it (built for AVX-512: src/kernels/gemm.cpp's register-blocked
 // kernels, B^T transposed into scratch; else libxsmm's per-shape kernels in row panels of 64),

@@ -1,7 +1,7 @@
 // pejit_generic_bench: the generic path's TreeLSTM training (and inference) speed through the
 // C++ API, on SST-like trees generated in-process (or read from a file with --data).
 //
-// What is timed, per batch of --batch trees (BENCH.md's "training loop"): Interpreter::
+// What is timed, per batch of --batch trees (docs/benchmarks.md's "training loop"): Interpreter::
 // value_and_grad("loss") + Optimizer::step (Adagrad, lr 0.05). Encoding the batch's trees into
 // ADT values is timed separately ("encode_s") and NOT included in trees/s, as in
 // `pejit train` (runtime/train/train.cpp). Shuffled per epoch (xorshift, --seed).
@@ -112,7 +112,7 @@ Counts count(const std::vector<data::ParseTree>& ts) {
   return c;
 }
 
-// BENCH.md's useful forward FLOPs: per leaf 2*300*450, per internal node 2*300*750, per
+// Useful forward FLOPs (docs/benchmarks.md): per leaf 2*300*450, per internal node 2*300*750, per
 // (labelled) node classifier 2*150*5.
 double forward_flops(const Counts& c) {
   return 2.0 * 300 * 450 * static_cast<double>(c.leaves) +

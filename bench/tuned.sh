@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training trees/s with and without a tuned schedule database (issue 6, point 4), side by side:
+# Training trees/s with and without a tuned schedule database, side by side:
 # `pejit tune` on the data, then `pejit train --mode specialized` without and with `--tuned`,
 # interleaved, REPS rounds, the whole process on one core (taskset -c 0).
 #

@@ -11,7 +11,7 @@
 //   kPrefetch rows ahead) and broadcasts one element of A per row. (The avx512 kernels also
 //   cut k into chunks of 320 so that a B chunk stays in L1 across row blocks; a panel kernel's
 //   calls have at most 48 rows, and without chunks the dX shapes (k 450, 750) ran as fast or
-//   faster and compiled in half the time.)
+//   faster and compiled faster.)
 // - Blocks of rows of a few heights (emit_row_blocks), one straight-line body each.
 // - Every panel runs the whole panel's vectors; the last panel's columns past n are masked on
 //   C (B is zero-padded there), so there is one set of bodies, not one more for that panel.
@@ -113,8 +113,8 @@ private:
   // l == mr or l >= mr + 4; l itself when l <= h; else min(h, l - 4). So every block has at
   // least 4 rows when m >= 4 (8 independent fma chains: what two fma ports of latency 4
   // need), and 13 rows are 7 + 6, 11 are 7 + 4. The avx512 kernels use a body per height
-  // 1..12 instead; compile time grows with the sum of the heights (measured: ~65 ms for the
-  // 12-row body alone, ~400 ms for all twelve, x·W at n 750, k 300).
+  // 1..12 instead; compile time grows with the sum of the heights, and twelve bodies cost
+  // several times what one does.
   template <class Body> void emit_row_blocks(Body body) {
     const int64_t half = std::max(1, std::min(s_.mr - 1, s_.mr / 2 + 1));
     const int64_t small = std::min<int64_t>(4, half);

@@ -1,6 +1,6 @@
 // Jit: one LLJIT for the host, an O3 IRTransformLayer transform, one ResourceTracker per kernel.
 // llvm::Error and llvm::Expected live only in this file; Jit's public members rethrow them as
-// pejit::Error with LLVM's message (DESIGN.md §8: the caller then runs that batch generic).
+// pejit::Error with LLVM's message (the caller then runs that batch generic: docs/architecture.md).
 #include "jit/jit.h"
 
 #include "jit/elementwise_codegen.h"
@@ -224,7 +224,7 @@ private:
       return err;
     }
     m = fresh_copy(*m); // as optimized_ir() does, for the same IR
-    // Build the module before moving the context into the ThreadSafeModule (DEPS.md pitfall 2).
+    // Build the module before moving the context into the ThreadSafeModule (docs/dependencies.md).
     orc::ThreadSafeModule tsm(std::move(m), std::move(ctx));
     // Without a pool, lookup() compiles on this thread with LLJIT's one TargetMachine: one
     // compile at a time.
@@ -344,7 +344,7 @@ private:
 
   // O3 with the new pass manager. The TargetMachine comes from the same builder (CPU, features,
   // opt level) that LLJIT's compiler uses, so the vectorizer's cost model sees the host's
-  // vector registers (DEPS.md pitfall 3); a TargetMachine per call keeps compile threads apart.
+  // vector registers (docs/dependencies.md); a TargetMachine per call keeps compile threads apart.
   llvm::Error optimize(llvm::Module& m) const {
     orc::JITTargetMachineBuilder jtmb = jtmb_;
     auto tm = jtmb.createTargetMachine();

@@ -35,8 +35,8 @@ struct CompiledKernel {
   KernelHandle handle;
   double compile_ms = 0; ///< lowering + O3 + codegen + link, measured around compile()
   /// ir_text_hash() of the optimized IR that was linked, printed under the kernel's canonical
-  /// name: equal to the hash of optimized_ir(spec) (DESIGN.md §6: byte-identical IR from
-  /// every entry point).
+  /// name: equal to the hash of optimized_ir(spec) (byte-identical IR from
+  /// every entry point: docs/architecture.md).
   uint64_t ir_hash = 0;
 };
 
@@ -76,7 +76,7 @@ struct CompiledReduce {
 };
 
 struct JitOptions {
-  /// ORC's compile pool; beside training, keep at most 1 (DESIGN.md §7). 0: no pool: each
+  /// ORC's compile pool; beside training, keep at most 1. 0: no pool: each
   /// compile runs on the thread that asks for it, one at a time (what the engine uses: its
   /// pipeline threads compile).
   unsigned compile_threads = 1;

@@ -71,7 +71,7 @@ struct KernelCacheStats {
 class KernelCache {
 public:
   /// `schedules`: a tuned database to take schedules from (null: defaults only). It is
-  /// never looked for elsewhere (DESIGN.md §6).
+  /// never looked for elsewhere (docs/architecture.md, schedules).
   KernelCache(Jit& jit, size_t max_entries, std::shared_ptr<const ScheduleDB> schedules = nullptr);
   ~KernelCache();
   KernelCache(const KernelCache&) = delete;

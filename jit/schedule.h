@@ -1,4 +1,4 @@
-// Schedules (DESIGN.md §6): the parameters of each kernel family, their text form, and the
+// Schedules (docs/cli.md): the parameters of each kernel family, their text form, and the
 // tuned database that `pejit tune` writes and `--tuned FILE` / CompileOptions read. The default
 // schedule of every family is valid on every x86-64 host and is what compiles unless a caller
 // hands a ScheduleDB in explicitly; nothing here reads the environment. Plain C++, no LLVM.

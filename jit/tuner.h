@@ -1,6 +1,6 @@
 // The schedule tuner behind `pejit tune`: for one kernel, compiles each candidate schedule of
 // its family on this machine, times it on random data at a few run-time row counts, and
-// returns the database entry of the fastest (DESIGN.md §6). Every candidate must produce
+// returns the database entry of the fastest (docs/cli.md). Every candidate must produce
 // bitwise the same outputs as the default schedule (schedules change speed, never results);
 // one that does not is dropped. No LLVM type here.
 #pragma once

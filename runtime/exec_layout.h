@@ -23,8 +23,8 @@ struct RowSource {
 
 /// The executor's index maps and arena offsets for one plan (element offsets, 4-byte elements).
 /// The per-row index maps of every argument and result are slices of three flat arrays, so a
-/// layout is a few allocations whatever the plan's size (a batch's loss sum alone has ~925
-/// arguments).
+/// layout is a few allocations whatever the plan's size (a batch's loss sum alone has one
+/// argument per labelled node).
 struct ExecLayout {
   struct Arg {
     bool shared = false;

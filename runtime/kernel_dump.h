@@ -1,5 +1,5 @@
 // What the JIT makes of one batch's plan, for `pejit dump --emit kernels|llvm` and for the
-// determinism tests (DESIGN.md §6): per template of the plan, its fused kernels and, under
+// determinism tests (docs/architecture.md): per template of the plan, its fused kernels and, under
 // each, the elementwise runs the JIT compiles, then its row reductions and loss kernels, with
 // their schedule, its source, and optionally their optimized LLVM IR and its hash. The template
 // graphs are built as the engine builds them (specializer::compile_template, GraphRunner with JIT

@@ -10,7 +10,7 @@
 //   4-byte elements (f32 and i32); offsets are in elements.
 // - Backward: groups in reverse order. A result's seed rows are *read* from the gradient
 //   blocks of the rows that consumed it (the "child reads its gradient from its parent" of
-//   DESIGN.md §5: a gather-sum in a fixed order, no scatter-add, deterministic); a term of an
+//   the schedule: a gather-sum in a fixed order, no scatter-add, deterministic); a term of an
 //   n-ary sum reads the sum's seed directly. The entry's scalar output is seeded with 1.
 // - Kernels: a group's template runs on all its rows at once, by default on its template graph
 //   (GraphRunner: the forward and backward fused kernels made once per template, their

@@ -19,7 +19,7 @@ namespace pejit::runtime {
 /// runner as it is now: on reference kernels until its elementwise runs are compiled (tier 2),
 /// then on JIT kernels (tier 3). A compile failure is remembered with its reason and never
 /// retried; the engine then runs the batches of plans that use that template on the generic
-/// path (DESIGN.md §8). Null runner: the template runs through the batching interpreter (no
+/// path. Null runner: the template runs through the batching interpreter (no
 /// batched rule for some node, or tracing failed).
 class RunnerCache {
 public:

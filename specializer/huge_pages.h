@@ -1,10 +1,9 @@
 // An allocator for the specializer's few large, growing arrays (the fragment memo's steps,
 // references, result nodes and key arena): blocks of 2 MiB and more are mapped on their own,
 // 2 MiB-aligned, and marked for transparent huge pages, so that the memo's growth costs one page
-// fault per 2 MiB instead of one per 4 KiB (on this project's hosts a 4 KiB fault costs ~2 us,
-// and a cold pass over SST grows the memo by ~70 KB a batch). Smaller blocks come from operator
-// new, as with std::allocator. Where huge pages are off, the mapping still works, with 4 KiB
-// pages.
+// fault per 2 MiB instead of one per 4 KiB (a cold pass over the data grows the memo every
+// batch). Smaller blocks come from operator new, as with std::allocator. Where huge pages are
+// off, the mapping still works, with 4 KiB pages.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // made one. Templates are pure (the language has no random or stateful op), so two instances
 // of one template on the same arguments give the same results; an argument that is a batch
 // payload counts as the same when the payloads are equal (dtype, shape and bytes). In a SST
-// batch of 25 trees ~40% of the leaves repeat a word of another leaf: their embedding rows,
+// batch many leaves repeat a word of another leaf: their embedding rows,
 // leaf cells and (with equal labels) losses are computed once, and the gradients of every
 // use meet in the one instance's seed (the executor sums a result's consumers).
 //

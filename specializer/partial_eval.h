@@ -19,7 +19,7 @@
 // - Refusal: control flow on a dynamic value (to_int/to_bool of a residual tensor, and so any
 //   `if`/`match` that needs it) stops partial evaluation with the source location; the
 //   caller runs that batch on the generic path and remembers the refusal.
-// - Cost (DESIGN.md §5: well under a millisecond per 25-tree batch): one walk over the batch
+// - Cost (planning must stay far cheaper than a generic step): one walk over the batch
 //   checks it against the entry's type, hashes its skeleton and makes its input slots (a
 //   mismatch reruns interp::check_value for the message); the TemplateTable's PeMemo keeps,
 //   per module state and dims, signature ids, the template each (callee, statics, argument

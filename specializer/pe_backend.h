@@ -67,7 +67,7 @@ inline void flatten_type(const ir::Type& t, std::vector<ir::Type>& out) {
 // The partial evaluator's backend: residual tensors are Value::tensor(undefined, rid), where
 // rid indexes rvals_; known constants are ordinary defined tensors.
 //
-// Cost model (DESIGN.md §5: well under a millisecond per 25-tree batch): signatures are small
+// Cost model (planning must stay far cheaper than a generic step): signatures are small
 // ids interned in the TemplateTable's PeMemo, and a call or op whose (callee, statics,
 // argument signatures) was seen before resolves to its template with one hash lookup. Pending
 // sums are ropes (SumPart trees in one arena), flattened once into a SumN instance's terms

@@ -29,7 +29,7 @@ struct Scratch {
 
 } // namespace
 
-// Cost (DESIGN.md §5): a few linear passes over the instances and their arguments and one
+// Cost: a few linear passes over the instances and their arguments and one
 // table lookup per instance, indexed by (level, template) only (no instance's final level
 // exceeds the live instances' highest ASAP level, see below): instances of one template at
 // one level whose shared arguments differ are told apart by walking that key's few groups.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the PyTorch TreeLSTM peer at its best, per ../shared/BENCH.md ("The peer at its best").
+# Runs the PyTorch TreeLSTM peer at its best, per docs/benchmarks.md ("The peer at its best").
 #
 #   bench/torch/run_peer.sh CORES STYLE TRAIN_FILE EPOCHS LIMIT [more treelstm_torch.py args]
 #

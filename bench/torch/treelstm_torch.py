@@ -16,7 +16,7 @@ Model (vectors are rows, x @ W):
   Adagrad lr 0.05, batches of 25 trees, shuffled per epoch.
 
 Run with /usr/bin/python3 (Debian PyTorch 1.13); see README.md and run_peer.sh for the
-fair environment (BENCH.md).
+fair environment (docs/benchmarks.md).
 """
 import argparse
 import json

@@ -62,7 +62,7 @@ private:
   std::shared_ptr<const Impl> impl_;
 };
 
-/// A tuned schedule database written by `pejit tune` on some machine (DESIGN.md §6). Only an
+/// A tuned schedule database written by `pejit tune` on some machine (docs/cli.md). Only an
 /// entry measured on this host's CPU is used; kernels without one get their default schedule.
 class ScheduleDB {
 public:
@@ -245,8 +245,8 @@ private:
 /// of up to 32 MiB come from the heap instead of fresh mappings, and freed memory is kept
 /// rather than given back to the system. A training step frees and reallocates megabytes
 /// (gradients, packed weights, optimizer work); given back each step, they cost a page fault
-/// per 4 KiB when touched again: ~10% of a TreeLSTM step on SST. The process keeps its peak
-/// memory. `pejit` and its benchmarks call it (the PyTorch peers get the same through
+/// per 4 KiB when touched again, a sizeable part of a TreeLSTM step. The process keeps its
+/// peak memory. `pejit` and its benchmarks call it (the PyTorch peers get the same through
 /// GLIBC_TUNABLES). Returns false where it does nothing (not glibc).
 bool keep_freed_memory();
 

@@ -1,6 +1,6 @@
 // Optimizers (SGD, Adagrad, Adam) that update parameters in place from the generic path's
 // ParamGrad (dense, row-sparse, or both). A row-sparse gradient (an embedding's) updates only
-// the rows it touches, so a step costs O(touched rows), not O(vocabulary) (DESIGN.md §5).
+// the rows it touches, so a step costs O(touched rows), not O(vocabulary).
 // Steady-state steps allocate nothing beyond reused scratch vectors; the state tensors are
 // created on a parameter's first gradient and then written in place.
 #pragma once

@@ -6,7 +6,7 @@
 // by base + slot (the checker numbered every binder); closures copy their captured values.
 // Argument vectors are recycled through a small pool (a call takes one, fills it, and gives it
 // back when the call returns), so that a call allocates nothing for its arguments: the
-// partial evaluator runs thousands of calls per batch (DESIGN.md §5). For the same reason
+// partial evaluator runs thousands of calls per batch. For the same reason
 // `let (a, b) = f(...)` never builds the tuple f returns (eval_into).
 //
 // What a backend provides is the EvaluatorBackend concept (evaluator_backend.h): the evaluator

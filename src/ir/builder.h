@@ -1,5 +1,5 @@
 // Builder API of the source IR: free functions that make every expression, pattern and
-// declaration without program text (DESIGN.md §3: everything a text program can say, the
+// declaration without program text (docs/language.md: everything a text program can say, the
 // C++ API can say too). Spans default to unknown; the parser uses the same functions with
 // real spans.
 #pragma once

@@ -33,7 +33,7 @@ enum class ExprKind : uint8_t {
 };
 const char* expr_kind_name(ExprKind k);
 
-/// Binding time (DESIGN.md §3). Const: a known constant (literals, zeros/ones/full tensors);
+/// Binding time (docs/language.md). Const: a known constant (literals, zeros/ones/full tensors);
 /// Static: derived only from the entry's input structure, literals and shapes; Dynamic:
 /// parameters, tensor payloads and anything computed from them.
 enum class BT : uint8_t { Const, Static, Dynamic };

@@ -237,7 +237,7 @@ void block(const GemmStretch* st, size_t nst, int64_t a_off, int64_t lda, int64_
       for (int v = 0; v < NV; ++v)
         _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * v), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * NV - 1), _MM_HINT_T0);
-      if (TA) { // A's rows too (weight gradients: X [k, rows], lda apart), 0-7% there
+      if (TA) { // A's rows too (weight gradients: X [k, rows], lda apart)
         const float* a_ahead = a + (p + kPrefetch) * lda;
         _mm_prefetch(reinterpret_cast<const char*>(a_ahead), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(a_ahead + MR - 1), _MM_HINT_T0);

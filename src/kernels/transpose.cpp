@@ -1,7 +1,7 @@
 // 8x8 blocks transposed in registers (eight row loads, three shuffle stages, eight row stores),
 // visited in 64x64 tiles so a tile's source and destination lines stay in L1. The scalar
 // ragged edges and the portable fallback move the same bits, so every path gives the same
-// result. Measured on 300x750 and 300x450 (a plan run's W^T): ~1.6x the scalar 32x32 tiles.
+// result. Faster than scalar 32x32 tiles at a plan run's W^T shapes (300x750, 300x450).
 #include "src/kernels/transpose.h"
 
 #include <algorithm>

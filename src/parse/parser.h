@@ -1,4 +1,4 @@
-// Parser of the pejit language (DESIGN.md §3): recursive descent over the lexer's tokens,
+// Parser of the pejit language (docs/language.md): recursive descent over the lexer's tokens,
 // precedence climbing for binary operators. Builds the source IR of src/ir with a span on
 // every node. Never throws or aborts on bad input: every mistake is a diagnostic.
 #pragma once

@@ -1,7 +1,7 @@
 // Internal: the block allocator behind Tensor storage. A block is a 64-byte header (refcount,
 // size class) followed by the 64-byte-aligned data. Freed blocks go to a per-thread cache
 // (lock-free, bounded) and overflow to a shared free list per size class (one mutex each), so
-// steady-state training reuses blocks instead of calling malloc/mmap (DEPS.md pitfall 7).
+// steady-state training reuses blocks instead of calling malloc/mmap (docs/dependencies.md).
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// Binding-time analysis (DESIGN.md §3): static = derived only from an entry's input structure
+// Binding-time analysis (docs/language.md): static = derived only from an entry's input structure
 // (constructor tags, list spines, Int/Bool fields), literals and shapes; dynamic = parameters,
 // tensor payloads and anything computed from them. Run after type checking, over the whole
 // module (it is cheap): it records a BT on every expression and warns where an entry's
