@@ -17,6 +17,10 @@
 
 namespace pejit {
 
+namespace runtime {
+struct SessionAccess; // the library's own access to a session (runtime/session_access.h)
+}
+
 /// A value of the language: Int, Bool, tensor, tuple, list or ADT value. Immutable; copies
 /// share their contents.
 class Value {
@@ -138,6 +142,19 @@ struct SessionStats {
   /// Batches that found their plan made (by an earlier batch of the same skeleton and, with
   /// merge_equal, the same repeated payloads), and plans made.
   int64_t plan_hits = 0, plan_misses = 0;
+
+  // Per entry, for research loops that change the model while it trains (add_source).
+  struct Entry {
+    /// Batches run by step() or run(), and how many of them found their plan made or made one.
+    int64_t batches = 0, plan_hits = 0, plan_misses = 0;
+    int64_t plans_cached = 0; ///< plans the engine holds for the entry now
+    /// Times add_source() changed the entry's dependency cone (its plans were dropped).
+    int64_t respecializations = 0;
+  };
+  std::map<std::string, Entry> per_entry;
+  /// The last add_source(): the entries whose cone changed (specialized again from their next
+  /// batch) and the entries that kept their plans and kernels.
+  std::vector<std::string> respecialized, reused;
 };
 
 /// A model instantiated with parameters and an optimizer. Not thread-safe: use one per thread.
@@ -191,7 +208,16 @@ public:
   /// The kernels compiled so far, by signature, each with the schedule it got and its source.
   std::vector<KernelInfo> kernels() const;
 
+  /// The storage of parameter `name` (f32, row-major, param_shape(name) elements), for views
+  /// that share it (the Python package's numpy arrays). Writes through it are seen by the next
+  /// step() or run(); steps update it in place, so the pointer stays valid across them. It is
+  /// invalidated when the parameter's tensor is made anew: by load(), init_params(),
+  /// set_param(), an add_source() that changes the parameter's shape, and the session's end.
+  /// Throws pejit::Error for an unknown name.
+  float* param_data(const std::string& name);
+
 private:
+  friend struct runtime::SessionAccess;
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
