@@ -13,6 +13,15 @@ namespace pejit::python {
 using interp::Value;
 using runtime::SessionAccess;
 
+std::unique_lock<std::recursive_mutex> PySession::lock() {
+  std::unique_lock<std::recursive_mutex> l(mu_, std::try_to_lock);
+  if (!l.owns_lock()) {
+    py::gil_scoped_release nogil;
+    l.lock();
+  }
+  return l;
+}
+
 const ir::Module& PySession::module() const {
   return SessionAccess::module(s);
 }

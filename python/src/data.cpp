@@ -134,6 +134,7 @@ py::object tree_to_tuple(const data::ParseTree& t, int32_t n) {
 py::dict score(PySession& ps, const PyDataset& ds, int batch) {
   if (batch < 1)
     throw Error("batch must be >= 1");
+  auto lock = ps.lock();
   const ir::Module& m = ps.module();
   const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
   const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;

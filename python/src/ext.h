@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ struct PyTree {
 struct PySession {
   Session s;
   explicit PySession(Session&& x) : s(std::move(x)) {}
+  /// One thread at a time uses the session (the C++ Session is not thread-safe, and steps run
+  /// without the GIL). Called with the GIL held; it never waits for the lock while holding the
+  /// GIL (the holder may need it), so threads calling one session take turns, never deadlock.
+  std::unique_lock<std::recursive_mutex> lock();
   const ir::Module& module() const;
   /// The element type of `entry`'s batch argument (List[T]).
   ir::Type batch_element(const std::string& entry) const;
@@ -59,6 +64,7 @@ struct PySession {
   interp::Value encode(const PyDataset& ds, const int64_t* idx, size_t n, const std::string& entry);
 
 private:
+  std::recursive_mutex mu_;
   std::optional<runtime::TreeEncoder> enc_;
   std::string enc_adt_;
   uint64_t enc_gen_ = ~0ull;

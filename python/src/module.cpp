@@ -51,6 +51,7 @@ Value to_batch(PySession& ps, const std::string& entry, py::handle o) {
 
 py::array param_view(py::object self, const std::string& name) {
   PySession& ps = self.cast<PySession&>();
+  auto lock = ps.lock();
   std::vector<int64_t> shape = ps.s.param_shape(name);
   float* p = ps.s.param_data(name);
   std::vector<py::ssize_t> sh(shape.begin(), shape.end());
@@ -58,7 +59,8 @@ py::array param_view(py::object self, const std::string& name) {
   return py::array_t<float>(sh, p, self);
 }
 
-py::dict stats_dict(const PySession& ps) {
+py::dict stats_dict(PySession& ps) {
+  auto lock = ps.lock();
   SessionStats s = ps.s.stats();
   py::dict d;
   d["generic_batches"] = s.generic_batches;
@@ -149,6 +151,7 @@ PYBIND11_MODULE(_pejit, m) {
       .def(
           "make",
           [](PySession& ps, const std::string& ctor, py::sequence fields) {
+            auto lock = ps.lock();
             py::list all;
             all.append(py::str(ctor));
             for (auto f : fields)
@@ -166,6 +169,7 @@ PYBIND11_MODULE(_pejit, m) {
       .def(
           "to_batch",
           [](PySession& ps, const std::string& entry, py::handle batch) {
+            auto lock = ps.lock();
             return PyValue{to_batch(ps, entry, batch)};
           },
           py::arg("entry"), py::arg("batch"),
@@ -175,6 +179,7 @@ PYBIND11_MODULE(_pejit, m) {
           [](PySession& ps, const PyDataset& ds,
              py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx,
              const std::string& entry) {
+            auto lock = ps.lock();
             return PyValue{SessionAccess::wrap(
                 ps.encode(ds, idx.data(), static_cast<size_t>(idx.size()), entry))};
           },
@@ -183,6 +188,7 @@ PYBIND11_MODULE(_pejit, m) {
       .def(
           "step",
           [](PySession& ps, const std::string& entry, py::handle batch, Optimizer* opt) {
+            auto lock = ps.lock();
             Value b = to_batch(ps, entry, batch);
             py::gil_scoped_release nogil;
             return opt ? ps.s.step(entry, b, *opt) : ps.s.step(entry, b);
@@ -192,6 +198,7 @@ PYBIND11_MODULE(_pejit, m) {
       .def(
           "run",
           [](PySession& ps, const std::string& entry, py::handle batch) {
+            auto lock = ps.lock();
             Value b = to_batch(ps, entry, batch);
             Value out;
             {
@@ -204,6 +211,7 @@ PYBIND11_MODULE(_pejit, m) {
       .def(
           "prefetch",
           [](PySession& ps, const std::string& entry, py::sequence batches) {
+            auto lock = ps.lock();
             std::vector<Value> bs;
             for (auto b : batches)
               bs.push_back(to_batch(ps, entry, b));
@@ -213,14 +221,22 @@ PYBIND11_MODULE(_pejit, m) {
           "Batches that come next: in auto mode they are planned in the background.")
       .def(
           "entry_status",
-          [](const PySession& ps, const std::string& e) { return ps.s.entry_status(e); },
+          [](PySession& ps, const std::string& e) {
+            auto lock = ps.lock();
+            return ps.s.entry_status(e);
+          },
           py::arg("entry"),
           "The explain text: 'specialized: N plans cached', 'generic: <why>' or 'not "
           "specialized yet'.")
-      .def_property_readonly("entries", [](const PySession& ps) { return ps.s.entries(); })
+      .def_property_readonly("entries",
+                             [](PySession& ps) {
+                               auto lock = ps.lock();
+                               return ps.s.entries();
+                             })
       .def(
           "add_source",
           [](PySession& ps, const std::string& text, const std::string& name) {
+            auto lock = ps.lock();
             py::gil_scoped_release nogil; // waits for the background pipeline first
             return ps.s.add_source(text, name);
           },
@@ -228,17 +244,29 @@ PYBIND11_MODULE(_pejit, m) {
           "Adds or replaces definitions; returns the entries whose dependency cone changed "
           "(only those are specialized again).")
       .def(
-          "init_params", [](PySession& ps, uint64_t seed) { ps.s.init_params(seed); },
+          "init_params",
+          [](PySession& ps, uint64_t seed) {
+            auto lock = ps.lock();
+            ps.s.init_params(seed);
+          },
           py::arg("seed"))
-      .def_property_readonly("param_names", [](const PySession& ps) { return ps.s.param_names(); })
+      .def_property_readonly("param_names",
+                             [](PySession& ps) {
+                               auto lock = ps.lock();
+                               return ps.s.param_names();
+                             })
       .def("param_shape",
-           [](const PySession& ps, const std::string& n) { return ps.s.param_shape(n); })
+           [](PySession& ps, const std::string& n) {
+             auto lock = ps.lock();
+             return ps.s.param_shape(n);
+           })
       .def("param", &param_view, py::arg("name"),
            "The parameter as a numpy array over the session's storage (no copy).")
       .def(
           "params",
           [](py::object self) {
             py::dict d;
+            auto lock = self.cast<PySession&>().lock();
             for (const auto& n : self.cast<PySession&>().s.param_names())
               d[py::str(n)] = param_view(self, n);
             return d;
@@ -246,7 +274,8 @@ PYBIND11_MODULE(_pejit, m) {
           "Every parameter as a numpy view, by name.")
       .def(
           "get_param",
-          [](const PySession& ps, const std::string& n) {
+          [](PySession& ps, const std::string& n) {
+            auto lock = ps.lock();
             std::vector<int64_t> shape = ps.s.param_shape(n);
             std::vector<float> data = ps.s.get_param(n);
             py::array_t<float> a(std::vector<py::ssize_t>(shape.begin(), shape.end()));
@@ -258,6 +287,7 @@ PYBIND11_MODULE(_pejit, m) {
           "set_param",
           [](PySession& ps, const std::string& n,
              py::array_t<float, py::array::c_style | py::array::forcecast> a) {
+            auto lock = ps.lock();
             std::vector<int64_t> shape = ps.s.param_shape(n);
             int64_t numel = 1;
             for (int64_t d : shape)
@@ -271,20 +301,26 @@ PYBIND11_MODULE(_pejit, m) {
           py::arg("name"), py::arg("value"))
       .def(
           "save",
-          [](const PySession& ps, const std::string& path, const std::vector<std::string>& vocab) {
+          [](PySession& ps, const std::string& path, const std::vector<std::string>& vocab) {
+            auto lock = ps.lock();
             ps.s.save(path, vocab);
           },
           py::arg("path"), py::arg("vocab") = std::vector<std::string>{},
           "Parameters, optimizer state and a vocabulary in pejit's checkpoint format.")
       .def(
-          "load", [](PySession& ps, const std::string& path) { return ps.s.load(path); },
+          "load",
+          [](PySession& ps, const std::string& path) {
+            auto lock = ps.lock();
+            return ps.s.load(path);
+          },
           py::arg("path"),
           "Loads a checkpoint (save() or `pejit train --save`); returns its vocabulary. "
           "Existing numpy views of the parameters no longer see the session's storage.")
       .def("stats", &stats_dict,
            "Batches and seconds per path, plan cache hits and misses, per-entry counters, and "
            "what the last add_source re-specialized and reused.")
-      .def("kernels", [](const PySession& ps) {
+      .def("kernels", [](PySession& ps) {
+        auto lock = ps.lock();
         py::list out;
         for (const auto& k : ps.s.kernels()) {
           py::dict d;

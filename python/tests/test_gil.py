@@ -48,3 +48,26 @@ def test_python_thread_runs_during_a_step(pejit):
     th.join()
     assert elapsed > 0.15
     assert during > 0.3 * rate * elapsed, (during, rate, elapsed)
+
+
+def test_threads_sharing_a_session_take_turns(pejit):
+    s = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 50}, mode="auto")
+    batch = s.to_batch("loss", [("Node", ("Leaf", 3, 1), ("Leaf", 4, 2), 4)] * 5)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                s.step("loss", batch)
+                s.stats()
+                s.param("W_out").sum()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert s.stats()["per_entry"]["loss"]["batches"] == 80
