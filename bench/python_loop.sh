@@ -21,7 +21,7 @@ for i in $(seq 1 "$PAIRS"); do
   taskset -c 0 build/pejit train "$MODEL" --data "$tmp/train.txt" "${opts[@]}" --json \
     --no-train-eval --progress 0 2>/dev/null | grep '^{' | tail -1 >"$tmp/cli.$i"
   taskset -c 0 "$PY" bench/python_loop.py "$MODEL" "$tmp/train.txt" "${opts[@]}" \
-    | tail -1 >"$tmp/py.$i"
+    2>/dev/null | tail -1 >"$tmp/py.$i"
 done
 "$PY" - "$tmp" "$PAIRS" <<'PYEOF'
 import json, statistics, sys

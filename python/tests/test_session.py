@@ -136,3 +136,29 @@ def test_stats_kernels_and_entry_status(pejit):
     ks = s.kernels()
     assert ks and all(k["schedule_source"] for k in ks)
     assert st["kernels"] == len(ks)
+
+
+VECTOR_MODEL = """
+type Ex = Ex(x: f32[4], y: i32[])
+param W : f32[4, 3] = xavier
+entry loss(batch: List[Ex]) -> f32[] {
+  sum_list(map(fn e => match e { Ex(x, y) => cross_entropy(x @ W, y) }, batch))
+}
+entry logits(batch: List[f32[4]]) -> List[f32[3]] { map(fn x => x @ W, batch) }
+"""
+
+
+def test_numpy_arrays_and_lists_become_tensors(pejit):
+    s = pejit.Session.from_source(VECTOR_MODEL, "vec.pe", mode="generic")
+    x = np.arange(4, dtype=np.float64)  # converted to f32
+    w = s.get_param("W")
+    out = s.run("logits", [x, [1.0, 0.0, 0.0, 0.0]])
+    assert isinstance(out, list) and out[0].dtype == np.float32 and out[0].shape == (3,)
+    np.testing.assert_allclose(out[0], x.astype(np.float32) @ w, rtol=1e-6)
+    np.testing.assert_allclose(out[1], w[0], rtol=1e-6)
+    loss = s.step("loss", [s.make("Ex", [x, 2]), ("Ex", np.ones(4, np.float32), 0)])
+    assert loss > 0
+    with pytest.raises(pejit.Error, match="rank"):
+        s.run("logits", [np.zeros((2, 2))])
+    with pytest.raises(pejit.Error):
+        s.run("logits", [np.zeros(5)])
