@@ -91,6 +91,7 @@ def train(
         raise _pejit.Error("epochs must be >= 1")
     if batch < 1:
         raise _pejit.Error("batch must be >= 1")
+    _pejit.keep_freed_memory()  # as the pejit command does at start (process-wide, once)
     info = _pejit.model_info(model, "loss")
     vocab = _pejit.Vocab()
     sentences = not info["reads_trees"]

@@ -59,3 +59,22 @@ def test_batch_order_is_the_cli_shuffle(pejit):
     assert sorted(e1) == list(range(10)) and e1 != list(range(10))
     assert list(b.next_epoch()) == e1
     assert list(a.next_epoch(shuffle=False)) == e1
+
+
+@pytest.mark.parametrize("with_tqdm", [True, False])
+def test_progress_bar(pejit, sst_data, tmp_path, capsys, monkeypatch, with_tqdm):
+    from conftest import SMALL_MODEL
+
+    model = tmp_path / "small.pe"
+    model.write_text(SMALL_MODEL)
+    if not with_tqdm:
+        monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # import fails
+    hist = pejit.train(str(model), data=sst_data[0], epochs=1, batch=20, progress=True)
+    err = capsys.readouterr().err
+    assert "epoch 1" in err and "/4" in err
+    if with_tqdm:
+        assert "batch/s" in err  # tqdm's bar (it redraws at most every 0.1 s)
+    else:
+        assert "batch 4/4" in err and "trees/s" in err  # the plain line, at least at the end
+    assert hist[0]["root_acc"] is not None  # the model has `infer`
+    assert hist[0]["node_acc"] is None  # ... and no `infer_nodes`
