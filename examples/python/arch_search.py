@@ -47,7 +47,8 @@ def main():
     args = ap.parse_args()
     pejit.keep_freed_memory()
 
-    tmp = tempfile.mkdtemp(prefix="pejit-arch-")
+    tmpdir = tempfile.TemporaryDirectory(prefix="pejit-arch-")  # removed at exit
+    tmp = tmpdir.name
     cli = os.path.join(ROOT, "build", "pejit")
     train_file, dev_file = os.path.join(tmp, "train.txt"), os.path.join(tmp, "dev.txt")
     subprocess.run([cli, "gen", "sst", "--trees", str(args.trees), "--seed", "11", "-o",

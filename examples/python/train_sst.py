@@ -23,13 +23,14 @@ import pejit  # noqa: E402
 
 CLI = os.path.join(ROOT, "build", "pejit")
 MODEL = os.path.join(ROOT, "examples", "treelstm", "treelstm.pe")
+_TMP = tempfile.TemporaryDirectory(prefix="pejit-sst-")  # generated data, removed at exit
 
 
 def default_data():
     train, dev = os.path.join(ROOT, "data", "train.txt"), os.path.join(ROOT, "data", "dev.txt")
     if os.path.exists(train):
         return train, dev if os.path.exists(dev) else None
-    tmp = tempfile.mkdtemp(prefix="pejit-sst-")
+    tmp = _TMP.name
     train, dev = os.path.join(tmp, "train.txt"), os.path.join(tmp, "dev.txt")
     subprocess.run([CLI, "gen", "sst", "--trees", "1000", "--seed", "1", "-o", train], check=True)
     subprocess.run([CLI, "gen", "sst", "--trees", "200", "--seed", "2", "-o", dev], check=True)
