@@ -13,6 +13,7 @@
 #include "src/types/check.h"
 #include "src/util/check.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace pejit {
@@ -149,6 +150,21 @@ struct Session::Impl {
   interp::Params params;
   std::unique_ptr<runtime::Engine> engine;
   std::unique_ptr<optim::Optimizer> optimizer;
+  // Per-entry counters (SessionStats::per_entry): the engine's plan hits and misses are
+  // attributed to the entry whose batch ran since the last look at them.
+  std::map<std::string, SessionStats::Entry> per_entry;
+  int64_t seen_hits = 0, seen_misses = 0;
+  std::vector<std::string> respecialized, reused;
+
+  void account(const std::string& entry) {
+    auto s = engine->stats();
+    auto& e = per_entry[entry];
+    e.batches += 1;
+    e.plan_hits += s.plan_hits - seen_hits;
+    e.plan_misses += s.plan_misses - seen_misses;
+    seen_hits = s.plan_hits;
+    seen_misses = s.plan_misses;
+  }
 
   void init_missing_params() {
     interp::Params fresh = interp::init_params(*module, dims, opt.seed);
@@ -284,6 +300,7 @@ Value Session::make(const std::string& ctor, const std::vector<Value>& fields) c
 
 float Session::step(const std::string& entry, const Value& batch) {
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
+  impl_->account(entry);
   impl_->optimizer->step(impl_->params, g.grads);
   return g.loss;
 }
@@ -292,6 +309,7 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
   if (!optimizer.impl_)
     throw Error("Session::step: the optimizer was moved from");
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
+  impl_->account(entry);
   optimizer.impl_->opt.step(impl_->params, g.grads);
   return g.loss;
 }
@@ -334,7 +352,9 @@ std::string Session::entry_status(const std::string& entry) const {
 }
 
 Value Session::run(const std::string& entry, const Value& batch) {
-  return wrap(impl_->engine->run(entry, unwrap(batch), impl_->params));
+  Value out = wrap(impl_->engine->run(entry, unwrap(batch), impl_->params));
+  impl_->account(entry);
+  return out;
 }
 
 std::vector<std::string> Session::entries() const {
@@ -352,6 +372,16 @@ std::vector<std::string> Session::add_source(const std::string& text, const std:
   impl_->init_missing_params();
   // Only the specializations of entries whose dependency cone changed are dropped.
   impl_->engine->invalidate(r.affected_entries);
+  impl_->respecialized = r.affected_entries;
+  impl_->reused.clear();
+  for (const auto& e : impl_->module->entries()) {
+    bool changed = std::find(r.affected_entries.begin(), r.affected_entries.end(), e) !=
+                   r.affected_entries.end();
+    if (changed)
+      impl_->per_entry[e].respecializations += 1;
+    else
+      impl_->reused.push_back(e);
+  }
   return r.affected_entries;
 }
 
@@ -456,6 +486,11 @@ SessionStats Session::stats() const {
   out.first_jit_s = s.first_jit_s;
   out.last_compile_s = s.last_compile_s;
   out.fallbacks = s.fallbacks;
+  out.per_entry = impl_->per_entry;
+  for (auto& [name, e] : out.per_entry)
+    e.plans_cached = static_cast<int64_t>(impl_->engine->cached_plans(name));
+  out.respecialized = impl_->respecialized;
+  out.reused = impl_->reused;
   return out;
 }
 
@@ -464,6 +499,18 @@ std::vector<KernelInfo> Session::kernels() const {
   for (const auto& k : impl_->engine->kernels())
     out.push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms});
   return out;
+}
+
+float* Session::param_data(const std::string& name) {
+  int i = impl_->params.index(name);
+  if (i < 0)
+    throw Error("no parameter named '" + name + "'");
+  Tensor& t = impl_->params.values[static_cast<size_t>(i)];
+  // A tensor shared with another holder (a checkpoint just loaded) gets storage of its own
+  // first: writes through the pointer must reach this session's parameter only.
+  if (!t.unique())
+    t = t.clone();
+  return t.f32();
 }
 
 } // namespace pejit

@@ -1,7 +1,8 @@
-// The library's own access to a public Session (include/pejit/pejit.h): what the trainer
-// (runtime/train) needs beyond the public API. It reads its data with the model's types before
-// it knows the vocabulary's size, so it opens the session over a module it has already loaded,
-// and it encodes batches as interpreter values.
+// The library's own access to a public Session (include/pejit/pejit.h): what in-tree code built
+// on a session (the trainer in runtime/train, the Python extension) needs beyond the public API.
+// The trainer reads its data with the model's types before it knows the vocabulary's size, so
+// it opens the session over a module it has already loaded; both encode batches as interpreter
+// values.
 #pragma once
 
 #include "pejit/pejit.h"

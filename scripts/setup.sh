@@ -15,6 +15,10 @@ pkgs=(
   nlohmann-json3-dev               # JSON output, checkpoints' metadata, schedule DBs
   libfmt-dev                       # formatting
   libbenchmark-dev                 # Google Benchmark micro-benchmarks
+  python3-dev pybind11-dev         # the Python package's extension (python/), for /usr/bin/python3
+  python3-numpy                    # parameters as numpy arrays in the Python package
+  python3-pytest                   # the Python package's tests (ctest runs them)
+  python3-tqdm                     # pejit.train()'s progress bar (a plain line without it)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch python3-numpy)

@@ -167,6 +167,19 @@ struct SessionStats {
   double first_planned_s = -1, first_jit_s = -1, last_compile_s = -1;
   /// Why batches ran generic: the number of batches per reason.
   std::map<std::string, int64_t> fallbacks;
+
+  // Per entry, for research loops that change the model while it trains (add_source).
+  struct Entry {
+    /// Batches run by step() or run(), and how many of them found their plan made or made one.
+    int64_t batches = 0, plan_hits = 0, plan_misses = 0;
+    int64_t plans_cached = 0; ///< plans the engine holds for the entry now
+    /// Times add_source() changed the entry's dependency cone (its plans were dropped).
+    int64_t respecializations = 0;
+  };
+  std::map<std::string, Entry> per_entry;
+  /// The last add_source(): the entries whose cone changed (specialized again from their next
+  /// batch) and the entries that kept their plans and kernels.
+  std::vector<std::string> respecialized, reused;
 };
 
 /// A model instantiated with parameters and an optimizer. Not thread-safe: use one per thread.
@@ -233,6 +246,14 @@ public:
   std::vector<KernelInfo> kernels() const;
   /// Writes the trace to SessionOptions::trace_file (nothing when it is empty).
   void write_trace() const;
+
+  /// The storage of parameter `name` (f32, row-major, param_shape(name) elements), for views
+  /// that share it (the Python package's numpy arrays). Writes through it are seen by the next
+  /// step() or run(); steps update it in place, so the pointer stays valid across them. It is
+  /// invalidated when the parameter's tensor is made anew: by load(), init_params(),
+  /// set_param(), an add_source() that changes the parameter's shape, and the session's end.
+  /// Throws pejit::Error for an unknown name.
+  float* param_data(const std::string& name);
 
 private:
   friend struct runtime::SessionAccess;

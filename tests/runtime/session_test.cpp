@@ -270,4 +270,49 @@ TEST_SUITE("session") {
     CHECK_THROWS_WITH_AS(wide.load_params(ck), doctest::Contains("the model wants"), pejit::Error);
     std::remove(ck.c_str());
   }
+
+  TEST_CASE("per-entry plan counters; add_source says what it re-specialized and reused") {
+    pejit::Session p = open("specialized");
+    pejit::Value b = batch(p);
+    p.step("loss", b);
+    p.step("loss", b);
+    p.run("infer", b);
+    auto st = p.stats();
+    CHECK(st.per_entry.at("loss").batches == 2);
+    CHECK(st.per_entry.at("loss").plan_misses == 1);
+    CHECK(st.per_entry.at("loss").plan_hits == 1);
+    CHECK(st.per_entry.at("loss").plans_cached == 1);
+    CHECK(st.per_entry.at("infer").plan_misses == 1);
+    // A new entry changes only its own cone; a new `leaf` changes every entry's.
+    p.add_source("entry loss2(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).2, "
+                 "batch)) }\n",
+                 "more.pe");
+    st = p.stats();
+    CHECK(st.respecialized == std::vector<std::string>{"loss2"});
+    CHECK(st.reused == std::vector<std::string>{"loss", "infer", "infer_nodes"});
+    p.add_source("fn leaf(x: f32[300]) -> (f32[150], f32[150]) {\n"
+                 "  let (i, o, u) = split3(x @ W_leaf + b_leaf);\n"
+                 "  (sigmoid(o) * tanh(u), u)\n"
+                 "}\n",
+                 "leaf.pe");
+    st = p.stats();
+    CHECK(st.reused.empty());
+    CHECK(st.per_entry.at("loss").respecializations == 1);
+    CHECK(st.per_entry.at("loss").plans_cached == 0);
+    p.step("loss", b);
+    CHECK(p.stats().per_entry.at("loss").plan_misses == 2);
+  }
+
+  TEST_CASE("param_data is the parameter's storage: writes are seen, steps keep it") {
+    pejit::Session p = open("specialized");
+    float* w = p.param_data("b_out");
+    std::vector<float> ones(5, 1.0f);
+    std::memcpy(w, ones.data(), 5 * sizeof(float));
+    CHECK(p.get_param("b_out") == ones);
+    p.step("loss", batch(p));
+    CHECK(p.param_data("b_out") == w); // updated in place
+    CHECK(p.get_param("b_out") == std::vector<float>(w, w + 5));
+    CHECK(p.get_param("b_out") != ones);
+    CHECK_THROWS_AS(p.param_data("nope"), pejit::Error);
+  }
 }

@@ -1,0 +1,89 @@
+// Shared declarations of the Python extension `_pejit`: the session object Python holds (a
+// pejit::Session with the tree encoder of its model), data sets read from files, and the
+// conversions between Python objects and pejit values.
+#pragma once
+
+#include "pejit/pejit.h"
+#include "runtime/data/tree.h"
+#include "runtime/train/encode.h"
+#include "src/interp/value.h"
+#include "src/ir/module.h"
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pejit::python {
+
+namespace py = pybind11;
+
+/// A vocabulary shared by the data sets read with it (training data grows it, dev data maps
+/// unknown words to <unk>).
+struct PyVocab {
+  data::Vocab v;
+};
+
+/// Trees (the model's batch element is an ADT) or sentences (List[i32[]]), as `pejit train`
+/// reads them.
+struct PyDataset {
+  bool is_trees = true;
+  std::vector<data::ParseTree> trees;
+  std::vector<std::vector<int32_t>> sents;
+  std::shared_ptr<PyVocab> vocab;
+
+  size_t size() const { return is_trees ? trees.size() : sents.size(); }
+  /// Nodes that carry a loss: labeled nodes of a tree, or the words of a sentence.
+  int64_t nodes(size_t i) const;
+};
+
+/// A parse tree on its own (read from a bracket line or built from nested tuples).
+struct PyTree {
+  data::ParseTree t;
+};
+
+/// What Python holds for a session: the session and the encoder of its tree type, made again
+/// when add_source changes the module.
+struct PySession {
+  Session s;
+  explicit PySession(Session&& x) : s(std::move(x)) {}
+  /// One thread at a time uses the session (the C++ Session is not thread-safe, and steps run
+  /// without the GIL). Called with the GIL held; it never waits for the lock while holding the
+  /// GIL (the holder may need it), so threads calling one session take turns, never deadlock.
+  std::unique_lock<std::recursive_mutex> lock();
+  const ir::Module& module() const;
+  /// The element type of `entry`'s batch argument (List[T]).
+  ir::Type batch_element(const std::string& entry) const;
+  /// The encoder of trees into values of ADT `adt` (cached per ADT and module generation).
+  const runtime::TreeEncoder& encoder(const std::string& adt);
+  /// Examples idx[0..n) of `ds` as one batch (a List), encoded as `pejit train` does.
+  interp::Value encode(const PyDataset& ds, const int64_t* idx, size_t n, const std::string& entry);
+
+private:
+  std::recursive_mutex mu_;
+  std::optional<runtime::TreeEncoder> enc_;
+  std::string enc_adt_;
+  uint64_t enc_gen_ = ~0ull;
+};
+
+/// An opaque value held by Python (an ADT value, a batch built once and stepped many times).
+struct PyValue {
+  Value v;
+};
+
+/// A Python object as a value of type `t` (type-directed: ints become i32 scalars where the
+/// type is a tensor, Int where it is Int; numpy arrays and nested lists become tensors; lists
+/// become List; tuples become tuples, or ADT values when they start with a constructor's name;
+/// PyTree objects become the model's tree ADT). Throws pejit::Error naming `where`.
+interp::Value to_value(PySession& ps, py::handle o, const ir::Type& t, const std::string& where);
+/// A value as Python: scalars as int/float/bool, other tensors as numpy arrays (copies), lists
+/// and tuples as list and tuple, ADT values as pejit.Value.
+py::object from_value(const interp::Value& v);
+
+void bind_data(py::module_& m);
+
+} // namespace pejit::python
