@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target pejit
+# The Python package too when pybind11 is there (build/python, on /usr/bin/python3's path).
+if cmake --build build --target help | grep -q '^pejit_python'; then
+  cmake --build build --target pejit_python
+fi
 mkdir -p data
 [[ -f data/train.txt ]] || build/pejit gen sst --trees 3000 --seed 1 -o data/train.txt
 [[ -f data/dev.txt ]] || build/pejit gen sst --trees 500 --seed 2 -o data/dev.txt

@@ -483,7 +483,7 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(cache.count("a") == 3); // 1 on the LRU list, two on probation
   }
 
-  TEST_CASE("plan cache: a second use promotes; the LRU list keeps the most recent") {
+  TEST_CASE("plan cache: a second use promotes, the LRU list keeps the most recent") {
     runtime::PlanCache cache({/*entries=*/2, /*bytes=*/1000, /*probation_entries=*/1});
     for (uint64_t k = 1; k <= 3; ++k) {
       cache.publish(k, plan_of("a"), 1);

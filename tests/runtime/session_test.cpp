@@ -271,7 +271,7 @@ TEST_SUITE("session") {
     std::remove(ck.c_str());
   }
 
-  TEST_CASE("per-entry plan counters; add_source says what it re-specialized and reused") {
+  TEST_CASE("per-entry plan counters, add_source says what it re-specialized and reused") {
     pejit::Session p = open("specialized");
     pejit::Value b = batch(p);
     p.step("loss", b);

@@ -247,7 +247,7 @@ TEST_SUITE("specializer") {
       data::Vocab vocab;
       auto trees = data::gen_sst(25, 17, shape, vocab);
       Model md(kTreeLstm, {{"V", static_cast<int64_t>(vocab.size())}});
-      interp::Value batch = tree_batch(*md.m, trees);
+      interp::Value batch = test::tree_batch(*md.m, trees);
       specializer::TemplateTable tt;
       auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
       REQUIRE(pe.ok);
