@@ -5,6 +5,7 @@
 #include "runtime/batch_backend.h"
 #include "runtime/graph_runner.h"
 #include "runtime/runner_cache.h"
+#include "runtime/weight_grads.h"
 
 #include "src/interp/evaluator.h"
 #include "src/interp/recorded_op.h"
@@ -62,7 +63,7 @@ struct PlanExecutor::Impl {
   RunnerCache* runners = nullptr;
   std::unordered_set<std::string> reported;           // templates whose fallback is in PlanStats
   std::unordered_map<const void*, Tensor> transposed; // W^T per weight, for one run
-  std::vector<GraphRunner::DeferredGemm> deferred;    // weight gradients of one run
+  DeferredWeightGrads weight_grads;                    // weight gradients of one run
 
   // ExecOptions::profile: the time since t0 (and GEMM flops) go to family f.
   ProfileClock::time_point tick() const {
@@ -80,66 +81,6 @@ struct PlanExecutor::Impl {
     stats.ref_nodes += rs.ref_nodes;
     stats.jit_reductions += rs.jit_reductions;
     accumulate(stats.profile, rs.time);
-  }
-
-  std::vector<jit::GemmStretch> jit_parts; // reused by weight_gradients()
-
-  // The generated TN kernel for param p's dW [k, m] = the sum of the groups' x^T·gy when every
-  // group that deferred one has it compiled and it fits; else null (the reference kernel runs).
-  const jit::CachedKernel* jit_weight_grad(int p, int64_t k, int64_t m) const {
-    if (!opt.jit_weight_grads)
-      return nullptr;
-    const jit::CachedKernel* g = nullptr;
-    for (const auto& d : deferred)
-      if (d.param == p) {
-        if (!d.kernel || (g != nullptr && d.kernel.get() != g))
-          return nullptr;
-        g = d.kernel.get();
-      }
-    const auto* gemm = g != nullptr ? std::get_if<jit::GemmKernel>(&g->family) : nullptr;
-    if (gemm == nullptr || gemm->code.stretches == nullptr || gemm->spec.m != k || gemm->spec.n != m)
-      return nullptr;
-    return g;
-  }
-
-  // Each weight's deferred gradient as one GEMM over the rows of every group that had one.
-  void weight_gradients(std::vector<interp::ParamGrad>& grads, PlanStats& stats) {
-    std::vector<int> order;
-    for (const auto& d : deferred)
-      if (std::find(order.begin(), order.end(), d.param) == order.end())
-        order.push_back(d.param);
-    for (int p : order) {
-      auto t0 = tick();
-      // One GEMM over all the groups' rows, read where the groups left them (no stacking).
-      int64_t rows = 0, k = 0, m = 0;
-      std::vector<kernels::GemmStretch> parts;
-      for (const auto& d : deferred)
-        if (d.param == p) {
-          parts.push_back({d.a.f32(), d.gy.f32(), d.a.dim(0)});
-          rows += d.a.dim(0);
-          k = d.a.dim(1);
-          m = d.gy.dim(1);
-        }
-      auto& dst = grads[static_cast<size_t>(p)].dense;
-      float beta = dst.defined() ? 1.0f : 0.0f;
-      if (!dst.defined())
-        dst = Tensor::empty(DType::F32, Shape{k, m});
-      if (const jit::CachedKernel* g = jit_weight_grad(p, k, m)) {
-        static_assert(sizeof(jit::GemmStretch) == sizeof(kernels::GemmStretch) &&
-                      offsetof(jit::GemmStretch, k) == offsetof(kernels::GemmStretch, k));
-        jit_parts.clear();
-        for (const auto& s : parts)
-          jit_parts.push_back({s.a, s.b, s.k});
-        g->gemm().stretches(jit_parts.data(), static_cast<int64_t>(jit_parts.size()), dst.f32(),
-                            beta != 0.0f);
-        stats.jit_weight_grads++;
-      } else {
-        kernels::sgemm_tn_stretches(k, m, parts.data(), parts.size(), beta, dst.f32(), m);
-      }
-      stats.weight_grad_gemms++;
-      tock(stats, Family::GemmWeightGrad, t0, 2.0 * static_cast<double>(k * m * rows));
-    }
-    deferred.clear();
   }
 
   std::shared_ptr<const GraphRunner> runner(const specializer::Template& t, PlanStats& stats) {
@@ -322,7 +263,7 @@ struct PlanExecutor::Impl {
       GraphRunStats rs;
       rs.profile = opt.profile;
       gs.gst.transposed = &transposed;
-      gs.gst.deferred = train ? &deferred : nullptr;
+      gs.gst.deferred = train ? weight_grads.sink() : nullptr;
       gs.gst.panels = opt.panels;
       gs.gst.jit_gemm = opt.jit_gemm;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
@@ -406,7 +347,7 @@ struct PlanExecutor::Impl {
     }
     reserve(train ? layout->total_elems : layout->forward_elems);
     transposed.clear(); // the parameters may have changed since the last run
-    deferred.clear();
+    weight_grads.clear();
     if (st.size() < plan.groups.size())
       st.resize(plan.groups.size());
     for (size_t gi = 0; gi < plan.groups.size(); ++gi)
@@ -621,7 +562,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
     }
     gs.tape.reset(); // the gradients may share its buffers
   }
-  I.weight_gradients(out.grads, stats_);
+  I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile);
   I.transposed.clear();
   return out;
 }
