@@ -39,6 +39,7 @@ RowRuleResult batched_row_class(RowNode node, std::span<const RowClass> operands
   case RowRule::Reduce:
   case RowRule::Reshape:
   case RowRule::Broadcast:
+  case RowRule::BroadcastAxis:
     return {RowClass::Rows};
   case RowRule::MatMul:
     if (c(0) == RowClass::Rows && c(1) == RowClass::Shared && ranks[0] == 1 && ranks[1] == 2)

@@ -39,12 +39,13 @@ enum class RowRule : uint8_t {
   Loss,        ///< cross_entropy: logits and labels both per row
   None,        ///< no batched form
   // Gradient helpers only.
-  Broadcast,   ///< a per-row or shared value broadcast to a target (an axis shifted by one)
-  PerRow,      ///< every operand per row
-  SumToShape,  ///< to a shared target: summed over the rows; to a per-row target: per row
-  MatMulGradA, ///< dX = dY · W^T: per-row left operand, shared matrix
-  MatMulGradB, ///< dW = X^T · dY of per-row vectors and a shared matrix: summed over the rows
-  TakeGrad,    ///< the gradient of a shared table: summed over the rows
+  Broadcast,     ///< a per-row or shared value broadcast to a per-row or shared target
+  BroadcastAxis, ///< the same with an axis re-inserted: the axis attribute shifted by one
+  PerRow,        ///< every operand per row
+  SumToShape,    ///< to a shared target: summed over the rows; to a per-row target: per row
+  MatMulGradA,   ///< dX = dY · W^T: per-row left operand, shared matrix
+  MatMulGradB,   ///< dW = X^T · dY of per-row vectors and a shared matrix: summed over the rows
+  TakeGrad,      ///< the gradient of a shared table: summed over the rows
 };
 
 /// What kind of kernel an op is, as kernel fusion and the profile see it.
