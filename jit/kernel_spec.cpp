@@ -3,6 +3,7 @@
 
 #include "jit/schedule.h"
 #include "pejit/error.h"
+#include "src/ops/emitter.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -51,6 +52,43 @@ const char* op_name(ElementwiseOp op) {
     return "tanh_bwd";
   }
   return "?";
+}
+
+std::optional<ElementwiseOp> elementwise_op(ops::OpId id) {
+  using ops::OpId;
+  switch (id) {
+  case OpId::Add:
+    return ElementwiseOp::Add;
+  case OpId::Sub:
+    return ElementwiseOp::Sub;
+  case OpId::Mul:
+    return ElementwiseOp::Mul;
+  case OpId::Div:
+    return ElementwiseOp::Div;
+  case OpId::Neg:
+    return ElementwiseOp::Neg;
+  case OpId::Exp:
+    return ElementwiseOp::Exp;
+  case OpId::Tanh:
+    return ElementwiseOp::Tanh;
+  case OpId::Sigmoid:
+    return ElementwiseOp::Sigmoid;
+  case OpId::Relu:
+    return ElementwiseOp::Relu;
+  default:
+    return std::nullopt;
+  }
+}
+
+std::optional<ElementwiseOp> elementwise_op(ops::GradOp g) {
+  switch (g) {
+  case ops::GradOp::SigmoidBwd:
+    return ElementwiseOp::SigmoidBwd;
+  case ops::GradOp::TanhBwd:
+    return ElementwiseOp::TanhBwd;
+  default:
+    return std::nullopt;
+  }
 }
 
 std::string KernelSpec::canonical_text() const {
@@ -163,9 +201,8 @@ void KernelSpec::validate() const {
   int64_t gathered = 0;
   for (int64_t w : gather_widths)
     gathered += w > 0 ? w : -1;
-  if (!gather_widths.empty() &&
-      (gemm_n == 0 || !core_first || gather_widths.size() > PanelCore::kMaxParts ||
-       gathered != gemm_k))
+  if (!gather_widths.empty() && (gemm_n == 0 || !core_first ||
+                                 gather_widths.size() > PanelCore::kMaxParts || gathered != gemm_k))
     throw Error(fmt::format("jit: elementwise kernel: gather of {} parts into the GEMM's {} "
                             "columns (widths >= 1 summing to gemm_k, at most {} parts, a "
                             "core-first GEMM core)",

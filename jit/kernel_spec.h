@@ -6,8 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+namespace pejit::ops {
+enum class OpId : uint16_t;
+enum class GradOp : uint8_t;
+} // namespace pejit::ops
 
 namespace pejit::jit {
 
@@ -37,6 +43,10 @@ enum class ElementwiseOp {
 bool is_binary(ElementwiseOp op);
 /// The op's name in canonical text ("add", "sigmoid_bwd", ...).
 const char* op_name(ElementwiseOp op);
+/// The chain op that computes registry op `id` (gradient helper `g`) on f32 elements; nullopt
+/// where the code generator has none.
+std::optional<ElementwiseOp> elementwise_op(ops::OpId id);
+std::optional<ElementwiseOp> elementwise_op(ops::GradOp g);
 
 /// The GEMM core a panel kernel calls (KernelSpec::panel_rows): `fn(core, r0, n)` computes rows
 /// [r0, r0 + n) of its product, C rows = A rows · B (forward x·W), or rows of dX = dY · W^T.

@@ -1,18 +1,20 @@
 // The plan executor's batching backend (plan_executor.cpp's only user): runs a template's ops
 // eagerly on all of a group's rows at once. A per-row tensor is a Value::batched_tensor with
-// the rows first; its rules: elementwise ops align a batched operand's per-row dimensions with
-// the other operand's trailing ones; `x @ W` with a per-row vector x is one GEMM; reductions,
-// reshape and the last-axis ops (concat, split, slice, softmax, argmax, cross_entropy) shift by
-// the row dimension; take from a shared table gathers all rows' ids at once. Anything else
-// throws NotBatchable and the group runs row by row.
+// the rows first. Each op acts on the rows by its registry batching rule (ops::RowRule):
+// elementwise ops align a batched operand's per-row dimensions with the other operand's
+// trailing ones; `x @ W` with a per-row vector x is one GEMM; reductions and reshape shift by
+// the row dimension; the last-axis ops act on each row; take from a shared table gathers all
+// rows' ids at once. What ops::batched_row_class refuses (the template-graph runner's decision
+// too) throws NotBatchable and the group runs row by row.
 #pragma once
 
 #include "src/interp/evaluator.h"
 #include "src/interp/params.h"
 #include "src/interp/recorded_op.h"
 #include "src/interp/value.h"
-#include "src/ops/emitter.h"
+#include "src/ops/batch_rules.h"
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -43,18 +45,15 @@ public:
       any = any || args[i].batched();
     if (!any)
       return run(id, attr, args, n, s, false, multi);
-    using ops::OpId;
-    switch (id) {
-    case OpId::Add:
-    case OpId::Sub:
-    case OpId::Mul:
-    case OpId::Div:
-    case OpId::Lt:
-    case OpId::Le:
-    case OpId::Gt:
-    case OpId::Ge:
-    case OpId::Eq:
-    case OpId::Ne: {
+    using ops::RowRule;
+    const RowRule rule = ops::op_def(id).row;
+    if (rule == RowRule::None)
+      throw NotBatchable{std::string("no batching rule for ") + ops::op_name(id)};
+    refuse_unless_batchable(id, args, n);
+    switch (rule) {
+    case RowRule::Elementwise: {
+      if (n != 2)
+        return run(id, attr, args, n, s, true, multi);
       Value a[2] = {args[0], args[1]};
       size_t ra = per_row_rank(a[0]), rb = per_row_rank(a[1]);
       size_t r = std::max(ra, rb);
@@ -63,23 +62,14 @@ public:
           v = expand(v, r, s);
       return run(id, attr, a, 2, s, true, multi);
     }
-    case OpId::Neg:
-    case OpId::Exp:
-    case OpId::Log:
-    case OpId::Tanh:
-    case OpId::Sigmoid:
-    case OpId::Relu:
-    case OpId::ToF32:
-    case OpId::ToI32:
-    case OpId::Softmax:
-    case OpId::LogSoftmax:
-    case OpId::Argmax:
-    case OpId::Split:
-    case OpId::Slice:
-      return run(id, attr, args, n, s, true, multi);
-    case OpId::Concat: {
-      // Shared parts are broadcast to every row (an add of per-row zeros, so that their
-      // gradients are summed over the rows).
+    case RowRule::LastAxis: {
+      bool shared = false;
+      for (size_t i = 0; i < n; ++i)
+        shared = shared || !args[i].batched();
+      if (!shared)
+        return run(id, attr, args, n, s, true, multi);
+      // Shared parts (of a concat) are broadcast to every row (an add of per-row zeros, so
+      // that their gradients are summed over the rows).
       Values parts(args, args + n);
       for (auto& v : parts)
         if (!v.batched()) {
@@ -88,21 +78,15 @@ public:
           for (auto d : t.shape().dims())
             sh.push_back(d);
           Value two[2] = {Value::batched_tensor(Tensor::zeros(t.dtype(), sh)), v};
-          v = op(OpId::Add, {}, two, 2, s);
+          v = op(ops::OpId::Add, {}, two, 2, s);
         }
       return run(id, attr, parts.data(), n, s, true, multi);
     }
-    case OpId::MatMul:
-      if (args[0].batched() && !args[1].batched() && args[0].as_tensor().rank() == 2 &&
-          args[1].as_tensor().rank() == 2)
-        return run(id, attr, args, n, s, true, multi);
-      throw NotBatchable{"matmul other than per-row vector @ shared matrix"};
-    case OpId::Sum:
-    case OpId::Mean: {
+    case RowRule::Reduce: {
       const Tensor& t = args[0].as_tensor();
       if (attr.ints.empty()) {
         if (t.rank() == 1)
-          return id == OpId::Sum ? args[0] : args[0];
+          return args[0]; // the sum or mean of one number per row
         Value flat = reshape(args[0], {rows_, t.numel() / std::max<int64_t>(rows_, 1)}, s);
         return run(id, ops::Attr{{1}}, &flat, 1, s, true, multi);
       }
@@ -112,21 +96,17 @@ public:
         ax += r;
       return run(id, ops::Attr{{ax + 1}}, args, n, s, true, multi);
     }
-    case OpId::Reshape: {
+    case RowRule::Reshape: {
       ops::Attr a;
       a.ints.push_back(rows_);
       a.ints.insert(a.ints.end(), attr.ints.begin(), attr.ints.end());
       return run(id, a, args, n, s, true, multi);
     }
-    case OpId::Take:
-      if (!args[0].batched() && args[1].batched())
-        return run(id, attr, args, n, s, true, multi);
-      throw NotBatchable{"take from a per-row table"};
-    case OpId::CrossEntropy:
-      if (args[0].batched() && args[1].batched())
-        return run(id, attr, args, n, s, true, multi);
-      throw NotBatchable{"cross_entropy of shared logits or labels"};
-    default:
+    case RowRule::MatMul: // per-row vector @ shared matrix: one GEMM
+    case RowRule::Take:   // shared table, per-row ids: one gather
+    case RowRule::Loss:   // per-row logits and labels
+      return run(id, attr, args, n, s, true, multi);
+    default: // the gradient helpers' rules: no registry op has one
       throw NotBatchable{std::string("no batching rule for ") + ops::op_name(id)};
     }
   }
@@ -160,6 +140,30 @@ private:
   const interp::DimBindings& dims_;
   int64_t rows_;
   interp::RecordedOp op_;
+
+  // Throws the refusal of the rule GraphRunner's classification applies, if any.
+  static void refuse_unless_batchable(ops::OpId id, const Value* args, size_t n) {
+    constexpr size_t kInline = 8;
+    std::array<ops::RowClass, kInline> cls_inline;
+    std::array<size_t, kInline> rank_inline;
+    std::vector<ops::RowClass> cls_heap;
+    std::vector<size_t> rank_heap;
+    ops::RowClass* cls = cls_inline.data();
+    size_t* rank = rank_inline.data();
+    if (n > kInline) {
+      cls_heap.resize(n);
+      rank_heap.resize(n);
+      cls = cls_heap.data();
+      rank = rank_heap.data();
+    }
+    for (size_t i = 0; i < n; ++i) {
+      cls[i] = args[i].batched() ? ops::RowClass::Rows : ops::RowClass::Shared;
+      rank[i] = per_row_rank(args[i]);
+    }
+    ops::RowRuleResult r = ops::batched_row_class(ops::RowNode::op(id), {cls, n}, {rank, n});
+    if (!r.ok())
+      throw NotBatchable{r.refusal};
+  }
 
   static size_t per_row_rank(const Value& v) {
     size_t r = v.as_tensor().rank();

@@ -143,14 +143,22 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
       align();
       return op(o, in, n.attr).reshaped(with_rows(rows, n.type.dims));
     }
-    switch (o) {
-    case OpId::Concat:
-      for (size_t i = 0; i < in.size(); ++i)
+    // How the op acts on the rows: the registry's batching rule (src/ops/ops.def).
+    switch (ops::op_def(o).row) {
+    case ops::RowRule::LastAxis:
+      if (ops::op_num_results(o, n.attr) > 1) {
+        // A split: all parts at once; the sibling nodes (the other parts) get theirs too.
+        std::vector<Tensor> parts;
+        ops::op_def(o).eval(in, n.attr, parts);
+        for (NodeId sib : p.split_parts[static_cast<size_t>(id)])
+          st.vals[static_cast<size_t>(sib)] = parts[g.node(sib).output_index];
+        return parts[n.output_index];
+      }
+      for (size_t i = 0; i < in.size(); ++i) // each row alone: a shared part on every row
         if (cls(i) == RowClass::Shared)
           in[i] = repeat_rows(in[i], rows);
-      return op(o, in, n.attr);
-    case OpId::Sum:
-    case OpId::Mean: {
+      return op(o, in, n.attr, n.output_index);
+    case ops::RowRule::Reduce: {
       if (n.attr.ints.empty()) {
         Tensor flat = in[0].reshaped(Shape{rows, in[0].numel() / std::max<int64_t>(rows, 1)});
         return op(o, {flat}, ops::Attr{{1}});
@@ -160,30 +168,20 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
         ax += static_cast<int64_t>(in[0].rank()) - 1;
       return op(o, in, ops::Attr{{ax + 1}});
     }
-    case OpId::Reshape: {
+    case ops::RowRule::Reshape: {
       ops::Attr a;
       a.ints.push_back(rows);
       a.ints.insert(a.ints.end(), n.attr.ints.begin(), n.attr.ints.end());
       return op(o, in, a);
     }
-    case OpId::Split: {
-      // All parts at once; the sibling nodes (the other parts) get theirs too.
-      std::vector<Tensor> parts;
-      ops::op_def(o).eval(in, n.attr, parts);
-      for (NodeId sib : p.split_parts[static_cast<size_t>(id)])
-        st.vals[static_cast<size_t>(sib)] = parts[g.node(sib).output_index];
-      return parts[n.output_index];
-    }
-    default: // matmul, slice, softmax, log_softmax, argmax, take, cross_entropy
+    default: // matmul, take, cross_entropy: the reference kernel takes the rows as they are
       return op(o, in, n.attr, n.output_index);
     }
   }
   PEJIT_CHECK(n.kind == Kind::Grad) << "unexpected node " << graph::print_node(g, id);
   GradOp go = n.grad_op();
-  switch (go) {
-  case GradOp::SigmoidBwd:
-  case GradOp::TanhBwd:
-  case GradOp::ReluBwd: {
+  switch (ops::grad_op_def(go).row) {
+  case ops::RowRule::Elementwise: {
     // Their kernels take operands of one shape: both as [rows, per-row dims].
     align();
     Shape full = with_rows(rows, n.type.dims);
@@ -192,25 +190,22 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
         t = kernels::broadcast_to(t, full);
     return ops::eval_grad_op(go, in, n.attr);
   }
-  case GradOp::SumToShape:
+  case ops::RowRule::SumToShape:
     if (me == RowClass::Summed)
       return grad2(go, sum_rows(in[0]), in[1], n.attr);
     [[fallthrough]];
-  case GradOp::BroadcastTo:
-  case GradOp::ReshapeLike: {
+  case ops::RowRule::Broadcast: {
     // The target is per row: line the per-row dimensions up after the row axis.
     Tensor like = cls(1) == RowClass::Rows ? in[1] : repeat_rows(in[1], rows);
     Tensor x = cls(0) == RowClass::Rows ? in[0] : repeat_rows(in[0], rows);
     size_t rx = x.rank() - 1, rl = like.rank() - 1;
-    if (go != GradOp::ReshapeLike) {
-      if (rx < rl)
-        x = expand_rows(x, rl);
-      else if (rl < rx)
-        like = expand_rows(like, rx);
-    }
+    if (rx < rl)
+      x = expand_rows(x, rl);
+    else if (rl < rx)
+      like = expand_rows(like, rx);
     return grad2(go, x, like, n.attr).reshaped(with_rows(rows, n.type.dims));
   }
-  case GradOp::UnsumAxis: {
+  case ops::RowRule::BroadcastAxis: {
     int64_t ax = n.attr.ints[0];
     if (ax < 0)
       ax += static_cast<int64_t>(r);
@@ -218,7 +213,7 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
     Tensor x = cls(0) == RowClass::Rows ? in[0] : repeat_rows(in[0], rows);
     return grad2(go, x, like, ops::Attr{{ax + 1}});
   }
-  case GradOp::MatMulGradA:
+  case ops::RowRule::MatMulGradA:
     if (st.transposed != nullptr && in[2].rank() == 2 && in[0].rank() == 2 &&
         in[0].dim(1) == in[2].dim(1) && in[0].dtype() == DType::F32 && in[2].dtype() == DType::F32)
       // A GEMM without a transposed operand, on W^T packed once per run for every group,
@@ -231,7 +226,8 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
       return run_op(OpId::MatMul, {in[0], wt}, {});
     }
     return ops::eval_grad_op(go, in, n.attr);
-  default: // softmax/log_softmax/cross_entropy/matmul_grad_b, pad_slice, take_grad
+  default: // per-row gradients (softmax, log_softmax, cross_entropy, pad_slice, reshape_like:
+           // every operand per row), matmul_grad_b, take_grad
     return ops::eval_grad_op(go, in, n.attr);
   }
 }

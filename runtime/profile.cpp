@@ -1,7 +1,7 @@
 // See profile.h.
 #include "runtime/profile.h"
 
-#include "src/ops/op.h"
+#include "src/ops/emitter.h"
 
 #include <algorithm>
 
@@ -10,8 +10,6 @@ namespace pejit::runtime {
 using graph::Kind;
 using graph::Node;
 using graph::NodeId;
-using ops::GradOp;
-using ops::OpId;
 
 const char* family_name(Family f) {
   switch (f) {
@@ -66,45 +64,30 @@ std::pair<Family, double> family_of(const graph::Graph& g, NodeId id, std::span<
   };
   if (n.kind == Kind::SumN)
     return {Family::ElementwiseRef, 0};
-  if (n.kind == Kind::Op) {
-    if (n.op() == OpId::MatMul) // [rows, K] @ [K, N]: 2 * rows * N * K
-      return {Family::GemmForward, 2 * numel(id) * last_dim(n.operands[0])};
-    if (ops::op_def(n.op()).elementwise)
-      return {Family::ElementwiseRef, 0};
-    switch (n.op()) {
-    case OpId::Concat:
-    case OpId::Split:
-    case OpId::Slice:
-    case OpId::Take:
-    case OpId::Reshape:
-    case OpId::Transpose:
-      return {Family::Layout, 0};
-    default:
-      return {Family::Other, 0};
-    }
+  if (n.kind != Kind::Op && n.kind != Kind::Grad)
+    return {Family::Layout, 0};
+  ops::KernelClass k =
+      n.kind == Kind::Op ? ops::op_def(n.op()).kernel : ops::grad_op_def(n.grad_op()).kernel;
+  switch (k) {
+  case ops::KernelClass::GemmForward: // [rows, K] @ [K, N]: 2 * rows * N * K
+    return {Family::GemmForward, 2 * numel(id) * last_dim(n.operands[0])};
+  case ops::KernelClass::GemmInputGrad: // dY [rows, N] · W^T: 2 * rows * K * N
+    return {Family::GemmInputGrad, 2 * numel(id) * last_dim(n.operands[0])};
+  case ops::KernelClass::GemmWeightGrad: // X^T · dY summed over the rows
+    return {Family::GemmWeightGrad,
+            2 * numel(id) * static_cast<double>(std::max<int64_t>(rows, 1))};
+  case ops::KernelClass::Elementwise:
+    return {Family::ElementwiseRef, 0};
+  case ops::KernelClass::Layout:
+  case ops::KernelClass::Expand:
+  case ops::KernelClass::Rearrange:
+    return {Family::Layout, 0};
+  case ops::KernelClass::Fill:
+  case ops::KernelClass::Reduction: // losses' gradients are the losses' family, as the enum says
+  case ops::KernelClass::ReduceToShape:
+    return {Family::Other, 0};
   }
-  if (n.kind == Kind::Grad) {
-    switch (n.grad_op()) {
-    case GradOp::MatMulGradA: // dY [rows, N] · W^T: 2 * rows * K * N
-      return {Family::GemmInputGrad, 2 * numel(id) * last_dim(n.operands[0])};
-    case GradOp::MatMulGradB: // X^T · dY summed over the rows
-      return {Family::GemmWeightGrad,
-              2 * numel(id) * static_cast<double>(std::max<int64_t>(rows, 1))};
-    case GradOp::SigmoidBwd:
-    case GradOp::TanhBwd:
-    case GradOp::ReluBwd:
-      return {Family::ElementwiseRef, 0};
-    case GradOp::SumToShape:
-    case GradOp::UnsumAxis:
-    case GradOp::SoftmaxBwd: // losses' gradients are the losses' family, as the enum says
-    case GradOp::LogSoftmaxBwd:
-    case GradOp::CrossEntropyBwd:
-      return {Family::Other, 0};
-    default:
-      return {Family::Layout, 0};
-    }
-  }
-  return {Family::Layout, 0};
+  return {Family::Other, 0};
 }
 
 } // namespace pejit::runtime

@@ -6,6 +6,8 @@
 // Backend-neutral: the kernel specs are the JIT's plain-C++ descriptions (no LLVM type).
 #pragma once
 
+#include "src/ops/batch_rules.h"
+
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
 #include "jit/reduce_spec.h"
@@ -23,8 +25,8 @@ struct TemplateGraph;
 
 /// How a node's value relates to a group's rows: Shared (no row dimension: parameters,
 /// constants and what depends only on them), Rows ([rows, ...]) or Summed (a parameter-shaped
-/// gradient already summed over the rows).
-enum class RowClass : uint8_t { Shared, Rows, Summed };
+/// gradient already summed over the rows); the registry's batching rules decide it.
+using RowClass = ops::RowClass;
 const char* row_class_name(RowClass c); ///< "shared", "rows", "summed"
 
 /// Where a value is read or written in place: columns [offset, ...) of node `first`'s rows

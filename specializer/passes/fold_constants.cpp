@@ -1,8 +1,9 @@
 // fold_constants: one sweep in id order; see the design note in fold_constants.h.
 #include "specializer/passes/fold_constants.h"
 
-#include "src/graph/evaluate.h"
 #include "specializer/passes/rebuild.h"
+#include "src/graph/evaluate.h"
+#include "src/ops/emitter.h"
 
 #include <algorithm>
 #include <cstring>
@@ -73,42 +74,20 @@ private:
 
   // An existing node of out_ equal in value to `n` over `ops`, or kNoNode.
   NodeId simplify(const graph::Node& n, const std::vector<NodeId>& ops) {
-    using ops::GradOp;
-    using ops::OpId;
     if (n.kind == Kind::Op && ops.size() == 2) {
+      // x op e = x, e op x = x for the op's identity element e (the registry's Identity).
       NodeId a = ops[0], b = ops[1];
-      switch (n.op()) {
-      case OpId::Mul:
-        if (is_const(b, 1.0f) && same_type(a, n.type))
-          return a;
-        if (is_const(a, 1.0f) && same_type(b, n.type))
-          return b;
-        break;
-      case OpId::Add:
-        if (is_const(b, 0.0f) && same_type(a, n.type))
-          return a;
-        if (is_const(a, 0.0f) && same_type(b, n.type))
-          return b;
-        break;
-      case OpId::Sub:
-        if (is_const(b, 0.0f) && same_type(a, n.type))
-          return a;
-        break;
-      case OpId::Div:
-        if (is_const(b, 1.0f) && same_type(a, n.type))
-          return a;
-        break;
-      default:
-        break;
-      }
+      if (auto e = ops::right_identity(n.op()); e && is_const(b, *e) && same_type(a, n.type))
+        return a;
+      if (auto e = ops::left_identity(n.op()); e && is_const(a, *e) && same_type(b, n.type))
+        return b;
     }
     if (n.kind == Kind::Grad && ops.size() == 2) {
-      GradOp k = n.grad_op();
-      if ((k == GradOp::SumToShape || k == GradOp::BroadcastTo || k == GradOp::ReshapeLike) &&
-          same_type(ops[0], n.type))
+      ops::GradOp k = n.grad_op();
+      if (ops::grad_op_def(k).shape_only && same_type(ops[0], n.type))
         return ops[0];
       const graph::Node& src = out_.node(ops[0]);
-      if (k == GradOp::BroadcastTo && src.kind == Kind::Const && n.type.dtype == DType::F32)
+      if (k == ops::GradOp::BroadcastTo && src.kind == Kind::Const && n.type.dtype == DType::F32)
         return out_.constant(src.value, n.type.dims);
     }
     if (n.kind == Kind::SumN) {

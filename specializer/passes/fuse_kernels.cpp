@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -18,19 +19,24 @@ using graph::Kind;
 using graph::kNoNode;
 using graph::Node;
 using graph::NodeId;
-using ops::GradOp;
 using ops::OpId;
 
 namespace {
 
 enum class Role : uint8_t { Leaf, Anchor, Fusible };
 
+// The registry's kernel class of an op or gradient helper node.
+std::optional<ops::KernelClass> kernel_class(const Node& n) {
+  if (n.kind == Kind::Op)
+    return ops::op_def(n.op()).kernel;
+  if (n.kind == Kind::Grad)
+    return ops::grad_op_def(n.grad_op()).kernel;
+  return std::nullopt;
+}
+
+// Moves whole column blocks of rows: a matmul may absorb a kernel of these as its prologue.
 bool is_layout(const Node& n) {
-  if (n.kind == Kind::Op) {
-    OpId id = n.op();
-    return id == OpId::Concat || id == OpId::Split || id == OpId::Slice || id == OpId::Reshape;
-  }
-  return n.kind == Kind::Grad && n.grad_op() == GradOp::ReshapeLike;
+  return kernel_class(n) == ops::KernelClass::Layout;
 }
 
 Role role_of(const Graph& g, const Node& n) {
@@ -43,36 +49,32 @@ Role role_of(const Graph& g, const Node& n) {
   case Kind::Gather:
   case Kind::Scatter:
     return Role::Anchor;
-  case Kind::Op: {
-    OpId id = n.op();
-    if (ops::op_def(id).elementwise || is_layout(n) || id == OpId::Zeros || id == OpId::Ones ||
-        id == OpId::Full)
-      return Role::Fusible;
-    return Role::Anchor;
-  }
+  case Kind::Op:
   case Kind::Grad:
-    switch (n.grad_op()) {
-    case GradOp::SigmoidBwd:
-    case GradOp::TanhBwd:
-    case GradOp::ReluBwd:
-    case GradOp::BroadcastTo:
-    case GradOp::ReshapeLike:
-    case GradOp::PadSlice:
-      return Role::Fusible;
-    case GradOp::SumToShape: // a reduction unless it only reshapes
-      return g.type(n.operands[0]).numel() == n.type.numel() ? Role::Fusible : Role::Anchor;
-    default:
-      return Role::Anchor;
-    }
+    break;
+  }
+  switch (*kernel_class(n)) {
+  case ops::KernelClass::Elementwise:
+  case ops::KernelClass::Layout:
+  case ops::KernelClass::Expand:
+  case ops::KernelClass::Fill:
+    return Role::Fusible;
+  case ops::KernelClass::ReduceToShape: // a reduction unless it only reshapes
+    return g.type(n.operands[0]).numel() == n.type.numel() ? Role::Fusible : Role::Anchor;
+  case ops::KernelClass::Rearrange:
+  case ops::KernelClass::Reduction:
+  case ops::KernelClass::GemmForward:
+  case ops::KernelClass::GemmInputGrad:
+  case ops::KernelClass::GemmWeightGrad:
+    return Role::Anchor;
   }
   return Role::Anchor;
 }
 
 bool is_matmul_like(const Node& n) {
-  if (n.kind == Kind::Op)
-    return n.op() == OpId::MatMul;
-  return n.kind == Kind::Grad &&
-         (n.grad_op() == GradOp::MatMulGradA || n.grad_op() == GradOp::MatMulGradB);
+  auto k = kernel_class(n);
+  return k == ops::KernelClass::GemmForward || k == ops::KernelClass::GemmInputGrad ||
+         k == ops::KernelClass::GemmWeightGrad;
 }
 
 std::string dims_str(const std::vector<int64_t>& d) {

@@ -30,6 +30,8 @@ void classify_rows(const TemplateGraph& tg, std::vector<RowClass>& cls, std::str
           .append(": ")
           .append(graph::print_node(tg.g, id));
   };
+  std::vector<RowClass> operand_cls;
+  std::vector<size_t> operand_rank;
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
     bool rows = false, summed = false;
@@ -37,7 +39,6 @@ void classify_rows(const TemplateGraph& tg, std::vector<RowClass>& cls, std::str
       rows = rows || cls[static_cast<size_t>(o)] == RowClass::Rows;
       summed = summed || cls[static_cast<size_t>(o)] == RowClass::Summed;
     }
-    auto c = [&](size_t i) { return cls[static_cast<size_t>(n.operands[i])]; };
     RowClass& out = cls[static_cast<size_t>(id)];
     switch (n.kind) {
     case Kind::Input: {
@@ -58,96 +59,20 @@ void classify_rows(const TemplateGraph& tg, std::vector<RowClass>& cls, std::str
     }
     if (!rows && !summed)
       continue; // Shared
-    if (summed) {
-      // Linear combinations of summed gradients (a parameter read twice); a per-row term is
-      // summed over the rows first.
-      bool linear = n.kind == Kind::SumN ||
-                    (n.kind == Kind::Op &&
-                     (n.op() == OpId::Add || n.op() == OpId::Sub || n.op() == OpId::Neg));
-      for (size_t i = 0; i < n.operands.size(); ++i)
-        linear = linear && c(i) != RowClass::Shared;
-      if (!linear)
-        fail(id, "non-linear use of a row-summed gradient");
-      out = RowClass::Summed;
-      continue;
+    // Every op, gradient helper and sum: the registry's batching rule decides.
+    operand_cls.clear();
+    operand_rank.clear();
+    for (NodeId o : n.operands) {
+      operand_cls.push_back(cls[static_cast<size_t>(o)]);
+      operand_rank.push_back(rank_of(g.node(o)));
     }
-    out = RowClass::Rows;
-    if (n.kind == Kind::SumN)
-      continue;
-    if (n.kind == Kind::Op) {
-      const auto& def = ops::op_def(n.op());
-      if (def.elementwise)
-        continue;
-      switch (n.op()) {
-      case OpId::MatMul:
-        if (!(c(0) == RowClass::Rows && c(1) == RowClass::Shared &&
-              rank_of(g.node(n.operands[0])) == 1 && rank_of(g.node(n.operands[1])) == 2))
-          fail(id, "matmul other than per-row vector @ shared matrix");
-        continue;
-      case OpId::Concat:
-      case OpId::Split:
-      case OpId::Slice:
-      case OpId::Softmax:
-      case OpId::LogSoftmax:
-      case OpId::Argmax:
-      case OpId::Sum:
-      case OpId::Mean:
-      case OpId::Reshape:
-        continue;
-      case OpId::Take:
-        if (c(0) != RowClass::Shared)
-          fail(id, "take from a per-row table");
-        continue;
-      case OpId::CrossEntropy:
-        if (c(0) != RowClass::Rows || c(1) != RowClass::Rows)
-          fail(id, "cross_entropy of shared logits or labels");
-        continue;
-      default:
-        fail(id, "no batched rule");
-        continue;
-      }
-    }
-    // Gradient helpers.
-    switch (n.grad_op()) {
-    case GradOp::SigmoidBwd:
-    case GradOp::TanhBwd:
-    case GradOp::ReluBwd:
-    case GradOp::BroadcastTo:
-    case GradOp::UnsumAxis:
-      continue;
-    case GradOp::SoftmaxBwd:
-    case GradOp::LogSoftmaxBwd:
-    case GradOp::CrossEntropyBwd:
-    case GradOp::PadSlice:
-    case GradOp::ReshapeLike:
-      for (size_t i = 0; i < n.operands.size(); ++i)
-        if (c(i) != RowClass::Rows)
-          fail(id, "per-row gradient op with a shared operand");
-      continue;
-    case GradOp::SumToShape:
-      if (c(1) == RowClass::Shared)
-        out = RowClass::Summed; // the gradient of a shared value: summed over the rows
-      continue;
-    case GradOp::MatMulGradA:
-      if (!(c(1) == RowClass::Rows && c(2) == RowClass::Shared))
-        fail(id, "matmul gradient of a shared left operand");
-      continue;
-    case GradOp::MatMulGradB:
-      if (c(1) == RowClass::Rows && c(2) == RowClass::Shared && rank_of(g.node(n.operands[1])) == 1)
-        out = RowClass::Summed; // one GEMM over all rows: a^T gy
-      else
-        fail(id, "matmul gradient other than of a shared matrix");
-      continue;
-    case GradOp::TakeGrad:
-      if (c(2) == RowClass::Shared)
-        out = RowClass::Summed;
-      else
-        fail(id, "gradient of a per-row table");
-      continue;
-    default:
-      fail(id, "no batched rule");
-      continue;
-    }
+    ops::RowNode rn = n.kind == Kind::SumN ? ops::RowNode::sum_n()
+                      : n.kind == Kind::Op ? ops::RowNode::op(n.op())
+                                           : ops::RowNode::grad(n.grad_op());
+    ops::RowRuleResult r = ops::batched_row_class(rn, operand_cls, operand_rank);
+    out = r.cls;
+    if (!r.ok())
+      fail(id, r.refusal);
   }
   // Argument gradients are per row; one summed over the rows would be a batched rule this
   // runner does not have (the interpreter takes such a template).

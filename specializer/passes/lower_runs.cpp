@@ -17,37 +17,12 @@ using ops::GradOp;
 using ops::OpId;
 
 std::optional<jit::ElementwiseOp> jit_op(const Node& n) {
-  using E = jit::ElementwiseOp;
-  if (n.kind == Kind::Op) {
-    switch (n.op()) {
-    case OpId::Add:
-      return E::Add;
-    case OpId::Sub:
-      return E::Sub;
-    case OpId::Mul:
-      return E::Mul;
-    case OpId::Div:
-      return E::Div;
-    case OpId::Neg:
-      return E::Neg;
-    case OpId::Exp:
-      return E::Exp;
-    case OpId::Tanh:
-      return E::Tanh;
-    case OpId::Sigmoid:
-      return E::Sigmoid;
-    case OpId::Relu:
-      return E::Relu;
-    default:
-      return std::nullopt;
-    }
-  }
+  if (n.kind == Kind::Op)
+    return jit::elementwise_op(n.op());
   if (n.kind == Kind::SumN)
-    return E::Add; // a chain of adds
-  if (n.kind == Kind::Grad && n.grad_op() == GradOp::SigmoidBwd)
-    return E::SigmoidBwd;
-  if (n.kind == Kind::Grad && n.grad_op() == GradOp::TanhBwd)
-    return E::TanhBwd;
+    return jit::ElementwiseOp::Add; // a chain of adds
+  if (n.kind == Kind::Grad)
+    return jit::elementwise_op(n.grad_op());
   return std::nullopt;
 }
 

@@ -15,24 +15,24 @@ class Tensor;
 
 namespace pejit::ops {
 
-/// Operations that gradient rules need besides the registry's ops.
+/// Operations that gradient rules need besides the registry's ops (src/ops/grad_ops.def
+/// lists them with their operands).
 enum class GradOp : uint8_t {
-  SigmoidBwd,      ///< (y, gy) -> gy * y * (1 - y)
-  TanhBwd,         ///< (y, gy) -> gy * (1 - y^2)
-  ReluBwd,         ///< (x, gy) -> gy where x > 0
-  SoftmaxBwd,      ///< (y, gy) -> y * (gy - sum(gy * y, last axis))
-  LogSoftmaxBwd,   ///< (y, gy) -> gy - exp(y) * sum(gy, last axis)
-  CrossEntropyBwd, ///< (logits, labels, gy) -> dlogits
-  SumToShape,      ///< (g, like) -> g summed over broadcast dims to like's shape
-  BroadcastTo,     ///< (g, like) -> g broadcast to like's shape
-  UnsumAxis,       ///< (g, like), attr {axis} -> g with `axis` re-inserted, broadcast to like
-  MatMulGradA,     ///< (gy, a, b) -> dL/da for y = a @ b (1-D and 2-D operands)
-  MatMulGradB,     ///< (gy, a, b) -> dL/db
-  TakeGrad,        ///< (idx, gy, table) -> dL/dtable, row-sparse where the emitter can
-  PadSlice,        ///< (gy, x), attr {start, end} -> zeros like x, gy in [start, end) (last axis)
-  ReshapeLike,     ///< (g, like) -> g with like's shape
+#define PEJIT_GRAD_OP(Id, name, row, kernel, shape_only) Id,
+#include "src/ops/grad_ops.def"
+#undef PEJIT_GRAD_OP
   Count
 };
+
+/// A gradient helper's entry in the registry: the same facts as an OpDef's.
+struct GradOpDef {
+  GradOp id;
+  const char* name;
+  RowRule row;
+  KernelClass kernel;
+  bool shape_only; ///< the result is operand 0 when operand 0 has the result's type
+};
+const GradOpDef& grad_op_def(GradOp g);
 const char* grad_op_name(GradOp g);
 
 class Emitter {

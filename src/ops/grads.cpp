@@ -141,13 +141,19 @@ void g_full(Emitter& e, In, In, In gout, const Attr&, G& gin) {
 
 } // namespace
 
+const GradOpDef& grad_op_def(GradOp g) {
+  static const GradOpDef defs[] = {
+#define PEJIT_GRAD_OP(Id, nm, row, kernel, shape_only)                                             \
+  GradOpDef{GradOp::Id, nm, RowRule::row, KernelClass::kernel, shape_only},
+#include "src/ops/grad_ops.def"
+#undef PEJIT_GRAD_OP
+  };
+  static_assert(sizeof(defs) / sizeof(defs[0]) == static_cast<size_t>(GradOp::Count));
+  return defs[static_cast<size_t>(g)];
+}
+
 const char* grad_op_name(GradOp g) {
-  static const char* names[] = {
-      "sigmoid_bwd",       "tanh_bwd",     "relu_bwd",     "softmax_bwd", "log_softmax_bwd",
-      "cross_entropy_bwd", "sum_to_shape", "broadcast_to", "unsum_axis",  "matmul_grad_a",
-      "matmul_grad_b",     "take_grad",    "pad_slice",    "reshape_like"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(GradOp::Count));
-  return names[static_cast<size_t>(g)];
+  return grad_op_def(g).name;
 }
 
 void register_gradients() {

@@ -1,7 +1,8 @@
 // The op registry: one OpDef per op, with its signature and shape rule (used by the checker),
-// and slots for its reference kernel and its gradient rule (filled by ops/kernels_table.cpp
-// and ops/grads.cpp). Ops take tensor arguments first, then static Int attributes
-// (`sum(x, 0)`, `split(g, 5)`, `zeros(3, 4)`).
+// its batching rule, kernel class and algebraic facts (read by the batching backends, fusion,
+// constant folding and the profile), and slots for its reference kernel and its gradient rule
+// (filled by ops/kernels_table.cpp and ops/grads.cpp). Ops take tensor arguments first, then
+// static Int attributes (`sum(x, 0)`, `split(g, 5)`, `zeros(3, 4)`).
 #pragma once
 
 #include "src/ir/type.h"
@@ -19,10 +20,55 @@ class Tensor;
 namespace pejit::ops {
 
 enum class OpId : uint16_t {
-#define PEJIT_OP(Id, name, tmin, tmax, imin, imax, ew) Id,
+#define PEJIT_OP(Id, name, tmin, tmax, imin, imax, row, kernel, identity, linear) Id,
 #include "src/ops/ops.def"
 #undef PEJIT_OP
   Count
+};
+
+/// How an op (or gradient helper) acts on a group's rows when a batching backend runs it on
+/// all rows at once: a per-row value carries the rows as its leading axis, a shared value has
+/// none. batched_row_class (src/ops/batch_rules.h) decides from it which operand mixes batch.
+enum class RowRule : uint8_t {
+  Elementwise, ///< operands broadcast after the row axis (per-row dims lined up on the right)
+  LastAxis,    ///< works along the last axis, so on each row alone (concat repeats shared parts)
+  Reduce,      ///< sum/mean: the whole per-row value, or its axis shifted by one
+  Reshape,     ///< the row count prepended to the new shape
+  MatMul,      ///< per-row vector @ shared matrix: one GEMM over the rows
+  Take,        ///< per-row ids into a shared table: one gather
+  Loss,        ///< cross_entropy: logits and labels both per row
+  None,        ///< no batched form
+  // Gradient helpers only.
+  Broadcast,     ///< a per-row or shared value broadcast to a per-row or shared target
+  BroadcastAxis, ///< the same with an axis re-inserted: the axis attribute shifted by one
+  PerRow,        ///< every operand per row
+  SumToShape,    ///< to a shared target: summed over the rows; to a per-row target: per row
+  MatMulGradA,   ///< dX = dY · W^T: per-row left operand, shared matrix
+  MatMulGradB,   ///< dW = X^T · dY of per-row vectors and a shared matrix: summed over the rows
+  TakeGrad,      ///< the gradient of a shared table: summed over the rows
+};
+
+/// What kind of kernel an op is, as kernel fusion and the profile see it.
+enum class KernelClass : uint8_t {
+  Elementwise,    ///< one element out of the same-position elements in: fusible into a chain
+  Layout,         ///< moves whole column blocks of rows: fusible, and a GEMM's prologue
+  Expand,         ///< writes values its operand lacks (broadcast, zero padding): fusible
+  Fill,           ///< a constant tensor: fusible
+  Rearrange,      ///< reorders elements (gathers, transposes): a kernel of its own
+  Reduction,      ///< reductions, softmax, losses and their gradients: a kernel of its own
+  ReduceToShape,  ///< a reduction, fusible where it only reshapes (as many elements in as out)
+  GemmForward,    ///< x @ W
+  GemmInputGrad,  ///< dX = dY · W^T
+  GemmWeightGrad, ///< dW = X^T · dY
+};
+
+/// The constant operand an op ignores: fold_constants replaces `x + 0`, `x * 1`, ... by x.
+enum class Identity : uint8_t {
+  None,
+  Zero,      ///< 0 on either side
+  One,       ///< 1 on either side
+  RightZero, ///< 0 on the right
+  RightOne,  ///< 1 on the right
 };
 
 /// Static attributes of one op application (the Int arguments).
@@ -53,7 +99,11 @@ struct OpDef {
   const char* name;
   int min_tensors, max_tensors; ///< max -1: variadic
   int min_ints, max_ints;
-  bool elementwise;
+  RowRule row;
+  KernelClass kernel;
+  Identity identity;
+  bool linear;      ///< linear in every operand: a sum over the rows may pass through it
+  bool elementwise; ///< row == RowRule::Elementwise
   EvalFn eval = nullptr;
   GradFn grad = nullptr;
 };
@@ -65,6 +115,9 @@ std::optional<std::pair<OpId, Attr>> op_by_name(const std::string& name);
 inline const char* op_name(OpId id) {
   return op_def(id).name;
 }
+/// The constant that `id` ignores as its left / right operand, if any.
+std::optional<float> left_identity(OpId id);
+std::optional<float> right_identity(OpId id);
 /// Number of results: split(x, n) has n, every other op 1.
 int op_num_results(OpId id, const Attr& attr);
 

@@ -10,9 +10,16 @@ namespace pejit::ops {
 
 namespace {
 
+constexpr OpDef make_def(OpId id, const char* nm, int tmin, int tmax, int imin, int imax,
+                         RowRule row, KernelClass kernel, Identity identity, bool linear) {
+  return OpDef{
+      id, nm, tmin, tmax, imin, imax, row, kernel, identity, linear, row == RowRule::Elementwise};
+}
+
 OpDef g_ops[] = {
-#define PEJIT_OP(Id, nm, tmin, tmax, imin, imax, ew)                                               \
-  OpDef{OpId::Id, nm, tmin, tmax, imin, imax, ew},
+#define PEJIT_OP(Id, nm, tmin, tmax, imin, imax, row, kernel, identity, linear)                    \
+  make_def(OpId::Id, nm, tmin, tmax, imin, imax, RowRule::row, KernelClass::kernel,                \
+           Identity::identity, linear),
 #include "src/ops/ops.def"
 #undef PEJIT_OP
 };
@@ -72,6 +79,31 @@ std::optional<std::pair<OpId, Attr>> op_by_name(const std::string& name) {
     }
     if (n >= 1)
       return std::pair{OpId::Split, Attr{{n}}};
+  }
+  return std::nullopt;
+}
+
+std::optional<float> left_identity(OpId id) {
+  switch (op_def(id).identity) {
+  case Identity::Zero:
+    return 0.0f;
+  case Identity::One:
+    return 1.0f;
+  default:
+    return std::nullopt;
+  }
+}
+
+std::optional<float> right_identity(OpId id) {
+  switch (op_def(id).identity) {
+  case Identity::Zero:
+  case Identity::RightZero:
+    return 0.0f;
+  case Identity::One:
+  case Identity::RightOne:
+    return 1.0f;
+  case Identity::None:
+    break;
   }
   return std::nullopt;
 }
