@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 namespace pejit {
 
@@ -155,6 +156,17 @@ struct Session::Impl {
   std::map<std::string, SessionStats::Entry> per_entry;
   int64_t seen_hits = 0, seen_misses = 0;
   std::vector<std::string> respecialized, reused;
+  std::set<std::string> frozen; // parameters step() leaves as they are (Session::freeze)
+
+  // The gradients of frozen parameters dropped before an update: an empty gradient is one the
+  // optimizers skip.
+  void drop_frozen(std::vector<interp::ParamGrad>& grads) const {
+    if (frozen.empty())
+      return;
+    for (size_t i = 0; i < params.names.size() && i < grads.size(); ++i)
+      if (frozen.count(params.names[i]) != 0)
+        grads[i] = interp::ParamGrad{};
+  }
 
   void account(const std::string& entry) {
     auto s = engine->stats();
@@ -301,6 +313,7 @@ Value Session::make(const std::string& ctor, const std::vector<Value>& fields) c
 float Session::step(const std::string& entry, const Value& batch) {
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
+  impl_->drop_frozen(g.grads);
   impl_->optimizer->step(impl_->params, g.grads);
   return g.loss;
 }
@@ -310,6 +323,7 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
     throw Error("Session::step: the optimizer was moved from");
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
+  impl_->drop_frozen(g.grads);
   optimizer.impl_->opt.step(impl_->params, g.grads);
   return g.loss;
 }
@@ -417,6 +431,21 @@ void Session::set_param(const std::string& name, const std::vector<float>& data)
     throw Error("parameter " + name + " has " + std::to_string(t.numel()) + " elements, got " +
                 std::to_string(data.size()));
   t = Tensor::from_f32(t.shape(), data);
+}
+
+void Session::freeze(const std::string& name, bool frozen) {
+  if (impl_->params.index(name) < 0)
+    throw Error("Session::freeze: no parameter named '" + name + "'");
+  if (frozen)
+    impl_->frozen.insert(name);
+  else
+    impl_->frozen.erase(name);
+}
+
+bool Session::frozen(const std::string& name) const {
+  if (impl_->params.index(name) < 0)
+    throw Error("Session::frozen: no parameter named '" + name + "'");
+  return impl_->frozen.count(name) != 0;
 }
 
 void Session::save(const std::string& path, const std::vector<std::string>& vocab,

@@ -229,6 +229,11 @@ public:
   std::vector<int64_t> param_shape(const std::string& name) const;
   std::vector<float> get_param(const std::string& name) const;
   void set_param(const std::string& name, const std::vector<float>& data);
+  /// Keeps parameter `name` fixed (`frozen`) or trainable again: step() drops its gradient
+  /// before the update, so neither the session's optimizer nor one passed to step() changes
+  /// it (nor its optimizer state). Throws pejit::Error for an unknown name.
+  void freeze(const std::string& name, bool frozen = true);
+  bool frozen(const std::string& name) const;
   /// Parameters, the session's optimizer state, a vocabulary and free-form `meta` strings
   /// (if given) in pejit's checkpoint format, written atomically.
   void save(const std::string& path, const std::vector<std::string>& vocab = {},

@@ -284,6 +284,21 @@ PYBIND11_MODULE(_pejit, m) {
           },
           py::arg("name"), "A copy of the parameter.")
       .def(
+          "freeze",
+          [](PySession& ps, const std::string& n, bool frozen) {
+            auto lock = ps.lock();
+            ps.s.freeze(n, frozen);
+          },
+          py::arg("name"), py::arg("frozen") = true,
+          "Keep a parameter fixed (frozen=False: trainable again): steps drop its gradient.")
+      .def(
+          "frozen",
+          [](PySession& ps, const std::string& n) {
+            auto lock = ps.lock();
+            return ps.s.frozen(n);
+          },
+          py::arg("name"))
+      .def(
           "set_param",
           [](PySession& ps, const std::string& n,
              py::array_t<float, py::array::c_style | py::array::forcecast> a) {

@@ -46,6 +46,25 @@ def test_optimizer_objects_keep_their_own_state(pejit):
     assert la[1:] != lb[1:]
 
 
+def test_freeze_keeps_a_parameter_fixed(pejit):
+    s = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20}, seed=3, lr=0.1)
+    batch = s.to_batch("loss", small_batch(s))
+    names = s.param_names
+    frozen, free = names[0], names[-1]
+    before = {n: s.get_param(n).copy() for n in names}
+    s.freeze(frozen)
+    assert s.frozen(frozen) and not s.frozen(free)
+    s.step("loss", batch)
+    s.step("loss", batch, optimizer=pejit.Optimizer("sgd", lr=0.5))
+    assert np.array_equal(s.get_param(frozen), before[frozen])
+    assert not np.array_equal(s.get_param(free), before[free])
+    s.freeze(frozen, False)
+    s.step("loss", batch)
+    assert not np.array_equal(s.get_param(frozen), before[frozen])
+    with pytest.raises(pejit.Error, match="no parameter named 'nope'"):
+        s.freeze("nope")
+
+
 def test_numpy_views_alias_storage(pejit):
     s = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20}, seed=3, mode="generic")
     w = s.param("W_out")

@@ -315,4 +315,57 @@ TEST_SUITE("session") {
     CHECK(p.get_param("b_out") != ones);
     CHECK_THROWS_AS(p.param_data("nope"), pejit::Error);
   }
+
+  TEST_CASE("freeze keeps a parameter as it is, with any optimizer, until thawed") {
+    for (const char* mode : {"generic", "specialized"}) {
+      CAPTURE(mode);
+      pejit::Session p = open(mode);
+      std::vector<float> emb = p.get_param("emb"), u = p.get_param("U");
+      p.freeze("emb"); // a row-sparse gradient
+      p.freeze("U");   // a dense one
+      CHECK(p.frozen("emb"));
+      CHECK_FALSE(p.frozen("W_out"));
+      std::vector<float> w_out = p.get_param("W_out");
+      p.step("loss", batch(p));
+      pejit::Optimizer adam("adam", 1e-2f);
+      p.step("loss", batch(p), adam);
+      CHECK(p.get_param("emb") == emb);
+      CHECK(p.get_param("U") == u);
+      CHECK(p.get_param("W_out") != w_out);
+      p.freeze("U", false);
+      p.step("loss", batch(p));
+      CHECK(p.get_param("U") != u);
+      CHECK(p.get_param("emb") == emb);
+      CHECK_THROWS_WITH_AS(p.freeze("nope"), doctest::Contains("no parameter named 'nope'"),
+                           pejit::Error);
+    }
+  }
+
+  TEST_CASE("one seed, one result: JIT kernels, reference kernels and auto give the same bits") {
+    // The tiers compute the same bits, so an auto run is fixed by its seed whatever the
+    // moment its kernels finish compiling.
+    std::vector<float> losses[3];
+    std::vector<float> params[3];
+    for (int k = 0; k < 3; ++k) {
+      pejit::SessionOptions o;
+      o.dims = {{"V", 8}};
+      o.seed = 5;
+      o.mode = k == 2 ? "auto" : "specialized";
+      o.compile.jit = k != 1;
+      pejit::Session s = pejit::Session::from_file(kTreeLstm, o);
+      for (int i = 0; i < 6; ++i)
+        losses[k].push_back(s.step("loss", batch(s)));
+      params[k] = s.get_param("U");
+      if (k == 0)
+        CHECK(s.stats().jit_batches == 6);
+      if (k == 1)
+        CHECK(s.stats().jit_batches == 0);
+    }
+#ifdef __AVX512F__
+    CHECK(losses[0] == losses[1]);
+    CHECK(losses[0] == losses[2]);
+    CHECK(params[0] == params[1]);
+    CHECK(params[0] == params[2]);
+#endif
+  }
 }

@@ -3,9 +3,13 @@
 // each --emit form compared with tests/golden/dump_treelstm.<emit>.golden after the timing
 // figures are masked; and the lowered kernel programs (--emit kernel-program) of the treelstm,
 // listops and rnn examples on three examples each (tests/golden/dump_<example>.kernel_program
-// .golden). To regenerate after an intended change, then review the diff:
+// .golden); and the TreeLSTM cell's template graph after every pass of the template pipeline,
+// lowering included (tests/golden/passes_treelstm_cell.golden, --dump-after all). To regenerate
+// after an intended change, then review the diff:
 //   PEJIT_UPDATE_GOLDEN=1 ./build/tests/pejit_specializer_tests -tc="golden*"
 #include "runtime/train/trainer.h"
+#include "specializer/template_graph.h"
+#include "src/types/check.h"
 #include "tests/parse/test_util.h"
 
 #include <doctest/doctest.h>
@@ -86,5 +90,39 @@ TEST_SUITE("specializer") {
       std::string want = read_text(golden.string());
       CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
     }
+  }
+
+  TEST_CASE("golden: the TreeLSTM cell after each template pass matches passes_treelstm_cell") {
+    auto m = std::make_shared<ir::Module>();
+    Diagnostics d;
+    auto r = types::add_source(*m, read_text(source_path("examples/treelstm/treelstm.pe")),
+                               "treelstm.pe", d);
+    REQUIRE_MESSAGE(r.ok, d.render());
+    interp::DimBindings dims = interp::bind_dims(*m, {{"V", 10}});
+    specializer::Template t;
+    t.fn = m->fn_index("cell");
+    t.name = "cell";
+    const specializer::TensorSig h{DType::F32, {150}};
+    t.args = {h, h, h, h};
+    t.results = {h, h};
+    std::ostringstream os;
+    specializer::TemplateOptions opt;
+    opt.dump_after = {"all"};
+    opt.dump = &os;
+    specializer::compile_template(*m, dims, t, opt);
+    std::string got = os.str();
+    for (const auto& pass : specializer::template_pass_names()) // every pass, lower included
+      CHECK_MESSAGE(got.find("// cell after " + pass + "\n") != std::string::npos, pass);
+    fs::path golden = source_path("tests/golden/passes_treelstm_cell.golden");
+    const char* env = std::getenv("PEJIT_UPDATE_GOLDEN");
+    if (env && std::string(env) == "1") {
+      std::ofstream(golden, std::ios::binary) << got;
+      MESSAGE("rewrote " << golden.string());
+      return;
+    }
+    REQUIRE_MESSAGE(fs::exists(golden), golden.string()
+                                            << " is missing; run with PEJIT_UPDATE_GOLDEN=1");
+    std::string want = read_text(golden.string());
+    CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
   }
 }
