@@ -15,9 +15,9 @@
 // - e^x is the elementwise family's branch-free Cephes exp (rel. error <= 3e-7), from the same
 //   emitter (emit_fast_exp, elementwise_codegen.h), as src/kernels/fast_math.h; the log
 //   is llvm.log.f32, i.e. libm's logf, as std::log in the reference. No fast-math flags, no FMA
-//   contraction in the IR; the reference kernels are compiled by GCC, which contracts
-//   multiply-adds with -march=native, so cross-entropy agrees with them to ~1e-6 relative, and
-//   bit for bit with their algorithm compiled with -ffp-contract=off (tests/jit/reduce_test.cpp).
+//   contraction in the IR, and none in the reference kernels (the project builds with
+//   -ffp-contract=off), so cross-entropy gives the reference algorithm's bits
+//   (tests/jit/reduce_test.cpp; a whole plan's loss and gradients: tests/specializer/plan_test.cpp).
 // Error of the loss (vs exact arithmetic on the f32 inputs): with s = sum of C terms each
 // within 3e-7 relative, and the f32 sum adding at most (C - 1) ulps' worth, log(s) is off by
 // <= (3e-7 + C * 6e-8) absolute, plus logf's and the final subtractions' rounding:
@@ -28,8 +28,8 @@
 //   sums, row max and exp, and then the reference's elementwise steps in its order (softmax
 //   multiplies by 1 / s, log-softmax subtracts m then lse, the backward kinds round the
 //   product or e^y before the next step); whole blocks of 16, the tail one masked vector.
-//   Sums and means give the reference's bits; the kinds with e^x agree with it as
-//   cross-entropy does, and bit for bit with its algorithm without contraction.
+//   Sums and means give the reference's bits; the kinds with e^x give its algorithm's bits, as
+//   cross-entropy does.
 // Labels: a label outside [0, C) reads column 0 instead (no out-of-bounds access) and the
 // kernel returns the first such row; the caller reports the error.
 #include "jit/elementwise_codegen.h"

@@ -46,7 +46,7 @@ double loss_bound(int64_t c, double loss, double xl_minus_m) {
 const std::vector<int64_t> kRows = {0, 1, 2, 15, 16, 17, 33, 200};
 
 // The reference kernels' algorithm (src/kernels/reduce.cpp: row_max, 16-lane sums of fast_exp,
-// the 8-4-2-1 fold, logf), compiled here without multiply-add contraction (CMakeLists.txt), as
+// the 8-4-2-1 fold, logf), compiled here without multiply-add contraction (as all of pejit is), as
 // the JIT evaluates it: the JIT must give these bits exactly.
 float lane_sum(const float* e, int64_t n) {
   float lane[16] = {};
@@ -318,8 +318,8 @@ TEST_CASE("along rows: sum, mean, softmax, log_softmax and their backward equal 
           along_emulated(kind, x.f32() + r * c, g.f32() + r * c, c,
                          want.f32() + r * (per_row ? 1 : c));
         CHECK(test::same_bits(got, want));
-        // The reference kernels: the same bits without e^x; else within a few ulps (their
-        // exp is compiled with contracted multiply-adds).
+        // The reference kernels: the same bits without e^x; with it, within a few ulps here
+        // (the bitwise comparison is with the emulated algorithm above).
         Tensor ref = along_reference(kind, x, g);
         REQUIRE(ref.numel() == got.numel());
         if (exact) {
