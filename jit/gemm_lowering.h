@@ -35,8 +35,8 @@ private:
   // A narrow NN (n <= lanes/2) would fill a fraction of each vector: copy B^T [n,k] to the
   // stack once per call and run it as NT, which fills whole vectors along k. The copy is one
   // explicit loop over vectors of k, each column gathered ldb apart (the last step masked):
-  // as a scalar loop, O3 vectorized and unrolled it completely into ~50 gathers, a third of
-  // the classifier kernel's compile time.
+  // as a scalar loop, O3 vectorized and unrolled it completely into dozens of gathers, a large
+  // share of the classifier kernel's compile time.
   void pack_b_transposed();
 
   // for (i = 0; i < n; ++i) carried = body(i, carried); returns the carried values after the
@@ -95,8 +95,9 @@ private:
   // l + h for h = lanes/2, lanes/4, ..., 1), computed for lanes vectors at once: each level
   // interleaves two vectors' halves into one (two shuffles and an add for two vectors), so
   // 16 sums take 15 shuffle pairs rather than 16 reductions of 4 levels each. Fewer and
-  // wholly used shuffles: instruction selection spent a third of the classifier kernel's
-  // compile time proving lanes of llvm.vector.reduce.fadd's shuffles dead. Deterministic.
+  // wholly used shuffles: instruction selection spent a large share of the classifier
+  // kernel's compile time proving lanes of llvm.vector.reduce.fadd's shuffles dead.
+  // Deterministic.
   std::vector<Value*> lane_sums(const std::vector<Value*>& vs);
 
   // C[i, j] (+)= dot(A[i, :], B[j, :]) for `rows` x `cols`: vectors of partial sums over k,
