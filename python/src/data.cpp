@@ -5,6 +5,7 @@
 
 #include "runtime/data/tree_io.h"
 #include "runtime/session_access.h"
+#include "runtime/train/common.h"
 #include "src/ir/type.h"
 #include "src/types/check.h"
 
@@ -17,6 +18,7 @@
 
 namespace pejit::python {
 
+using runtime::BatchOrder; // the per-epoch order of `pejit train`, shared with it
 using runtime::SessionAccess;
 
 int64_t PyDataset::nodes(size_t i) const {
@@ -29,32 +31,6 @@ int64_t PyDataset::nodes(size_t i) const {
 }
 
 namespace {
-
-// The per-epoch order of `pejit train` (runtime/train): a xorshift64 stream seeded from the
-// training seed, a Fisher-Yates shuffle of the same index vector each epoch.
-class BatchOrder {
-public:
-  BatchOrder(size_t n, uint64_t seed)
-      : order_(n), rng_(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {
-    std::iota(order_.begin(), order_.end(), 0);
-  }
-  const std::vector<size_t>& next_epoch(bool shuffle) {
-    if (shuffle)
-      for (size_t i = order_.size(); i > 1; --i)
-        std::swap(order_[i - 1], order_[next() % i]);
-    return order_;
-  }
-
-private:
-  uint64_t next() {
-    rng_ ^= rng_ << 13;
-    rng_ ^= rng_ >> 7;
-    rng_ ^= rng_ << 17;
-    return rng_;
-  }
-  std::vector<size_t> order_;
-  uint64_t rng_;
-};
 
 // Is the model's batch element a tree ADT (true) or a sentence List[i32[]] (false)?
 bool element_is_tree(const ir::Type& elem) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pejit::runtime {
@@ -38,6 +39,35 @@ void warn_schedules(const SessionOptions& so, std::ostream& err);
 
 /// Loads and checks the model file. Throws pejit::ProgramError with the diagnostics.
 std::shared_ptr<ir::Module> load_model(const std::string& path);
+
+/// The order of the training examples, epoch by epoch: a xorshift64 stream seeded from the
+/// training seed, and a Fisher-Yates shuffle of the same index vector each epoch. `pejit
+/// train` and the Python package's loop both take it, so they see the same batches.
+class BatchOrder {
+public:
+  BatchOrder(size_t n, uint64_t seed)
+      : order_(n), rng_(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {
+    for (size_t i = 0; i < n; ++i)
+      order_[i] = i;
+  }
+  /// The next epoch's order (`shuffle` false: the order stays as it is, the stream unused).
+  const std::vector<size_t>& next_epoch(bool shuffle) {
+    if (shuffle)
+      for (size_t i = order_.size(); i > 1; --i)
+        std::swap(order_[i - 1], order_[next() % i]);
+    return order_;
+  }
+
+private:
+  uint64_t next() {
+    rng_ ^= rng_ << 13;
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    return rng_;
+  }
+  std::vector<size_t> order_;
+  uint64_t rng_;
+};
 
 /// A data set of trees or sentences, with what is needed to encode and score it.
 struct Dataset {

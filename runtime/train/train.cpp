@@ -168,15 +168,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   warn_schedules(so, err);
 
   const bool progress = opt.progress < 0 ? isatty(2) : opt.progress > 0;
-  std::vector<size_t> order(train_ds.size());
-  std::iota(order.begin(), order.end(), 0);
-  uint64_t rng = so.seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-  auto next = [&rng]() {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-  };
+  BatchOrder batch_order(train_ds.size(), so.seed);
 
   std::vector<EpochStats> all;
   const size_t nb =
@@ -188,9 +180,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   const size_t look =
       parse_mode(so.mode) == Mode::Auto ? static_cast<size_t>(std::max(1, so.lookahead)) : 0;
   for (int ep = 0; ep < opt.epochs; ++ep) {
-    if (!opt.fixed_batches)
-      for (size_t i = order.size(); i > 1; --i)
-        std::swap(order[i - 1], order[next() % i]);
+    const std::vector<size_t>& order = batch_order.next_epoch(!opt.fixed_batches);
     EpochStats st;
     st.epoch = ep;
     double loss_sum = 0;
