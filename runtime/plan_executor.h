@@ -104,7 +104,9 @@ public:
                           const specializer::TemplateTable& templates, const interp::Params& params,
                           const ExecLayout* layout = nullptr);
 
-  /// Value of a scalar entry and the gradient of every parameter.
+  /// Value of a scalar entry and the gradient of every parameter. The gradients may view this
+  /// executor's arena (the embedding's row-sparse ids and rows do): they are valid until its
+  /// next run; a caller that keeps them longer (accumulating over batches) copies them first.
   interp::Interpreter::Gradients value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
                                                 const specializer::TemplateTable& templates,
                                                 const interp::Params& params,
