@@ -15,7 +15,6 @@
 #include "runtime/fault_hooks.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_cache.h"
-#include "src/util/overloaded.h"
 #include "runtime/plan_executor.h"
 #include "runtime/runner_cache.h"
 #include "runtime/specializer_service.h"
@@ -346,16 +345,7 @@ std::vector<EngineKernel> Engine::kernels() const {
       e.schedule = k->schedule;
       e.schedule_source = k->schedule_source;
       e.compile_ms = k->compile_ms;
-      std::visit(Overloaded{[&](const jit::ElementwiseKernel& f) { e.spec = f.spec; },
-                            [&](const jit::GemmKernel& f) {
-                              e.is_gemm = true;
-                              e.gemm_spec = f.spec;
-                            },
-                            [&](const jit::ReduceKernel& f) {
-                              e.is_reduce = true;
-                              e.reduce_spec = f.spec;
-                            }},
-                 k->family);
+      std::visit([&](const auto& f) { e.spec = f.spec; }, k->family);
       out.push_back(std::move(e));
     }
   return out;

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace pejit::jit {
@@ -91,11 +92,9 @@ struct EngineKernel {
   std::string schedule;        ///< "default", "v16x2" (elementwise), "6x4" (gemm block), ...
   std::string schedule_source; ///< "default", "given" or "tuned FILE entry N"
   double compile_ms = 0;
-  bool is_gemm = false;
-  jit::KernelSpec spec;    ///< elementwise: what was compiled (its schedule resolved)
-  jit::GemmSpec gemm_spec; ///< gemm: what was compiled
-  bool is_reduce = false;
-  jit::ReduceSpec reduce_spec; ///< row reduction or loss: what was compiled
+  /// What was compiled (its schedule resolved), of its family: elementwise, GEMM, or row
+  /// reduction and loss.
+  std::variant<jit::KernelSpec, jit::GemmSpec, jit::ReduceSpec> spec;
 };
 
 class FaultHooks;
