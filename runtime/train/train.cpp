@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <numeric>
 #include <ostream>
 #include <unistd.h>
@@ -137,12 +138,42 @@ std::string EpochStats::json() const {
   return j.dump();
 }
 
+namespace {
+
+// An output file named by `flag` can be written: its directory exists, is a directory, and
+// this process may create files in it. Throws pejit::Error naming the flag and the path.
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty())
+    return;
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  if (p.filename().empty())
+    throw Error(std::string(flag) + " " + path + ": names a directory, not a file");
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::exists(dir, ec))
+    throw Error(std::string(flag) + " " + path + ": the directory '" + dir.string() +
+                "' does not exist");
+  if (!fs::is_directory(dir, ec))
+    throw Error(std::string(flag) + " " + path + ": '" + dir.string() + "' is not a directory");
+  if (fs::is_directory(p, ec))
+    throw Error(std::string(flag) + " " + path + ": is a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(std::string(flag) + " " + path + ": cannot write into '" + dir.string() + "'");
+}
+
+} // namespace
+
 std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::ostream& err) {
   (void)parse_mode(opt.session.mode); // a bad mode fails before anything is read
   if (opt.epochs < 1)
     throw Error("--epochs must be >= 1");
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  // Where the results go is checked before any training: a run must not end by failing to
+  // write what it computed.
+  check_output_path("--save", opt.save);
+  check_output_path("--trace", opt.session.trace_file);
   SessionOptions so = opt.session;
   // A bad --tuned file fails before anything is read or run.
   if (!opt.tuned.empty())

@@ -236,6 +236,21 @@ TEST_SUITE("cli") {
     CHECK(z.code == 1);
   }
 
+  TEST_CASE("train: an output path that cannot be written fails before training") {
+    std::string good = tmp("good_trees_out.txt");
+    std::ofstream(good) << "(3 (2 a) (2 b))\n";
+    std::string nodir = tmp("no_such_dir") + "/model.ckpt";
+    Run r = run_pejit("train " + kModel + " --data " + good + " --save " + nodir + " --json");
+    CHECK(r.code == 1);
+    CHECK(r.err.find("--save " + nodir + ": the directory") != std::string::npos);
+    CHECK(r.err.find("does not exist") != std::string::npos);
+    CHECK(json_lines(r.out).empty()); // no epoch ran
+    Run t = run_pejit("train " + kModel + " --data " + good + " --trace " + tmp("") + " --json");
+    CHECK(t.code == 1);
+    CHECK(t.err.find("--trace") != std::string::npos);
+    CHECK(json_lines(t.out).empty());
+  }
+
   TEST_CASE("train --mode specialized runs every batch on plans and matches generic") {
     std::string train = tmp("spec_train.txt");
     REQUIRE(run_pejit("gen sst --trees 200 --seed 31 -o " + train).code == 0);
