@@ -39,34 +39,36 @@ std::string dump_golden_batch(const std::string& emit,
   return std::regex_replace(os.str(), us, "<us>");
 }
 
+/// `got` against the golden file `golden`; with PEJIT_UPDATE_GOLDEN=1, rewrites the file instead.
+void check_golden(const fs::path& golden, const std::string& got) {
+  const char* env = std::getenv("PEJIT_UPDATE_GOLDEN");
+  if (env && std::string(env) == "1") {
+    std::ofstream(golden, std::ios::binary) << got;
+    MESSAGE("rewrote " << golden.string());
+    return;
+  }
+  REQUIRE_MESSAGE(fs::exists(golden), golden.string()
+                                          << " is missing; run with PEJIT_UPDATE_GOLDEN=1");
+  std::string want = read_text(golden.string());
+  CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
+}
+
 } // namespace
 
 TEST_SUITE("specializer") {
   TEST_CASE("golden: pejit dump of three trees matches tests/golden/dump_treelstm.*.golden") {
-    const char* env = std::getenv("PEJIT_UPDATE_GOLDEN");
-    bool update = env && std::string(env) == "1";
     for (std::string emit : {"templates", "instances", "plan", "dot"}) {
       CAPTURE(emit);
       std::string got = dump_golden_batch(emit);
       CHECK(got.find("partial evaluation <us>, planning <us>") != std::string::npos);
       CHECK(dump_golden_batch(emit) == got); // deterministic
       fs::path golden = source_path("tests/golden/dump_treelstm." + emit + ".golden");
-      if (update) {
-        std::ofstream(golden, std::ios::binary) << got;
-        MESSAGE("rewrote " << golden.string());
-        continue;
-      }
-      REQUIRE_MESSAGE(fs::exists(golden), golden.string()
-                                              << " is missing; run with PEJIT_UPDATE_GOLDEN=1");
-      std::string want = read_text(golden.string());
-      CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
+      check_golden(golden, got);
     }
   }
 
   TEST_CASE(
       "golden: the kernel programs of the examples match tests/golden/*.kernel_program.golden") {
-    const char* env = std::getenv("PEJIT_UPDATE_GOLDEN");
-    bool update = env && std::string(env) == "1";
     struct Example {
       const char *name, *model, *data;
     };
@@ -80,15 +82,7 @@ TEST_SUITE("specializer") {
       CHECK(got.find("core of run") != std::string::npos);
       fs::path golden =
           source_path(std::string("tests/golden/dump_") + e.name + ".kernel_program.golden");
-      if (update) {
-        std::ofstream(golden, std::ios::binary) << got;
-        MESSAGE("rewrote " << golden.string());
-        continue;
-      }
-      REQUIRE_MESSAGE(fs::exists(golden), golden.string()
-                                              << " is missing; run with PEJIT_UPDATE_GOLDEN=1");
-      std::string want = read_text(golden.string());
-      CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
+      check_golden(golden, got);
     }
   }
 
@@ -114,15 +108,6 @@ TEST_SUITE("specializer") {
     for (const auto& pass : specializer::template_pass_names()) // every pass, lower included
       CHECK_MESSAGE(got.find("// cell after " + pass + "\n") != std::string::npos, pass);
     fs::path golden = source_path("tests/golden/passes_treelstm_cell.golden");
-    const char* env = std::getenv("PEJIT_UPDATE_GOLDEN");
-    if (env && std::string(env) == "1") {
-      std::ofstream(golden, std::ios::binary) << got;
-      MESSAGE("rewrote " << golden.string());
-      return;
-    }
-    REQUIRE_MESSAGE(fs::exists(golden), golden.string()
-                                            << " is missing; run with PEJIT_UPDATE_GOLDEN=1");
-    std::string want = read_text(golden.string());
-    CHECK_MESSAGE(want == got, golden.string() << ": " << first_difference(want, got));
+    check_golden(golden, got);
   }
 }
