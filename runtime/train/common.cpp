@@ -93,6 +93,35 @@ Value Encoder::batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b
   return Value::list(std::move(xs));
 }
 
+namespace {
+// infer_nodes returns a tree's predictions children before parents, the root last (the order
+// the data's nodes are in). An order that cannot be seen from the lengths (pre-order: the root
+// first) would score every node against another node's label; where the model also has
+// `infer`, its root predictions show it on the first batch: they match the first element and
+// not the last for most trees. (A near-tie may flip one argmax between the two entries'
+// plans, hence most, not any.)
+void check_node_order(const pejit::Value& roots_v, const Value& preds, const Dataset& ds,
+                      size_t n) {
+  const Value& roots = SessionAccess::unwrap(roots_v);
+  size_t last_ok = 0, first_only = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Value& p = preds.list_at(i);
+    if (p.list_size() == 0 || p.list_size() != ds.trees[i].nodes.size())
+      return; // the length check below reports it
+    int32_t r = roots.list_at(i).as_tensor().item_i32();
+    bool last = p.list_at(p.list_size() - 1).as_tensor().item_i32() == r;
+    last_ok += last;
+    first_only += !last && p.list_at(0).as_tensor().item_i32() == r;
+  }
+  if (first_only * 2 > n)
+    throw Error("infer_nodes must return each tree's predictions children before parents, the "
+                "root last (docs/language.md, \"Entries the CLI uses\"): on " +
+                std::to_string(first_only) + " of " + std::to_string(n) +
+                " trees, infer's root prediction matches infer_nodes' first prediction and not "
+                "its last (" + std::to_string(last_ok) + " match the last)");
+}
+} // namespace
+
 Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
   Scores s;
   const ir::Module& m = SessionAccess::module(session);
@@ -111,6 +140,8 @@ Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch)
     if (has_nodes) {
       pejit::Value out = session.run("infer_nodes", v);
       const Value& preds = SessionAccess::unwrap(out);
+      if (b == 0 && has_infer)
+        check_node_order(session.run("infer", v), preds, ds, e);
       for (size_t i = b; i < e; ++i) {
         const auto& t = ds.trees[i];
         const Value& p = preds.list_at(i - b);
