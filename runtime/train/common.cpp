@@ -98,8 +98,8 @@ namespace {
 // the data's nodes are in). An order that cannot be seen from the lengths (pre-order: the root
 // first) would score every node against another node's label; where the model also has
 // `infer`, its root predictions show it on the first batch: they match the first element and
-// not the last for most trees. (A near-tie may flip one argmax between the two entries'
-// plans, hence most, not any.)
+// not the last for many trees. (A near-tie may flip an argmax between the two entries' plans,
+// hence a tenth of the batch and at least two trees, not any one.)
 void check_node_order(const pejit::Value& roots_v, const Value& preds, const Dataset& ds,
                       size_t n) {
   const Value& roots = SessionAccess::unwrap(roots_v);
@@ -113,7 +113,7 @@ void check_node_order(const pejit::Value& roots_v, const Value& preds, const Dat
     last_ok += last;
     first_only += !last && p.list_at(0).as_tensor().item_i32() == r;
   }
-  if (first_only * 2 > n)
+  if (first_only >= 2 && first_only * 10 >= n)
     throw Error("infer_nodes must return each tree's predictions children before parents, the "
                 "root last (docs/language.md, \"Entries the CLI uses\"): on " +
                 std::to_string(first_only) + " of " + std::to_string(n) +
