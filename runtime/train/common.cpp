@@ -9,6 +9,7 @@
 #include <fstream>
 #include <numeric>
 #include <ostream>
+#include <regex>
 
 namespace pejit::runtime {
 
@@ -220,6 +221,42 @@ Value Encoder::batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b
   return Value::list(std::move(xs));
 }
 
+void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t lo, size_t hi) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (!ds.is_trees)
+      throw;
+    static const std::regex kLabel(
+        R"(label (-?[0-9]+) at position [0-9]+ is outside \[0, ([0-9]+)\))");
+    const std::string what = e.what();
+    const std::string first = what.substr(0, what.find('\n'));
+    std::smatch mt;
+    if (!std::regex_search(first, mt, kLabel))
+      throw;
+    const std::string label = mt[1].str(), classes = mt[2].str();
+    for (size_t i = lo; i < hi && i < idx.size(); ++i) {
+      const data::ParseTree& t = ds.trees[idx[i]];
+      for (size_t n = 0; n < t.nodes.size(); ++n) {
+        if (std::to_string(t.nodes[n].label) != label)
+          continue;
+        std::string note = first;
+        if (size_t at = note.find(": error: "); at != std::string::npos)
+          note.replace(at, 9, ": note: the kernel's error: ");
+        else
+          note = "note: the kernel's error: " + note;
+        throw Error(
+            std::string(data::node_error(t, static_cast<int32_t>(n),
+                                         "label " + label + " is outside the model's classes [0, " +
+                                             classes + ")")
+                            .what()) +
+            "\n" + note);
+      }
+    }
+    throw;
+  }
+}
+
 Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
   Scores s;
   const ir::Module& m = SessionAccess::module(session);
@@ -230,7 +267,11 @@ Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch)
   for (size_t b = 0; b < ds.size(); b += static_cast<size_t>(batch)) {
     size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
     pejit::Value v = SessionAccess::wrap(enc.batch(ds, idx, b, e));
-    s.loss += session.run("loss", v).item_f32();
+    try {
+      s.loss += session.run("loss", v).item_f32();
+    } catch (const Error&) {
+      rethrow_located(ds, idx, b, e);
+    }
     for (size_t i = b; i < e; ++i)
       s.nodes += ds.nodes(i);
     if (!ds.is_trees)

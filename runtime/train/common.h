@@ -124,6 +124,14 @@ struct Encoder {
   interp::Value batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b, size_t e) const;
 };
 
+/// Called in a handler for an error of a step or a run on examples idx[lo], ..., idx[hi - 1]
+/// of `ds`: rethrows a kernel's "label L at position P is outside [0, C)" (a label the
+/// check before training could not compare, its class count unknown there) as the error of the
+/// first node of those trees labelled L, at the data file's line and column, the kernel's
+/// message kept as a note; rethrows anything else as it is.
+[[noreturn]] void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t lo,
+                                  size_t hi);
+
 struct Scores {
   double loss = 0;
   int64_t nodes = 0, root_ok = 0, roots = 0, node_ok = 0, labeled = 0;

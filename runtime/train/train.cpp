@@ -250,7 +250,12 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       pejit::Value v = std::move(ahead.front());
       ahead.pop_front();
       auto t0 = Clock::now();
-      float loss = session.step("loss", v);
+      float loss = 0;
+      try {
+        loss = session.step("loss", v);
+      } catch (const Error&) {
+        rethrow_located(train_ds, order, lo, hi); // a bad label, at its line and column
+      }
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
       st.seconds += dt;

@@ -139,6 +139,52 @@ TEST_SUITE("cli data") {
                   l.err);
   }
 
+  TEST_CASE("a label the check cannot follow is located when the kernel finds it") {
+    // The label reaches cross_entropy through a tuple, which the flow analysis does not
+    // follow: the kernel's error is mapped back to the node.
+    std::string model = write("tuple.pe", R"(
+type Tree = Leaf(word: i32[], label: i32[]) | Node(left: Tree, right: Tree, label: i32[])
+dim V = 100
+param emb : f32[V, 4] = normal(0.0, 0.1)
+param W : f32[4, 3] = xavier
+fn enc(t: Tree) -> (f32[4], f32[]) {
+  match t {
+    Leaf(w, y) => {
+      let h = take(emb, w);
+      let p = (h @ W, y);
+      (h, cross_entropy(p.0, p.1))
+    }
+    Node(l, r, y) => {
+      let a = enc(l);
+      let b = enc(r);
+      let h = tanh(a.0 + b.0);
+      let p = (h @ W, y);
+      (h, a.1 + b.1 + cross_entropy(p.0, p.1))
+    }
+  }
+}
+entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) }
+)");
+    std::string good = write("tuple_good.txt", "(1 (2 a) (0 b))\n(0 (1 a) (2 b))\n");
+    std::string bad = write("tuple_bad.txt", "(1 (2 a) (0 b))\n(1 (2 a) (4 b))\n");
+    const std::string error = "pejit: " + bad +
+                              ":2:10: error: label 4 is outside the model's classes [0, 3) "
+                              "(node `(4 b)`)\n  (1 (2 a) (4 b))\n           ^\n";
+    for (const char* mode : {"generic", "specialized"}) {
+      CAPTURE(mode);
+      Run r = run_pejit("train " + model + " --data " + bad + " --epochs 1 --mode " + mode);
+      CHECK(r.code == 1);
+      CHECK_MESSAGE(r.err.starts_with(error), r.err);
+      CHECK(r.err.find("note: the kernel's error: ") != std::string::npos);
+    }
+    std::string ck = tmp("tuple.ckpt");
+    REQUIRE(run_pejit("train " + model + " --data " + good + " --epochs 1 --save " + ck).code ==
+            0);
+    Run e = run_pejit("eval " + model + " --params " + ck + " --data " + bad);
+    CHECK(e.code == 1);
+    CHECK_MESSAGE(e.err.starts_with(error), e.err);
+  }
+
   TEST_CASE("a data file in the other model's format is refused") {
     std::string trees = write("trees.txt", kGood);
     Run r = run_pejit("train " + kRnn + " --data " + trees + " --epochs 1");
