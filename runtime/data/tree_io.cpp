@@ -396,7 +396,11 @@ std::string node_text(const ParseTree& t, int32_t n) {
   append_label(out, node.label);
   if (node.children.empty()) {
     std::string_view tok = static_cast<size_t>(n) < t.tokens.size() ? t.tokens[n] : "";
-    out += ' ' + (tok.size() > 40 ? std::string(tok.substr(0, 40)) + "..." : std::string(tok));
+    std::string shown = tok.size() > 40 ? std::string(tok.substr(0, 40)) + "..." : std::string(tok);
+    for (char& c : shown)
+      if (static_cast<unsigned char>(c) < 0x20)
+        c = '?'; // a control character would garble the message
+    out += ' ' + shown;
   } else {
     for (size_t c = 0; c < node.children.size() && c < 3; ++c)
       out += " (...)";

@@ -119,7 +119,7 @@ TEST_SUITE("data errors") {
     }
   }
 
-  TEST_CASE("trees remember where each node was; equality ignores it") {
+  TEST_CASE("trees remember where each node was, which equality ignores") {
     data::Vocab v;
     auto ts = data::parse_trees("\n(3 (2 a)\t(4 (2 b) (2 c)))\n", "t.txt", v);
     REQUIRE(ts.size() == 1);
