@@ -43,7 +43,7 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
   size_t hi = std::min(ds.size(), lo + static_cast<size_t>(opt.batch));
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
-  const Encoder enc(*m, ds, elem);
+  const Encoder enc(*m, ds, elem, dims);
   Value batch = enc.batch(ds, idx, lo, hi);
 
   specializer::TemplateTable tt;

@@ -46,7 +46,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   ds.limit(opt.limit);
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
-  const Encoder enc(*m, ds, elem);
+  const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims));
   Session session = SessionAccess::from_module(m, so);
   // The parameters only: evaluation takes no step, whatever optimizer wrote the checkpoint.
   session.load_params(opt.params);

@@ -182,20 +182,33 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   ir::Type elem = batch_element_type(*m, "loss");
 
   data::Vocab vocab;
-  if (!opt.init_params.empty())
-    vocab = data::Vocab::from_words(checkpoint::load(opt.init_params).vocab);
-  Dataset train_ds = read_dataset(opt.data, vocab, opt.init_params.empty(), elem);
+  std::optional<checkpoint::Checkpoint> init;
+  Dataset train_ds;
+  if (!opt.init_params.empty()) {
+    // The data's words are matched to the checkpoint's by text (read_dataset_for_init).
+    init = checkpoint::load(opt.init_params);
+    vocab = data::Vocab::from_words(init->vocab);
+    std::string note;
+    train_ds =
+        read_dataset_for_init(opt.data, vocab, init->vocab.size(), elem, *m, opt.init_params, note);
+    if (!note.empty())
+      err << "note: " << note << "\n";
+  } else {
+    train_ds = read_dataset(opt.data, vocab, true, elem);
+  }
   train_ds.limit(opt.limit);
   Dataset dev_ds;
   if (!opt.dev.empty())
     dev_ds = read_dataset(opt.dev, vocab, false, elem);
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
-  const Encoder enc(*m, train_ds, elem);
+  // Both data sets are checked against the model (labels, arity) before any training.
+  const Encoder enc(*m, train_ds, elem, interp::bind_dims(*m, so.dims));
+  enc.check(dev_ds);
 
   Session session = SessionAccess::from_module(m, so);
-  if (!opt.init_params.empty())
-    session.load_params(opt.init_params);
+  if (init)
+    init_by_word(session, *m, *init, opt.init_params);
   warn_schedules(so, err);
 
   const bool progress = opt.progress < 0 ? isatty(2) : opt.progress > 0;
@@ -237,7 +250,12 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       pejit::Value v = std::move(ahead.front());
       ahead.pop_front();
       auto t0 = Clock::now();
-      float loss = session.step("loss", v);
+      float loss = 0;
+      try {
+        loss = session.step("loss", v);
+      } catch (const Error&) {
+        rethrow_located(train_ds, order, lo, hi); // a bad label, at its line and column
+      }
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
       st.seconds += dt;
