@@ -20,6 +20,8 @@ const char* region_kind_name(DeviceRegion::Kind k) {
     return "state";
   case DeviceRegion::Kind::Arena:
     return "arena";
+  case DeviceRegion::Kind::Values:
+    return "values";
   case DeviceRegion::Kind::RowIndex:
     return "row_index";
   case DeviceRegion::Kind::SeedIndex:
@@ -70,13 +72,25 @@ ModelMemory plan_model_memory(const std::vector<DeviceParam>& params, optim::Kin
 }
 
 PlanMemory plan_device_memory(const specializer::Plan& plan, const ExecLayout& layout,
-                              const std::vector<int64_t>& input_bytes, bool training) {
+                              const std::vector<int64_t>& input_bytes, bool training,
+                              const std::vector<std::pair<int64_t, int64_t>>& values) {
   if (layout.groups.size() != plan.groups.size() || layout.outputs.size() != plan.outputs.size())
     throw Error("device plan: the layout is not the plan's");
   PlanMemory pm;
   int64_t end = 0;
   place(pm.regions, end, DeviceRegion::Kind::Arena, "arena",
         4 * (training ? layout.total_elems : layout.forward_elems));
+  // Each group's template values, one block per group (every group keeps its own until the
+  // backward pass has read them).
+  int64_t floats = 0;
+  for (const specializer::Group& g : plan.groups)
+    if (g.tmpl >= 0 && static_cast<size_t>(g.tmpl) < values.size()) {
+      const auto& [per_row, per_group] = values[static_cast<size_t>(g.tmpl)];
+      if (per_row < 0 || per_group < 0)
+        throw Error(fmt::format("device plan: template {} has negative sizes", g.tmpl));
+      floats += per_row * static_cast<int64_t>(g.instances.size()) + per_group;
+    }
+  place(pm.regions, end, DeviceRegion::Kind::Values, "template values", 4 * floats);
   // Every per-row argument's row and every output as a device address (i64).
   const int64_t rows = static_cast<int64_t>(layout.sources.size() + layout.outputs.size());
   place(pm.regions, end, DeviceRegion::Kind::RowIndex, "row sources", 8 * rows);

@@ -28,6 +28,7 @@ struct DeviceRegion {
     Grad,      ///< its dense gradient (a row-sparse one: its rows, at most `sparse_rows`)
     State,     ///< the optimizer's state for it (Adagrad's sums, Adam's m then v)
     Arena,     ///< a plan's results, gathered arguments, seeds and gradients (ExecLayout)
+    Values,    ///< the template graphs' own values per group (intermediates kept for backward)
     RowIndex,  ///< a plan's row sources as device addresses (i64), uploaded with the plan
     SeedIndex, ///< a plan's seed maps (seed_start i32, seed_src i64), uploaded with the plan
     Payload,   ///< a batch's input tensors (word ids, labels, payload vectors), every batch
@@ -74,8 +75,11 @@ struct PlanMemory {
 /// `input_bytes` (per input slot); `training`: with seeds and gradients
 /// (ExecLayout::total_elems), else the forward blocks only. Throws pejit::Error for a negative
 /// size or a layout that is not the plan's.
+/// `values[t]`: template t's floats per row and per group of its graph's own values (the
+/// forward graph's with `training` false); empty: not counted.
 PlanMemory plan_device_memory(const specializer::Plan& plan, const ExecLayout& layout,
-                              const std::vector<int64_t>& input_bytes, bool training);
+                              const std::vector<int64_t>& input_bytes, bool training,
+                              const std::vector<std::pair<int64_t, int64_t>>& values = {});
 
 /// A region table as text, one "KIND NAME offset=O bytes=B" line each (for `--json` and tests).
 std::string print_regions(const std::vector<DeviceRegion>& regions);

@@ -213,6 +213,19 @@ std::vector<GpuKernel> gpu_kernels(const specializer::TemplateGraph& tg,
   return out;
 }
 
+TemplateValues template_values(const specializer::TemplateGraph& tg) {
+  TemplateValues v;
+  const specializer::KernelProgram& p = tg.program;
+  for (size_t id = 0; id < tg.g.size(); ++id) {
+    const graph::Node& n = tg.g.node(static_cast<graph::NodeId>(id));
+    if (n.kind == graph::Kind::Input || id >= p.row_class.size())
+      continue; // arguments and parameters live in the arena and the model's memory
+    const int64_t numel = n.type.numel();
+    (p.row_class[id] == specializer::RowClass::Rows ? v.per_row : v.per_group) += numel;
+  }
+  return v;
+}
+
 GpuKernel take_kernel(const specializer::Template& t, const std::string& prefix) {
   const auto& dims = t.args.at(0).dims; // the table [V, d]
   jit::RowGatherSpec gs{.widths = {dims.empty() ? 1 : dims.back()}};

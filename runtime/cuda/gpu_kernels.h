@@ -59,6 +59,16 @@ struct GpuKernel {
 /// but for a take of embedding rows (`op.take`), which is one row gather.
 std::vector<GpuKernel> gpu_kernels(const specializer::TemplateGraph& tg, const std::string& prefix);
 
+/// The values a group of template graph `tg` keeps on the device, as floats per row (`per_row`:
+/// every node with a value per row) and per group (`per_group`: shared values and gradients
+/// summed over the rows). An upper bound: every value of the forward and backward graphs kept
+/// for the whole batch (the backward pass reads forward values), views and in-place parts
+/// included.
+struct TemplateValues {
+  int64_t per_row = 0, per_group = 0;
+};
+TemplateValues template_values(const specializer::TemplateGraph& tg);
+
 /// The row gather that a take of rows of a [V, d] table runs on the device (a listed part).
 GpuKernel take_kernel(const specializer::Template& t, const std::string& prefix);
 

@@ -114,6 +114,27 @@ TEST_SUITE("cuda") {
     MESSAGE("8 trees: arena " << train.find(DeviceRegion::Kind::Arena)->bytes << " B, index maps "
                               << train.index_bytes << " B, payloads " << train.payload_bytes
                               << " B, download " << train.download_bytes << " B");
+    CHECK(train.find(DeviceRegion::Kind::Values) == nullptr); // not asked for
+    // With the template graphs' own values: per group its rows times the per-row floats.
+    std::vector<std::pair<int64_t, int64_t>> values(pb.tt.size());
+    int64_t want = 0;
+    for (const auto& g : pb.plan.groups) {
+      if (g.tmpl < 0)
+        continue;
+      const specializer::Template& t = pb.tt.at(g.tmpl);
+      if (t.kind == specializer::Template::Kind::Op)
+        continue; // op.take: its rows are the gather's, in the arena
+      TemplateValues v = template_values(specializer::compile_template(*pb.m, pb.dims, t));
+      CHECK(v.per_row > 0);
+      values[static_cast<size_t>(g.tmpl)] = {v.per_row, v.per_group};
+      want += 4 * (v.per_row * static_cast<int64_t>(g.instances.size()) + v.per_group);
+    }
+    PlanMemory full = plan_device_memory(pb.plan, pb.layout, in, true, values);
+    check_disjoint_aligned(full.regions, full.bytes);
+    REQUIRE(full.find(DeviceRegion::Kind::Values) != nullptr);
+    CHECK(full.find(DeviceRegion::Kind::Values)->bytes == want);
+    CHECK(full.bytes > train.bytes);
+    CHECK(full.upload_bytes(true) == train.upload_bytes(true)); // nothing more crosses the bus
     CHECK_THROWS(plan_device_memory(pb.plan, runtime::ExecLayout{}, in, true));
     CHECK_THROWS(plan_device_memory(pb.plan, pb.layout, {-4}, true));
   }
