@@ -86,7 +86,7 @@ TEST_SUITE("cuda") {
     CHECK_THROWS(plan_model_memory({{"x", -1, 0, 0}}, optim::Kind::Sgd));
   }
 
-  TEST_CASE("device plan: a TreeLSTM plan's arena is the executor's; per batch only payloads "
+  TEST_CASE("device plan: a TreeLSTM plan's arena is the executor's, and per batch only payloads "
             "in and the loss out") {
     test::PlannedBatch pb(8, 11);
     std::vector<int64_t> in = input_bytes(pb.pe.residual);
