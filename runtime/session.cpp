@@ -4,6 +4,7 @@
 #include "pejit/pejit.h"
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/schedule_api.h"
@@ -217,6 +218,7 @@ Session::~Session() = default;
 // CLI's train and eval come through here too).
 Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
                                             const SessionOptions& opt) {
+  runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
@@ -254,7 +256,8 @@ const interp::Value& runtime::SessionAccess::unwrap(const Value& v) {
 
 Session Session::from_source(const std::string& text, const std::string& name,
                              const SessionOptions& opt) {
-  (void)runtime::parse_mode(opt.mode); // a bad mode fails before the program is read
+  (void)runtime::parse_mode(opt.mode); // a bad mode or device fails before the program is read
+  runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   auto module = std::make_shared<ir::Module>();
   Diagnostics d;
   auto r = types::add_source(*module, text, name, d);

@@ -119,6 +119,9 @@ struct SessionOptions {
   /// A Chrome trace (chrome://tracing, Perfetto) of the pipeline's stages and the batches'
   /// runs, written by Session::write_trace(); empty: nothing is recorded.
   std::string trace_file;
+  /// Where plans run: "cpu", or "cuda" / "cuda:N" (docs/cuda.md; a session asking for a CUDA
+  /// device that cannot be used is an Error naming why).
+  std::string device = "cpu";
 };
 
 /// An optimizer and its own state (Adagrad accumulators, Adam moments), for

@@ -72,6 +72,8 @@ void add_session_options(CLI::App& app, SessionOptions& s) {
   app.add_option("--mode", s.mode, "execution path")
       ->check(CLI::IsMember({"generic", "specialized", "auto"}))
       ->capture_default_str();
+  app.add_option("--device", s.device, "where plans run: cpu, cuda or cuda:N (docs/cuda.md)")
+      ->capture_default_str();
   app.add_flag("!--no-jit", s.compile.jit,
                "run planned batches on reference kernels only (no LLVM)");
   app.add_flag("!--no-merge", s.merge_equal,
@@ -145,7 +147,7 @@ void add_dump_options(CLI::App& app, DumpArgs& a) {
       ->capture_default_str();
   app.add_option("--emit", a.emit)
       ->check(CLI::IsMember(
-          {"templates", "instances", "plan", "dot", "kernels", "kernel-program", "llvm"}))
+          {"templates", "instances", "plan", "dot", "kernels", "kernel-program", "llvm", "ptx"}))
       ->capture_default_str();
   app.add_option("--tuned", a.tuned,
                  "resolve the kernels' schedules against this tuned database, as train does");

@@ -6,6 +6,7 @@
 #include "runtime/train/trainer.h"
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
@@ -126,6 +127,7 @@ std::string EpochStats::json() const {
                      {"evictions", plan_evictions}};
   j["fallbacks"] = fallbacks;
   j["tuned"] = tuned.empty() ? nlohmann::json(nullptr) : nlohmann::json(tuned);
+  j["device"] = device;
   if (kernels) {
     j["kernels"] = nlohmann::json::array();
     for (const auto& k : *kernels)
@@ -289,6 +291,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     session.drain();
     count_epoch(st, before, session.stats());
     st.tuned = opt.tuned;
+    st.device = cuda::parse_device(opt.session.device).name();
     st.loss_per_node = loss_sum / std::max<int64_t>(1, st.nodes);
     st.trees_per_s = st.trees / std::max(st.seconds, 1e-9);
     if (opt.train_eval) {

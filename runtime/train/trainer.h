@@ -67,7 +67,8 @@ struct EpochStats {
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks;
-  std::string tuned; ///< the tuned schedule database in use (empty: default schedules)
+  std::string tuned;          ///< the tuned schedule database in use (empty: default schedules)
+  std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
   /// The final epoch only: the kernels the engine holds then ("kernels" in the JSON).
   std::optional<std::vector<KernelProvenance>> kernels;
   /// One line of JSON with every field (NaN fields are null).
@@ -97,6 +98,7 @@ struct EvalStats {
   double seconds = 0, trees_per_s = 0;
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
+  std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
   std::string json() const;
 };
 
@@ -108,9 +110,10 @@ struct DumpOptions {
   std::string entry = "loss";
   int batch = 25;
   int64_t batch_index = 0;
-  std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, kernel-program, llvm
-  std::string tuned;         ///< the tuned schedule database the kernels are resolved against
-  bool merge = true;         ///< merge equal instances first, as training does (--no-merge)
+  /// templates, instances, plan, dot, kernels, kernel-program, llvm, ptx
+  std::string emit = "plan";
+  std::string tuned; ///< the tuned schedule database the kernels are resolved against
+  bool merge = true; ///< merge equal instances first, as training does (--no-merge)
 };
 
 /// What specialization makes of one batch (`pejit dump`): counts, planning time, and the
