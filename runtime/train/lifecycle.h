@@ -1,0 +1,51 @@
+// What keeps a `pejit train` run from losing its work: SIGINT/SIGTERM caught as a flag the
+// loop polls (so the step in flight finishes and the checkpoint is written whole), the metric
+// --save-best and --patience follow, and exact text for the numbers a resumable checkpoint
+// carries (the epoch's partial sums must come back bit for bit).
+#pragma once
+
+#include "runtime/train/trainer.h"
+
+#include <cstdint>
+#include <string>
+
+namespace pejit::runtime {
+
+/// While it lives, SIGINT and SIGTERM only record themselves (the handler sets an atomic
+/// flag; nothing else runs in signal context); the handlers before it are restored after.
+/// A second signal is recorded too and does not cut a save short.
+class SignalGuard {
+public:
+  explicit SignalGuard(bool active);
+  ~SignalGuard();
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  /// The first signal received (SIGINT or SIGTERM), 0 when none.
+  static int pending();
+
+private:
+  bool active_;
+};
+
+/// "SIGINT", "SIGTERM" or "signal N".
+std::string signal_name(int sig);
+
+/// A metric of EpochStats that --save-best can follow, and which way is better.
+struct Metric {
+  std::string name; ///< as in `--json`: loss, root_acc, node_acc, dev_loss, dev_root_acc, ...
+  bool higher_is_better = true;
+  /// Throws pejit::Error naming the metrics there are.
+  static Metric parse(const std::string& name);
+  double of(const EpochStats& st) const;
+  bool better(double v, double than) const { return higher_is_better ? v > than : v < than; }
+  /// The value as printed (a percentage for accuracies).
+  std::string show(double v) const;
+};
+
+/// A double as text that reads back to the same bits (hexadecimal floating point).
+std::string exact(double v);
+/// Reads exact()'s text (or any strtod number); throws pejit::Error naming `what` otherwise.
+double parse_exact(const std::string& s, const std::string& what);
+int64_t parse_int(const std::string& s, const std::string& what);
+
+} // namespace pejit::runtime
