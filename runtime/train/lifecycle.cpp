@@ -87,6 +87,54 @@ std::string Metric::show(double v) const {
   return buf;
 }
 
+TrainingState RunState::at(int64_t epoch, int64_t batch) const {
+  TrainingState ts;
+  ts.epoch = epoch;
+  ts.batch = batch;
+  ts.values = {{"seed", std::to_string(seed)},
+               {"examples", std::to_string(examples)},
+               {"batch_size", std::to_string(batch_size)},
+               {"shuffle", shuffle ? "1" : "0"},
+               {"loss_sum", exact(loss_sum)},
+               {"nodes", std::to_string(nodes)},
+               {"trees", std::to_string(trees)},
+               {"batches", std::to_string(batches)},
+               {"best", exact(best)},
+               {"best_epoch", std::to_string(best_epoch)},
+               {"bad_epochs", std::to_string(bad_epochs)}};
+  return ts;
+}
+
+RunState RunState::from(const checkpoint::TrainState& ts, const std::string& path) {
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = ts.values.find(key);
+    if (it == ts.values.end())
+      throw Error("--resume " + path + ": the training state lacks '" + key +
+                  "' (not written by pejit train)");
+    return it->second;
+  };
+  auto what = [&](const char* key) { return "--resume " + path + ": training." + key; };
+  RunState r;
+  const std::string& seed = get("seed");
+  char* end = nullptr;
+  r.seed = std::strtoull(seed.c_str(), &end, 10);
+  if (seed.empty() || seed[0] == '-' || end != seed.c_str() + seed.size())
+    throw Error(what("seed") + ": '" + seed + "' is not a seed");
+  r.examples = parse_int(get("examples"), what("examples"));
+  r.batch_size = parse_int(get("batch_size"), what("batch_size"));
+  r.shuffle = get("shuffle") == "1";
+  r.loss_sum = parse_exact(get("loss_sum"), what("loss_sum"));
+  r.nodes = parse_int(get("nodes"), what("nodes"));
+  r.trees = parse_int(get("trees"), what("trees"));
+  r.batches = parse_int(get("batches"), what("batches"));
+  r.best = parse_exact(get("best"), what("best"));
+  r.best_epoch = get("best_epoch") == "-1" ? -1 : parse_int(get("best_epoch"), what("best_epoch"));
+  r.bad_epochs = parse_int(get("bad_epochs"), what("bad_epochs"));
+  if (r.batch_size < 1)
+    throw Error(what("batch_size") + " must be >= 1");
+  return r;
+}
+
 std::string exact(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%a", v);

@@ -4,8 +4,10 @@
 // carries (the epoch's partial sums must come back bit for bit).
 #pragma once
 
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/train/trainer.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +42,26 @@ struct Metric {
   bool better(double v, double than) const { return higher_is_better ? v > than : v < than; }
   /// The value as printed (a percentage for accuracies).
   std::string show(double v) const;
+};
+
+/// What a run must carry across a stop to continue bit for bit, beside the parameters and the
+/// optimizer state: the data order (seed, length, batch size, shuffling), the epoch's partial
+/// sums, and --save-best's record. Written as a checkpoint's training state.
+struct RunState {
+  uint64_t seed = 0;
+  int64_t examples = 0, batch_size = 0;
+  bool shuffle = true;
+  double loss_sum = 0;
+  int64_t nodes = 0, trees = 0, batches = 0;
+  double best = std::nan("");
+  int64_t best_epoch = -1, bad_epochs = 0;
+
+  /// The state at `batch` of `epoch` (the next to run).
+  TrainingState at(int64_t epoch, int64_t batch) const;
+  /// Reads what at() wrote; throws pejit::Error naming `path` for a missing or bad value.
+  static RunState from(const checkpoint::TrainState& ts, const std::string& path);
+  /// Starts an epoch's partial sums afresh.
+  void new_epoch() { loss_sum = 0, nodes = 0, trees = 0, batches = 0; }
 };
 
 /// A double as text that reads back to the same bits (hexadecimal floating point).

@@ -169,67 +169,6 @@ void check_output_path(const char* flag, const std::string& path) {
 
 namespace {
 
-// What a run must carry across a stop to continue bit for bit: the data order (seed, length,
-// batch size, shuffling), the epoch's partial sums, and --save-best's record.
-struct RunState {
-  uint64_t seed = 0;
-  int64_t examples = 0, batch_size = 0;
-  bool shuffle = true;
-  double loss_sum = 0;
-  int64_t nodes = 0, trees = 0, batches = 0;
-  double best = std::nan("");
-  int64_t best_epoch = -1, bad_epochs = 0;
-
-  TrainingState at(int64_t epoch, int64_t batch) const {
-    TrainingState ts;
-    ts.epoch = epoch;
-    ts.batch = batch;
-    ts.values = {{"seed", std::to_string(seed)},
-                 {"examples", std::to_string(examples)},
-                 {"batch_size", std::to_string(batch_size)},
-                 {"shuffle", shuffle ? "1" : "0"},
-                 {"loss_sum", exact(loss_sum)},
-                 {"nodes", std::to_string(nodes)},
-                 {"trees", std::to_string(trees)},
-                 {"batches", std::to_string(batches)},
-                 {"best", exact(best)},
-                 {"best_epoch", std::to_string(best_epoch)},
-                 {"bad_epochs", std::to_string(bad_epochs)}};
-    return ts;
-  }
-
-  static RunState from(const checkpoint::TrainState& ts, const std::string& path) {
-    auto get = [&](const char* key) -> const std::string& {
-      auto it = ts.values.find(key);
-      if (it == ts.values.end())
-        throw Error("--resume " + path + ": the training state lacks '" + key +
-                    "' (not written by pejit train)");
-      return it->second;
-    };
-    auto what = [&](const char* key) { return "--resume " + path + ": training." + key; };
-    RunState r;
-    const std::string& seed = get("seed");
-    char* end = nullptr;
-    r.seed = std::strtoull(seed.c_str(), &end, 10);
-    if (seed.empty() || seed[0] == '-' || end != seed.c_str() + seed.size())
-      throw Error(what("seed") + ": '" + seed + "' is not a seed");
-    r.examples = parse_int(get("examples"), what("examples"));
-    r.batch_size = parse_int(get("batch_size"), what("batch_size"));
-    r.shuffle = get("shuffle") == "1";
-    r.loss_sum = parse_exact(get("loss_sum"), what("loss_sum"));
-    r.nodes = parse_int(get("nodes"), what("nodes"));
-    r.trees = parse_int(get("trees"), what("trees"));
-    r.batches = parse_int(get("batches"), what("batches"));
-    r.best = parse_exact(get("best"), what("best"));
-    r.best_epoch =
-        get("best_epoch") == "-1" ? -1 : parse_int(get("best_epoch"), what("best_epoch"));
-    r.bad_epochs = parse_int(get("bad_epochs"), what("bad_epochs"));
-    if (r.batch_size < 1)
-      throw Error(what("batch_size") + " must be >= 1");
-    return r;
-  }
-};
-
 // Every parameter of the session is finite: a state worth saving after a failure.
 bool finite_params(const Session& s) {
   for (const auto& n : s.param_names())
@@ -347,7 +286,12 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   if (!opt.init_params.empty())
     session.load_params(opt.init_params);
   if (resumed) {
-    session.load_training(opt.resume);
+    try {
+      session.load_training(opt.resume);
+    } catch (const Error& e) {
+      throw Error("--resume " + opt.resume + ": " + e.what() +
+                  " (resume with the model and --optimizer of the run that wrote it)");
+    }
     info << "resuming " << opt.resume << " at epoch " << start_epoch + 1 << ", batch "
          << start_batch << "/" << nb << " (seed " << run.seed << ", batch size " << bs
          << (run.shuffle ? "" : ", fixed batches") << ")\n"
@@ -384,6 +328,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       msg += "; nothing saved (no --save)";
     }
     err << "pejit: " << msg << "\n" << std::flush;
+    session.write_trace();
     throw Interrupted(sig, msg);
   };
   // After a failure at `batch`: the state before it is saved when it is worth keeping.
@@ -410,7 +355,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     const std::vector<size_t>& order = batch_order.next_epoch(run.shuffle);
     const size_t first = ep == start_epoch ? start_batch : 0;
     if (first == 0)
-      run.loss_sum = 0, run.nodes = 0, run.trees = 0, run.batches = 0;
+      run.new_epoch();
     EpochStats st;
     st.epoch = ep;
     int64_t trees_here = 0; // stepped by this process (a resumed epoch began elsewhere)
@@ -515,7 +460,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       out << st.json() << "\n" << std::flush;
     print_epoch(st, info);
     all.push_back(st);
-    run.loss_sum = 0, run.nodes = 0, run.trees = 0, run.batches = 0;
+    run.new_epoch();
     bool stop_early = false;
     if (metric) {
       double v = metric->of(st);
@@ -548,7 +493,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       ++ep;
       break;
     }
-    stop_if_signalled(ep + 1, 0);
+    if (ep + 1 < opt.epochs)
+      stop_if_signalled(ep + 1, 0);
   }
   if (!all.empty())
     print_summary(all, info);
@@ -560,6 +506,11 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       info << " (the last epoch; the best, epoch " << run.best_epoch + 1 << ", is in " << opt.save
            << ")";
     info << "\n" << std::flush;
+  }
+  if (int sig = SignalGuard::pending()) {
+    std::string msg = signal_name(sig) + " arrived after the last epoch; the run is complete";
+    err << "pejit: " << msg << "\n" << std::flush;
+    throw Interrupted(sig, msg);
   }
   return all;
 }
