@@ -277,6 +277,10 @@ TEST_SUITE("cli") {
         {"train", kModel, "--data", data, "--limit", "150", "--epochs", "3", "--resume", two});
     CHECK(other.code == 1);
     CHECK(other.err.find("the run trained on 200 examples") != std::string::npos);
+    Ran sgd = run_pejit(
+        {"train", kModel, "--data", data, "--epochs", "3", "--resume", two, "--optimizer", "sgd"});
+    CHECK(sgd.code == 1);
+    CHECK(sgd.err.find("is not state of a sgd optimizer") != std::string::npos);
     // A version 1 file (no training state) still starts a run with --init, not --resume.
     auto v1 = pejit::checkpoint::load(two);
     v1.training.reset();
