@@ -15,7 +15,7 @@ namespace pejit::runtime {
 
 /// While it lives, SIGINT and SIGTERM only record themselves (the handler sets an atomic
 /// flag; nothing else runs in signal context); the handlers before it are restored after.
-/// A second signal is recorded too and does not cut a save short.
+/// A second signal changes nothing: it does not cut a save short.
 class SignalGuard {
 public:
   explicit SignalGuard(bool active);

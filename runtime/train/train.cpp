@@ -203,8 +203,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       throw Error("--save-best " + metric->name + " needs --dev");
     if ((metric->name == "root_acc" || metric->name == "node_acc") && !opt.train_eval)
       throw Error("--save-best " + metric->name +
-                  " needs the training set's accuracy (drop "
-                  "--no-train-eval)");
+                  " needs the training set's accuracy (drop --no-train-eval)");
   }
   // With --save-best, `save` holds the best epoch's model; the latest state goes beside it.
   const std::string latest = opt.save.empty() || !metric ? opt.save : opt.save + ".last";
@@ -264,8 +263,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     if (resumed->epoch >= opt.epochs)
       throw Error("--resume " + opt.resume + ": the run has done " +
                   std::to_string(resumed->epoch) +
-                  " epochs already; --epochs counts from its "
-                  "start and must be larger");
+                  " epochs already; --epochs counts from its start and must be larger");
   } else {
     run.seed = so.seed;
     run.examples = static_cast<int64_t>(n);
@@ -386,8 +384,10 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         ahead.pop_front();
         t0 = Clock::now();
         loss = session.step("loss", v);
-      } catch (const Error& e) {
+      } catch (const Error&) {
         // The step made no update: the parameters are those before this batch.
+        if (progress)
+          err << "\n";
         std::string saved = save_failure(ep, b);
         if (!saved.empty())
           err << "pejit: epoch " << ep + 1 << ", batch " << b << " failed" << saved << "\n"
