@@ -200,7 +200,7 @@ TEST_SUITE("cli") {
     CHECK(ev.code == 0);
   }
 
-  TEST_CASE("train: SIGTERM exits 143; the run resumed from its checkpoint is the straight run") {
+  TEST_CASE("train: SIGTERM exits 143, the run resumed from its checkpoint is the straight run") {
     std::string ck = tmp("term.ckpt");
     Ran r = interrupt(SIGTERM, ck, "term");
     INFO(r.err);

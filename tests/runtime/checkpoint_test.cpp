@@ -356,7 +356,7 @@ TEST_SUITE("checkpoint") {
     check_equal(sample(), load(path, false));
   }
 
-  TEST_CASE("version 2 carries a training state; version 1 files load without one") {
+  TEST_CASE("version 2 carries a training state, version 1 files load without one") {
     TempDir td;
     std::string path = td.file("state.ckpt");
     Checkpoint ck = sample();
