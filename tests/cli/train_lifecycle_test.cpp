@@ -30,10 +30,19 @@ using Ms = std::chrono::milliseconds;
 
 const std::string kModel = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
 
-std::string tmp(const std::string& name) {
+// This process's scratch directory, removed at exit (it holds checkpoints of megabytes).
+struct Scratch {
   fs::path dir = fs::temp_directory_path() / ("pejit_lifecycle_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+std::string tmp(const std::string& name) {
+  static Scratch scratch;
+  fs::create_directories(scratch.dir);
+  return (scratch.dir / name).string();
 }
 
 std::string slurp(const std::string& path) {
