@@ -26,8 +26,21 @@ struct TrainOptions {
   int batch = 25;
   int64_t limit = 0; ///< use the first N training trees (0: all)
   bool fixed_batches = false;
+  /// The checkpoint written at the end, and on SIGINT/SIGTERM (handle_signals), at a failing
+  /// batch (the state before it) and every save_every epochs. With save_best it holds the
+  /// best epoch's model instead, and those go to "<save>.last".
   std::string save;
+  int save_every = 0;      ///< epochs between periodic saves (0: none)
+  std::string save_best;   ///< a metric (dev_root_acc, dev_loss, ...; Metric in lifecycle.h)
+  int patience = 0;        ///< stop after this many epochs without save_best improving (0: never)
   std::string init_params; ///< start from this checkpoint's parameters (and vocabulary)
+  /// Continue the run that wrote this checkpoint (`save`) where it stopped: parameters,
+  /// optimizer state, epoch and batch, data order (its seed, batch size and shuffling), the
+  /// epoch's partial sums and the best score so far. `epochs` counts from the run's start.
+  std::string resume;
+  /// SIGINT and SIGTERM finish the step in flight, write `save` and throw Interrupted (the
+  /// CLI sets it; a library caller keeps its own handlers by leaving it off).
+  bool handle_signals = false;
   bool json = false;
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
@@ -73,6 +86,14 @@ struct EpochStats {
   std::optional<std::vector<KernelProvenance>> kernels;
   /// One line of JSON with every field (NaN fields are null).
   std::string json() const;
+};
+
+/// Thrown by train() after SIGINT or SIGTERM stopped it (TrainOptions::handle_signals) and
+/// the checkpoint, if one was asked for, was written. `pejit train` exits with 128 + signal.
+class Interrupted : public Error {
+public:
+  Interrupted(int sig, const std::string& what) : Error(what), signal(sig) {}
+  int signal;
 };
 
 /// Trains; writes per-epoch summaries to `out` (JSON lines with opt.json) and progress and
