@@ -165,7 +165,7 @@ void init_by_word(Session& session, const ir::Module& m, const checkpoint::Check
     bool same = fits;
     for (size_t a = 0; fits && a < want.size(); ++a) {
       int64_t h = have[a];
-      bool vocab_axis = a < decl->type->dims.size() && decl->type->dims[a].name == "V";
+      bool vocab_axis = a < decl->type->dims.size() && decl->type->dims[a] == ir::Dim::named("V");
       same = same && h == want[a];
       fits = h == want[a] || (vocab_axis && h < want[a]);
     }
