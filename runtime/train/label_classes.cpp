@@ -5,6 +5,7 @@
 // expression but gives up (no pre-check, not a crash) past a fixed nesting.
 #include "runtime/train/label_classes.h"
 
+#include <optional>
 #include <string>
 
 namespace pejit::runtime {
@@ -83,8 +84,11 @@ private:
     const ir::Dim& d = t->dims.back();
     if (!d.is_named())
       return d.value;
-    auto it = dims_.find(d.name);
-    return it == dims_.end() ? -1 : it->second;
+    std::optional<int64_t> v = d.eval([&](const std::string& n) -> std::optional<int64_t> {
+      auto it = dims_.find(n);
+      return it == dims_.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    });
+    return v ? *v : -1;
   }
 
   void record(Taint labels, const ir::Expr& logits, const Span& at) {
