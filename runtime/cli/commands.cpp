@@ -67,6 +67,15 @@ int run_gen(const GenArgs& a) {
 }
 
 namespace {
+// --labels, which train and eval share.
+void add_labels_option(CLI::App& app, std::string& labels) {
+  app.add_option("--labels", labels,
+                 "fine: labels as read; binary: SST binary (0-1 -> 0, 3-4 -> 1; a tree with a "
+                 "neutral root dropped, neutral inner nodes unlabeled)")
+      ->check(CLI::IsMember({"fine", "binary"}))
+      ->capture_default_str();
+}
+
 // The execution flags train and eval share, bound to the session's options.
 void add_session_options(CLI::App& app, SessionOptions& s) {
   app.add_option("--mode", s.mode, "execution path")
@@ -101,6 +110,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--seed", a.session.seed, "seed of initialization and shuffling")
       ->capture_default_str();
   app.add_flag("--fixed-batches", a.fixed_batches, "do not shuffle between epochs");
+  add_labels_option(app, a.labels);
   app.add_option("--save", a.save,
                  "write the checkpoint (parameters, vocabulary, optimizer and training state) "
                  "here at the end, on SIGINT/SIGTERM and before a failing batch");
@@ -150,6 +160,7 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
   app.add_option("--data", a.data, "data to evaluate")->required();
   app.add_option("--batch", a.batch)->capture_default_str();
   app.add_option("--limit", a.limit)->capture_default_str();
+  add_labels_option(app, a.labels);
   app.add_flag("--json", a.json, "one JSON object on stdout");
   add_session_options(app, a.session);
   app.add_option("--tuned", a.tuned,

@@ -200,9 +200,11 @@ void init_by_word(Session& session, const ir::Module& m, const checkpoint::Check
 }
 
 Encoder::Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem,
-                 const interp::DimBindings& dims) {
-  if (ds.is_trees)
+                 const interp::DimBindings& dims, bool allow_unlabeled) {
+  if (ds.is_trees) {
     trees.emplace(m, elem->name, dims);
+    trees->allow_unlabeled = allow_unlabeled;
+  }
   check(ds);
 }
 
@@ -246,7 +248,8 @@ void check_node_order(const pejit::Value& roots_v, const Value& preds, const Dat
                 "root last (docs/language.md, \"Entries the CLI uses\"): on " +
                 std::to_string(first_only) + " of " + std::to_string(n) +
                 " trees, infer's root prediction matches infer_nodes' first prediction and not "
-                "its last (" + std::to_string(last_ok) + " match the last)");
+                "its last (" +
+                std::to_string(last_ok) + " match the last)");
 }
 } // namespace
 
@@ -274,12 +277,14 @@ void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t l
           note.replace(at, 9, ": note: the kernel's error: ");
         else
           note = "note: the kernel's error: " + note;
-        throw Error(
-            std::string(data::node_error(t, static_cast<int32_t>(n),
-                                         "label " + label + " is outside the model's classes [0, " +
-                                             classes + ")")
-                            .what()) +
-            "\n" + note);
+        const std::string why =
+            label == "-1"
+                ? "the node has no label (`-`, or neutral under --labels binary), but "
+                  "the model's cross_entropy takes it: the model must ignore labels "
+                  "< 0 (examples/treelstm/treelstm_binary.pe masks them)"
+                : "label " + label + " is outside the model's classes [0, " + classes + ")";
+        throw Error(std::string(data::node_error(t, static_cast<int32_t>(n), why).what()) + "\n" +
+                    note);
       }
     }
     throw;

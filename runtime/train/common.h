@@ -114,9 +114,9 @@ void init_by_word(Session& session, const ir::Module& m, const checkpoint::Check
 struct Encoder {
   std::optional<TreeEncoder> trees;
   /// Checks every example of `ds` as check() does. `dims` binds the module's named dimensions
-  /// (vocab_dims) for the labels' class counts.
+  /// (vocab_dims) for the labels' class counts. `allow_unlabeled`: TreeEncoder's.
   Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem,
-          const interp::DimBindings& dims = {});
+          const interp::DimBindings& dims = {}, bool allow_unlabeled = false);
   /// Checks every tree of `ds` (a dev set) before any is encoded: each that the model cannot
   /// hold is an error at its node's file:line:col (TreeEncoder::check).
   void check(const Dataset& ds) const;

@@ -121,6 +121,8 @@ void TreeEncoder::check_label(const data::ParseTree& t, int32_t n, const CtorMap
                               bool classes) const {
   const int32_t y = t.nodes[static_cast<size_t>(n)].label;
   const std::string of = root ? "the tree's root (for " + map.name + ")" : "a " + map.name;
+  if (y < 0 && allow_unlabeled)
+    return;
   if (y < 0)
     throw data::node_error(t, n,
                            root ? "the tree's root has no label ('-'), but constructor " +

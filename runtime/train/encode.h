@@ -41,6 +41,11 @@ public:
   /// (-1: unknown or no label field); children = -1: the wrapper's root label.
   int64_t classes(int children) const;
 
+  /// A node without a label (`-`) where its constructor has a label field encodes as label -1
+  /// instead of being an error: for `--labels binary` (neutral inner nodes) and `pejit
+  /// predict` (data without labels). A model that trains on such data ignores labels < 0.
+  bool allow_unlabeled = false;
+
 private:
   enum class FieldKind : uint8_t { Word, Label, Child, Tree, RootLabel };
   struct CtorMap {

@@ -7,6 +7,7 @@
 #include "runtime/engine.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
+#include "runtime/train/labels.h"
 
 #include <nlohmann/json.hpp>
 
@@ -41,14 +42,17 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   SessionOptions so = opt.session;
   if (!opt.tuned.empty())
     so.compile.schedules = ScheduleDB::load(opt.tuned);
+  const LabelScheme labels = parse_labels(opt.labels);
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
   data::Vocab vocab = data::Vocab::from_words(checkpoint::load(opt.params).vocab);
   Dataset ds = read_dataset(opt.data, vocab, false, elem);
+  if (labels != LabelScheme::Fine)
+    err << describe(apply_labels(ds, labels, opt.data), opt.data) << "\n";
   ds.limit(opt.limit);
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
-  const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims));
+  const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims), labels == LabelScheme::Binary);
   Session session = SessionAccess::from_module(m, so);
   // The parameters only: evaluation takes no step, whatever optimizer wrote the checkpoint.
   session.load_params(opt.params);

@@ -10,6 +10,7 @@
 #include "runtime/engine.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
+#include "runtime/train/labels.h"
 #include "runtime/train/lifecycle.h"
 
 #include <fmt/format.h>
@@ -219,6 +220,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   // A bad --tuned file fails before anything is read or run.
   if (!opt.tuned.empty())
     so.compile.schedules = ScheduleDB::load(opt.tuned);
+  const LabelScheme labels = parse_labels(opt.labels);
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
 
@@ -250,10 +252,15 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   } else {
     train_ds = read_dataset(opt.data, vocab, true, elem);
   }
+  if (labels != LabelScheme::Fine)
+    err << describe(apply_labels(train_ds, labels, opt.data), opt.data) << "\n";
   train_ds.limit(opt.limit);
   Dataset dev_ds;
-  if (!opt.dev.empty())
+  if (!opt.dev.empty()) {
     dev_ds = read_dataset(opt.dev, vocab, false, elem);
+    if (labels != LabelScheme::Fine)
+      err << describe(apply_labels(dev_ds, labels, opt.dev), opt.dev) << "\n";
+  }
   if (metric && (metric->name.find("acc") != std::string::npos) &&
       (!train_ds.is_trees || !((m->fn("infer") && m->fn("infer")->is_entry) ||
                                (m->fn("infer_nodes") && m->fn("infer_nodes")->is_entry))))
@@ -263,7 +270,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
   // Both data sets are checked against the model (labels, arity) before any training.
-  const Encoder enc(*m, train_ds, elem, interp::bind_dims(*m, so.dims));
+  const Encoder enc(*m, train_ds, elem, interp::bind_dims(*m, so.dims),
+                    labels == LabelScheme::Binary);
   enc.check(dev_ds);
 
   int start_epoch = 0;

@@ -46,6 +46,8 @@ struct TrainOptions {
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
   int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
   std::string tuned;      ///< a tuned schedule database (`pejit tune`); empty: defaults
+  /// "fine" (labels as read) or "binary" (SST binary: labels.h), for --data and --dev alike.
+  std::string labels = "fine";
   /// The session trained: its seed (also the shuffling's), optimizer, mode, lookahead, JIT,
   /// merging and trace file. train() sets its dims (V: the vocabulary's size) and
   /// compile.schedules (from `tuned`).
@@ -107,7 +109,8 @@ struct EvalOptions {
   int batch = 25;
   int64_t limit = 0;
   bool json = false;
-  std::string tuned; ///< a tuned schedule database; empty: defaults
+  std::string tuned;           ///< a tuned schedule database; empty: defaults
+  std::string labels = "fine"; ///< "fine" or "binary" (labels.h)
   /// The session evaluated on: its mode, JIT and merging. evaluate() sets its dims and
   /// compile.schedules, and loads the parameters into it.
   SessionOptions session;
