@@ -168,6 +168,27 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
                  "default schedule");
 }
 
+void add_predict_options(CLI::App& app, PredictArgs& a) {
+  app.add_option("model", a.model, "model program (.pe)")->required();
+  app.add_option("--params", a.params, "checkpoint written by `pejit train --save`")->required();
+  app.add_option("--data", a.data, "trees to predict (their labels are not used; `-` is fine)")
+      ->required();
+  app.add_option("--out,-o", a.out, "where the predictions go, one line per tree")->required();
+  app.add_flag("--nodes", a.nodes,
+               "every node's prediction (infer_nodes), children before parents, the root last");
+  app.add_option("--batch", a.batch)->capture_default_str();
+  app.add_option("--limit", a.limit)->capture_default_str();
+  add_session_options(app, a.session);
+  app.add_option("--tuned", a.tuned, "tuned schedule database (`pejit tune`)");
+}
+
+int run_predict(const PredictArgs& a) {
+  int64_t n = runtime::predict(a, std::cerr);
+  std::cerr << "predicted " << n << " trees" << (a.nodes ? " (every node)" : "") << " to " << a.out
+            << "\n";
+  return 0;
+}
+
 void add_dump_options(CLI::App& app, DumpArgs& a) {
   app.add_option("model", a.model, "model program (.pe)")->required();
   app.add_option("--data", a.data, "data file")->required();

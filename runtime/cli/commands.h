@@ -35,6 +35,10 @@ using EvalArgs = runtime::EvalOptions;
 void add_eval_options(CLI::App& app, EvalArgs& a);
 int run_eval(const EvalArgs& a);
 
+using PredictArgs = runtime::PredictOptions;
+void add_predict_options(CLI::App& app, PredictArgs& a);
+int run_predict(const PredictArgs& a);
+
 using DumpArgs = runtime::DumpOptions;
 void add_dump_options(CLI::App& app, DumpArgs& a);
 int run_dump(const DumpArgs& a);

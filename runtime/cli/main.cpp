@@ -1,6 +1,6 @@
 // The pejit command line. Each subcommand is a thin layer over the library: check (parse +
-// type and binding-time check), gen (built-in data sets), train and eval (runtime/train, on a
-// pejit::Session), dump, and tune (schedules measured on this machine).
+// type and binding-time check), gen (built-in data sets), train, eval and predict (runtime/train,
+// on a pejit::Session), dump, and tune (schedules measured on this machine).
 #include "runtime/cli/commands.h"
 
 #include "pejit/error.h"
@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("eval", "Evaluate saved parameters on a data set");
   pejit::cli::add_eval_options(*e, eval);
 
+  pejit::cli::PredictArgs predict;
+  auto* p = app.add_subcommand("predict", "Write saved parameters' predictions, one line a tree");
+  pejit::cli::add_predict_options(*p, predict);
+
   pejit::cli::DumpArgs dump;
   auto* d = app.add_subcommand("dump", "Show what specialization makes of one batch");
   pejit::cli::add_dump_options(*d, dump);
@@ -67,6 +71,8 @@ int main(int argc, char** argv) {
       return pejit::cli::run_train(train);
     if (*e)
       return pejit::cli::run_eval(eval);
+    if (*p)
+      return pejit::cli::run_predict(predict);
     if (*d)
       return pejit::cli::run_dump(dump);
     if (*u)

@@ -128,6 +128,26 @@ struct EvalStats {
 
 EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err);
 
+struct PredictOptions {
+  std::string model;
+  std::string params;
+  std::string data;
+  std::string out;    ///< the predictions, one line per tree
+  bool nodes = false; ///< every node's prediction (infer_nodes), not only the root's (infer)
+  int batch = 25;
+  int64_t limit = 0;
+  std::string tuned;
+  SessionOptions session; ///< its mode, JIT and merging; predict() sets the dims
+};
+
+/// `pejit predict`: writes opt.out, one line per tree of opt.data in its order: the class
+/// `infer` gives (the root's), or with opt.nodes the classes `infer_nodes` gives every node,
+/// space-separated, children before parents (the data's node order). The data's labels are
+/// not used (`-` is fine). Returns the number of trees. Throws pejit::Error for a model
+/// without the entry, a sentence data set, a count of predictions that does not fit the tree,
+/// or an output that cannot be written.
+int64_t predict(const PredictOptions& opt, std::ostream& err);
+
 struct DumpOptions {
   std::string model;
   std::string data;

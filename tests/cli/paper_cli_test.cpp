@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 using namespace pejit::cli_test;
 
@@ -65,4 +67,95 @@ TEST_CASE("cli labels binary: train and eval count the trees kept and their labe
   CHECK(u.err.find(":3:4: error: the node has no label") != std::string::npos);
   Run bad = run_pejit("train " + kBinary + " --data " + data + " --labels ternary");
   CHECK(bad.code == 2);
+}
+
+namespace {
+
+std::vector<std::vector<int>> read_lines(const std::string& path) {
+  std::vector<std::vector<int>> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::vector<int> row;
+    for (int v; ls >> v;)
+      row.push_back(v);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+} // namespace
+
+TEST_CASE("cli predict: a class per tree, or per node children first, matching eval's scores") {
+  std::string data = write_file("paper_pred.txt", kSst);
+  std::string ck = tmp("paper_pred.ckpt");
+  Run t = run_pejit("train " + kBinary + " --data " + data +
+                    " --labels binary --epochs 2 --batch 2 --mode generic --save " + ck);
+  REQUIRE_MESSAGE(t.code == 0, t.err);
+  std::string roots = tmp("paper_roots.txt"), nodes = tmp("paper_nodes.txt");
+  Run p = run_pejit("predict " + kBinary + " --params " + ck + " --data " + data + " -o " + roots);
+  REQUIRE_MESSAGE(p.code == 0, p.err);
+  CHECK(p.err.find("predicted 5 trees to " + roots) != std::string::npos);
+  Run q = run_pejit("predict " + kBinary + " --params " + ck + " --data " + data + " -o " + nodes +
+                    " --nodes --batch 2");
+  REQUIRE_MESSAGE(q.code == 0, q.err);
+  auto r = read_lines(roots), n = read_lines(nodes);
+  // Every tree of the file, in its order (labels play no part: the neutral root is kept).
+  REQUIRE(r.size() == 5);
+  REQUIRE(n.size() == 5);
+  const std::vector<size_t> sizes = {5, 3, 3, 5, 3};
+  for (size_t i = 0; i < 5; ++i) {
+    REQUIRE(r[i].size() == 1);
+    CHECK((r[i][0] == 0 || r[i][0] == 1));
+    CHECK(n[i].size() == sizes[i]);
+    CHECK(n[i].back() == r[i][0]); // the root last
+  }
+  // eval --labels binary scores the same predictions against the mapped labels (post-order;
+  // -1: unlabeled) of the trees kept.
+  const std::vector<std::vector<int>> gold = {
+      {-1, -1, 0, 1, 1}, {}, {-1, -1, 0}, {1, 0, 0, -1, 1}, {0, -1, 0}};
+  int root_ok = 0, node_ok = 0, labeled = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    if (gold[i].empty())
+      continue; // dropped: neutral root
+    for (size_t k = 0; k < gold[i].size(); ++k) {
+      if (gold[i][k] < 0)
+        continue;
+      labeled += 1;
+      node_ok += n[i][k] == gold[i][k];
+      if (k + 1 == gold[i].size())
+        root_ok += n[i][k] == gold[i][k];
+    }
+  }
+  CHECK(labeled == 10);
+  Run e = run_pejit("eval " + kBinary + " --params " + ck + " --data " + data +
+                    " --labels binary --json --mode generic");
+  REQUIRE_MESSAGE(e.code == 0, e.err);
+  auto ej = json_lines(e.out);
+  REQUIRE(ej.size() == 1);
+  CHECK(ej[0]["root_acc"].get<double>() == doctest::Approx(root_ok / 4.0));
+  CHECK(ej[0]["node_acc"].get<double>() == doctest::Approx(node_ok / 10.0));
+
+  // Unlabeled data predicts too.
+  std::string unl = write_file("paper_unl.txt", "(- (- a) (- (- b) (- zz)))\n");
+  Run u = run_pejit("predict " + kBinary + " --params " + ck + " --data " + unl + " -o " + roots +
+                    " --nodes");
+  REQUIRE_MESSAGE(u.code == 0, u.err);
+  CHECK(read_lines(roots).at(0).size() == 5);
+
+  // Bad inputs: located or named errors, nothing half written.
+  Run dir = run_pejit("predict " + kBinary + " --params " + ck + " --data " + data +
+                      " -o /nonexistent-dir/p.txt");
+  CHECK(dir.code == 1);
+  CHECK(dir.err.find("-o /nonexistent-dir/p.txt: cannot write") != std::string::npos);
+  std::string bad = write_file("paper_bad.txt", "(1 (0 a) (1 b))\n(1 (0 a) (1 b)\n");
+  Run b = run_pejit("predict " + kBinary + " --params " + ck + " --data " + bad + " -o " + roots);
+  CHECK(b.code == 1);
+  CHECK(b.err.find(bad + ":2:") != std::string::npos);
+  Run l = run_pejit("predict " PEJIT_SOURCE_DIR "/examples/listops/listops.pe --params " + ck +
+                    " --data " + data + " -o " + roots + " --nodes");
+  CHECK(l.code == 1);
+  CHECK(l.err.find("has no entry `infer_nodes`") != std::string::npos);
+  CHECK(run_pejit("predict " + kBinary + " --params " + ck + " --data " + data).code == 2);
 }
