@@ -14,6 +14,7 @@ pkgs=(
   libcli11-dev                     # command-line parsing of the pejit CLI
   nlohmann-json3-dev               # JSON output, checkpoints' metadata, schedule DBs
   libfmt-dev                       # formatting
+  zlib1g-dev                       # gzip word vectors (pejit train --embeddings)
   libbenchmark-dev                 # Google Benchmark micro-benchmarks
   python3-dev pybind11-dev         # the Python package's extension (python/), for /usr/bin/python3
   python3-numpy                    # parameters as numpy arrays in the Python package

@@ -123,6 +123,15 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
                  "stop after N epochs without --save-best's metric improving (0: never)")
       ->capture_default_str();
   app.add_option("--init", a.init_params, "start from this checkpoint's parameters");
+  app.add_option("--freeze", a.freeze,
+                 "keep this parameter fixed: no update, no optimizer state (repeatable)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--embeddings", a.embeddings,
+                 "word vectors (GloVe/word2vec text, .gz too) for the vocabulary's words; the "
+                 "others keep their initialization");
+  app.add_option("--embeddings-param", a.embeddings_param,
+                 "the parameter --embeddings fills (default: the 2-D one over V)");
   app.add_option("--resume", a.resume,
                  "continue the run that wrote this checkpoint where it stopped (--epochs counts "
                  "from that run's start)");

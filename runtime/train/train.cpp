@@ -10,6 +10,7 @@
 #include "runtime/engine.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
+#include "runtime/train/embeddings.h"
 #include "runtime/train/labels.h"
 #include "runtime/train/lifecycle.h"
 
@@ -197,6 +198,11 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     throw Error("--save-every needs --save (where to write)");
   if (opt.patience > 0 && opt.save_best.empty())
     throw Error("--patience needs --save-best METRIC (what must improve)");
+  if (!opt.resume.empty() && !opt.embeddings.empty())
+    throw Error("--resume and --embeddings exclude each other (--resume restores the "
+                "parameters, the embedding included)");
+  if (opt.embeddings.empty() && !opt.embeddings_param.empty())
+    throw Error("--embeddings-param needs --embeddings FILE");
   if (!opt.resume.empty() && !opt.init_params.empty())
     throw Error("--resume and --init exclude each other (--resume restores the parameters too)");
   std::optional<Metric> metric;
@@ -303,9 +309,24 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     start_batch = static_cast<size_t>(resumed->batch);
   }
 
+  const std::string emb_param =
+      opt.embeddings.empty() ? "" : embedding_param(*m, opt.embeddings_param);
   Session session = SessionAccess::from_module(m, so);
   if (init)
     init_by_word(session, *m, *init, opt.init_params);
+  if (!opt.embeddings.empty())
+    err << load_embeddings(session, emb_param, opt.embeddings, vocab, train_ds).str(opt.embeddings)
+        << "\n";
+  for (const auto& name : opt.freeze) {
+    if (SessionAccess::module(session).param_index(name) < 0) {
+      std::string names;
+      for (const auto& n : session.param_names())
+        names += (names.empty() ? "" : ", ") + n;
+      throw Error("--freeze " + name + ": the model has no parameter " + name + " (it has " +
+                  names + ")");
+    }
+    session.freeze(name);
+  }
   if (resumed) {
     try {
       session.load_training(opt.resume);

@@ -48,6 +48,11 @@ struct TrainOptions {
   std::string tuned;      ///< a tuned schedule database (`pejit tune`); empty: defaults
   /// "fine" (labels as read) or "binary" (SST binary: labels.h), for --data and --dev alike.
   std::string labels = "fine";
+  /// Parameters kept fixed (Session::freeze): no update, no optimizer state.
+  std::vector<std::string> freeze;
+  /// Word vectors (GloVe/word2vec text, gzip too) copied into `embeddings_param` (empty: the
+  /// 2-D parameter over V) for the vocabulary's words before training (embeddings.h).
+  std::string embeddings, embeddings_param;
   /// The session trained: its seed (also the shuffling's), optimizer, mode, lookahead, JIT,
   /// merging and trace file. train() sets its dims (V: the vocabulary's size) and
   /// compile.schedules (from `tuned`).

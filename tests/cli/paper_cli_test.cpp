@@ -1,11 +1,14 @@
 // CLI tests of what a TreeLSTM paper run needs (issue 23): `--labels binary` on train and eval,
 // `pejit predict`, `--freeze` and `--embeddings`, learning-rate schedules and per-parameter
 // options.
+#include "runtime/checkpoint/checkpoint.h"
 #include "tests/cli/cli_util.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -158,4 +161,103 @@ TEST_CASE("cli predict: a class per tree, or per node children first, matching e
   CHECK(l.code == 1);
   CHECK(l.err.find("has no entry `infer_nodes`") != std::string::npos);
   CHECK(run_pejit("predict " + kBinary + " --params " + ck + " --data " + data).code == 2);
+}
+
+namespace {
+
+// A tensor of a checkpoint by name (empty when absent).
+std::vector<float> tensor_of(const pejit::checkpoint::Checkpoint& ck, const std::string& name) {
+  int i = ck.params.index(name);
+  if (i < 0)
+    return {};
+  const auto& t = ck.params.values[static_cast<size_t>(i)];
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
+
+bool has_state(const pejit::checkpoint::Checkpoint& ck, const std::string& name) {
+  for (const auto& [n, t] : ck.optimizer_state)
+    if (n == name)
+      return true;
+  return false;
+}
+
+// Word `w`'s vector in the generated file: distinct per word and column.
+float vec(int w, int k) {
+  return 0.5f + 0.25f * static_cast<float>(w) + 0.001f * static_cast<float>(k);
+}
+
+} // namespace
+
+TEST_CASE("cli --embeddings fills the vocabulary's rows (plain and gzip); --freeze keeps them") {
+  std::string data = write_file("paper_emb.txt", kSst);
+  // Vocabulary of the data: <unk> a b c d (ids in order of appearance).
+  std::string text = "3 300\n";
+  const char* words[] = {"a", "b", "zz"};
+  for (int w = 0; w < 3; ++w) {
+    text += words[w];
+    for (int k = 0; k < 300; ++k) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, " %.3f", static_cast<double>(vec(w, k)));
+      text += buf;
+    }
+    text += "\n";
+  }
+  std::string vecs = write_file("paper_vecs.txt", text);
+  REQUIRE(std::system(("gzip -kf " + vecs).c_str()) == 0);
+  std::string base = "train " + kBinary + " --data " + data +
+                     " --labels binary --mode generic --epochs 1 --batch 2 --seed 3 ";
+  std::string ck0 = tmp("paper_e0.ckpt"), ck1 = tmp("paper_e1.ckpt"), ck2 = tmp("paper_e2.ckpt");
+  Run r0 = run_pejit(base + "--freeze emb --freeze b_out --save " + ck0);
+  REQUIRE_MESSAGE(r0.code == 0, r0.err);
+  Run r1 = run_pejit(base + "--freeze emb --freeze b_out --embeddings " + vecs + " --save " + ck1);
+  REQUIRE_MESSAGE(r1.code == 0, r1.err);
+  CHECK(r1.err.find("embeddings " + vecs +
+                    " -> emb: 2 of 5 vocabulary words found (40.0%), covering 50.0% of the "
+                    "training tokens") != std::string::npos);
+  Run r2 = run_pejit(base + "--freeze emb --freeze b_out --embeddings " + vecs + ".gz --save " +
+                     ck2 + " --embeddings-param emb");
+  REQUIRE_MESSAGE(r2.code == 0, r2.err);
+  auto c0 = pejit::checkpoint::load(ck0), c1 = pejit::checkpoint::load(ck1),
+       c2 = pejit::checkpoint::load(ck2);
+  auto e0 = tensor_of(c0, "emb"), e1 = tensor_of(c1, "emb"), e2 = tensor_of(c2, "emb");
+  REQUIRE(e1.size() == 5 * 300);
+  CHECK(e1 == e2); // gzip reads as plain
+  for (int k = 0; k < 300; ++k) {
+    CHECK(e1[1 * 300 + k] == doctest::Approx(vec(0, k))); // a, kept by --freeze
+    CHECK(e1[2 * 300 + k] == doctest::Approx(vec(1, k))); // b
+  }
+  // <unk>, c and d keep the initialization (the seed's), frozen too.
+  for (int row : {0, 3, 4})
+    for (int k = 0; k < 300; ++k)
+      CHECK(e1[static_cast<size_t>(row * 300 + k)] == e0[static_cast<size_t>(row * 300 + k)]);
+  // Frozen: no optimizer state; b_out stays its zeros; the rest trained.
+  CHECK(!has_state(c1, "adagrad_sum.emb"));
+  CHECK(!has_state(c1, "adagrad_sum.b_out"));
+  CHECK(has_state(c1, "adagrad_sum.W_out"));
+  CHECK(tensor_of(c1, "b_out") == std::vector<float>{0.0f, 0.0f});
+  // Not frozen, the embedding's rows of the batch's words move.
+  std::string ck3 = tmp("paper_e3.ckpt");
+  REQUIRE(run_pejit(base + "--embeddings " + vecs + " --save " + ck3).code == 0);
+  auto c3 = pejit::checkpoint::load(ck3);
+  CHECK(tensor_of(c3, "emb") != e1);
+  CHECK(has_state(c3, "adagrad_sum.emb"));
+
+  // Errors at the file's line (and column).
+  std::string short_v = write_file("paper_short.txt", "a 0.1 0.2\n");
+  Run s = run_pejit(base + "--embeddings " + short_v);
+  CHECK(s.code == 1);
+  CHECK(
+      s.err.find(short_v + ":1: error: the vector of 'a' has 2 values, but emb has rows of 300") !=
+      std::string::npos);
+  std::string hdr = write_file("paper_hdr.txt", "3 50\n");
+  Run h = run_pejit(base + "--embeddings " + hdr);
+  CHECK(h.err.find(hdr + ":1: error: the word2vec header says 50 dimensions") != std::string::npos);
+  std::string nan_v = write_file("paper_nan.txt", text.substr(0, text.find('\n', 7)) + " x\n");
+  Run n = run_pejit(base + "--embeddings " + nan_v);
+  CHECK(n.err.find(nan_v + ":2:") != std::string::npos);
+  Run f = run_pejit(base + "--freeze nope");
+  CHECK(f.code == 1);
+  CHECK(f.err.find("--freeze nope: the model has no parameter nope") != std::string::npos);
+  Run p = run_pejit(base + "--embeddings " + vecs + " --embeddings-param W_out");
+  CHECK(p.err.find("has rows of 2") != std::string::npos);
 }
