@@ -247,6 +247,10 @@ const ir::Module& runtime::SessionAccess::module(const Session& s) {
   return *s.impl_->module;
 }
 
+optim::Optimizer& runtime::SessionAccess::optimizer(Session& s) {
+  return *s.impl_->optimizer;
+}
+
 Value runtime::SessionAccess::wrap(interp::Value v) {
   return pejit::wrap(std::move(v));
 }

@@ -11,12 +11,18 @@
 
 #include <memory>
 
+namespace pejit::optim {
+class Optimizer;
+}
+
 namespace pejit::runtime {
 
 struct SessionAccess {
   /// A session over a module already checked (Session::from_source parses, then calls this).
   static Session from_module(std::shared_ptr<ir::Module> m, const SessionOptions& opt);
   static const ir::Module& module(const Session& s);
+  /// The session's own optimizer, for the trainer's schedule and per-parameter options.
+  static optim::Optimizer& optimizer(Session& s);
   static Value wrap(interp::Value v);
   static const interp::Value& unwrap(const Value& v);
 };

@@ -107,6 +107,18 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--weight-decay", a.session.weight_decay)->capture_default_str();
   app.add_option("--clip", a.session.clip, "clip the global gradient norm (0: off)")
       ->capture_default_str();
+  app.add_option("--lr-schedule", a.lr_schedule,
+                 "constant, step:EVERY:GAMMA, cosine:TOTAL or warmup:STEPS[,THEN]: a factor on "
+                 "the learning rate by the batch's index in the run (docs/cli.md)");
+  app.add_option("--param-lr", a.param_lr, "NAME=LR: this parameter's learning rate (repeatable)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--param-decay", a.param_decay,
+                 "NAME=WD: this parameter's weight decay (repeatable)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--no-decay-bias", a.no_decay_bias,
+               "no weight decay on biases (parameters of rank 0 or 1)");
   app.add_option("--seed", a.session.seed, "seed of initialization and shuffling")
       ->capture_default_str();
   app.add_flag("--fixed-batches", a.fixed_batches, "do not shuffle between epochs");

@@ -135,6 +135,15 @@ Optimizer::Optimizer(OptimizerOptions o) : opts_(o) {
   check_finite_nonneg(o.adam_eps, "adam_eps");
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f) || !(o.beta2 >= 0.0f && o.beta2 < 1.0f))
     throw Error("OptimizerOptions: beta1 and beta2 must lie in [0, 1)");
+  for (const auto& [n, v] : o.param_lr)
+    check_finite_nonneg(v, ("param_lr of " + n).c_str());
+  for (const auto& [n, v] : o.param_weight_decay)
+    check_finite_nonneg(v, ("param_weight_decay of " + n).c_str());
+}
+
+void Optimizer::set_lr_scale(float scale) {
+  check_finite_nonneg(scale, "lr scale");
+  lr_scale_ = scale;
 }
 
 void Optimizer::bind(const interp::Params& params) {
@@ -251,7 +260,12 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
   Slot& slot = *bound_[i];
   if (!value.unique())
     value = value.clone();
-  Rule r{opts_.kind, opts_.lr, opts_.weight_decay, coef, 0, 0, 0, 0, 0, 0, 1};
+  const std::string& name = bound_names_[i];
+  auto lr_it = opts_.param_lr.find(name);
+  auto wd_it = opts_.param_weight_decay.find(name);
+  const float lr = (lr_it == opts_.param_lr.end() ? opts_.lr : lr_it->second) * lr_scale_;
+  const float wd = wd_it == opts_.param_weight_decay.end() ? opts_.weight_decay : wd_it->second;
+  Rule r{opts_.kind, lr, wd, coef, 0, 0, 0, 0, 0, 0, 1};
   switch (opts_.kind) {
   case Kind::Sgd:
     break;
@@ -274,7 +288,7 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
     r.b2 = opts_.beta2;
     r.one_minus_b1 = 1.0f - opts_.beta1;
     r.one_minus_b2 = 1.0f - opts_.beta2;
-    r.step_size = static_cast<float>(static_cast<double>(opts_.lr) / bc1);
+    r.step_size = static_cast<float>(static_cast<double>(lr) / bc1);
     r.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     break;
   }

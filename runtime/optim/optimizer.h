@@ -41,6 +41,9 @@ struct OptimizerOptions {
   float adagrad_eps = 1e-10f;
   float adagrad_init = 0.0f; ///< initial accumulator value
   float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;
+  /// Per-parameter learning rate and weight decay, by name, in place of lr and weight_decay
+  /// (`pejit train --param-lr`, `--param-decay`, `--no-decay-bias`).
+  std::map<std::string, float> param_lr, param_weight_decay;
 };
 
 /// Applies optimizer steps to a Params. Single-threaded and deterministic.
@@ -76,6 +79,11 @@ public:
   /// cloned first, so other holders never see the change. Throws pejit::Error for a count,
   /// shape or dtype mismatch or a sparse index out of range, before modifying anything.
   void step(interp::Params& params, const std::vector<interp::ParamGrad>& grads);
+
+  /// Multiplies every learning rate from the next step on (a schedule's factor, schedule.h);
+  /// 1 leaves the steps bit for bit as without it. Throws pejit::Error unless finite, >= 0.
+  void set_lr_scale(float scale);
+  float lr_scale() const { return lr_scale_; }
 
   /// Number of step() calls so far (restored by load_state).
   int64_t steps() const { return steps_; }
@@ -118,6 +126,7 @@ private:
   void apply(size_t i, Tensor& value, const interp::ParamGrad& g, float coef);
 
   OptimizerOptions opts_;
+  float lr_scale_ = 1.0f;
   int64_t steps_ = 0;
   std::map<std::string, Slot> slots_; ///< by parameter name
   std::vector<std::string> bound_names_;

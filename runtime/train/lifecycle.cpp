@@ -101,7 +101,8 @@ TrainingState RunState::at(int64_t epoch, int64_t batch) const {
                {"batches", std::to_string(batches)},
                {"best", exact(best)},
                {"best_epoch", std::to_string(best_epoch)},
-               {"bad_epochs", std::to_string(bad_epochs)}};
+               {"bad_epochs", std::to_string(bad_epochs)},
+               {"optim", optim}};
   return ts;
 }
 
@@ -130,6 +131,8 @@ RunState RunState::from(const checkpoint::TrainState& ts, const std::string& pat
   r.best = parse_exact(get("best"), what("best"));
   r.best_epoch = get("best_epoch") == "-1" ? -1 : parse_int(get("best_epoch"), what("best_epoch"));
   r.bad_epochs = parse_int(get("bad_epochs"), what("bad_epochs"));
+  if (auto it = ts.values.find("optim"); it != ts.values.end()) // absent before schedules
+    r.optim = it->second;
   if (r.batch_size < 1)
     throw Error(what("batch_size") + " must be >= 1");
   return r;

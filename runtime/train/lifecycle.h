@@ -55,6 +55,8 @@ struct RunState {
   int64_t nodes = 0, trees = 0, batches = 0;
   double best = std::nan("");
   int64_t best_epoch = -1, bad_epochs = 0;
+  /// The optimizer options beyond SessionOptions (optim_setup.h's canonical text; "" when none).
+  std::string optim;
 
   /// The state at `batch` of `epoch` (the next to run).
   TrainingState at(int64_t epoch, int64_t batch) const;

@@ -8,11 +8,13 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cuda/device.h"
 #include "runtime/engine.h"
+#include "runtime/optim/optimizer.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
 #include "runtime/train/embeddings.h"
 #include "runtime/train/labels.h"
 #include "runtime/train/lifecycle.h"
+#include "runtime/train/optim_setup.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -312,6 +314,14 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   const std::string emb_param =
       opt.embeddings.empty() ? "" : embedding_param(*m, opt.embeddings_param);
   Session session = SessionAccess::from_module(m, so);
+  std::string optim_text;
+  const optim::LrSchedule schedule = setup_optimizer(session, opt, optim_text);
+  if (resumed && run.optim != optim_text)
+    throw Error("--resume " + opt.resume + ": the run was trained with optimizer options '" +
+                run.optim + "', this one asks for '" + optim_text +
+                "' (resume with the same --lr-schedule, --param-lr, --param-decay and "
+                "--no-decay-bias)");
+  run.optim = optim_text;
   if (init)
     init_by_word(session, *m, *init, opt.init_params);
   if (!opt.embeddings.empty())
@@ -426,6 +436,9 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         encode_ahead(b + 1 + look);
         pejit::Value v = std::move(ahead.front());
         ahead.pop_front();
+        if (!optim_text.empty()) // the schedule's factor at this batch of the run
+          SessionAccess::optimizer(session).set_lr_scale(static_cast<float>(schedule.factor(
+              static_cast<int64_t>(ep) * static_cast<int64_t>(nb) + static_cast<int64_t>(b))));
         t0 = Clock::now();
         loss = session.step("loss", v);
       } catch (const Error&) {

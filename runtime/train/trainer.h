@@ -53,6 +53,13 @@ struct TrainOptions {
   /// Word vectors (GloVe/word2vec text, gzip too) copied into `embeddings_param` (empty: the
   /// 2-D parameter over V) for the vocabulary's words before training (embeddings.h).
   std::string embeddings, embeddings_param;
+  /// A learning-rate schedule (runtime/optim/schedule.h syntax; empty: constant), stepped per
+  /// batch of the run; per-parameter learning rates and weight decay as "NAME=VALUE", and no
+  /// weight decay on biases (parameters of rank <= 1). All kept in the checkpoint's training
+  /// state: --resume continues them and refuses others.
+  std::string lr_schedule;
+  std::vector<std::string> param_lr, param_decay;
+  bool no_decay_bias = false;
   /// The session trained: its seed (also the shuffling's), optimizer, mode, lookahead, JIT,
   /// merging and trace file. train() sets its dims (V: the vocabulary's size) and
   /// compile.schedules (from `tuned`).

@@ -261,3 +261,45 @@ TEST_CASE("cli --embeddings fills the vocabulary's rows (plain and gzip); --free
   Run p = run_pejit(base + "--embeddings " + vecs + " --embeddings-param W_out");
   CHECK(p.err.find("has rows of 2") != std::string::npos);
 }
+
+TEST_CASE("cli --lr-schedule and per-parameter options: they change training, resume bitwise") {
+  std::string data = write_file("paper_sched.txt", kSst);
+  std::string base = "train " + kBinary + " --data " + data +
+                     " --labels binary --mode generic --batch 1 --weight-decay 0.001 ";
+  std::string opts = "--lr-schedule warmup:3,step:2:0.5 --param-lr emb=0.1 --no-decay-bias ";
+  std::string plain = tmp("paper_s0.ckpt"), two = tmp("paper_s2.ckpt"), one = tmp("paper_s1.ckpt"),
+              resumed = tmp("paper_s11.ckpt");
+  REQUIRE(run_pejit(base + "--epochs 2 --save " + plain).code == 0);
+  Run a = run_pejit(base + opts + "--epochs 2 --save " + two);
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  Run b = run_pejit(base + opts + "--epochs 1 --save " + one);
+  REQUIRE_MESSAGE(b.code == 0, b.err);
+  Run c = run_pejit(base + opts + "--epochs 2 --resume " + one + " --save " + resumed);
+  REQUIRE_MESSAGE(c.code == 0, c.err);
+  auto p0 = pejit::checkpoint::load(plain), p2 = pejit::checkpoint::load(two),
+       p11 = pejit::checkpoint::load(resumed);
+  // The schedule and the options are in effect...
+  CHECK(tensor_of(p2, "W_out") != tensor_of(p0, "W_out"));
+  // ...and 2 epochs straight equal 1 + 1 resumed, bit for bit, the schedule included.
+  for (const auto& n : {"emb", "W_leaf", "b_leaf", "U", "b_node", "W_out", "b_out"})
+    CHECK_MESSAGE(tensor_of(p2, n) == tensor_of(p11, n), n);
+  REQUIRE(p2.optimizer_state.size() == p11.optimizer_state.size());
+  for (size_t i = 0; i < p2.optimizer_state.size(); ++i) {
+    const auto& x = p2.optimizer_state[i].second;
+    const auto& y = p11.optimizer_state[i].second;
+    CHECK(std::vector<float>(x.f32(), x.f32() + x.numel()) ==
+          std::vector<float>(y.f32(), y.f32() + y.numel()));
+  }
+  // Resuming with other options is refused, naming them.
+  Run d = run_pejit(base + "--epochs 2 --resume " + one + " --save " + tmp("paper_s12.ckpt"));
+  CHECK(d.code == 1);
+  CHECK(
+      d.err.find("the run was trained with optimizer options 'lr_schedule=warmup:3,step:2:0.5;") !=
+      std::string::npos);
+  Run e = run_pejit(base + "--lr-schedule cosine:0");
+  CHECK(e.code == 1);
+  CHECK(e.err.find("--lr-schedule 'cosine:0': TOTAL must be a whole number >= 1") !=
+        std::string::npos);
+  Run f = run_pejit(base + "--param-decay nope=1");
+  CHECK(f.err.find("--param-decay nope=1: the model has no parameter nope") != std::string::npos);
+}
