@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 namespace pejit::runtime {
 
@@ -52,6 +53,19 @@ optim::LrSchedule setup_optimizer(Session& session, const TrainOptions& opt,
   parse_items(opt.param_lr, "--param-lr", session, oo.param_lr);
   parse_items(opt.param_decay, "--param-decay", session, oo.param_weight_decay);
   o = optim::Optimizer(oo);
+  std::set<std::string> frozen;
+  for (const auto& name : opt.freeze) {
+    const auto names = session.param_names();
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string all;
+      for (const auto& n : names)
+        all += (all.empty() ? "" : ", ") + n;
+      throw Error("--freeze " + name + ": the model has no parameter " + name + " (it has " + all +
+                  ")");
+    }
+    session.freeze(name);
+    frozen.insert(name);
+  }
   canonical.clear();
   if (sched.str() != "constant")
     canonical += "lr_schedule=" + sched.str() + ";";
@@ -66,6 +80,12 @@ optim::LrSchedule setup_optimizer(Session& session, const TrainOptions& opt,
   };
   list("param_lr", oo.param_lr);
   list("param_decay", oo.param_weight_decay);
+  if (!frozen.empty()) {
+    canonical += "freeze=";
+    for (const auto& n : frozen)
+      canonical += n + ",";
+    canonical += ";";
+  }
   return sched;
 }
 

@@ -319,24 +319,14 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   if (resumed && run.optim != optim_text)
     throw Error("--resume " + opt.resume + ": the run was trained with optimizer options '" +
                 run.optim + "', this one asks for '" + optim_text +
-                "' (resume with the same --lr-schedule, --param-lr, --param-decay and "
-                "--no-decay-bias)");
+                "' (resume with the same --lr-schedule, --param-lr, --param-decay, "
+                "--no-decay-bias and --freeze)");
   run.optim = optim_text;
   if (init)
     init_by_word(session, *m, *init, opt.init_params);
   if (!opt.embeddings.empty())
     err << load_embeddings(session, emb_param, opt.embeddings, vocab, train_ds).str(opt.embeddings)
         << "\n";
-  for (const auto& name : opt.freeze) {
-    if (SessionAccess::module(session).param_index(name) < 0) {
-      std::string names;
-      for (const auto& n : session.param_names())
-        names += (names.empty() ? "" : ", ") + n;
-      throw Error("--freeze " + name + ": the model has no parameter " + name + " (it has " +
-                  names + ")");
-    }
-    session.freeze(name);
-  }
   if (resumed) {
     try {
       session.load_training(opt.resume);

@@ -296,6 +296,10 @@ TEST_CASE("cli --lr-schedule and per-parameter options: they change training, re
   CHECK(
       d.err.find("the run was trained with optimizer options 'lr_schedule=warmup:3,step:2:0.5;") !=
       std::string::npos);
+  Run d2 = run_pejit(base + opts + "--freeze W_out --epochs 2 --resume " + one + " --save " +
+                     tmp("paper_s13.ckpt"));
+  CHECK(d2.code == 1);
+  CHECK(d2.err.find("freeze=W_out,;'") != std::string::npos);
   Run e = run_pejit(base + "--lr-schedule cosine:0");
   CHECK(e.code == 1);
   CHECK(e.err.find("--lr-schedule 'cosine:0': TOTAL must be a whole number >= 1") !=
