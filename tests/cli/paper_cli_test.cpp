@@ -188,7 +188,7 @@ float vec(int w, int k) {
 
 } // namespace
 
-TEST_CASE("cli --embeddings fills the vocabulary's rows (plain and gzip); --freeze keeps them") {
+TEST_CASE("cli --embeddings fills the vocabulary rows, plain and gzip, and --freeze keeps them") {
   std::string data = write_file("paper_emb.txt", kSst);
   // Vocabulary of the data: <unk> a b c d (ids in order of appearance).
   std::string text = "3 300\n";
