@@ -83,8 +83,11 @@ private:
     const ir::Dim& d = t->dims.back();
     if (!d.is_named())
       return d.value;
-    auto it = dims_.find(d.name);
-    return it == dims_.end() ? -1 : it->second;
+    auto v = d.eval([&](const std::string& name) -> std::optional<int64_t> {
+      auto it = dims_.find(name);
+      return it == dims_.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    });
+    return v ? *v : -1;
   }
 
   void record(Taint labels, const ir::Expr& logits, const Span& at) {
