@@ -30,7 +30,7 @@ namespace {
 const std::string kDropout = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm_dropout.pe";
 const std::string kPlain = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
 
-jit::KernelCache& kernels() {
+jit::KernelCache& kernel_cache() {
   static jit::Jit jit;
   static jit::KernelCache cache(jit, 512);
   return cache;
@@ -47,9 +47,13 @@ struct Planned {
   runtime::ExecLayout layout;
   interp::Params params;
 
-  Planned(const std::string& file, size_t n, uint64_t seed) {
+  // `file`, or with `text` the program in it.
+  Planned(const std::string& file, size_t n, uint64_t seed, const std::string& text = {}) {
     Diagnostics d;
-    REQUIRE(types::add_file(*m, file, d).ok);
+    if (text.empty())
+      REQUIRE(types::add_file(*m, file, d).ok);
+    else
+      REQUIRE_MESSAGE(types::add_source(*m, text, file, d).ok, d.render());
     data::Vocab vocab;
     auto trees = data::gen_sst(n, seed, data::Shape::Sst, vocab);
     dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(vocab.size())}});
@@ -114,7 +118,7 @@ TEST_SUITE("runtime") {
     Step ref = generic_step(b, rs);
 
     runtime::ExecOptions graphs, jit, interp_path;
-    jit.kernels = &kernels();
+    jit.kernels = &kernel_cache();
     interp_path.graphs = false;
     runtime::PlanExecutor on_graphs(b.m, b.dims, graphs), on_jit(b.m, b.dims, jit),
         on_interp(b.m, b.dims, interp_path);
@@ -146,6 +150,54 @@ TEST_SUITE("runtime") {
     CHECK(same_bits(generic_step(b, rs), ref));
   }
 
+  TEST_CASE("random ops: bernoulli, uniform, normal and dropout, in templates and out") {
+    // `noisy` is a template per k with one (k = 0) or two (k = 1) draws in its context; the
+    // draws in `enc` (which takes a tree) are contexts of their own.
+    const std::string program = R"(
+      type Tree = Leaf(word: i32[], label: i32[]) | Node(left: Tree, right: Tree, label: i32[])
+      dim V = 100
+      param emb : f32[V, 8] = normal(0.0, 0.5)
+      param W : f32[16, 8] = xavier
+      param W_out : f32[8, 5] = xavier
+      fn noisy(x: f32[8], k: Int) -> f32[8] {
+        if k > 0 { x * bernoulli(0.7, 8) + normal(8) * 0.1 } else { x + uniform(8) }
+      }
+      fn enc(t: Tree) -> (f32[8], f32[]) {
+        match t {
+          Leaf(w, y) => { let h = noisy(take(emb, w), 1); (h, cross_entropy(h @ W_out, y)) }
+          Node(l, r, y) => {
+            let (hl, ll) = enc(l);
+            let (hr, lr) = enc(r);
+            let h = tanh(dropout(concat(hl, hr), 0.2) @ W) + uniform(8) * 0.1;
+            (h, ll + lr + cross_entropy(noisy(h, 0) @ W_out, y))
+          }
+        }
+      }
+      entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) }
+    )";
+    Planned b("random_ops.pe", 20, 45, program);
+    const interp::RandomState rs{31, 2, true};
+    Step ref = generic_step(b, rs);
+    runtime::ExecOptions graphs, jit, interp_path;
+    jit.kernels = &kernel_cache();
+    interp_path.graphs = false;
+    runtime::PlanExecutor on_graphs(b.m, b.dims, graphs), on_jit(b.m, b.dims, jit),
+        on_interp(b.m, b.dims, interp_path);
+    Step g = plan_step(on_graphs, b, rs), j = plan_step(on_jit, b, rs),
+         i = plan_step(on_interp, b, rs);
+    check_close(g, ref, b.params);
+    check_close(j, ref, b.params);
+    check_close(i, ref, b.params);
+    CHECK(same_bits(g, j));
+    CHECK(on_jit.stats().groups_row_by_row == 0);
+    // The sources draw in inference too: run() at another step gives another loss.
+    interp::Interpreter in(b.m, b.dims);
+    in.set_random(rs);
+    float a = in.run("loss", {b.batch}, b.params).as_tensor().item_f32();
+    in.set_random(interp::RandomState{31, 3, true});
+    CHECK(in.run("loss", {b.batch}, b.params).as_tensor().item_f32() != a);
+  }
+
   TEST_CASE("dropout: off in inference, on the generic path and in plans") {
     Planned drop(kDropout, 12, 43), plain(kPlain, 12, 43);
     REQUIRE(drop.params.names == plain.params.names);
@@ -164,16 +216,15 @@ TEST_SUITE("runtime") {
     interp::RandomState off = rs;
     off.train = false;
     runtime::ExecOptions jit;
-    jit.kernels = &kernels();
+    jit.kernels = &kernel_cache();
     runtime::PlanExecutor ex_drop(drop.m, drop.dims, jit), ex_plain(plain.m, plain.dims, jit);
     auto out_drop = ex_drop.run(drop.plan, drop.residual(off), drop.tt, drop.params, &drop.layout);
-    auto out_plain = ex_plain.run(plain.plan, plain.pe.residual, plain.tt, plain.params,
-                                  &plain.layout);
+    auto out_plain =
+        ex_plain.run(plain.plan, plain.pe.residual, plain.tt, plain.params, &plain.layout);
     REQUIRE(out_drop.size() == 1);
     CHECK(test::same_bits(out_drop[0], out_plain[0]));
     CHECK(test::loss_close(out_drop[0].item_f32(), plain_loss));
-    auto out_train =
-        ex_drop.run(drop.plan, drop.residual(rs), drop.tt, drop.params, &drop.layout);
+    auto out_train = ex_drop.run(drop.plan, drop.residual(rs), drop.tt, drop.params, &drop.layout);
     CHECK(out_train[0].item_f32() != out_drop[0].item_f32());
   }
 
