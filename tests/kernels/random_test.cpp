@@ -41,7 +41,7 @@ TEST_SUITE("kernels") {
           Philox4x32{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
   }
 
-  TEST_CASE("random: a word's float is its top 24 bits times 2^-24, in [0, 1)") {
+  TEST_CASE("random: a word gives the float of its top 24 bits times 2^-24, below 1") {
     CHECK(kernels::unit_float(0) == 0.0f);
     CHECK(kernels::unit_float(0xffffffffu) == 1.0f - 0x1p-24f);
     CHECK(kernels::unit_float(0x80000000u) == 0.5f);
@@ -53,7 +53,7 @@ TEST_SUITE("kernels") {
       CHECK(kernels::random_word(k, 2, e) == w[e - 4]);
   }
 
-  TEST_CASE("random: dropout keeps a binomial fraction, scaled by 1 / (1 - p); off in inference") {
+  TEST_CASE("random: dropout keeps a binomial fraction scaled by 1 / (1 - p), off in inference") {
     const int64_t n = 200000;
     std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)
