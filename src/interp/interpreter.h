@@ -61,7 +61,8 @@ private:
 };
 
 /// check_grad: compares central differences along `directions` random unit directions in
-/// parameter space with the AD directional derivative <grad, d>.
+/// parameter space with the AD directional derivative <grad, d>. Both evaluate the entry as a
+/// training step at the interpreter's random state (the same dropout masks).
 struct GradCheckReport {
   bool ok = true;
   double max_rel_error = 0;

@@ -19,6 +19,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -196,6 +197,44 @@ TEST_SUITE("runtime") {
     float a = in.run("loss", {b.batch}, b.params).as_tensor().item_f32();
     in.set_random(interp::RandomState{31, 3, true});
     CHECK(in.run("loss", {b.batch}, b.params).as_tensor().item_f32() != a);
+  }
+
+  TEST_CASE("dropout: its gradient (the same mask on the incoming gradient) passes check_grad") {
+    Planned b(kDropout, 3, 47);
+    interp::Interpreter in(b.m, b.dims);
+    in.set_random(interp::RandomState{8, 1, true});
+    auto rep = interp::check_grad(in, "loss", {b.batch}, b.params, 3, 5);
+    CHECK_MESSAGE(rep.ok, rep.message);
+  }
+
+  TEST_CASE("dropout: the gradient is the forward mask times 1 / (1 - p)") {
+    auto mp = std::make_shared<ir::Module>();
+    Diagnostics d;
+    REQUIRE(types::add_source(*mp,
+                              "param w : f32[64] = normal(0.0, 1.0)\n"
+                              "entry loss(xs: List[i32[]]) -> f32[] { sum(dropout(w, 0.25)) }\n",
+                              "grad.pe", d)
+                .ok);
+    interp::DimBindings dims = interp::bind_dims(*mp, {});
+    interp::Params params = interp::init_params(*mp, dims, 2);
+    interp::Interpreter in(mp, dims);
+    in.set_random(interp::RandomState{3, 9, true});
+    auto g = in.value_and_grad("loss", {interp::Value::list({})}, params);
+    Tensor gw = g.grads[0].to_dense(params.values[0].shape());
+    // d/dw of sum(dropout(w)) is the mask scaled: 0 where dropped, 1 / 0.75 where kept.
+    const float scale = 1.0f / 0.75f;
+    int kept = 0, other = 0;
+    double loss = 0;
+    for (int64_t i = 0; i < 64; ++i) {
+      float v = gw.f32()[i];
+      kept += v == scale;
+      other += v != scale && v != 0.0f;
+      loss += static_cast<double>(v) * params.values[0].f32()[i];
+    }
+    CHECK(other == 0);
+    CHECK(kept > 32);
+    CHECK(kept < 64);
+    CHECK(std::fabs(loss - g.loss) < 1e-4 * (1 + std::fabs(loss))); // the forward's own mask
   }
 
   TEST_CASE("dropout: off in inference, on the generic path and in plans") {
