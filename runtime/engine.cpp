@@ -152,8 +152,9 @@ struct Engine::Impl {
   // One batch of `entry` on the best path: `planned(plan, residual with this batch's payloads)`
   // or `generic()`, timed and counted per path (and per kernel tier).
   template <class Planned, class Generic>
-  auto dispatch(const std::string& entry, const Value& batch, const char* what, Planned planned,
-                Generic generic_run) -> decltype(generic_run()) {
+  auto dispatch(const std::string& entry, const Value& batch, const char* what,
+                const interp::RandomState& rs, Planned planned, Generic generic_run)
+      -> decltype(generic_run()) {
     auto t0 = Clock::now();
     std::string why;
     std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why);
@@ -190,6 +191,7 @@ struct Engine::Impl {
     // instance list: the plan has the row maps).
     specializer::Residual with_inputs;
     specializer::batch_payloads(batch, with_inputs.inputs);
+    specializer::fill_random_inputs(e->residual, rs, with_inputs.inputs);
     with_inputs.consts = e->residual.consts;
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
@@ -280,18 +282,33 @@ const EngineOptions& Engine::options() const {
 interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, const Value& batch,
                                                       const interp::Params& params) {
   Impl& I = *impl_;
-  return I.dispatch(
-      entry, batch, "step",
+  interp::RandomState rs = I.generic.random(); // a training step: dropout on
+  rs.train = true;
+  auto g = I.dispatch(
+      entry, batch, "step", rs,
       [&](const PlanEntry& e, const specializer::Residual& r) {
         return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
       },
       [&] { return I.generic.value_and_grad(entry, {batch}, params); });
+  rs.step++;
+  I.generic.set_random(rs);
+  return g;
+}
+
+void Engine::set_random(uint64_t seed, uint32_t step) {
+  impl_->generic.set_random(interp::RandomState{seed, step, true});
+}
+
+interp::RandomState Engine::random() const {
+  return impl_->generic.random();
 }
 
 Value Engine::run(const std::string& entry, const Value& batch, const interp::Params& params) {
   Impl& I = *impl_;
+  interp::RandomState rs = I.generic.random(); // inference: dropout off
+  rs.train = false;
   return I.dispatch(
-      entry, batch, "run",
+      entry, batch, "run", rs,
       [&](const PlanEntry& e, const specializer::Residual& r) {
         return specializer::build_result(e.residual.result_shape,
                                          I.exec.run(e.plan, r, *e.templates, params, &e.layout));

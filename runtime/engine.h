@@ -117,6 +117,12 @@ public:
   interp::Value run(const std::string& entry, const interp::Value& batch,
                     const interp::Params& params);
 
+  /// The seed and step that random ops draw with (interp/random.h). value_and_grad is a
+  /// training step (dropout on) and then advances the step by one; run is inference (dropout
+  /// off). With the same seed and step, every path and tier draws the same numbers.
+  void set_random(uint64_t seed, uint32_t step);
+  interp::RandomState random() const;
+
   /// Hands batches that will come next to the background pipeline (auto mode; a no-op
   /// otherwise). Their plans are published in the plan cache as they are made.
   void prefetch(const std::string& entry, std::vector<interp::Value> batches);

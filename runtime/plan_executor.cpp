@@ -169,6 +169,8 @@ struct PlanExecutor::Impl {
       else
         full.push_back(args[ti++]);
     }
+    if (ti + 1 == args.size()) // a random template: its key is the last argument
+      be.set_random_key(args.back());
     flatten(ev.call_fn(f, full, f.span), outs);
     return outs;
   }

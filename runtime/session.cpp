@@ -234,6 +234,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
+  impl->engine->set_random(opt.seed, 0);
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
   oo.lr = opt.lr;
@@ -437,6 +438,16 @@ void Session::set_param(const std::string& name, const std::vector<float>& data)
     throw Error("parameter " + name + " has " + std::to_string(t.numel()) + " elements, got " +
                 std::to_string(data.size()));
   t = Tensor::from_f32(t.shape(), data);
+}
+
+void Session::set_random(uint64_t seed, uint32_t step) {
+  impl_->engine->set_random(seed, step);
+}
+uint64_t Session::random_seed() const {
+  return impl_->engine->random().seed;
+}
+uint32_t Session::random_step() const {
+  return impl_->engine->random().step;
 }
 
 void Session::freeze(const std::string& name, bool frozen) {

@@ -387,21 +387,12 @@ uint64_t skeleton_hash(const Value& batch) {
 }
 
 bool is_template_eligible(const ir::FnDecl& f) {
-  if (f.is_entry || !tensors_only(f.ret))
-    return false;
-  bool any_tensor = false;
-  for (const auto& p : f.params) {
-    auto k = p.type->kind;
-    if (k == ir::TypeKind::Tensor)
-      any_tensor = true;
-    else if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool)
-      return false;
-  }
-  return any_tensor;
+  return interp::template_eligible(f); // the generic path's random contexts use the same rule
 }
 
 std::vector<Template> static_templates(const ir::Module& m, const interp::DimBindings& dims) {
   std::vector<Template> out;
+  const std::vector<bool> random_ctx = interp::random_context_functions(m);
   for (size_t i = 0; i < m.fns().size(); ++i) {
     const ir::FnDecl& f = *m.fns()[i];
     if (!is_template_eligible(f))
@@ -421,6 +412,8 @@ std::vector<Template> static_templates(const ir::Module& m, const interp::DimBin
     flatten_type(f.ret, outs);
     for (const auto& o : outs)
       t.results.push_back(sig_of(o, dims));
+    if (random_ctx[i])
+      t.args.push_back(random_key_sig());
     out.push_back(std::move(t));
   }
   return out;

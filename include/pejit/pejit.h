@@ -250,6 +250,12 @@ public:
   /// it (nor its optimizer state). Throws pejit::Error for an unknown name.
   void freeze(const std::string& name, bool frozen = true);
   bool frozen(const std::string& name) const;
+  /// The seed and step that random ops (dropout, ...) draw with: step() draws at the current
+  /// step and then advances it; run() and eval are inference (dropout off). The seed starts as
+  /// SessionOptions::seed and the step at 0; a resumed run sets the step it stopped at.
+  void set_random(uint64_t seed, uint32_t step);
+  uint64_t random_seed() const;
+  uint32_t random_step() const;
   /// Parameters, the session's optimizer state, a vocabulary and free-form `meta` strings
   /// (if given) in pejit's checkpoint format, written atomically.
   void save(const std::string& path, const std::vector<std::string>& vocab = {},

@@ -459,6 +459,12 @@ public:
       args.push_back(eval(c.args[i], fr));
     ops::Attr attr{c.attr_ints};
     auto id = static_cast<ops::OpId>(c.ref.index);
+    if (ops::is_random(id)) { // the key operand and the index j (ops.def, interp/random.h)
+      int64_t j = 0;
+      args.push_back(backend_.random_key(c.span, j));
+      attr.ints[0] = j;
+      ++n;
+    }
     if (id == ops::OpId::Split) {
       Values parts;
       backend_.op(id, attr, args.data(), n, c.span, &parts);
