@@ -201,7 +201,7 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
     PEJIT_CHECK(ai == arg_nodes.size()) << "template " << t.name << " has " << arg_nodes.size()
                                         << " tensor arguments, its function " << ai;
     TraceBackend be(m, dims, tg);
-    interp::Evaluator<TraceBackend> ev(m, be, max_depth);
+    interp::Evaluator<TraceBackend> ev(m, be, interp::CallLimit::of(max_depth, 0));
     Value r = ev.call_fn(f, args, f.span);
     std::vector<Value> flat;
     flatten(r, flat);

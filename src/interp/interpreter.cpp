@@ -86,13 +86,18 @@ const FnDecl& entry_of(const Module& m, const std::string& name, size_t nargs) {
 }
 } // namespace
 
+// Every entry point measures its arguments' depth first (without recursing) and evaluates
+// where the native stack has room for it (call_limit.h): a thread of its own for a deep input.
 Value Interpreter::run(const std::string& entry, const Values& args, const Params& params) {
   const FnDecl& f = entry_of(*m_, entry, args.size());
-  for (size_t i = 0; i < args.size(); ++i)
-    check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  EagerBackend backend(params, nullptr, dims_);
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  return ev.call_entry(f, args);
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           for (size_t i = 0; i < args.size(); ++i)
+                             check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
+                           EagerBackend backend(params, nullptr, dims_);
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           return ev.call_entry(f, args);
+                         });
 }
 
 Value Interpreter::call_function(int fn_index, const Values& args, const Params& params) {
@@ -102,9 +107,12 @@ Value Interpreter::call_function(int fn_index, const Values& args, const Params&
   if (args.size() != f.params.size())
     throw Error("function '" + f.name + "' takes " + std::to_string(f.params.size()) +
                 " arguments, got " + std::to_string(args.size()));
-  EagerBackend backend(params, nullptr, dims_);
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  return ev.call_fn(f, args, f.span);
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           EagerBackend backend(params, nullptr, dims_);
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           return ev.call_fn(f, args, f.span);
+                         });
 }
 
 Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, const Values& args,
@@ -113,17 +121,20 @@ Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, con
   if (!f.ret || f.ret->kind != TypeKind::Tensor || !f.ret->dims.empty() || f.ret->elem != Elem::F32)
     throw Error("entry '" + entry + "' must return f32[] to be differentiated, it returns " +
                 type_str(f.ret));
-  for (size_t i = 0; i < args.size(); ++i)
-    check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  tape_.reset(params.values);
-  EagerBackend backend(params, &tape_, dims_);
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  Value loss = ev.call_entry(f, args);
-  Gradients g;
-  g.loss = loss.as_tensor().item_f32();
-  g.grads = tape_.backward(loss.tape_id());
-  tape_.reset({});
-  return g;
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           for (size_t i = 0; i < args.size(); ++i)
+                             check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
+                           tape_.reset(params.values);
+                           EagerBackend backend(params, &tape_, dims_);
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           Value loss = ev.call_entry(f, args);
+                           Gradients g;
+                           g.loss = loss.as_tensor().item_f32();
+                           g.grads = tape_.backward(loss.tape_id());
+                           tape_.reset({});
+                           return g;
+                         });
 }
 
 GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Values& args,
