@@ -98,6 +98,10 @@ thread_local std::vector<std::shared_ptr<const Values>>* t_release_pending = nul
 } // namespace
 
 void Value::release_items() noexcept {
+  if (items_.use_count() != 1) { // not the last owner: nothing is freed
+    items_.~shared_ptr();
+    return;
+  }
   int& depth = t_release_depth;
   if (depth == 0) {
     std::vector<std::shared_ptr<const Values>> pending;
@@ -113,7 +117,7 @@ void Value::release_items() noexcept {
     t_release_pending = nullptr;
     return;
   }
-  if (depth >= kReleaseDepth && items_.use_count() == 1) {
+  if (depth >= kReleaseDepth) {
     t_release_pending->push_back(std::move(items_));
     items_.~shared_ptr();
     return;

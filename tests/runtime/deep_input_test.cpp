@@ -224,8 +224,8 @@ entry count(ws: List[i32[]]) -> Int { spin(length(ws) * 10) }
   }
 }
 
-// The depth of the acceptance: minutes and several GiB on a small machine, so not in
-// the default run; `build/tests/pejit_runtime_tests -ts='deep inputs 1M' --no-skip` runs them
+// The depth of the acceptance: too slow and too large for the default run on a small
+// machine; `build/tests/pejit_runtime_tests -ts='deep inputs 1M' --no-skip` runs them
 // (docs/contributing.md).
 TEST_SUITE("deep inputs 1M" * doctest::skip()) {
   TEST_CASE("a tree of depth 1,000,000 trains in generic and specialized mode") {
