@@ -20,12 +20,23 @@
 #include "runtime/specializer_service.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
+#include "src/interp/call_limit.h"
 #include "src/util/check.h"
 
 #include <chrono>
 #include <optional>
 
 namespace pejit::runtime {
+
+namespace {
+// A batch deeper than an ordinary thread's stack holds is keyed, planned, run and freed on a
+// thread whose stack fits its depth (interp/call_limit.h); any other runs here.
+template <class F> decltype(auto) on_stack_for(const interp::Value& batch, int max_depth, F&& fn) {
+  interp::CallLimit limit = interp::CallLimit::of(max_depth, interp::nesting_depth(batch));
+  return interp::with_call_limit(limit,
+                                 [&](const interp::CallLimit&) -> decltype(auto) { return fn(); });
+}
+} // namespace
 
 using Clock = std::chrono::steady_clock;
 using interp::Value;
@@ -89,7 +100,8 @@ struct Engine::Impl {
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o,
        std::shared_ptr<const FaultHooks> f)
       : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), faults(std::move(f)),
-        generic(m, dims), jit(make_jit(opt, jit_disabled)),
+        generic(m, dims, interp::InterpreterOptions{opt.max_depth}),
+        jit(make_jit(opt, jit_disabled)),
         kernels(
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
@@ -98,15 +110,17 @@ struct Engine::Impl {
              // In auto mode the training thread never waits for LLVM: templates run on
              // reference kernels until the pipeline has compiled them.
              ExecOptions{opt.graphs, kernels.get(), runners.get(), opt.mode != Mode::Auto}),
-        trace(!opt.trace_file.empty()), specializer(m, dims, opt.merge_equal, faults.get(), trace),
+        trace(!opt.trace_file.empty()),
+        specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),
         plans(PlanCacheLimits{opt.plan_cache_entries, opt.plan_cache_bytes,
                               opt.plan_probation_entries}) {
     if (faults && runners && faults->corrupt_kernel_ir())
       runners->inject_compile_failure(true);
     if (opt.mode == Mode::Auto)
       pipeline = std::make_unique<Pipeline>(
-          opt.lookahead,
-          [this](const std::string& entry, const Value& batch) { plan_ahead(entry, batch); });
+          opt.lookahead, [this](const std::string& entry, const Value& batch) {
+            on_stack_for(batch, this->opt.max_depth, [&] { plan_ahead(entry, batch); });
+          });
   }
 
   bool compiles() const { return runners && runners->jit(); }
@@ -284,12 +298,14 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   Impl& I = *impl_;
   interp::RandomState rs = I.generic.random(); // a training step: dropout on
   rs.train = true;
-  auto g = I.dispatch(
-      entry, batch, "step", rs,
-      [&](const PlanEntry& e, const specializer::Residual& r) {
-        return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
-      },
-      [&] { return I.generic.value_and_grad(entry, {batch}, params); });
+  auto g = on_stack_for(batch, I.opt.max_depth, [&] {
+    return I.dispatch(
+        entry, batch, "step", rs,
+        [&](const PlanEntry& e, const specializer::Residual& r) {
+          return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
+        },
+        [&] { return I.generic.value_and_grad(entry, {batch}, params); });
+  });
   rs.step++;
   I.generic.set_random(rs);
   return g;
@@ -307,13 +323,15 @@ Value Engine::run(const std::string& entry, const Value& batch, const interp::Pa
   Impl& I = *impl_;
   interp::RandomState rs = I.generic.random(); // inference: dropout off
   rs.train = false;
-  return I.dispatch(
-      entry, batch, "run", rs,
-      [&](const PlanEntry& e, const specializer::Residual& r) {
-        return specializer::build_result(e.residual.result_shape,
-                                         I.exec.run(e.plan, r, *e.templates, params, &e.layout));
-      },
-      [&] { return I.generic.run(entry, {batch}, params); });
+  return on_stack_for(batch, I.opt.max_depth, [&] {
+    return I.dispatch(
+        entry, batch, "run", rs,
+        [&](const PlanEntry& e, const specializer::Residual& r) {
+          return specializer::build_result(e.residual.result_shape,
+                                           I.exec.run(e.plan, r, *e.templates, params, &e.layout));
+        },
+        [&] { return I.generic.run(entry, {batch}, params); });
+  });
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {

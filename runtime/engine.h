@@ -41,7 +41,9 @@ struct EngineOptions {
   size_t plan_cache_bytes = 512u << 20;
   /// New plans wait on a probation list this long (oldest out first) until a second use.
   size_t plan_probation_entries = 64;
-  int lookahead = 8;      ///< batches the pipeline may plan ahead
+  int lookahead = 8; ///< batches the pipeline may plan ahead
+  /// Nested calls allowed besides 4 per level of a batch's nesting (interp/call_limit.h).
+  int max_depth = 4000;
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
   /// Value numbering (specializer/merge_instances.h): the instances of a batch that compute
   /// the same thing (the same template on equal arguments, equal payloads included) run once.

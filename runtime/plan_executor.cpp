@@ -157,7 +157,7 @@ struct PlanExecutor::Impl {
       be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
       return multi;
     }
-    interp::Evaluator<BatchBackend> ev(*m, be, 4000);
+    interp::Evaluator<BatchBackend> ev(*m, be, interp::CallLimit::of(0, 0));
     const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
     Values full;
     size_t ti = 0, si = 0;

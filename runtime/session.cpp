@@ -223,6 +223,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
+  eo.max_depth = opt.max_depth;
   eo.trace_file = opt.trace_file;
   eo.merge_equal = opt.merge_equal;
   eo.jit = opt.compile.jit;

@@ -419,9 +419,30 @@ std::vector<Template> static_templates(const ir::Module& m, const interp::DimBin
   return out;
 }
 
+namespace {
+PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings& dims,
+                                 const std::string& entry, const Value& batch,
+                                 TemplateTable& templates, const PeOptions& opt,
+                                 const interp::CallLimit& limit);
+} // namespace
+
+// The batch's depth is measured first (without recursing): the scan, the evaluation and the
+// walks after it run where the native stack has room for it (interp/call_limit.h).
 PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
                             const std::string& entry, const Value& batch, TemplateTable& templates,
                             const PeOptions& opt) {
+  interp::CallLimit limit =
+      interp::CallLimit::of(opt.max_depth, interp::nesting_depth(batch), opt.calls_per_level);
+  return interp::with_call_limit(limit, [&](const interp::CallLimit& l) {
+    return partially_evaluate_here(m, dims, entry, batch, templates, opt, l);
+  });
+}
+
+namespace {
+PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings& dims,
+                                 const std::string& entry, const Value& batch,
+                                 TemplateTable& templates, const PeOptions& opt,
+                                 const interp::CallLimit& limit) {
   ops::register_kernels();
   const ir::FnDecl* f = m.fn(entry);
   if (!f || !f->is_entry)
@@ -493,7 +514,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
 
   be->set_fuel(PeOptions::kFuelBase + opt.fuel_per_value * values);
   try {
-    interp::Evaluator<PeBackend> ev(m, *be, opt.max_depth);
+    interp::Evaluator<PeBackend> ev(m, *be, limit);
     Value result = ev.call_entry(*f, {arg});
     be->collect_outputs(result);
     be->update_hints();
@@ -512,5 +533,6 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
 
   return out;
 }
+} // namespace
 
 } // namespace pejit::specializer

@@ -219,7 +219,7 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
     TraceBackend be(m, dims, tg);
     if (keyed)
       be.set_random_key(arg_nodes.back());
-    interp::Evaluator<TraceBackend> ev(m, be, max_depth);
+    interp::Evaluator<TraceBackend> ev(m, be, interp::CallLimit::of(max_depth, 0));
     Value r = ev.call_fn(f, args, f.span);
     std::vector<Value> flat;
     flatten(r, flat);

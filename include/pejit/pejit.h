@@ -112,6 +112,9 @@ struct SessionOptions {
   float clip = 0.0f;         ///< global gradient-norm clipping (0: off)
   std::string mode = "auto"; ///< generic, specialized or auto
   int lookahead = 8;         ///< batches planned ahead (auto mode)
+  /// Nested calls a batch may recurse into besides 4 per level of its nesting (a tree's depth,
+  /// a list's length): deeper recursion is a pejit::Error naming this bound (`--max-depth`).
+  int max_depth = 4000;
   /// Instances of a batch that compute the same thing (one function on equal arguments, a
   /// repeated word's leaf) run once; false: every instance runs. Results are the same.
   bool merge_equal = true;

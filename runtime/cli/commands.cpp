@@ -76,6 +76,10 @@ void add_session_options(CLI::App& app, SessionOptions& s) {
       ->capture_default_str();
   app.add_flag("!--no-jit", s.compile.jit,
                "run planned batches on reference kernels only (no LLVM)");
+  app.add_option("--max-depth", s.max_depth,
+                 "nested calls a batch may recurse into besides 4 per level of its depth")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("!--no-merge", s.merge_equal,
                "run every instance of a batch, also those that compute what another does (the "
                "same template on equal arguments)");

@@ -121,18 +121,24 @@ const FnDecl& entry_of(const Module& m, const std::string& name, size_t nargs) {
 }
 } // namespace
 
+// Every entry point measures its arguments' depth first (without recursing) and evaluates
+// where the native stack has room for it (call_limit.h): a thread of its own for a deep input.
 Value Interpreter::run(const std::string& entry, const Values& args, const Params& params) {
   const FnDecl& f = entry_of(*m_, entry, args.size());
-  for (size_t i = 0; i < args.size(); ++i)
-    check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  RandomState rs = random_;
-  rs.train = false; // inference: dropout off
-  EagerBackend backend(params, nullptr, dims_, rs, random_contexts());
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  backend.inline_call = [&](const FnDecl& g, const Values& a, const Span& at) {
-    return ev.call_fn(g, a, at);
-  };
-  return ev.call_entry(f, args);
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           for (size_t i = 0; i < args.size(); ++i)
+                             check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
+                           RandomState rs = random_;
+                           rs.train = false; // inference: dropout off
+                           EagerBackend backend(params, nullptr, dims_, rs, random_contexts());
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           backend.inline_call = [&](const FnDecl& g, const Values& a,
+                                                     const Span& at) {
+                             return ev.call_fn(g, a, at);
+                           };
+                           return ev.call_entry(f, args);
+                         });
 }
 
 Value Interpreter::call_function(int fn_index, const Values& args, const Params& params) {
@@ -142,14 +148,18 @@ Value Interpreter::call_function(int fn_index, const Values& args, const Params&
   if (args.size() != f.params.size())
     throw Error("function '" + f.name + "' takes " + std::to_string(f.params.size()) +
                 " arguments, got " + std::to_string(args.size()));
-  RandomState rs = random_;
-  rs.train = false;
-  EagerBackend backend(params, nullptr, dims_, rs, random_contexts());
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  backend.inline_call = [&](const FnDecl& g, const Values& a, const Span& at) {
-    return ev.call_fn(g, a, at);
-  };
-  return ev.call_fn(f, args, f.span);
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           RandomState rs = random_;
+                           rs.train = false;
+                           EagerBackend backend(params, nullptr, dims_, rs, random_contexts());
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           backend.inline_call = [&](const FnDecl& g, const Values& a,
+                                                     const Span& at) {
+                             return ev.call_fn(g, a, at);
+                           };
+                           return ev.call_fn(f, args, f.span);
+                         });
 }
 
 Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, const Values& args,
@@ -158,22 +168,26 @@ Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, con
   if (!f.ret || f.ret->kind != TypeKind::Tensor || !f.ret->dims.empty() || f.ret->elem != Elem::F32)
     throw Error("entry '" + entry + "' must return f32[] to be differentiated, it returns " +
                 type_str(f.ret));
-  for (size_t i = 0; i < args.size(); ++i)
-    check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  tape_.reset(params.values);
-  RandomState rs = random_;
-  rs.train = true; // a training step: dropout on
-  EagerBackend backend(params, &tape_, dims_, rs, random_contexts());
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  backend.inline_call = [&](const FnDecl& g, const Values& a, const Span& at) {
-    return ev.call_fn(g, a, at);
-  };
-  Value loss = ev.call_entry(f, args);
-  Gradients g;
-  g.loss = loss.as_tensor().item_f32();
-  g.grads = tape_.backward(loss.tape_id());
-  tape_.reset({});
-  return g;
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           for (size_t i = 0; i < args.size(); ++i)
+                             check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
+                           tape_.reset(params.values);
+                           RandomState rs = random_;
+                           rs.train = true; // a training step: dropout on
+                           EagerBackend backend(params, &tape_, dims_, rs, random_contexts());
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           backend.inline_call = [&](const FnDecl& g, const Values& a,
+                                                     const Span& at) {
+                             return ev.call_fn(g, a, at);
+                           };
+                           Value loss = ev.call_entry(f, args);
+                           Gradients g;
+                           g.loss = loss.as_tensor().item_f32();
+                           g.grads = tape_.backward(loss.tape_id());
+                           tape_.reset({});
+                           return g;
+                         });
 }
 
 GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Values& args,

@@ -4,6 +4,7 @@
 // per module and reused across calls; it holds no hidden global state.
 #pragma once
 
+#include "src/interp/call_limit.h"
 #include "src/interp/params.h"
 #include "src/interp/random.h"
 #include "src/interp/tape.h"
@@ -16,9 +17,11 @@
 namespace pejit::interp {
 
 struct InterpreterOptions {
-  /// Maximum depth of nested function calls; deeper recursion is a pejit::Error (never a
-  /// stack overflow).
-  int max_depth = 4000;
+  /// Maximum depth of nested function calls: max_depth plus calls_per_level per level of the
+  /// input's nesting (call_limit.h). Deeper recursion is a pejit::Error, never a stack
+  /// overflow.
+  int max_depth = CallLimit::kDefaultMaxDepth;
+  int calls_per_level = CallLimit::kCallsPerLevel;
 };
 
 class Interpreter {

@@ -227,6 +227,32 @@ TEST_SUITE("cli") {
     }
   }
 
+  TEST_CASE("train: the LSTM language model on one 3,000-token sentence, in every mode") {
+    // One call deeper per token: far past what an ordinary native stack holds
+    // (docs/architecture.md, "Deep inputs").
+    std::string text = tmp("long_sentence.txt");
+    {
+      std::ofstream f(text);
+      for (int i = 0; i < 3000; ++i)
+        f << (i ? " " : "") << "w" << (i * 7 + 3) % 40;
+      f << "\n";
+    }
+    std::map<std::string, double> loss;
+    for (std::string mode : {"generic", "specialized", "auto"}) {
+      Run r = run_pejit("train " PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe --data " + text +
+                        " --batch 1 --epochs 1 --json --no-train-eval --mode " + mode);
+      INFO(mode << ": " << r.err);
+      REQUIRE(r.code == 0);
+      auto js = json_lines(r.out);
+      REQUIRE(js.size() == 1);
+      CHECK(js[0]["generic_batches"] == (mode == "generic" ? 1 : 0));
+      loss[mode] = js[0]["loss"].get<double>();
+      CHECK(std::isfinite(loss[mode]));
+    }
+    CHECK(std::fabs(loss["specialized"] - loss["generic"]) <= 1e-4 * loss["generic"]);
+    CHECK(std::fabs(loss["auto"] - loss["generic"]) <= 1e-4 * loss["generic"]);
+  }
+
   TEST_CASE("train in auto mode (the default): planned in the background, traced") {
     std::string train = tmp("auto_train.txt"), trace = tmp("trace.json");
     REQUIRE(run_pejit("gen sst --trees 150 --seed 8 -o " + train).code == 0);
