@@ -55,6 +55,7 @@ struct EpochStats {
   int64_t trees = 0, nodes = 0;
   double trees_per_s = 0, seconds = 0;
   int64_t batches = 0, specialized_batches = 0, generic_batches = 0;
+  int threads = 1; ///< the session's (SessionOptions::threads resolved)
   double specialized_seconds = 0, generic_seconds = 0;
   int64_t jit_batches = 0;
   double jit_seconds = 0; ///< the part of specialized_seconds that ran JIT kernels
