@@ -64,10 +64,11 @@ const float* packed_weight(const Tensor& w, bool transposed,
   return p.f32();
 }
 
-// Runs a compiled run over rows [0, rows) in `blocks` blocks of `step` rows (a multiple of the
-// panel), one worker each: every pointer of the launch moved to the block's first row, and
-// each block its own panel scratch. A block's panels are the whole launch's panels, so each
-// row is computed as in one launch, bit for bit.
+// Runs a compiled run over rows [0, rows) in `blocks` blocks of `step` rows, one worker each:
+// every pointer of the launch moved to the block's first row, and each block its own panel
+// scratch. The kernel computes a row from that row alone, in an order its shapes fix (the GEMM
+// core's k chunks, the chain per element), not from which rows share its panel: so each row
+// comes out as in one launch, bit for bit (tests/runtime/threads_test.cpp splits every run).
 void launch_blocks(const jit::KernelSpec& spec, const jit::CachedKernel& kernel,
                    const std::vector<float*>& ins, const std::vector<float*>& outs,
                    const GemmPanel& core, Tensor& scratch, int64_t rows, int64_t step,
@@ -130,8 +131,7 @@ int64_t GraphRunner::run_block_rows(const Run& r, const State& st) const {
     if (!c.type.dims.empty() && !a.type.dims.empty())
       cost += 2 * c.type.dims.back() * a.type.dims.back();
   }
-  // Blocks of whole panels; a plain kernel's blocks of whole vectors.
-  return st.workers->block_rows(st.rows, cost, r.spec.panel_rows > 0 ? r.spec.panel_rows : 16);
+  return st.workers->block_rows(st.rows, cost, SplitPolicy::kRowGranule);
 }
 
 const std::vector<const float*>* GraphRunner::arg_rows(NodeId id, const State& st) const {
@@ -159,7 +159,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
   using Clock = ProfileClock;
   const graph::Graph& g = tg_.g;
   auto val = [&](NodeId id) -> Tensor& { return st.vals[static_cast<size_t>(id)]; };
-  // Blocks of whole panels that the workers share (one block: the calling thread alone).
+  // Blocks of rows that the workers share (one block: the calling thread alone).
   const int64_t step = run_block_rows(r, st);
   const int64_t blocks = step < st.rows ? (st.rows + step - 1) / step : 1;
   // The run's GEMM core, if it has one and its product is not computed yet (panels off, or

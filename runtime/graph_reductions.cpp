@@ -55,9 +55,10 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   void* out[1] = {y.raw()};
   // The kinds with a result per row split by rows (each row's result is its own: the same
   // bits in any block); a sum over the rows (SumRows) runs whole, in its one row order.
-  const int64_t step = kind == jit::ReduceKind::SumRows || st.workers == nullptr
-                           ? rows
-                           : st.workers->block_rows(rows, r.per_row * w * 8, 16);
+  const int64_t step =
+      kind == jit::ReduceKind::SumRows || st.workers == nullptr
+          ? rows
+          : st.workers->block_rows(rows, r.per_row * w * 8, SplitPolicy::kRowGranule);
   if (step >= rows) {
     if (kernel->reduce().fn(in, out, krows) >= 0)
       return false; // a label out of range: the reference kernel says which

@@ -21,6 +21,9 @@ int affinity_cpus();
 struct SplitPolicy {
   /// The least work (flops) of a block: below it, the work runs on the calling thread whole.
   static constexpr int64_t kMinBlockWork = 32768;
+  /// Blocks of rows start at multiples of this many rows (whole vectors of a narrow row, and
+  /// few blocks that are mostly a kernel's tail).
+  static constexpr int64_t kRowGranule = 8;
   int64_t min_block_work = kMinBlockWork; ///< tests set 1 to split everything they can
 };
 
