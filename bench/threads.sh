@@ -6,7 +6,7 @@
 # every run, the median ratios, and whether the losses were the same bits across counts.
 #
 #   bench/threads.sh [options]
-#     -p PEJIT    the pejit binary (default build/runtime/cli/pejit, else build/pejit)
+#     -p PEJIT    the pejit binary (default build-bench/pejit, else build/pejit)
 #     -d FILE     training data (default ../shared/data/sst/train.txt, else 8,544 generated trees)
 #     -t "1 2 4"  thread counts (default: 1 2 and the CPUs of the affinity mask)
 #     -B "25 100" batch sizes (default 25)
@@ -34,7 +34,7 @@ while getopts "p:d:t:B:n:e:m:c:x:h" o; do
   esac
 done
 if [ -z "$pejit" ]; then
-  for p in build/runtime/cli/pejit build/pejit build/src/cli/pejit; do
+  for p in build-bench/pejit build/pejit; do
     if [ -x "$p" ]; then pejit=$p; break; fi
   done
 fi

@@ -98,6 +98,7 @@ struct EvalStats {
   double seconds = 0, trees_per_s = 0;
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
+  int threads = 1; ///< the session's (SessionOptions::threads resolved)
   std::string json() const;
 };
 
