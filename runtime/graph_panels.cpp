@@ -80,7 +80,7 @@ void launch_blocks(const jit::KernelSpec& spec, const jit::CachedKernel& kernel,
     float* const own_scratch = scratch.defined() ? scratch.f32() + b * scratch_floats : nullptr;
     std::vector<float*> in(ins.size()), out(outs.size());
     for (size_t i = 0; i < ins.size(); ++i) {
-      if (spec.inputs[i] != jit::InputShape::Full || ins[i] == nullptr)
+      if (i >= spec.inputs.size() || spec.inputs[i] != jit::InputShape::Full || ins[i] == nullptr)
         in[i] = ins[i];
       else if (spec.panel_input(i)) // the same column of this block's scratch
         in[i] = own_scratch + (ins[i] - scratch.f32());
