@@ -77,6 +77,14 @@ std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::string& why) {
   }
 }
 
+// In auto mode the training thread never waits for LLVM: templates run on reference kernels
+// until the pipeline has compiled them.
+ExecOptions exec_options(const EngineOptions& o, jit::KernelCache* kernels, RunnerCache* runners) {
+  ExecOptions e{o.graphs, kernels, runners, o.mode != Mode::Auto};
+  e.workers = o.workers.get();
+  return e;
+}
+
 } // namespace
 
 struct Engine::Impl {
@@ -106,10 +114,7 @@ struct Engine::Impl {
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
         runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get()) : nullptr),
-        exec(m, dims,
-             // In auto mode the training thread never waits for LLVM: templates run on
-             // reference kernels until the pipeline has compiled them.
-             ExecOptions{opt.graphs, kernels.get(), runners.get(), opt.mode != Mode::Auto}),
+        exec(m, dims, exec_options(opt, kernels.get(), runners.get())),
         trace(!opt.trace_file.empty()),
         specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),
         plans(PlanCacheLimits{opt.plan_cache_entries, opt.plan_cache_bytes,

@@ -29,6 +29,8 @@ class ScheduleDB;
 
 namespace pejit::runtime {
 
+class Workers;
+
 enum class Mode { Generic, Specialized, Auto };
 Mode parse_mode(const std::string& s); ///< pejit::Error for another name
 const char* mode_name(Mode m);
@@ -58,6 +60,9 @@ struct EngineOptions {
   /// entry for this CPU compile with its schedule. Null: every kernel gets its default
   /// schedule; no database is ever looked for elsewhere (docs/architecture.md).
   std::shared_ptr<const jit::ScheduleDB> schedules;
+  /// The threads a planned batch's work is split across (runtime/parallel.h: the same bits
+  /// for any count); null: the calling thread alone.
+  std::shared_ptr<const Workers> workers;
 };
 
 struct EngineStats {

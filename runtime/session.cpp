@@ -7,6 +7,7 @@
 #include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/parallel.h"
 #include "runtime/schedule_api.h"
 #include "runtime/session_access.h"
 #include "src/interp/interpreter.h"
@@ -151,6 +152,7 @@ struct Session::Impl {
   SessionOptions opt;
   interp::DimBindings dims;
   interp::Params params;
+  std::shared_ptr<const runtime::Workers> workers; // shared by the engine and the optimizers
   std::unique_ptr<runtime::Engine> engine;
   std::unique_ptr<optim::Optimizer> optimizer;
   // Per-entry counters (SessionStats::per_entry): the engine's plan hits and misses are
@@ -229,7 +231,12 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   eo.jit = opt.compile.jit;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
+  if (opt.threads < 0)
+    throw Error("SessionOptions::threads is " + std::to_string(opt.threads) +
+                " (0: the CPUs of the affinity mask, or a count >= 1)");
   auto impl = std::make_unique<Session::Impl>();
+  impl->workers = std::make_shared<runtime::Workers>(opt.threads);
+  eo.workers = impl->workers;
   impl->opt = opt;
   impl->module = std::move(m);
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
@@ -242,6 +249,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   oo.weight_decay = opt.weight_decay;
   oo.clip_norm = opt.clip;
   impl->optimizer = std::make_unique<optim::Optimizer>(oo);
+  impl->optimizer->set_workers(impl->workers);
   return Session(std::move(impl));
 }
 
@@ -331,6 +339,7 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
   impl_->drop_frozen(g.grads);
+  optimizer.impl_->opt.set_workers(impl_->workers);
   if (std::isfinite(g.loss))
     optimizer.impl_->opt.step(impl_->params, g.grads);
   return g.loss;
@@ -339,6 +348,7 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
 void Session::init_params(uint64_t seed) {
   impl_->params = interp::init_params(*impl_->module, impl_->dims, seed);
   impl_->optimizer = std::make_unique<optim::Optimizer>(impl_->optimizer->options());
+  impl_->optimizer->set_workers(impl_->workers);
 }
 
 void Session::prefetch(const std::string& entry, const std::vector<Value>& batches) {
@@ -546,6 +556,7 @@ std::vector<std::string> Session::load_params(const std::string& path) {
 SessionStats Session::stats() const {
   auto s = impl_->engine->stats();
   SessionStats out;
+  out.threads = impl_->workers->threads();
   out.generic_batches = s.generic_batches;
   out.specialized_batches = s.specialized_batches;
   out.generic_seconds = s.generic_seconds;

@@ -115,6 +115,10 @@ struct SessionOptions {
   /// Nested calls a batch may recurse into besides 4 per level of its nesting (a tree's depth,
   /// a list's length): deeper recursion is a pejit::Error naming this bound (`--max-depth`).
   int max_depth = 4000;
+  /// Threads a step's work is split across (a planned batch's row blocks, weight gradients,
+  /// the optimizer's update); 0: the CPUs of the process's affinity mask. Results are the
+  /// same bits for any count (docs/architecture.md, "Threads").
+  int threads = 0;
   /// Instances of a batch that compute the same thing (one function on equal arguments, a
   /// repeated word's leaf) run once; false: every instance runs. Results are the same.
   bool merge_equal = true;
@@ -173,6 +177,8 @@ struct SessionStats {
   double first_planned_s = -1, first_jit_s = -1, last_compile_s = -1;
   /// Why batches ran generic: the number of batches per reason.
   std::map<std::string, int64_t> fallbacks;
+  /// The threads a step's work is split across (SessionOptions::threads resolved).
+  int threads = 1;
 
   // Per entry, for research loops that change the model while it trains (add_source).
   struct Entry {

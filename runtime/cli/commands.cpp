@@ -80,6 +80,11 @@ void add_session_options(CLI::App& app, SessionOptions& s) {
                  "nested calls a batch may recurse into besides 4 per level of its depth")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--threads", s.threads,
+                 "threads a step's work is split across (0: the CPUs of the affinity mask); the "
+                 "same results for any count")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_flag("!--no-merge", s.merge_equal,
                "run every instance of a batch, also those that compute what another does (the "
                "same template on equal arguments)");

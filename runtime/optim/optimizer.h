@@ -11,10 +11,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+namespace pejit::runtime {
+class Workers;
+}
 
 namespace pejit::optim {
 
@@ -43,7 +48,7 @@ struct OptimizerOptions {
   float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;
 };
 
-/// Applies optimizer steps to a Params. Single-threaded and deterministic.
+/// Applies optimizer steps to a Params. Deterministic: the same bits on any number of workers.
 ///
 /// Update rules, per element of the gradient g (after clipping and weight decay):
 ///  - Sgd:     p -= lr * g
@@ -76,6 +81,12 @@ public:
   /// cloned first, so other holders never see the change. Throws pejit::Error for a count,
   /// shape or dtype mismatch or a sparse index out of range, before modifying anything.
   void step(interp::Params& params, const std::vector<interp::ParamGrad>& grads);
+
+  /// The threads an update may split a parameter's rows across (runtime/parallel.h); null
+  /// (the default): the calling thread. The same bits either way.
+  void set_workers(std::shared_ptr<const runtime::Workers> workers) {
+    workers_ = std::move(workers);
+  }
 
   /// Number of step() calls so far (restored by load_state).
   int64_t steps() const { return steps_; }
@@ -123,6 +134,7 @@ private:
   std::vector<std::string> bound_names_;
   std::vector<Slot*> bound_; ///< slots_ entries, by parameter index
   std::vector<Work> work_;   ///< by parameter index
+  std::shared_ptr<const runtime::Workers> workers_;
 };
 
 } // namespace pejit::optim

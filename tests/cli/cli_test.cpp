@@ -203,6 +203,30 @@ TEST_SUITE("cli") {
     CHECK(json_lines(t.out).empty());
   }
 
+  TEST_CASE("train --threads N: --json says N, the same losses bit for bit as one thread") {
+    std::string train = tmp("threads_train.txt");
+    REQUIRE(run_pejit("gen sst --trees 120 --seed 7 -o " + train).code == 0);
+    std::string common = "train " + kModel + " --data " + train +
+                         " --epochs 2 --json --no-train-eval --mode specialized --batch 60";
+    Run one = run_pejit(common + " --threads 1");
+    Run three = run_pejit(common + " --threads 3");
+    INFO(one.err << three.err);
+    REQUIRE(one.code == 0);
+    REQUIRE(three.code == 0);
+    auto oj = json_lines(one.out), tj = json_lines(three.out);
+    REQUIRE(oj.size() == 2);
+    REQUIRE(tj.size() == 2);
+    for (int e = 0; e < 2; ++e) {
+      CHECK(oj[e]["threads"] == 1);
+      CHECK(tj[e]["threads"] == 3);
+      CHECK(oj[e]["loss"].get<double>() == tj[e]["loss"].get<double>());
+      CHECK(oj[e]["root_acc"] == tj[e]["root_acc"]);
+    }
+    Run bad = run_pejit(common + " --threads -2");
+    CHECK(bad.code != 0);
+    CHECK(bad.err.find("--threads") != std::string::npos);
+  }
+
   TEST_CASE("train --mode specialized runs every batch on plans and matches generic") {
     std::string train = tmp("spec_train.txt");
     REQUIRE(run_pejit("gen sst --trees 200 --seed 31 -o " + train).code == 0);
