@@ -117,6 +117,11 @@ std::vector<std::string_view> lines_of(std::string_view text) {
   return out;
 }
 
+/// The text the readers split into lines: a UTF-8 byte order mark at the start is not data.
+std::string_view without_bom(std::string_view text) {
+  return text.substr(0, 3) == "\xef\xbb\xbf" ? text.substr(3) : text;
+}
+
 bool blank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), is_space);
 }
@@ -162,10 +167,12 @@ Outcome run_trees(std::string_view in) {
     return o;
   }
   o.accepted = true;
-  size_t expected = 0;
+  size_t expected = 0, expected_bom = 0; // a leading byte order mark: data, or skipped
   for (auto line : lines_of(in))
     expected += !blank(line);
-  if (trees.size() != expected)
+  for (auto line : lines_of(without_bom(in)))
+    expected_bom += !blank(line);
+  if (trees.size() != expected && trees.size() != expected_bom)
     return broken(o, std::to_string(trees.size()) + " trees from " + std::to_string(expected) +
                          " non-blank lines");
   data::Vocab frozen = vocab;
@@ -206,33 +213,42 @@ Outcome run_sentences(std::string_view in) {
     return o;
   }
   o.accepted = true;
-  // The format: a sentence per non-blank line, tokens split at blanks.
-  std::vector<std::vector<std::string_view>> expected;
-  for (auto line : lines_of(in)) {
-    std::vector<std::string_view> words;
-    for (size_t i = 0; i < line.size();) {
-      while (i < line.size() && is_space(line[i]))
-        ++i;
-      size_t s = i;
-      while (i < line.size() && !is_space(line[i]))
-        ++i;
-      if (i > s)
-        words.push_back(line.substr(s, i - s));
+  // The format: a sentence per non-blank line, tokens split at blanks; a byte order mark at
+  // the start of the file is read as data or skipped, either is the format.
+  auto split = [](std::string_view text) {
+    std::vector<std::vector<std::string_view>> out;
+    for (auto line : lines_of(text)) {
+      std::vector<std::string_view> words;
+      for (size_t i = 0; i < line.size();) {
+        while (i < line.size() && is_space(line[i]))
+          ++i;
+        size_t s = i;
+        while (i < line.size() && !is_space(line[i]))
+          ++i;
+        if (i > s)
+          words.push_back(line.substr(s, i - s));
+      }
+      if (!words.empty())
+        out.push_back(std::move(words));
     }
-    if (!words.empty())
-      expected.push_back(std::move(words));
-  }
-  if (got.size() != expected.size())
-    return broken(o, std::to_string(got.size()) + " sentences from " +
-                         std::to_string(expected.size()) + " non-blank lines");
-  for (size_t i = 0; i < got.size(); ++i) {
-    bool same = got[i].size() == expected[i].size();
-    for (size_t k = 0; same && k < got[i].size(); ++k)
-      same = got[i][k] >= 0 && static_cast<size_t>(got[i][k]) < vocab.size() &&
-             vocab.word(got[i][k]) == expected[i][k];
-    if (!same)
-      return broken(o, "sentence " + std::to_string(i) + " is not its line's words");
-  }
+    return out;
+  };
+  auto same = [&](const std::vector<std::vector<std::string_view>>& expected) {
+    if (got.size() != expected.size())
+      return false;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i].size() != expected[i].size())
+        return false;
+      for (size_t k = 0; k < got[i].size(); ++k)
+        if (got[i][k] < 0 || static_cast<size_t>(got[i][k]) >= vocab.size() ||
+            vocab.word(got[i][k]) != expected[i][k])
+          return false;
+    }
+    return true;
+  };
+  if (!same(split(in)) && !same(split(without_bom(in))))
+    return broken(o, std::to_string(got.size()) + " sentences that are not the lines' words (" +
+                         std::to_string(split(in).size()) + " non-blank lines)");
   return o;
 }
 
