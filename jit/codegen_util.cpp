@@ -1,6 +1,7 @@
 // IR emitters that every lowering in jit/ shares (declared in elementwise_codegen.h): the loop
-// metadata that keeps an explicit-vector loop as written, and e^x as src/kernels/fast_math.h's
-// fast_exp, operation for operation, so that JIT and reference kernels agree to a few ulps.
+// metadata that keeps an explicit-vector loop as written, e^x as src/kernels/fast_math.h's
+// fast_exp, operation for operation, so that JIT and reference kernels agree to a few ulps, and
+// the elementwise chain's ops (the CPU lowering and the GPU's, jit/ptx_codegen.cpp).
 #include "jit/elementwise_codegen.h"
 
 #include <llvm/IR/IRBuilder.h>
@@ -54,6 +55,59 @@ llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x) {
     return b.CreateBitCast(b.CreateShl(b.CreateAdd(k, i(127)), 23), ft);
   };
   return b.CreateFMul(b.CreateFMul(y, scale(n1)), scale(n2));
+}
+
+namespace {
+
+// fast_tanh of src/kernels/fast_math.h.
+Value* emit_fast_tanh(llvm::IRBuilder<>& b, Value* x) {
+  llvm::Type* ft = x->getType();
+  auto f = [&](float v) { return llvm::ConstantFP::get(ft, v); };
+  Value* neg = b.CreateFCmpOLT(x, f(0.0f));
+  Value* ax = b.CreateSelect(neg, b.CreateFNeg(x), x);
+  Value* z = b.CreateFMul(x, x);
+  Value* p = f(-5.70498872745e-3f);
+  p = b.CreateFAdd(b.CreateFMul(p, z), f(2.06390887954e-2f));
+  p = b.CreateFSub(b.CreateFMul(p, z), f(5.37397155531e-2f));
+  p = b.CreateFAdd(b.CreateFMul(p, z), f(1.33314422036e-1f));
+  p = b.CreateFSub(b.CreateFMul(p, z), f(3.33332819422e-1f));
+  Value* small = b.CreateFAdd(b.CreateFMul(b.CreateFMul(p, z), x), x);
+  Value* e = emit_fast_exp(b, b.CreateFMul(f(2.0f), ax));
+  Value* big = b.CreateFSub(f(1.0f), b.CreateFDiv(f(2.0f), b.CreateFAdd(e, f(1.0f))));
+  big = b.CreateSelect(neg, b.CreateFNeg(big), big);
+  return b.CreateSelect(b.CreateFCmpOLT(ax, f(0.625f)), small, big);
+}
+
+} // namespace
+
+llvm::Value* emit_elementwise_op(llvm::IRBuilder<>& b, ElementwiseOp op, llvm::Value* x,
+                                 llvm::Value* y) {
+  auto f = [&](float v) { return llvm::ConstantFP::get(x->getType(), v); };
+  switch (op) {
+  case ElementwiseOp::Add:
+    return b.CreateFAdd(x, y);
+  case ElementwiseOp::Sub:
+    return b.CreateFSub(x, y);
+  case ElementwiseOp::Mul:
+    return b.CreateFMul(x, y);
+  case ElementwiseOp::Div:
+    return b.CreateFDiv(x, y);
+  case ElementwiseOp::Neg:
+    return b.CreateFNeg(x);
+  case ElementwiseOp::Exp:
+    return emit_fast_exp(b, x);
+  case ElementwiseOp::Tanh:
+    return emit_fast_tanh(b, x);
+  case ElementwiseOp::Sigmoid:
+    return b.CreateFDiv(f(1), b.CreateFAdd(f(1), emit_fast_exp(b, b.CreateFNeg(x))));
+  case ElementwiseOp::Relu:
+    return b.CreateSelect(b.CreateFCmpOGT(x, f(0)), x, f(0));
+  case ElementwiseOp::SigmoidBwd: // gy * y * (1 - y)
+    return b.CreateFMul(b.CreateFMul(y, x), b.CreateFSub(f(1), x));
+  case ElementwiseOp::TanhBwd: // gy * (1 - y*y)
+    return b.CreateFMul(y, b.CreateFSub(f(1), b.CreateFMul(x, x)));
+  }
+  return nullptr;
 }
 
 } // namespace pejit::jit

@@ -301,8 +301,6 @@ private:
         hoisted_[i] = annotate(b_.CreateLoad(f32_, in_ptrs_[i], "s"), i);
 
     Value* width = b_.getInt64(spec_.width);
-    float_ty_ = f32_;
-    int_ty_ = i32_;
     // A row's ragged end: vectors of the schedule's width, or of default_chain_width floats.
     ElementwiseSchedule sched = parse_elementwise_schedule(spec_.schedule);
     tail_ = sched.is_default() ? default_chain_width(target) : sched.vector_width;
@@ -452,8 +450,6 @@ private:
   // With a mask, only its lanes are read (the others are zero) and written.
   template <class Index> void emit_vector_element(Value* col, Index index, Value* mask = nullptr) {
     auto* vf = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(tail_));
-    float_ty_ = vf;
-    int_ty_ = llvm::FixedVectorType::get(i32_, static_cast<unsigned>(tail_));
     std::vector<Value*> v;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       if (hoisted_[i]) {
@@ -478,70 +474,16 @@ private:
                                : b_.CreateAlignedStore(v[spec_.outputs[j]], to, llvm::Align(4)),
                nin + j);
     }
-    float_ty_ = f32_;
-    int_ty_ = i32_;
   }
 
-  // Constants of the type being emitted (a float, or a vector of them for a row's tail).
-  Value* f(float x) { return llvm::ConstantFP::get(float_ty_, x); }
-  Value* i32c(int32_t x) { return llvm::ConstantInt::get(int_ty_, static_cast<uint64_t>(x)); }
-  Value* select_lt(Value* a, Value* b, Value* then, Value* other) {
-    return b_.CreateSelect(b_.CreateFCmpOLT(a, b), then, other);
-  }
-
-  Value* emit_op(ElementwiseOp op, Value* a, Value* b) {
-    switch (op) {
-    case ElementwiseOp::Add:
-      return b_.CreateFAdd(a, b);
-    case ElementwiseOp::Sub:
-      return b_.CreateFSub(a, b);
-    case ElementwiseOp::Mul:
-      return b_.CreateFMul(a, b);
-    case ElementwiseOp::Div:
-      return b_.CreateFDiv(a, b);
-    case ElementwiseOp::Neg:
-      return b_.CreateFNeg(a);
-    case ElementwiseOp::Exp:
-      return emit_exp(a);
-    case ElementwiseOp::Tanh:
-      return emit_tanh(a);
-    case ElementwiseOp::Sigmoid:
-      return b_.CreateFDiv(f(1), b_.CreateFAdd(f(1), emit_exp(b_.CreateFNeg(a))));
-    case ElementwiseOp::Relu:
-      return b_.CreateSelect(b_.CreateFCmpOGT(a, f(0)), a, f(0));
-    case ElementwiseOp::SigmoidBwd: // gy * y * (1 - y)
-      return b_.CreateFMul(b_.CreateFMul(b, a), b_.CreateFSub(f(1), a));
-    case ElementwiseOp::TanhBwd: // gy * (1 - y*y)
-      return b_.CreateFMul(b, b_.CreateFSub(f(1), b_.CreateFMul(a, a)));
-    }
-    return nullptr;
-  }
-
-  Value* emit_exp(Value* x) { return emit_fast_exp(b_, x); }
-
-  // fast_tanh of src/kernels/fast_math.h.
-  Value* emit_tanh(Value* x) {
-    Value* neg = b_.CreateFCmpOLT(x, f(0.0f));
-    Value* ax = b_.CreateSelect(neg, b_.CreateFNeg(x), x);
-    Value* z = b_.CreateFMul(x, x);
-    Value* p = f(-5.70498872745e-3f);
-    p = b_.CreateFAdd(b_.CreateFMul(p, z), f(2.06390887954e-2f));
-    p = b_.CreateFSub(b_.CreateFMul(p, z), f(5.37397155531e-2f));
-    p = b_.CreateFAdd(b_.CreateFMul(p, z), f(1.33314422036e-1f));
-    p = b_.CreateFSub(b_.CreateFMul(p, z), f(3.33332819422e-1f));
-    Value* small = b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, z), x), x);
-    Value* e = emit_exp(b_.CreateFMul(f(2.0f), ax));
-    Value* big = b_.CreateFSub(f(1.0f), b_.CreateFDiv(f(2.0f), b_.CreateFAdd(e, f(1.0f))));
-    big = b_.CreateSelect(neg, b_.CreateFNeg(big), big);
-    return select_lt(ax, f(0.625f), small, big);
-  }
+  // The op on a float or a vector of floats: the emitter the GPU lowering shares.
+  Value* emit_op(ElementwiseOp op, Value* a, Value* b) { return emit_elementwise_op(b_, op, a, b); }
 
   const KernelSpec& spec_;
   llvm::LLVMContext& ctx_;
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
   llvm::Type *f32_, *i32_, *i64_;
-  llvm::Type *float_ty_ = nullptr, *int_ty_ = nullptr; ///< what f() and i32c() make
   int64_t tail_ = 8; ///< the vector width of a row's ragged end, in floats
   llvm::Function* fn_ = nullptr;
   std::vector<Value*> in_ptrs_, out_ptrs_, hoisted_;

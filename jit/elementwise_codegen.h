@@ -36,6 +36,12 @@ int default_chain_width(const CodegenTarget& target);
 /// behind the elementwise and the reduction families' exp.
 llvm::Value* emit_fast_exp(llvm::IRBuilder<>& b, llvm::Value* x);
 
+/// Chain op `op` on `a` (and `b` for a binary op), floats or vectors of floats: the operations of
+/// the reference kernels (src/kernels/fast_math.h for exp, tanh and sigmoid), no fast-math
+/// flags. The one emitter of the chain's ops, for the CPU lowering and the GPU's.
+llvm::Value* emit_elementwise_op(llvm::IRBuilder<>& b, ElementwiseOp op, llvm::Value* a,
+                                 llvm::Value* b_value);
+
 /// for (i = 0; i < n; ++i) body(i) in `fn`, as a guarded bottom-tested loop (i64 counter named
 /// `name`.i); returns its latch. The loop every lowering in jit/ builds.
 template <class Body>

@@ -17,7 +17,8 @@
 //   is llvm.log.f32, i.e. libm's logf, as std::log in the reference. No fast-math flags, no FMA
 //   contraction in the IR, and none in the reference kernels (the project builds with
 //   -ffp-contract=off), so cross-entropy gives the reference algorithm's bits
-//   (tests/jit/reduce_test.cpp; a whole plan's loss and gradients: tests/specializer/plan_test.cpp).
+//   (tests/jit/reduce_test.cpp; a whole plan's loss and gradients:
+//   tests/specializer/plan_test.cpp).
 // Error of the loss (vs exact arithmetic on the f32 inputs): with s = sum of C terms each
 // within 3e-7 relative, and the f32 sum adding at most (C - 1) ulps' worth, log(s) is off by
 // <= (3e-7 + C * 6e-8) absolute, plus logf's and the final subtractions' rounding:
@@ -32,7 +33,14 @@
 //   cross-entropy does.
 // Labels: a label outside [0, C) reads column 0 instead (no out-of-bounds access) and the
 // kernel returns the first such row; the caller reports the error.
+//
+// GPU mode (lower_reduce_gpu, for jit/ptx_codegen.cpp): the same per-row code, each row on its
+// own thread (the row loop becomes a grid-stride loop, so every row keeps the CPU kernel's
+// order of operations), the log Cephes' logf in IR (ptx_ir.h), the first bad label an atomic
+// unsigned min into a device word that the caller sets to -1. SumRows sums each column on its
+// own thread, in row order (the same bits); its width-1 form runs the 16-lane sum on one thread.
 #include "jit/elementwise_codegen.h"
+#include "jit/ptx_ir.h"
 #include "jit/reduce_spec.h"
 
 #include <llvm/IR/IRBuilder.h>
@@ -51,9 +59,59 @@ constexpr unsigned kBlock = 4;  // SumRows: vectors per column block
 
 class ReduceLowering {
 public:
-  ReduceLowering(const ReduceSpec& spec, int lanes, llvm::LLVMContext& ctx, llvm::Module& m)
+  ReduceLowering(const ReduceSpec& spec, int lanes, llvm::LLVMContext& ctx, llvm::Module& m,
+                 bool gpu = false)
       : spec_(spec), lanes_(static_cast<unsigned>(lanes)), ctx_(ctx), m_(m), b_(ctx),
-        f32_(b_.getFloatTy()), i32_(b_.getInt32Ty()), i64_(b_.getInt64Ty()) {}
+        f32_(b_.getFloatTy()), i32_(b_.getInt32Ty()), i64_(b_.getInt64Ty()), gpu_(gpu) {}
+
+  // `void name(ptr in0, ..., ptr out, i64 rows, ptr bad)`: a kernel over the rows (SumRows:
+  // over the columns); `bad` is an i64 the cross-entropy kinds lower to the first bad row.
+  void emit_gpu(const std::string& fn_name) {
+    auto* ptr = b_.getPtrTy();
+    const int nin = reduce_inputs(spec_.kind);
+    std::vector<llvm::Type*> params(static_cast<size_t>(nin) + 1, ptr);
+    params.push_back(i64_);
+    params.push_back(ptr);
+    fn_ = create_gpu_kernel(m_, b_, fn_name, params);
+    entry_ = b_.GetInsertBlock();
+    for (int i = 0; i < nin; ++i)
+      in_.push_back(fn_->getArg(static_cast<unsigned>(i)));
+    out_ = fn_->getArg(static_cast<unsigned>(nin));
+    rows_ = fn_->getArg(static_cast<unsigned>(nin) + 1);
+    Value* bad = fn_->getArg(static_cast<unsigned>(nin) + 2);
+    switch (spec_.kind) {
+    case ReduceKind::SumRows:
+      if (spec_.width == 1) {
+        auto* one = llvm::BasicBlock::Create(ctx_, "one", fn_);
+        auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+        b_.CreateCondBr(b_.CreateICmpEQ(emit_global_thread(b_), b_.getInt64(0)), one, done);
+        b_.SetInsertPoint(one);
+        emit_sum_lanes();
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+      } else {
+        emit_sum_columns_gpu();
+      }
+      break;
+    case ReduceKind::CrossEntropy:
+    case ReduceKind::CrossEntropyBwd: {
+      Value* first = emit_cross_entropy(spec_.kind == ReduceKind::CrossEntropyBwd);
+      auto* report = llvm::BasicBlock::Create(ctx_, "report", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+      b_.CreateCondBr(b_.CreateICmpSGE(first, b_.getInt64(0)), report, done);
+      b_.SetInsertPoint(report);
+      b_.CreateAtomicRMW(llvm::AtomicRMWInst::UMin, bad, first, llvm::MaybeAlign(8),
+                         llvm::AtomicOrdering::Monotonic);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      break;
+    }
+    default:
+      emit_along_rows();
+      break;
+    }
+    b_.CreateRetVoid();
+  }
 
   void emit(const std::string& fn_name, const CodegenTarget& target) {
     auto* ptr = b_.getPtrTy();
@@ -108,6 +166,20 @@ private:
     keep_loop_as_written(emit_counted_loop(b_, fn_, n, name, body));
   }
 
+  // The loop over the rows of the per-row kinds: every row in turn, or on the GPU one thread's
+  // share of them.
+  template <class Body> void row_loop(Body body) {
+    if (gpu_)
+      emit_grid_stride_loop(b_, fn_, rows_, "row", body);
+    else
+      emit_loop(rows_, "row", body);
+  }
+
+  // log(x): libm's logf through llvm.log.f32, or on the GPU Cephes' logf.
+  Value* emit_log(Value* x) {
+    return gpu_ ? emit_gpu_logf(b_, x) : b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
+  }
+
   llvm::FixedVectorType* vec(unsigned n) { return llvm::FixedVectorType::get(f32_, n); }
   Value* at(Value* base, Value* index) { return b_.CreateInBoundsGEP(f32_, base, index); }
   Value* at(Value* base, int64_t index) { return at(base, b_.getInt64(index)); }
@@ -135,6 +207,22 @@ private:
     });
     for (unsigned u = 0; u < count; ++u)
       store(load(t, acc[u]), at(out_, b_.CreateAdd(col, b_.getInt64(u * n), "", true, true)));
+  }
+
+  // GPU: column c on its own thread, summed from 0 in row order (the CPU kernel's bits).
+  void emit_sum_columns_gpu() {
+    const int64_t w = spec_.width;
+    emit_grid_stride_loop(b_, fn_, b_.getInt64(w), "col", [&](Value* c) {
+      llvm::AllocaInst* acc = slot(f32_, "acc");
+      store(llvm::ConstantFP::get(f32_, 0.0), acc);
+      emit_counted_loop(b_, fn_, rows_, "row", [&](Value* r) {
+        Value* x =
+            load(f32_, at(in_[0], b_.CreateAdd(b_.CreateMul(r, b_.getInt64(w), "", true, true), c,
+                                               "", true, true)));
+        store(b_.CreateFAdd(load(f32_, acc), x), acc);
+      });
+      store(load(f32_, acc), at(out_, c));
+    });
   }
 
   void emit_sum_columns() {
@@ -267,7 +355,7 @@ private:
     const int64_t c = spec_.width;
     llvm::AllocaInst* first_bad = slot(i64_, "first_bad");
     b_.CreateStore(b_.getInt64(-1), first_bad);
-    emit_loop(rows_, "row", [&](Value* r) {
+    row_loop([&](Value* r) {
       Value* row = at(in_[0], b_.CreateMul(r, b_.getInt64(c), "", true, true));
       Value* label = b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, in_[1], r), "label");
       // Unsigned: a negative label is out of range too.
@@ -282,8 +370,7 @@ private:
         Value* inf = b_.CreateFCmpOEQ(
             b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, m),
             llvm::ConstantFP::getInfinity(f32_)); // all -inf, or a +inf: avoid inf - inf
-        Value* lse = b_.CreateSelect(inf, llvm::ConstantFP::get(f32_, 0.0),
-                                     b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, s));
+        Value* lse = b_.CreateSelect(inf, llvm::ConstantFP::get(f32_, 0.0), emit_log(s));
         Value* y = b_.CreateFSub(lse, b_.CreateFSub(load(f32_, at(row, idx)), m));
         store(y, at(out_, r));
         return;
@@ -365,7 +452,7 @@ private:
   void emit_along_rows() {
     const int64_t c = spec_.width;
     const ReduceKind kind = spec_.kind;
-    emit_loop(rows_, "row", [&](Value* r) {
+    row_loop([&](Value* r) {
       Value* off = b_.CreateMul(r, b_.getInt64(c), "", true, true);
       Value* x = at(in_[0], off);
       Value* g = in_.size() > 1 ? at(in_[1], off) : nullptr;
@@ -390,8 +477,7 @@ private:
         Value* s = emit_exp_sum(x, m, nullptr);
         Value* inf = b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, m),
                                       llvm::ConstantFP::getInfinity(f32_));
-        Value* lse = splat(b_.CreateSelect(inf, llvm::ConstantFP::get(f32_, 0.0),
-                                           b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, s)));
+        Value* lse = splat(b_.CreateSelect(inf, llvm::ConstantFP::get(f32_, 0.0), emit_log(s)));
         Value* ms = splat(m);
         map_row(y, [&](auto load) { return b_.CreateFSub(b_.CreateFSub(load(x), ms), lse); });
         return;
@@ -430,6 +516,7 @@ private:
   Value* rows_ = nullptr;
   std::vector<Value*> in_;
   Value* out_ = nullptr;
+  bool gpu_ = false;
 };
 
 } // namespace
@@ -441,6 +528,15 @@ std::unique_ptr<llvm::Module> lower_reduce(const ReduceSpec& spec, llvm::LLVMCon
   m->setTargetTriple(target.triple);
   m->setDataLayout(target.data_layout);
   ReduceLowering(spec, gemm_lanes(target), ctx, *m).emit(fn_name, target);
+  return m;
+}
+
+std::unique_ptr<llvm::Module> lower_reduce_gpu(const ReduceSpec& spec, llvm::LLVMContext& ctx,
+                                               const std::string& fn_name) {
+  auto m = std::make_unique<llvm::Module>(fn_name, ctx);
+  m->setTargetTriple(kNvptxTriple);
+  // The lanes only size SumRows' CPU column blocks, which the GPU form does not use.
+  ReduceLowering(spec, 16, ctx, *m, true).emit_gpu(fn_name);
   return m;
 }
 

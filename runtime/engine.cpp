@@ -166,8 +166,14 @@ struct Engine::Impl {
       stats.generic_batch(t0, t1);
       return out;
     };
-    if (!e)
+    if (!e) {
+      // Specialized mode is the strict one: a batch that cannot be planned stops the run with
+      // the reason rather than running generic unseen. Auto is the forgiving mode.
+      if (opt.mode == Mode::Specialized)
+        throw Error("--mode specialized: a batch of entry '" + entry + "' cannot be planned: " +
+                    why + " (--mode auto runs such batches on the generic path)");
       return run_generic();
+    }
     // A plan whose kernels failed to compile runs generic (counted, and the failure is
     // remembered: never compiled again). Specialized mode compiles before the first run so
     // that even that batch takes the generic path.

@@ -4,6 +4,7 @@
 #include "pejit/pejit.h"
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/schedule_api.h"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <set>
 
 namespace pejit {
@@ -217,6 +219,7 @@ Session::~Session() = default;
 // CLI's train and eval come through here too).
 Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
                                             const SessionOptions& opt) {
+  runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
@@ -254,7 +257,8 @@ const interp::Value& runtime::SessionAccess::unwrap(const Value& v) {
 
 Session Session::from_source(const std::string& text, const std::string& name,
                              const SessionOptions& opt) {
-  (void)runtime::parse_mode(opt.mode); // a bad mode fails before the program is read
+  (void)runtime::parse_mode(opt.mode); // a bad mode or device fails before the program is read
+  runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   auto module = std::make_shared<ir::Module>();
   Diagnostics d;
   auto r = types::add_source(*module, text, name, d);
@@ -314,7 +318,8 @@ float Session::step(const std::string& entry, const Value& batch) {
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
   impl_->drop_frozen(g.grads);
-  impl_->optimizer->step(impl_->params, g.grads);
+  if (std::isfinite(g.loss)) // a non-finite loss's gradients would ruin every parameter
+    impl_->optimizer->step(impl_->params, g.grads);
   return g.loss;
 }
 
@@ -324,7 +329,8 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
   impl_->drop_frozen(g.grads);
-  optimizer.impl_->opt.step(impl_->params, g.grads);
+  if (std::isfinite(g.loss))
+    optimizer.impl_->opt.step(impl_->params, g.grads);
   return g.loss;
 }
 
@@ -448,15 +454,31 @@ bool Session::frozen(const std::string& name) const {
   return impl_->frozen.count(name) != 0;
 }
 
-void Session::save(const std::string& path, const std::vector<std::string>& vocab,
-                   const std::map<std::string, std::string>& meta) const {
+namespace {
+checkpoint::Checkpoint snapshot(const interp::Params& params, const optim::Optimizer& optimizer,
+                                const std::vector<std::string>& vocab,
+                                const std::map<std::string, std::string>& meta) {
   checkpoint::Checkpoint ck;
-  ck.params = impl_->params;
+  ck.params = params;
   ck.vocab = vocab;
   if (ck.vocab.empty())
     ck.vocab = {"<unk>"};
-  ck.optimizer_state = impl_->optimizer->state();
+  ck.optimizer_state = optimizer.state();
   ck.meta = meta;
+  return ck;
+}
+} // namespace
+
+void Session::save(const std::string& path, const std::vector<std::string>& vocab,
+                   const std::map<std::string, std::string>& meta) const {
+  checkpoint::save(path, snapshot(impl_->params, *impl_->optimizer, vocab, meta));
+}
+
+void Session::save_training(const std::string& path, const TrainingState& state,
+                            const std::vector<std::string>& vocab,
+                            const std::map<std::string, std::string>& meta) const {
+  checkpoint::Checkpoint ck = snapshot(impl_->params, *impl_->optimizer, vocab, meta);
+  ck.training = checkpoint::TrainState{state.epoch, state.batch, state.values};
   checkpoint::save(path, ck);
 }
 
@@ -486,6 +508,21 @@ std::vector<std::string> Session::load(const std::string& path) {
     impl_->optimizer->load_state(ck.optimizer_state);
   impl_->params = std::move(next);
   return ck.vocab;
+}
+
+TrainingState Session::load_training(const std::string& path, std::vector<std::string>* vocab) {
+  checkpoint::Checkpoint ck = checkpoint::load(path);
+  if (!ck.training)
+    throw Error("checkpoint '" + path +
+                "' holds no training state to resume from (it was written by a version 1 "
+                "pejit or without one); its parameters can still be loaded (load, --init)");
+  interp::Params next = impl_->params;
+  take_params(next, ck, path);
+  impl_->optimizer->load_state(ck.optimizer_state); // empty: a fresh optimizer's state
+  impl_->params = std::move(next);
+  if (vocab)
+    *vocab = ck.vocab;
+  return TrainingState{ck.training->epoch, ck.training->batch, ck.training->values};
 }
 
 std::vector<std::string> Session::load_params(const std::string& path) {

@@ -201,7 +201,7 @@ inline Value PeBackend::fold(ops::OpId id, const ops::Attr& attr, const Value* a
   try {
     ops::op_def(id).eval(ins, attr, outs);
   } catch (const Error& e) {
-    throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
+    throw Error(s.str() + ": error: " + ops::op_error_text(id, e.what()));
   }
   if (multi) {
     multi->clear();

@@ -80,7 +80,7 @@ public:
       }
       return wrap(tg_.g.op(id, ins, attr));
     } catch (const Error& e) {
-      throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
+      throw Error(s.str() + ": error: " + ops::op_error_text(id, e.what()));
     }
   }
 

@@ -177,8 +177,8 @@ def read_checkpoint(path):
         raw = f.read()
     nl = raw.index(b"\n")
     header = json.loads(raw[:nl].decode("utf-8"))
-    if header.get("format") != "pejit-checkpoint" or header.get("version") != 1:
-        raise ValueError("%s: not a pejit-checkpoint v1" % path)
+    if header.get("format") != "pejit-checkpoint" or header.get("version") not in (1, 2):
+        raise ValueError("%s: not a pejit-checkpoint of version 1 or 2" % path)
     base = nl + 1
     blob_len = len(raw) - base
     if "data_bytes" in header and header["data_bytes"] > blob_len:

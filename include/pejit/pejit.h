@@ -119,6 +119,9 @@ struct SessionOptions {
   /// A Chrome trace (chrome://tracing, Perfetto) of the pipeline's stages and the batches'
   /// runs, written by Session::write_trace(); empty: nothing is recorded.
   std::string trace_file;
+  /// Where plans run: "cpu", or "cuda" / "cuda:N" (docs/cuda.md; a session asking for a CUDA
+  /// device that cannot be used is an Error naming why).
+  std::string device = "cpu";
 };
 
 /// An optimizer and its own state (Adagrad accumulators, Adam moments), for
@@ -182,6 +185,17 @@ struct SessionStats {
   std::vector<std::string> respecialized, reused;
 };
 
+/// Where a training loop stands, saved in a checkpoint beside the parameters and the optimizer
+/// state (Session::save_training) so that a run resumes exactly where it stopped
+/// (Session::load_training; `pejit train --resume`).
+struct TrainingState {
+  int64_t epoch = 0; ///< the epoch in progress, from 0
+  int64_t batch = 0; ///< its batches already stepped (0: at its start)
+  /// Whatever else the loop needs to continue as if it had not stopped (the seed of its data
+  /// order, the epoch's partial sums, the best score so far), kept exactly as given.
+  std::map<std::string, std::string> values;
+};
+
 /// A model instantiated with parameters and an optimizer. Not thread-safe: use one per thread.
 class Session {
 public:
@@ -198,7 +212,9 @@ public:
   Value make(const std::string& ctor, const std::vector<Value>& fields) const;
 
   /// One training step on a scalar entry: its value, gradients, one update by the session's
-  /// own optimizer (SessionOptions).
+  /// own optimizer (SessionOptions). When the loss is not finite (NaN or an infinity) no
+  /// update is made: the parameters and the optimizer state stay those before the step, so a
+  /// caller can keep or save them.
   float step(const std::string& entry, const Value& batch);
   /// The same step, updated by `optimizer` (whose state is its own, not the session's).
   float step(const std::string& entry, const Value& batch, Optimizer& optimizer);
@@ -245,6 +261,15 @@ public:
   /// Loads only the parameters of a checkpoint: the session's optimizer keeps its state (a
   /// checkpoint written with another optimizer is fine). Returns the vocabulary.
   std::vector<std::string> load_params(const std::string& path);
+  /// save() with where the training loop stands: a checkpoint to resume from.
+  void save_training(const std::string& path, const TrainingState& state,
+                     const std::vector<std::string>& vocab = {},
+                     const std::map<std::string, std::string>& meta = {}) const;
+  /// Loads what load() does (parameters and optimizer state) from a checkpoint written by
+  /// save_training() or `pejit train --save`, and returns its training state; the vocabulary
+  /// goes to `vocab` when given. Throws pejit::Error, the session unchanged, when the file
+  /// holds no training state (a version 1 file, or one written by save()) or as load() does.
+  TrainingState load_training(const std::string& path, std::vector<std::string>* vocab = nullptr);
 
   SessionStats stats() const;
   /// The kernels compiled so far, by signature, each with the schedule it got and its source.

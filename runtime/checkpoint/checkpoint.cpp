@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -178,7 +179,7 @@ public:
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0)
       fail(path_, "cannot open: " + errno_text());
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd_, &st) != 0)
       fail(path_, "cannot stat: " + errno_text());
     if (!S_ISREG(st.st_mode))
@@ -317,14 +318,16 @@ std::vector<std::pair<std::string, Tensor>> read_tensors(Reader& rd, const std::
       std::string have = hex64(tensor_checksum(t.raw(), static_cast<size_t>(bytes)));
       if (have != it->get_ref<const std::string&>())
         fail(path, where + " does not match its checksum (stored " + it->get<std::string>() +
-                       ", data " + have + "): the file was damaged or changed after it was written");
+                       ", data " + have +
+                       "): the file was damaged or changed after it was written");
     }
     if (finite) {
       const float* v = t.f32();
       for (int64_t k = 0; k < numel; ++k)
         if (!std::isfinite(v[k]))
-          fail(path, where + " holds a non-finite value (" + std::to_string(v[k]) + ") at element " +
-                         std::to_string(k) + "; a model trained into NaN or infinity cannot be used");
+          fail(path, where + " holds a non-finite value (" + std::to_string(v[k]) +
+                         ") at element " + std::to_string(k) +
+                         "; a model trained into NaN or infinity cannot be used");
     }
     out.emplace_back(std::move(name), std::move(t));
   }
@@ -373,13 +376,20 @@ void save(const std::string& path, const Checkpoint& ck) {
   int64_t off = 0;
   json h = json::object();
   h["format"] = "pejit-checkpoint";
-  h["version"] = 1;
+  h["version"] = kVersion;
   h["params"] = layout(path, "parameter", ps, off);
   h["vocab"] = ck.vocab;
   if (!os.empty())
     h["optimizer_state"] = layout(path, "optimizer state", os, off);
   if (!ck.meta.empty())
     h["meta"] = ck.meta;
+  if (ck.training) {
+    if (ck.training->epoch < 0 || ck.training->batch < 0)
+      fail(path, "a training state with a negative epoch or batch");
+    h["training"] = {{"epoch", ck.training->epoch},
+                     {"batch", ck.training->batch},
+                     {"values", ck.training->values}};
+  }
   h["data_bytes"] = off;
   std::string text;
   try {
@@ -422,9 +432,10 @@ Checkpoint load(const std::string& path, bool finite_params) {
     fail(path, "the header must be a JSON object");
   if (auto it = h.find("format"); it == h.end() || *it != "pejit-checkpoint")
     fail(path, "not a pejit checkpoint (\"format\" is not \"pejit-checkpoint\")");
-  if (auto it = h.find("version"); it == h.end() || !it->is_number_integer() || *it != 1)
+  if (auto it = h.find("version");
+      it == h.end() || !it->is_number_integer() || *it < 1 || *it > kVersion)
     fail(path, "unsupported version " + (it == h.end() ? std::string("(missing)") : it->dump()) +
-                   " (this build reads version 1)");
+                   " (this build reads versions 1 to " + std::to_string(kVersion) + ")");
 
   const int64_t base = static_cast<int64_t>(line.size()) + 1;
   int64_t blob_len = rd.size() - base;
@@ -462,6 +473,24 @@ Checkpoint load(const std::string& path, bool finite_params) {
       fail(path, "\"meta\" must be an object");
     for (const auto& [k, v] : it->items())
       ck.meta[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  }
+  if (auto it = h.find("training"); it != h.end()) {
+    if (!it->is_object())
+      fail(path, "\"training\" must be an object");
+    TrainState ts;
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    ts.epoch = get_int(path, field(path, *it, "epoch", "\"training\""), "training.epoch", 0, kMax);
+    ts.batch = get_int(path, field(path, *it, "batch", "\"training\""), "training.batch", 0, kMax);
+    if (auto v = it->find("values"); v != it->end()) {
+      if (!v->is_object())
+        fail(path, "training.values must be an object of strings");
+      for (const auto& [k, x] : v->items()) {
+        if (!x.is_string())
+          fail(path, "training.values." + k + " must be a string");
+        ts.values[k] = x.get<std::string>();
+      }
+    }
+    ck.training = std::move(ts);
   }
   return ck;
 }

@@ -1,10 +1,12 @@
 // The pejit checkpoint format, shared with the PyTorch peer (bench/torch/treelstm_torch.py):
 // one line of JSON, '\n', then a blob of raw little-endian row-major f32 tensors, each starting
-// at a multiple of 64 bytes. Header: {"format":"pejit-checkpoint","version":1,
+// at a multiple of 64 bytes. Header: {"format":"pejit-checkpoint","version":2,
 // "params":[{"name","dtype":"f32","shape","offset","checksum"}...],"vocab":[...],
-// "data_bytes":N,"optimizer_state":[entries like params'] (optional),"meta":{...} (optional)}.
-// "checksum" (16 hex digits, tensor_checksum() of the tensor's bytes) is written by pejit and
-// checked on load when present; files without it (the peer's) load unchecked.
+// "data_bytes":N,"optimizer_state":[entries like params'] (optional),"meta":{...} (optional),
+// "training":{"epoch","batch","values":{...}} (optional, version 2)}. Version 1 files (no
+// "training") still load. "checksum" (16 hex digits, tensor_checksum() of the tensor's bytes)
+// is written by pejit and checked on load when present; files without it (the peer's) load
+// unchecked.
 #pragma once
 
 #include "src/interp/params.h"
@@ -12,11 +14,24 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace pejit::checkpoint {
+
+/// The version save() writes; load() reads it and every earlier one.
+constexpr int kVersion = 2;
+
+/// Where a training loop stood when the checkpoint was written (version 2), so that a run can
+/// resume exactly: the epoch in progress, its batches already stepped, and whatever else the
+/// loop keeps (strings, stored as given).
+struct TrainState {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  std::map<std::string, std::string> values;
+};
 
 /// Everything a checkpoint holds. All tensors are f32.
 struct Checkpoint {
@@ -27,6 +42,8 @@ struct Checkpoint {
   /// Free-form strings (model file, epoch, ...). On load, a non-string JSON value written by
   /// another tool is kept as its compact JSON text.
   std::map<std::string, std::string> meta;
+  /// Absent in files written outside a training loop and in version 1 files.
+  std::optional<TrainState> training;
 };
 
 /// Writes `ck` atomically: to "<path>.tmp.<pid>", fsync, then rename over `path`, so a crash or
@@ -39,12 +56,12 @@ void save(const std::string& path, const Checkpoint& ck);
 
 /// Reads a checkpoint. Throws pejit::Error naming the file and what is wrong for any malformed
 /// input (missing or unreadable file, no header line, bad JSON, wrong format or version,
-/// missing or mistyped fields, a dtype other than f32, negative or overflowing shapes, offsets
-/// not 64-aligned or out of range, a truncated blob, duplicate names). Allocates at most about
-/// the file's size: the tensors together may not claim more bytes than the blob holds. A tensor
-/// whose bytes do not match its checksum is an error naming the file and the tensor; so is a
-/// parameter holding a NaN or an infinity, unless `finite_params` is false (a tool that reads
-/// any file as it is).
+/// missing or mistyped fields (a "training" object included), a dtype other than f32, negative or
+/// overflowing shapes, offsets not 64-aligned or out of range, a truncated blob, duplicate names).
+/// Allocates at most about the file's size: the tensors together may not claim more bytes than the
+/// blob holds. A tensor whose bytes do not match its checksum is an error naming the file and the
+/// tensor; so is a parameter holding a NaN or an infinity, unless `finite_params` is false (a tool
+/// that reads any file as it is).
 Checkpoint load(const std::string& path, bool finite_params = true);
 
 /// The checksum a checkpoint stores per tensor: a 64-bit hash over its bytes, in which any

@@ -72,6 +72,8 @@ void add_session_options(CLI::App& app, SessionOptions& s) {
   app.add_option("--mode", s.mode, "execution path")
       ->check(CLI::IsMember({"generic", "specialized", "auto"}))
       ->capture_default_str();
+  app.add_option("--device", s.device, "where plans run: cpu, cuda or cuda:N (docs/cuda.md)")
+      ->capture_default_str();
   app.add_flag("!--no-jit", s.compile.jit,
                "run planned batches on reference kernels only (no LLVM)");
   app.add_flag("!--no-merge", s.merge_equal,
@@ -99,8 +101,21 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--seed", a.session.seed, "seed of initialization and shuffling")
       ->capture_default_str();
   app.add_flag("--fixed-batches", a.fixed_batches, "do not shuffle between epochs");
-  app.add_option("--save", a.save, "write parameters and vocabulary here at the end");
-  app.add_option("--init", a.init_params, "start from this checkpoint");
+  app.add_option("--save", a.save,
+                 "write the checkpoint (parameters, vocabulary, optimizer and training state) "
+                 "here at the end, on SIGINT/SIGTERM and before a failing batch");
+  app.add_option("--save-every", a.save_every, "also save every N epochs (0: never)")
+      ->capture_default_str();
+  app.add_option("--save-best", a.save_best,
+                 "keep the best epoch by this metric (dev_root_acc, dev_node_acc, dev_loss, "
+                 "root_acc, node_acc, loss) at --save; the last state goes to SAVE.last");
+  app.add_option("--patience", a.patience,
+                 "stop after N epochs without --save-best's metric improving (0: never)")
+      ->capture_default_str();
+  app.add_option("--init", a.init_params, "start from this checkpoint's parameters");
+  app.add_option("--resume", a.resume,
+                 "continue the run that wrote this checkpoint where it stopped (--epochs counts "
+                 "from that run's start)");
   app.add_flag("--json", a.json, "one JSON object per epoch on stdout");
   add_session_options(app, a.session);
   app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
@@ -119,7 +134,13 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a) {
-  runtime::train(a, std::cout, std::cerr);
+  TrainArgs args = a;
+  args.handle_signals = true; // SIGINT/SIGTERM: finish the step, save, exit 128 + signal
+  try {
+    runtime::train(args, std::cout, std::cerr);
+  } catch (const runtime::Interrupted& e) {
+    return 128 + e.signal; // the message is out already
+  }
   return 0;
 }
 
@@ -145,7 +166,7 @@ void add_dump_options(CLI::App& app, DumpArgs& a) {
       ->capture_default_str();
   app.add_option("--emit", a.emit)
       ->check(CLI::IsMember(
-          {"templates", "instances", "plan", "dot", "kernels", "kernel-program", "llvm"}))
+          {"templates", "instances", "plan", "dot", "kernels", "kernel-program", "llvm", "ptx"}))
       ->capture_default_str();
   app.add_option("--tuned", a.tuned,
                  "resolve the kernels' schedules against this tuned database, as train does");

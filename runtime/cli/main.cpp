@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string_view>
 
 int main(int argc, char** argv) {
   CLI::App app{"pejit: a specializing JIT for tree-structured and recursive models"};
@@ -74,7 +75,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pejit: %s\n", ex.what());
     return 2;
   } catch (const std::exception& ex) {
-    std::fprintf(stderr, "pejit: error: %s\n", ex.what());
+    // A located message ("FILE:LINE:COL: error: ...") says "error" already.
+    std::string_view what = ex.what();
+    bool located = what.substr(0, what.find('\n')).find(": error: ") != std::string_view::npos;
+    std::fprintf(stderr, located ? "pejit: %s\n" : "pejit: error: %s\n", ex.what());
     return 1;
   }
   return 0;

@@ -1,10 +1,15 @@
 // Host-side data for tree-structured models: a flat labeled parse tree (SST, ListOps) and the
 // word vocabulary that maps tokens to embedding rows. These are plain values; the runtime turns
-// them into ADT Values for the interpreter and into skeleton keys for the specializer.
+// them into ADT Values for the interpreter and into skeleton keys for the specializer. A tree
+// read from text remembers where each node was written, so that any later stage (the encoder,
+// the label check) reports a data error at the file's line and column.
 #pragma once
+
+#include "src/util/diagnostics.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +30,17 @@ struct ParseTree {
   std::vector<Node> nodes;
   std::vector<std::string> tokens; ///< token text per node ("" for internal nodes)
 
+  /// Where a tree read from text was written: one line of `file` (shared by every tree of the
+  /// file), and the column of each node's '('. Empty (`file` null) for a tree built in memory.
+  /// Not part of the tree's value: operator== ignores it.
+  struct Origin {
+    std::shared_ptr<const SourceFile> file;
+    uint32_t line = 0;          ///< 1-based
+    size_t offset = 0;          ///< byte offset of the line in file->text
+    std::vector<uint32_t> cols; ///< per node, 1-based byte column of its '('
+  };
+  Origin origin;
+
   /// Index of the root, nodes.size() - 1; the tree must not be empty.
   int32_t root() const;
   /// Number of leaves (nodes without children).
@@ -36,7 +52,7 @@ struct ParseTree {
   /// The leaves' tokens in left-to-right order (the sentence).
   std::vector<std::string> sentence() const;
 
-  bool operator==(const ParseTree&) const = default;
+  bool operator==(const ParseTree& o) const { return nodes == o.nodes && tokens == o.tokens; }
 };
 
 /// Token <-> id map. Id 0 is "<unk>"; built from the training trees and kept with checkpoints.

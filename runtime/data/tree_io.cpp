@@ -1,7 +1,9 @@
 // Bracketed-tree reader and writer, and the plain sentence reader.
 // The reader is an explicit-stack state machine over one line at a time, so no input (however
 // deep, truncated or binary) can overflow the C++ stack or loop: every step consumes a byte or
-// fails. Columns in messages are 1-based byte offsets within the line.
+// fails. Columns in messages are 1-based byte offsets within the line. Both readers refuse
+// text that is not UTF-8 or holds a NUL byte (the first bad byte is the error's column), and
+// skip a UTF-8 byte order mark at the start of the file.
 #include "runtime/data/tree_io.h"
 
 #include "src/util/check.h"
@@ -98,18 +100,134 @@ std::string escaped(std::string_view s) {
   return out + "'";
 }
 
+/// The column (0-based) of the first byte of `line` that is NUL or not part of a well-formed
+/// UTF-8 sequence (overlong forms, surrogates and code points above U+10FFFF included), or npos.
+size_t bad_text_byte(std::string_view line) {
+  const size_t n = line.size();
+  for (size_t i = 0; i < n;) {
+    auto u = static_cast<unsigned char>(line[i]);
+    if (u >= 0x01 && u < 0x80) {
+      ++i;
+      continue;
+    }
+    if (u == 0)
+      return i;
+    size_t len = u >= 0xc2 && u <= 0xdf   ? 2
+                 : u >= 0xe0 && u <= 0xef ? 3
+                 : u >= 0xf0 && u <= 0xf4 ? 4
+                                          : 0;
+    if (len == 0 || i + len > n)
+      return i;
+    auto b1 = static_cast<unsigned char>(line[i + 1]);
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (u == 0xe0)
+      lo = 0xa0;
+    else if (u == 0xed)
+      hi = 0x9f;
+    else if (u == 0xf0)
+      lo = 0x90;
+    else if (u == 0xf4)
+      hi = 0x8f;
+    if (b1 < lo || b1 > hi)
+      return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((static_cast<unsigned char>(line[i + k]) & 0xc0) != 0x80)
+        return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+/// What is wrong with the byte at `line[pos]` (as bad_text_byte found it).
+std::string bad_text_what(std::string_view line, size_t pos) {
+  char buf[64];
+  if (line[pos] == '\0')
+    return "a NUL byte: data files are UTF-8 text";
+  std::snprintf(buf, sizeof buf, "invalid UTF-8 (byte 0x%02x): data files are UTF-8 text",
+                static_cast<unsigned>(static_cast<unsigned char>(line[pos])));
+  return buf;
+}
+
+/// The text after a UTF-8 byte order mark, if the file starts with one.
+std::string_view skip_bom(std::string_view text) {
+  return text.starts_with("\xef\xbb\xbf") ? text.substr(3) : text;
+}
+
+/// "FILE:LINE:COL: error: WHAT", then the line (a window of it around the column when it is
+/// long) and a caret under the column; then each note, rendered as the model's diagnostics are.
+std::string render_at(const std::string& file, uint32_t line_no, std::string_view line, size_t pos,
+                      const std::string& what,
+                      const std::vector<std::pair<Span, std::string>>& notes = {}) {
+  std::string out =
+      file + ":" + std::to_string(line_no) + ":" + std::to_string(pos + 1) + ": error: " + what;
+  constexpr size_t kWindow = 60;
+  size_t from = 0, to = line.size();
+  if (line.size() > 2 * kWindow + 20) {
+    from = pos > kWindow ? pos - kWindow : 0;
+    to = std::min(line.size(), pos + kWindow);
+  }
+  if (to == line.size() && to > from && line[to - 1] == '\r' && pos + 1 < to)
+    --to; // a CRLF line's '\r'
+  std::string shown = (from > 0 ? "..." : "") + std::string(line.substr(from, to - from)) +
+                      (to < line.size() ? "..." : "");
+  size_t caret = pos - from + (from > 0 ? 3 : 0);
+  // Bytes that would garble a terminal (controls, bytes of no well-formed UTF-8 sequence) are
+  // shown as '?'; the column still counts bytes.
+  for (size_t i = 0; i < shown.size();) {
+    size_t bad = bad_text_byte(std::string_view(shown).substr(i));
+    if (bad == std::string_view::npos)
+      break;
+    shown[i + bad] = '?';
+    i += bad + 1;
+  }
+  for (char& c : shown)
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\t')
+      c = '?';
+  out += "\n  " + shown + "\n  ";
+  for (size_t c = 0; c < caret && c < shown.size(); ++c)
+    out += shown[c] == '\t' ? '\t' : ' ';
+  out += '^';
+  for (const auto& [span, msg] : notes) {
+    Diagnostic d;
+    d.severity = Severity::Note;
+    d.span = span;
+    d.message = msg;
+    std::string r = render_diagnostic(d);
+    if (!r.empty() && r.back() == '\n')
+      r.pop_back();
+    out += "\n" + r;
+  }
+  return out;
+}
+
+/// The column (0-based) of the '(' that opens `line` when the line is a whole bracketed tree
+/// (it parses as one), else npos. How the sentence reader recognizes a tree file.
+size_t looks_like_tree(std::string_view line);
+
 class TreeReader {
 public:
-  TreeReader(std::string_view text, const std::string& name, Vocab& vocab, const ReadOptions& opts)
-      : text_(text), name_(name), vocab_(vocab), opts_(opts) {}
+  TreeReader(std::shared_ptr<const SourceFile> file, Vocab& vocab, const ReadOptions& opts)
+      : file_(std::move(file)), vocab_(vocab), opts_(opts) {}
 
   std::vector<ParseTree> run() {
     std::vector<ParseTree> trees;
-    for_each_line(text_, [&](std::string_view line, uint32_t line_no) {
+    const std::string_view all = file_->text;
+    const std::string_view text = skip_bom(all);
+    for_each_line(text, [&](std::string_view line, uint32_t line_no) {
+      line_no_ = line_no;
+      line_ = line;
+      if (size_t bad = bad_text_byte(line); bad != std::string_view::npos)
+        fail(bad, bad_text_what(line, bad));
       if (is_blank(line))
         return;
-      line_no_ = line_no;
+      // Columns and node indices are 32-bit.
+      if (line.size() >= INT32_MAX)
+        fail(0, "a line of " + std::to_string(line.size()) + " bytes: at most 2^31 - 2 per tree");
       trees.push_back(parse_line(line));
+      ParseTree::Origin& o = trees.back().origin;
+      o.file = file_;
+      o.line = line_no;
+      o.offset = static_cast<size_t>(line.data() - all.data());
     });
     return trees;
   }
@@ -123,16 +241,8 @@ private:
     std::string_view token;
   };
 
-  [[noreturn]] void fail(size_t pos, std::string what) const {
-    Diagnostic d;
-    d.span.file = std::make_shared<SourceFile>(SourceFile{name_, std::string(text_)});
-    d.span.line = line_no_;
-    d.span.col = static_cast<uint32_t>(pos + 1);
-    d.message = std::move(what);
-    std::string msg = render_diagnostic(d);
-    if (!msg.empty() && msg.back() == '\n')
-      msg.pop_back();
-    throw Error(msg);
+  [[noreturn]] void fail(size_t pos, const std::string& what) const {
+    throw Error(render_at(file_->name, line_no_, line_, pos, what));
   }
 
   static std::string col(size_t pos) { return std::to_string(pos + 1); }
@@ -223,16 +333,40 @@ private:
       t.tokens.emplace_back();
     }
     t.nodes.push_back(std::move(node));
+    t.origin.cols.push_back(static_cast<uint32_t>(o.pos + 1));
     return static_cast<int32_t>(t.nodes.size()) - 1;
   }
 
-  std::string_view text_;
-  const std::string& name_;
+  std::shared_ptr<const SourceFile> file_;
   Vocab& vocab_;
   const ReadOptions& opts_;
   uint32_t line_no_ = 0;
+  std::string_view line_;
   std::vector<Open> stack_;
 };
+
+size_t looks_like_tree(std::string_view line) {
+  size_t i = 0;
+  while (i < line.size() && is_space(line[i]))
+    ++i;
+  // Cheap tests first: '(' then a label; the line ends with ')'.
+  if (i + 1 >= line.size() || line[i] != '(' ||
+      !(line[i + 1] == '-' || (line[i + 1] >= '0' && line[i + 1] <= '9')))
+    return std::string_view::npos;
+  size_t e = line.size();
+  while (e > i && is_space(line[e - 1]))
+    --e;
+  if (line[e - 1] != ')')
+    return std::string_view::npos;
+  Vocab scratch;
+  auto file = std::make_shared<const SourceFile>(SourceFile{"", std::string(line)});
+  try {
+    (void)TreeReader(std::move(file), scratch, ReadOptions{}).run();
+  } catch (const Error&) {
+    return std::string_view::npos;
+  }
+  return i;
+}
 
 void append_label(std::string& out, int32_t label) {
   out += '(';
@@ -245,13 +379,50 @@ void append_label(std::string& out, int32_t label) {
 } // namespace
 
 std::vector<ParseTree> read_trees(const std::string& path, Vocab& vocab, const ReadOptions& opts) {
-  std::string text = read_file(path);
-  return parse_trees(text, path, vocab, opts);
+  auto file = std::make_shared<const SourceFile>(SourceFile{path, read_file(path)});
+  return TreeReader(std::move(file), vocab, opts).run();
 }
 
 std::vector<ParseTree> parse_trees(std::string_view text, const std::string& name, Vocab& vocab,
                                    const ReadOptions& opts) {
-  return TreeReader(text, name, vocab, opts).run();
+  auto file = std::make_shared<const SourceFile>(SourceFile{name, std::string(text)});
+  return TreeReader(std::move(file), vocab, opts).run();
+}
+
+std::string node_text(const ParseTree& t, int32_t n) {
+  PEJIT_CHECK(n >= 0 && static_cast<size_t>(n) < t.nodes.size()) << "node " << n;
+  const ParseTree::Node& node = t.nodes[static_cast<size_t>(n)];
+  std::string out;
+  append_label(out, node.label);
+  if (node.children.empty()) {
+    std::string_view tok = static_cast<size_t>(n) < t.tokens.size() ? t.tokens[n] : "";
+    std::string shown = tok.size() > 40 ? std::string(tok.substr(0, 40)) + "..." : std::string(tok);
+    for (char& c : shown)
+      if (static_cast<unsigned char>(c) < 0x20)
+        c = '?'; // a control character would garble the message
+    out += ' ' + shown;
+  } else {
+    for (size_t c = 0; c < node.children.size() && c < 3; ++c)
+      out += " (...)";
+    if (node.children.size() > 3)
+      out += " ...";
+  }
+  return out + ")";
+}
+
+Error node_error(const ParseTree& t, int32_t n, const std::string& what,
+                 const std::vector<std::pair<Span, std::string>>& notes) {
+  const ParseTree::Origin& o = t.origin;
+  std::string full = what + " (node `" + node_text(t, n) + "`)";
+  if (!o.file || static_cast<size_t>(n) >= o.cols.size() || o.offset > o.file->text.size()) {
+    std::string msg = "tree node " + std::to_string(n) + ": error: " + full;
+    for (const auto& [span, note] : notes)
+      msg += "\n" + span.str() + ": note: " + note;
+    return Error(msg);
+  }
+  std::string_view rest = std::string_view(o.file->text).substr(o.offset);
+  std::string_view line = rest.substr(0, rest.find('\n'));
+  return Error(render_at(o.file->name, o.line, line, o.cols[n] - 1, full, notes));
 }
 
 std::string write_tree(const ParseTree& t) {
@@ -323,14 +494,26 @@ void write_trees(const std::string& path, const std::vector<ParseTree>& trees) {
 
 std::vector<std::vector<int32_t>> read_sentences(const std::string& path, Vocab& vocab,
                                                  const ReadOptions& opts) {
-  return parse_sentences(read_file(path), vocab, opts);
+  return parse_sentences(read_file(path), path, vocab, opts);
 }
 
 std::vector<std::vector<int32_t>> parse_sentences(std::string_view text, Vocab& vocab,
                                                   const ReadOptions& opts) {
+  return parse_sentences(text, "<text>", vocab, opts);
+}
+
+std::vector<std::vector<int32_t>> parse_sentences(std::string_view text, const std::string& name,
+                                                  Vocab& vocab, const ReadOptions& opts) {
   std::vector<std::vector<int32_t>> out;
   std::string tok;
-  for_each_line(text, [&](std::string_view line, uint32_t) {
+  for_each_line(skip_bom(text), [&](std::string_view line, uint32_t line_no) {
+    if (size_t bad = bad_text_byte(line); bad != std::string_view::npos)
+      throw Error(render_at(name, line_no, line, bad, bad_text_what(line, bad)));
+    if (size_t open = looks_like_tree(line); open != std::string_view::npos)
+      throw Error(render_at(name, line_no, line, open,
+                            "this line is a bracketed tree, but plain sentences are read here "
+                            "(whitespace-separated tokens, one sentence per line, for a model "
+                            "over List[i32[]]); trees are for a model over a tree type"));
     std::vector<int32_t> ids;
     size_t i = 0;
     while (i < line.size()) {

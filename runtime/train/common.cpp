@@ -6,8 +6,10 @@
 #include "src/util/check.h"
 
 #include <cstdio>
+#include <fstream>
 #include <numeric>
 #include <ostream>
+#include <regex>
 
 namespace pejit::runtime {
 
@@ -54,11 +56,38 @@ void Dataset::limit(int64_t n) {
     sents.resize(static_cast<size_t>(n));
 }
 
+namespace {
+
+// A tree model given a file of plain sentences: the reader would stop at the first line with
+// "expected '('"; say instead what the model reads. Looks at the first non-blank line only.
+void refuse_sentences(const std::string& path, const ir::Type& elem) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  for (uint32_t no = 1; std::getline(in, line); ++no) {
+    std::string_view l = line;
+    if (no == 1 && l.starts_with("\xef\xbb\xbf"))
+      l.remove_prefix(3);
+    size_t i = l.find_first_not_of(" \t\r\v\f");
+    if (i == std::string_view::npos)
+      continue;
+    if (l[i] == '(' || l[i] == ')')
+      return; // a tree, or a malformed one the reader reports
+    throw Error(path + ":" + std::to_string(no) + ":" + std::to_string(i + 1) +
+                ": error: the model reads bracketed trees (its batch element is " +
+                ir::type_str(elem) +
+                "), one per line such as `(3 (2 The) (4 (2 Rock) (2 rocks)))`, but this line "
+                "is not one: a file of plain sentences is for a model over List[i32[]]");
+  }
+}
+
+} // namespace
+
 Dataset read_dataset(const std::string& path, data::Vocab& vocab, bool grow, const ir::Type& elem) {
   Dataset ds;
   data::ReadOptions ro;
   ro.grow_vocab = grow;
   if (elem->kind == ir::TypeKind::Adt) {
+    refuse_sentences(path, elem);
     ds.trees = data::read_trees(path, vocab, ro);
   } else if (elem->kind == ir::TypeKind::List && elem->elems[0]->kind == ir::TypeKind::Tensor &&
              elem->elems[0]->elem == ir::Elem::I32 && elem->elems[0]->dims.empty()) {
@@ -80,9 +109,108 @@ interp::DimBindings vocab_dims(const ir::Module& m, const data::Vocab& vocab) {
   return over;
 }
 
-Encoder::Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem) {
+Dataset read_dataset_for_init(const std::string& path, data::Vocab& vocab, size_t ckpt_words,
+                              const ir::Type& elem, const ir::Module& m, const std::string& ckpt,
+                              std::string& note) {
+  const bool grow = m.dim_index("V") >= 0;
+  // Read growing a copy, to count the words the checkpoint lacks whether or not they are kept.
+  data::Vocab seen = vocab;
+  Dataset ds = read_dataset(path, seen, true, elem);
+  int64_t tokens = 0, fresh = 0;
+  auto count = [&](int32_t w) {
+    ++tokens;
+    fresh += w >= static_cast<int32_t>(ckpt_words);
+  };
+  if (ds.is_trees) {
+    for (const auto& t : ds.trees)
+      for (const auto& n : t.nodes)
+        if (n.children.empty())
+          count(n.word);
+  } else {
+    for (const auto& s : ds.sents)
+      for (int32_t w : s)
+        count(w);
+  }
+  if (fresh > 0) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f%%",
+                  100.0 * static_cast<double>(fresh) / static_cast<double>(tokens));
+    note = std::to_string(seen.size() - ckpt_words) + " words of '" + path + "' (" +
+           std::to_string(fresh) + " of its " + std::to_string(tokens) + " tokens, " + share +
+           ") are not in the vocabulary of '" + ckpt + "' (" + std::to_string(ckpt_words) +
+           " words): " +
+           (grow ? "they are added to it, with new embedding rows (the checkpoint's words keep "
+                   "theirs)"
+                 : "they read as <unk> (the model has no dimension V to grow)");
+  }
+  if (grow) {
+    vocab = std::move(seen);
+    return ds;
+  }
+  return read_dataset(path, vocab, false, elem);
+}
+
+void init_by_word(Session& session, const ir::Module& m, const checkpoint::Checkpoint& ck,
+                  const std::string& path) {
+  for (const std::string& name : session.param_names()) {
+    int j = ck.params.index(name);
+    if (j < 0)
+      throw Error("checkpoint '" + path + "' has no parameter " + name);
+    const Tensor& old = ck.params.values[static_cast<size_t>(j)];
+    const std::vector<int64_t> want = session.param_shape(name);
+    const Shape& have = old.shape();
+    const ir::ParamDecl* decl = m.params()[static_cast<size_t>(m.param_index(name))].get();
+    // Axes on which the checkpoint may be smaller: those of the vocabulary's dimension.
+    bool fits = have.rank() == want.size();
+    bool same = fits;
+    for (size_t a = 0; fits && a < want.size(); ++a) {
+      int64_t h = have[a];
+      bool vocab_axis = a < decl->type->dims.size() && decl->type->dims[a] == ir::Dim::named("V");
+      same = same && h == want[a];
+      fits = h == want[a] || (vocab_axis && h < want[a]);
+    }
+    if (!fits) {
+      std::string w = "[";
+      for (size_t a = 0; a < want.size(); ++a)
+        w += (a ? ", " : "") + std::to_string(want[a]);
+      throw Error("checkpoint '" + path + "': parameter " + name + " has shape " + have.str() +
+                  ", the model wants " + w + "]");
+    }
+    const float* src = old.f32();
+    if (same) {
+      session.set_param(name, std::vector<float>(src, src + old.numel()));
+      continue;
+    }
+    // Copy element by element at the same multi-index: old ids keep their rows (or columns).
+    std::vector<float> data = session.get_param(name);
+    std::vector<int64_t> idx(want.size(), 0);
+    for (int64_t k = 0; k < old.numel(); ++k) {
+      int64_t flat = 0;
+      for (size_t a = 0; a < want.size(); ++a)
+        flat = flat * want[a] + idx[a];
+      data[static_cast<size_t>(flat)] = src[k];
+      for (size_t a = want.size(); a-- > 0;) {
+        if (++idx[a] < have[a])
+          break;
+        idx[a] = 0;
+      }
+    }
+    session.set_param(name, data);
+  }
+}
+
+Encoder::Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem,
+                 const interp::DimBindings& dims) {
   if (ds.is_trees)
-    trees.emplace(m, elem->name);
+    trees.emplace(m, elem->name, dims);
+  check(ds);
+}
+
+void Encoder::check(const Dataset& ds) const {
+  if (!ds.is_trees || !trees)
+    return;
+  for (const auto& t : ds.trees)
+    trees->check(t);
 }
 
 Value Encoder::batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b, size_t e) const {
@@ -91,6 +219,71 @@ Value Encoder::batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b
   for (size_t i = b; i < e; ++i)
     xs.push_back(ds.is_trees ? trees->encode(ds.trees[idx[i]]) : encode_sentence(ds.sents[idx[i]]));
   return Value::list(std::move(xs));
+}
+
+namespace {
+// infer_nodes returns a tree's predictions children before parents, the root last (the order
+// the data's nodes are in). An order that cannot be seen from the lengths (pre-order: the root
+// first) would score every node against another node's label; where the model also has
+// `infer`, its root predictions show it on the first batch: they match the first element and
+// not the last for many trees. (A near-tie may flip an argmax between the two entries' plans,
+// hence a tenth of the batch and at least two trees, not any one.)
+void check_node_order(const pejit::Value& roots_v, const Value& preds, const Dataset& ds,
+                      size_t n) {
+  const Value& roots = SessionAccess::unwrap(roots_v);
+  size_t last_ok = 0, first_only = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Value& p = preds.list_at(i);
+    if (p.list_size() == 0 || p.list_size() != ds.trees[i].nodes.size())
+      return; // the length check below reports it
+    int32_t r = roots.list_at(i).as_tensor().item_i32();
+    bool last = p.list_at(p.list_size() - 1).as_tensor().item_i32() == r;
+    last_ok += last;
+    first_only += !last && p.list_at(0).as_tensor().item_i32() == r;
+  }
+  if (first_only >= 2 && first_only * 10 >= n)
+    throw Error("infer_nodes must return each tree's predictions children before parents, the "
+                "root last (docs/language.md, \"Entries the CLI uses\"): on " +
+                std::to_string(first_only) + " of " + std::to_string(n) +
+                " trees, infer's root prediction matches infer_nodes' first prediction and not "
+                "its last (" + std::to_string(last_ok) + " match the last)");
+}
+} // namespace
+
+void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t lo, size_t hi) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (!ds.is_trees)
+      throw;
+    static const std::regex kLabel(
+        R"(label (-?[0-9]+) at position [0-9]+ is outside \[0, ([0-9]+)\))");
+    const std::string what = e.what();
+    const std::string first = what.substr(0, what.find('\n'));
+    std::smatch mt;
+    if (!std::regex_search(first, mt, kLabel))
+      throw;
+    const std::string label = mt[1].str(), classes = mt[2].str();
+    for (size_t i = lo; i < hi && i < idx.size(); ++i) {
+      const data::ParseTree& t = ds.trees[idx[i]];
+      for (size_t n = 0; n < t.nodes.size(); ++n) {
+        if (std::to_string(t.nodes[n].label) != label)
+          continue;
+        std::string note = first;
+        if (size_t at = note.find(": error: "); at != std::string::npos)
+          note.replace(at, 9, ": note: the kernel's error: ");
+        else
+          note = "note: the kernel's error: " + note;
+        throw Error(
+            std::string(data::node_error(t, static_cast<int32_t>(n),
+                                         "label " + label + " is outside the model's classes [0, " +
+                                             classes + ")")
+                            .what()) +
+            "\n" + note);
+      }
+    }
+    throw;
+  }
 }
 
 Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
@@ -103,7 +296,11 @@ Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch)
   for (size_t b = 0; b < ds.size(); b += static_cast<size_t>(batch)) {
     size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
     pejit::Value v = SessionAccess::wrap(enc.batch(ds, idx, b, e));
-    s.loss += session.run("loss", v).item_f32();
+    try {
+      s.loss += session.run("loss", v).item_f32();
+    } catch (const Error&) {
+      rethrow_located(ds, idx, b, e);
+    }
     for (size_t i = b; i < e; ++i)
       s.nodes += ds.nodes(i);
     if (!ds.is_trees)
@@ -111,6 +308,8 @@ Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch)
     if (has_nodes) {
       pejit::Value out = session.run("infer_nodes", v);
       const Value& preds = SessionAccess::unwrap(out);
+      if (b == 0 && has_infer)
+        check_node_order(session.run("infer", v), preds, ds, e);
       for (size_t i = b; i < e; ++i) {
         const auto& t = ds.trees[i];
         const Value& p = preds.list_at(i - b);

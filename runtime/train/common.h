@@ -4,6 +4,7 @@
 #pragma once
 
 #include "pejit/pejit.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/tree_io.h"
 #include "runtime/train/encode.h"
 #include "src/interp/params.h"
@@ -83,20 +84,53 @@ struct Dataset {
 };
 
 /// Reads trees (the batch element is an ADT) or sentences (List[i32[]]) from `path`; `grow`
-/// adds unseen words to the vocabulary. Throws pejit::Error for another element type or an
-/// empty file.
+/// adds unseen words to the vocabulary. Throws pejit::Error for another element type, an
+/// empty file, or a file in the other format (plain sentences for a tree model, bracketed
+/// trees for a sentence model), at the file's line and column.
 Dataset read_dataset(const std::string& path, data::Vocab& vocab, bool grow, const ir::Type& elem);
 
 /// The size of the model's dimension V, the vocabulary's, when the model has one.
 interp::DimBindings vocab_dims(const ir::Module& m, const data::Vocab& vocab);
 
+/// Reads the training data of `pejit train --init CKPT` (whose vocabulary `vocab` holds, the
+/// first `ckpt_words` ids). Words are matched by their text: a word of the checkpoint keeps
+/// its id (its embedding row). When the model sizes its vocabulary by a dimension V, the
+/// data's new words are added after the checkpoint's (init_by_word gives them new rows);
+/// otherwise they read as "<unk>". Either way, when the data has words the checkpoint lacks,
+/// `note` gets a line saying how many, and what share of the tokens, naming the checkpoint.
+Dataset read_dataset_for_init(const std::string& path, data::Vocab& vocab, size_t ckpt_words,
+                              const ir::Type& elem, const ir::Module& m, const std::string& ckpt,
+                              std::string& note);
+
+/// Loads the parameters of checkpoint `ck` (read from `path`) into `session` by word: a
+/// parameter with the model's shape is taken as it is; one that has a V axis the vocabulary
+/// grew on (read_dataset_for_init) gets the checkpoint's values at the checkpoint's ids and
+/// keeps its fresh initialization at the new ones. Throws pejit::Error, naming the file and
+/// the parameter, for a missing parameter or another shape.
+void init_by_word(Session& session, const ir::Module& m, const checkpoint::Checkpoint& ck,
+                  const std::string& path);
+
 /// Encodes examples as one batch value (a List).
 struct Encoder {
   std::optional<TreeEncoder> trees;
-  Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem);
+  /// Checks every example of `ds` as check() does. `dims` binds the module's named dimensions
+  /// (vocab_dims) for the labels' class counts.
+  Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem,
+          const interp::DimBindings& dims = {});
+  /// Checks every tree of `ds` (a dev set) before any is encoded: each that the model cannot
+  /// hold is an error at its node's file:line:col (TreeEncoder::check).
+  void check(const Dataset& ds) const;
   /// Examples idx[b], ..., idx[e - 1].
   interp::Value batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b, size_t e) const;
 };
+
+/// Called in a handler for an error of a step or a run on examples idx[lo], ..., idx[hi - 1]
+/// of `ds`: rethrows a kernel's "label L at position P is outside [0, C)" (a label the
+/// check before training could not compare, its class count unknown there) as the error of the
+/// first node of those trees labelled L, at the data file's line and column, the kernel's
+/// message kept as a note; rethrows anything else as it is.
+[[noreturn]] void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t lo,
+                                  size_t hi);
 
 struct Scores {
   double loss = 0;

@@ -11,6 +11,9 @@
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
+#ifdef PEJIT_HAVE_CUDA
+#include "runtime/cuda/gpu_kernels.h"
+#endif
 
 #include <cstdio>
 #include <numeric>
@@ -43,7 +46,7 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
   size_t hi = std::min(ds.size(), lo + static_cast<size_t>(opt.batch));
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
-  const Encoder enc(*m, ds, elem);
+  const Encoder enc(*m, ds, elem, dims);
   Value batch = enc.batch(ds, idx, lo, hi);
 
   specializer::TemplateTable tt;
@@ -87,8 +90,18 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
     out << print_kernel_llvm(dump_kernels(*m, dims, plan, tt, true, tuned));
   else if (opt.emit == "kernel-program")
     out << print_kernel_programs(*m, dims, plan, tt);
-  else
-    throw Error("--emit must be templates, instances, plan, dot, kernels, kernel-program or llvm");
+  else if (opt.emit == "ptx") {
+#ifdef PEJIT_HAVE_CUDA
+    if (!jit::PtxCompiler::available())
+      throw Error("--emit ptx: this LLVM has no NVPTX target");
+    jit::PtxCompiler ptx;
+    out << cuda::print_gpu_kernels(cuda::plan_gpu_kernels(*m, dims, plan, tt), ptx);
+#else
+    throw Error("--emit ptx: this pejit was built without the CUDA backend (PEJIT_CUDA=OFF)");
+#endif
+  } else
+    throw Error(
+        "--emit must be templates, instances, plan, dot, kernels, kernel-program, llvm or ptx");
 }
 
 } // namespace pejit::runtime

@@ -1,6 +1,8 @@
 // Host data to module values.
 #include "runtime/train/encode.h"
 
+#include "runtime/data/tree_io.h"
+#include "runtime/train/label_classes.h"
 #include "src/util/check.h"
 
 namespace pejit::runtime {
@@ -13,42 +15,61 @@ bool is_scalar_i32(const ir::Type& t) {
 }
 } // namespace
 
-TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt) {
+TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt,
+                         const interp::DimBindings& dims)
+    : adt_(adt) {
   const ir::TypeDecl* d = m.adt(adt);
   if (!d)
     throw Error("the model has no type '" + adt + "' to hold trees");
   // A wrapper: one constructor with a tree field (another ADT) and a label.
+  int label_field = -1;
   if (d->ctors.size() == 1) {
     const auto& c = d->ctors[0];
     CtorMap w;
     w.tag = 0;
+    w.name = c.name;
     std::string inner;
-    for (const auto& f : c.fields) {
+    for (size_t i = 0; i < c.fields.size(); ++i) {
+      const auto& f = c.fields[i];
       if (f.type->kind == ir::TypeKind::Adt && f.type->name != adt && inner.empty()) {
         w.fields.push_back(FieldKind::Tree);
         inner = f.type->name;
       } else if (is_scalar_i32(f.type) && f.name == "label") {
         w.fields.push_back(FieldKind::RootLabel);
+        label_field = static_cast<int>(i);
       } else {
         inner.clear();
         break;
       }
     }
     if (!inner.empty()) {
-      TreeEncoder in(m, inner);
-      leaf_ = in.leaf_;
-      node_ = in.node_;
+      TreeEncoder in(m, inner, dims);
+      by_children_ = std::move(in.by_children_);
       adt_ = inner;
       wrapper_ = w;
+      if (label_field >= 0) {
+        FieldKey key{m.adt_index(adt), 0, label_field};
+        auto found = label_classes(m, {key}, dims);
+        if (auto it = found.find(key); it != found.end()) {
+          wrapper_.classes = it->second.classes;
+          wrapper_.ce = it->second.at;
+        }
+      }
       return;
     }
   }
+  const int adt_index = m.adt_index(adt);
+  std::vector<FieldKey> label_fields;
+  std::vector<std::pair<size_t, FieldKey>> label_of; // by_children_ index, field
   for (size_t c = 0; c < d->ctors.size(); ++c) {
     const auto& ctor = d->ctors[c];
     CtorMap map;
     map.tag = static_cast<int>(c);
-    int children = 0;
-    for (const auto& f : ctor.fields) {
+    map.name = ctor.name;
+    size_t children = 0;
+    int label = -1;
+    for (size_t i = 0; i < ctor.fields.size(); ++i) {
+      const auto& f = ctor.fields[i];
       if (f.type->kind == ir::TypeKind::Adt && f.type->name == adt) {
         map.fields.push_back(FieldKind::Child);
         ++children;
@@ -56,6 +77,7 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt
         map.fields.push_back(FieldKind::Word);
       } else if (is_scalar_i32(f.type) && f.name == "label") {
         map.fields.push_back(FieldKind::Label);
+        label = static_cast<int>(i);
       } else {
         throw Error("cannot fill field '" + f.name + ": " + ir::type_str(f.type) +
                     "' of constructor " + ctor.name +
@@ -64,67 +86,163 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt) : adt_(adt
                     adt + ")");
       }
     }
-    if (children == 0 && leaf_.tag < 0)
-      leaf_ = map;
-    else if (children == 2 && node_.tag < 0)
-      node_ = map;
+    if (by_children_.size() <= children)
+      by_children_.resize(children + 1);
+    if (by_children_[children].tag >= 0)
+      continue; // the first constructor of an arity takes its nodes
+    by_children_[children] = map;
+    if (label >= 0) {
+      FieldKey key{adt_index, static_cast<int>(c), label};
+      label_fields.push_back(key);
+      label_of.emplace_back(children, key);
+    }
   }
-  if (leaf_.tag < 0 || node_.tag < 0)
+  if (by_children_.size() < 3 || by_children_[0].tag < 0 || by_children_[2].tag < 0)
     throw Error("type " + adt + " needs a leaf constructor (no " + adt +
                 " fields) and a node constructor (two " + adt + " fields) to hold binary trees");
+  auto found = label_classes(m, label_fields, dims);
+  for (const auto& [children, key] : label_of) {
+    if (auto it = found.find(key); it != found.end()) {
+      by_children_[children].classes = it->second.classes;
+      by_children_[children].ce = it->second.at;
+    }
+  }
+}
+
+int64_t TreeEncoder::classes(int children) const {
+  if (children < 0)
+    return wrapper_.classes;
+  return static_cast<size_t>(children) < by_children_.size()
+             ? by_children_[static_cast<size_t>(children)].classes
+             : -1;
+}
+
+void TreeEncoder::check_label(const data::ParseTree& t, int32_t n, const CtorMap& map, bool root,
+                              bool classes) const {
+  const int32_t y = t.nodes[static_cast<size_t>(n)].label;
+  const std::string of = root ? "the tree's root (for " + map.name + ")" : "a " + map.name;
+  if (y < 0)
+    throw data::node_error(t, n,
+                           root ? "the tree's root has no label ('-'), but constructor " +
+                                      map.name + ", which wraps the tree, needs one"
+                                : "the node has no label ('-'), but constructor " + map.name +
+                                      " of the model's type " + adt_ + " needs one");
+  if (classes && map.classes >= 0 && y >= map.classes)
+    throw data::node_error(
+        t, n,
+        "label " + std::to_string(y) + " is outside the model's classes [0, " +
+            std::to_string(map.classes) + ")",
+        {{map.ce, "the label of " + of + " is a class of this cross_entropy, over " +
+                      std::to_string(map.classes) + " classes"}});
+}
+
+const TreeEncoder::CtorMap& TreeEncoder::ctor_for(const data::ParseTree& t, int32_t n,
+                                                  bool classes) const {
+  const auto& node = t.nodes[static_cast<size_t>(n)];
+  const size_t k = node.children.size();
+  if (k >= by_children_.size() || by_children_[k].tag < 0) {
+    std::string takes;
+    for (size_t i = 0; i < by_children_.size(); ++i) {
+      if (by_children_[i].tag < 0)
+        continue;
+      takes += (takes.empty() ? "" : ", ") + std::to_string(i) + " (" + by_children_[i].name + ")";
+    }
+    throw data::node_error(t, n,
+                           "a node with " + std::to_string(k) + " child" + (k == 1 ? "" : "ren") +
+                               ", but no constructor of the model's type " + adt_ +
+                               " takes that many; its constructors take " + takes + " children");
+  }
+  const CtorMap& map = by_children_[k];
+  for (FieldKind f : map.fields) {
+    if (f == FieldKind::Word && node.word < 0)
+      throw data::node_error(t, n, "the leaf has no word");
+    if (f == FieldKind::Label)
+      check_label(t, n, map, false, classes);
+  }
+  return map;
+}
+
+void TreeEncoder::take_children(const data::ParseTree& t, int32_t n,
+                                std::vector<uint8_t>& used) const {
+  for (int32_t c : t.nodes[static_cast<size_t>(n)].children) {
+    if (c < 0 || c >= n || used[static_cast<size_t>(c)])
+      throw data::node_error(t, n,
+                             "child " + std::to_string(c) + " of node " + std::to_string(n) +
+                                 " is not an earlier node of its own: the nodes are not one tree "
+                                 "in post-order");
+    used[static_cast<size_t>(c)] = 1;
+  }
+}
+
+void TreeEncoder::check_all_used(const data::ParseTree& t, const std::vector<uint8_t>& used) const {
+  for (size_t i = 0; i + 1 < used.size(); ++i)
+    if (!used[i])
+      throw data::node_error(t, static_cast<int32_t>(i),
+                             "node " + std::to_string(i) +
+                                 " is not part of the tree of the last node (the root)");
+}
+
+void TreeEncoder::check(const data::ParseTree& t) const {
+  if (t.nodes.empty())
+    throw Error("empty tree");
+  std::vector<uint8_t> used(t.nodes.size(), 0);
+  for (int32_t n = 0; n <= t.root(); ++n) {
+    ctor_for(t, n, true);
+    take_children(t, n, used);
+  }
+  check_all_used(t, used);
+  if (wrapper_.tag >= 0)
+    for (FieldKind k : wrapper_.fields)
+      if (k == FieldKind::RootLabel)
+        check_label(t, t.root(), wrapper_, true, true);
 }
 
 Value TreeEncoder::encode(const data::ParseTree& t) const {
   if (t.nodes.empty())
     throw Error("empty tree");
+  // Children come before their parents: one pass builds every subtree's value from its
+  // children's, moved out of `vals` (each is taken once), so no walk recurses on the depth.
+  std::vector<Value> vals(t.nodes.size());
+  std::vector<uint8_t> used(t.nodes.size(), 0);
+  for (int32_t n = 0; n <= t.root(); ++n) {
+    const auto& node = t.nodes[static_cast<size_t>(n)];
+    const CtorMap& map = ctor_for(t, n, false);
+    take_children(t, n, used);
+    interp::Values fields;
+    fields.reserve(map.fields.size());
+    size_t child = 0;
+    for (FieldKind k : map.fields) {
+      switch (k) {
+      case FieldKind::Word:
+        fields.push_back(Value::tensor(Tensor::scalar_i32(node.word)));
+        break;
+      case FieldKind::Label:
+        fields.push_back(Value::tensor(Tensor::scalar_i32(node.label)));
+        break;
+      case FieldKind::Child:
+        fields.push_back(std::move(vals[static_cast<size_t>(node.children[child++])]));
+        break;
+      case FieldKind::Tree:
+      case FieldKind::RootLabel:
+        PEJIT_CHECK(false) << "wrapper field inside a tree";
+      }
+    }
+    vals[static_cast<size_t>(n)] = Value::adt(map.tag, std::move(fields));
+  }
+  check_all_used(t, used);
+  Value root = std::move(vals.back());
   if (wrapper_.tag < 0)
-    return encode_node(t, t.root());
+    return root;
   interp::Values fields;
   for (FieldKind k : wrapper_.fields) {
     if (k == FieldKind::Tree) {
-      fields.push_back(encode_node(t, t.root()));
+      fields.push_back(std::move(root));
     } else {
-      int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
-      if (y < 0)
-        throw Error("the tree's root has no label");
-      fields.push_back(Value::tensor(Tensor::scalar_i32(y)));
+      check_label(t, t.root(), wrapper_, true, false);
+      fields.push_back(Value::tensor(Tensor::scalar_i32(t.nodes.back().label)));
     }
   }
   return Value::adt(wrapper_.tag, std::move(fields));
-}
-
-Value TreeEncoder::encode_node(const data::ParseTree& t, int32_t n) const {
-  const auto& node = t.nodes[static_cast<size_t>(n)];
-  bool leaf = node.children.empty();
-  if (!leaf && node.children.size() != 2)
-    throw Error("tree node " + std::to_string(n) + " has " + std::to_string(node.children.size()) +
-                " children; type " + adt_ + " holds binary trees");
-  const CtorMap& map = leaf ? leaf_ : node_;
-  interp::Values fields;
-  fields.reserve(map.fields.size());
-  size_t child = 0;
-  for (FieldKind k : map.fields) {
-    switch (k) {
-    case FieldKind::Word:
-      if (node.word < 0)
-        throw Error("leaf node " + std::to_string(n) + " has no word");
-      fields.push_back(Value::tensor(Tensor::scalar_i32(node.word)));
-      break;
-    case FieldKind::Label:
-      if (node.label < 0)
-        throw Error("node " + std::to_string(n) + " has no label, but the model's " + adt_ +
-                    " needs one");
-      fields.push_back(Value::tensor(Tensor::scalar_i32(node.label)));
-      break;
-    case FieldKind::Child:
-      fields.push_back(encode_node(t, node.children[child++]));
-      break;
-    case FieldKind::Tree:
-    case FieldKind::RootLabel:
-      PEJIT_CHECK(false) << "wrapper field inside a tree";
-    }
-  }
-  return Value::adt(map.tag, std::move(fields));
 }
 
 Value encode_sentence(const std::vector<int32_t>& words) {

@@ -4,9 +4,13 @@
 // List[i32[]]. The mapping is decided once per module from the ADT's declaration. An ADT
 // with one constructor holding a tree and a `label: i32[]` (e.g. `Example(tree: Tree, label:
 // i32[])`) takes the tree and its root's label: data labeled at the root only, like ListOps.
+// An ADT may have constructors for other numbers of children too (a unary node). Every error
+// about the data names the node at its file:line:col (data::node_error); labels are checked
+// against the class count of the cross_entropy they feed (label_classes.h).
 #pragma once
 
 #include "runtime/data/tree.h"
+#include "src/interp/params.h"
 #include "src/interp/value.h"
 
 #include <string>
@@ -17,23 +21,46 @@ namespace pejit::runtime {
 class TreeEncoder {
 public:
   /// Throws pejit::Error when the ADT cannot represent binary labeled trees (no constructor
-  /// for leaves or for two-child nodes, or a field it cannot fill).
-  TreeEncoder(const ir::Module& m, const std::string& adt);
+  /// for leaves or for two-child nodes, or a field it cannot fill). `dims` binds the named
+  /// dimensions (V) a class axis may use.
+  TreeEncoder(const ir::Module& m, const std::string& adt, const interp::DimBindings& dims = {});
 
-  /// Throws pejit::Error naming the node for a tree the ADT cannot hold (a missing label, a
-  /// node that is not binary).
+  /// Throws pejit::Error at the node's file:line:col for a tree the ADT cannot hold: a node
+  /// with a number of children no constructor takes, a missing label or word, nodes that do
+  /// not form one tree in post-order. Walks the nodes in one loop, children before parents:
+  /// any depth encodes. Labels are not compared with the classes here (check() does; the
+  /// kernels guard their inputs anyway), so the per-batch path stays as lean as it was.
   interp::Value encode(const data::ParseTree& t) const;
+
+  /// encode()'s checks without building the value, and each label against the class count of
+  /// the cross_entropy it feeds, when known (classes()): run once per data set before
+  /// training, so that a bad label is an error at its node, not inside a step.
+  void check(const data::ParseTree& t) const;
+
+  /// The class count labels of the constructor taking `children` children must be below
+  /// (-1: unknown or no label field); children = -1: the wrapper's root label.
+  int64_t classes(int children) const;
 
 private:
   enum class FieldKind : uint8_t { Word, Label, Child, Tree, RootLabel };
   struct CtorMap {
     int tag = -1;
+    std::string name;
     std::vector<FieldKind> fields;
+    int64_t classes = -1; ///< the Label (or RootLabel) field's class count; -1: not known
+    Span ce;              ///< the cross_entropy that sets `classes`
   };
-  CtorMap leaf_, node_;
+  std::vector<CtorMap> by_children_; ///< index: the constructor's number of children
   CtorMap wrapper_; ///< tag >= 0: the batch element wraps a tree and its root label
   std::string adt_;
-  interp::Value encode_node(const data::ParseTree& t, int32_t n) const;
+  /// The constructor for node n, after checking its arity, word and label.
+  /// `classes`: compare labels with the class counts too.
+  const CtorMap& ctor_for(const data::ParseTree& t, int32_t n, bool classes) const;
+  void check_label(const data::ParseTree& t, int32_t n, const CtorMap& map, bool root,
+                   bool classes) const;
+  /// Checks that every child of n is an earlier node not yet taken (`used`), and takes them.
+  void take_children(const data::ParseTree& t, int32_t n, std::vector<uint8_t>& used) const;
+  void check_all_used(const data::ParseTree& t, const std::vector<uint8_t>& used) const;
 };
 
 /// A sentence as a List[i32[]] of word ids.

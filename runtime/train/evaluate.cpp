@@ -3,6 +3,7 @@
 #include "runtime/train/trainer.h"
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
@@ -29,6 +30,7 @@ std::string EvalStats::json() const {
   j["specialized_seconds"] = specialized_seconds;
   j["generic_seconds"] = generic_seconds;
   j["jit_seconds"] = jit_seconds;
+  j["device"] = device;
   return j.dump();
 }
 
@@ -46,7 +48,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   ds.limit(opt.limit);
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
-  const Encoder enc(*m, ds, elem);
+  const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims));
   Session session = SessionAccess::from_module(m, so);
   // The parameters only: evaluation takes no step, whatever optimizer wrote the checkpoint.
   session.load_params(opt.params);
@@ -54,6 +56,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   auto t0 = Clock::now();
   Scores s = score(session, ds, enc, opt.batch);
   EvalStats st;
+  st.device = cuda::parse_device(opt.session.device).name();
   st.seconds = secs(t0, Clock::now());
   SessionStats ss = session.stats();
   st.specialized_batches = ss.specialized_batches;

@@ -6,18 +6,22 @@
 #include "runtime/train/trainer.h"
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
+#include "runtime/train/lifecycle.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <unistd.h>
 
@@ -126,6 +130,7 @@ std::string EpochStats::json() const {
                      {"evictions", plan_evictions}};
   j["fallbacks"] = fallbacks;
   j["tuned"] = tuned.empty() ? nlohmann::json(nullptr) : nlohmann::json(tuned);
+  j["device"] = device;
   if (kernels) {
     j["kernels"] = nlohmann::json::array();
     for (const auto& k : *kernels)
@@ -164,16 +169,52 @@ void check_output_path(const char* flag, const std::string& path) {
 
 } // namespace
 
+namespace {
+
+// Every parameter of the session is finite: a state worth saving after a failure.
+bool finite_params(const Session& s) {
+  for (const auto& n : s.param_names())
+    for (float v : s.get_param(n))
+      if (!std::isfinite(v))
+        return false;
+  return true;
+}
+
+} // namespace
+
 std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::ostream& err) {
   (void)parse_mode(opt.session.mode); // a bad mode fails before anything is read
   if (opt.epochs < 1)
     throw Error("--epochs must be >= 1");
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  if (opt.save_every < 0)
+    throw Error("--save-every must be >= 0");
+  if (opt.patience < 0)
+    throw Error("--patience must be >= 0");
+  if (opt.save_every > 0 && opt.save.empty())
+    throw Error("--save-every needs --save (where to write)");
+  if (opt.patience > 0 && opt.save_best.empty())
+    throw Error("--patience needs --save-best METRIC (what must improve)");
+  if (!opt.resume.empty() && !opt.init_params.empty())
+    throw Error("--resume and --init exclude each other (--resume restores the parameters too)");
+  std::optional<Metric> metric;
+  if (!opt.save_best.empty()) {
+    metric = Metric::parse(opt.save_best);
+    if (metric->name.rfind("dev_", 0) == 0 && opt.dev.empty())
+      throw Error("--save-best " + metric->name + " needs --dev");
+    if ((metric->name == "root_acc" || metric->name == "node_acc") && !opt.train_eval)
+      throw Error("--save-best " + metric->name +
+                  " needs the training set's accuracy (drop --no-train-eval)");
+  }
+  // With --save-best, `save` holds the best epoch's model; the latest state goes beside it.
+  const std::string latest = opt.save.empty() || !metric ? opt.save : opt.save + ".last";
   // Where the results go is checked before any training: a run must not end by failing to
   // write what it computed.
   check_output_path("--save", opt.save);
   check_output_path("--trace", opt.session.trace_file);
+  SignalGuard signals(opt.handle_signals);
+  std::ostream& info = opt.json ? err : out;
   SessionOptions so = opt.session;
   // A bad --tuned file fails before anything is read or run.
   if (!opt.tuned.empty())
@@ -182,62 +223,192 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   ir::Type elem = batch_element_type(*m, "loss");
 
   data::Vocab vocab;
-  if (!opt.init_params.empty())
-    vocab = data::Vocab::from_words(checkpoint::load(opt.init_params).vocab);
-  Dataset train_ds = read_dataset(opt.data, vocab, opt.init_params.empty(), elem);
+  RunState run;
+  std::optional<checkpoint::TrainState> resumed;
+  std::optional<checkpoint::Checkpoint> init;
+  Dataset train_ds;
+  if (!opt.resume.empty()) {
+    // Resuming keeps the checkpoint's vocabulary exactly: the run's ids must not move.
+    checkpoint::Checkpoint ck = checkpoint::load(opt.resume);
+    vocab = data::Vocab::from_words(ck.vocab);
+    if (!ck.training)
+      throw Error("--resume " + opt.resume +
+                  ": the checkpoint holds no training state (written by a version 1 pejit or "
+                  "by Session::save); --init starts from its parameters");
+    resumed = ck.training;
+    run = RunState::from(*ck.training, opt.resume);
+    train_ds = read_dataset(opt.data, vocab, false, elem);
+  } else if (!opt.init_params.empty()) {
+    // The data's words are matched to the checkpoint's by text (read_dataset_for_init).
+    init = checkpoint::load(opt.init_params);
+    vocab = data::Vocab::from_words(init->vocab);
+    std::string note;
+    train_ds =
+        read_dataset_for_init(opt.data, vocab, init->vocab.size(), elem, *m, opt.init_params, note);
+    if (!note.empty())
+      err << "note: " << note << "\n";
+  } else {
+    train_ds = read_dataset(opt.data, vocab, true, elem);
+  }
   train_ds.limit(opt.limit);
   Dataset dev_ds;
   if (!opt.dev.empty())
     dev_ds = read_dataset(opt.dev, vocab, false, elem);
+  if (metric && (metric->name.find("acc") != std::string::npos) &&
+      (!train_ds.is_trees || !((m->fn("infer") && m->fn("infer")->is_entry) ||
+                               (m->fn("infer_nodes") && m->fn("infer_nodes")->is_entry))))
+    throw Error("--save-best " + metric->name +
+                ": no accuracy to follow (it needs trees and an `infer` or `infer_nodes` entry); "
+                "follow a loss instead");
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
-  const Encoder enc(*m, train_ds, elem);
+  // Both data sets are checked against the model (labels, arity) before any training.
+  const Encoder enc(*m, train_ds, elem, interp::bind_dims(*m, so.dims));
+  enc.check(dev_ds);
+
+  int start_epoch = 0;
+  size_t start_batch = 0;
+  const size_t n = train_ds.size();
+  if (resumed) {
+    so.seed = run.seed; // the data order (and anything else the seed keys) of the run resumed
+    if (run.examples != static_cast<int64_t>(n))
+      throw Error("--resume " + opt.resume + ": the run trained on " +
+                  std::to_string(run.examples) + " examples, --data (with --limit) gives " +
+                  std::to_string(n));
+    if (resumed->epoch >= opt.epochs)
+      throw Error("--resume " + opt.resume + ": the run has done " +
+                  std::to_string(resumed->epoch) +
+                  " epochs already; --epochs counts from its start and must be larger");
+  } else {
+    run.seed = so.seed;
+    run.examples = static_cast<int64_t>(n);
+    run.batch_size = opt.batch;
+    run.shuffle = !opt.fixed_batches;
+  }
+  const size_t bs = static_cast<size_t>(run.batch_size);
+  const size_t nb = (n + bs - 1) / bs;
+  if (resumed) {
+    if (resumed->batch > static_cast<int64_t>(nb))
+      throw Error("--resume " + opt.resume + ": batch " + std::to_string(resumed->batch) +
+                  " of an epoch of " + std::to_string(nb));
+    start_epoch = static_cast<int>(resumed->epoch);
+    start_batch = static_cast<size_t>(resumed->batch);
+  }
 
   Session session = SessionAccess::from_module(m, so);
-  if (!opt.init_params.empty())
-    session.load_params(opt.init_params);
+  if (init)
+    init_by_word(session, *m, *init, opt.init_params);
+  if (resumed) {
+    try {
+      session.load_training(opt.resume);
+    } catch (const Error& e) {
+      throw Error("--resume " + opt.resume + ": " + e.what() +
+                  " (resume with the model and --optimizer of the run that wrote it)");
+    }
+    info << "resuming " << opt.resume << " at epoch " << start_epoch + 1 << ", batch "
+         << start_batch << "/" << nb << " (seed " << run.seed << ", batch size " << bs
+         << (run.shuffle ? "" : ", fixed batches") << ")\n"
+         << std::flush;
+  }
   warn_schedules(so, err);
 
   const bool progress = opt.progress < 0 ? isatty(2) : opt.progress > 0;
-  BatchOrder batch_order(train_ds.size(), so.seed);
+  BatchOrder batch_order(n, so.seed);
+  for (int e = 0; e < start_epoch; ++e) // the orders of the epochs done, replayed
+    (void)batch_order.next_epoch(run.shuffle);
+
+  const std::vector<std::string> words = vocab.words();
+  const std::map<std::string, std::string> meta = {{"model", opt.model}};
+  auto save_to = [&](const std::string& path, int64_t epoch, int64_t batch) {
+    session.save_training(path, run.at(epoch, batch), words, meta);
+  };
+  // Stops the run after a signal: the state (epoch, batch next to run) saved first.
+  auto stop_if_signalled = [&](int64_t epoch, size_t batch) {
+    int sig = SignalGuard::pending();
+    if (sig == 0)
+      return;
+    if (progress)
+      err << "\n";
+    std::string where = "at epoch " + std::to_string(epoch + 1) + ", batch " +
+                        std::to_string(batch) + "/" + std::to_string(nb);
+    if (batch == 0 && epoch > 0)
+      where = "after epoch " + std::to_string(epoch);
+    std::string msg = "training interrupted by " + signal_name(sig) + " " + where;
+    if (!latest.empty()) {
+      save_to(latest, epoch, static_cast<int64_t>(batch));
+      msg += "; saved the training state to " + latest + " (continue with --resume " + latest + ")";
+    } else {
+      msg += "; nothing saved (no --save)";
+    }
+    err << "pejit: " << msg << "\n" << std::flush;
+    session.write_trace();
+    throw Interrupted(sig, msg);
+  };
+  // After a failure at `batch`: the state before it is saved when it is worth keeping.
+  // Returns what was done, for the error message.
+  auto save_failure = [&](int64_t epoch, size_t batch) -> std::string {
+    if (latest.empty())
+      return "";
+    if (!finite_params(session))
+      return "; nothing saved: the parameters are no longer finite (an earlier update "
+             "overflowed)";
+    save_to(latest, epoch, static_cast<int64_t>(batch));
+    return "; the last good state (the parameters before that batch) is saved in " + latest;
+  };
 
   std::vector<EpochStats> all;
-  const size_t nb =
-      (train_ds.size() + static_cast<size_t>(opt.batch) - 1) / static_cast<size_t>(opt.batch);
   // Batches are encoded once, `lookahead` ahead of training, and handed to the session's
   // pipeline (auto mode). Without a pipeline each is encoded just before its step: encoded
   // ahead, its values would be out of the caches when the step walks them (the skeleton key,
   // the scan).
   const size_t look =
       parse_mode(so.mode) == Mode::Auto ? static_cast<size_t>(std::max(1, so.lookahead)) : 0;
-  for (int ep = 0; ep < opt.epochs; ++ep) {
-    const std::vector<size_t>& order = batch_order.next_epoch(!opt.fixed_batches);
+  int ep = start_epoch;
+  for (; ep < opt.epochs; ++ep) {
+    const std::vector<size_t>& order = batch_order.next_epoch(run.shuffle);
+    const size_t first = ep == start_epoch ? start_batch : 0;
+    if (first == 0)
+      run.new_epoch();
     EpochStats st;
     st.epoch = ep;
-    double loss_sum = 0;
+    int64_t trees_here = 0; // stepped by this process (a resumed epoch began elsewhere)
     auto last_print = Clock::now();
     SessionStats before = session.stats();
     std::deque<pejit::Value> ahead;
-    size_t encoded = 0;
+    size_t encoded = first;
     std::vector<pejit::Value> fresh;
     auto encode_ahead = [&](size_t upto) {
       fresh.clear();
       for (; encoded < std::min(upto, nb); ++encoded) {
-        size_t lo = encoded * static_cast<size_t>(opt.batch);
-        size_t hi = std::min(train_ds.size(), lo + static_cast<size_t>(opt.batch));
+        size_t lo = encoded * bs;
+        size_t hi = std::min(n, lo + bs);
         ahead.push_back(SessionAccess::wrap(enc.batch(train_ds, order, lo, hi)));
         fresh.push_back(ahead.back());
       }
       session.prefetch("loss", fresh);
     };
-    for (size_t b = 0; b < nb; ++b) {
-      size_t lo = b * static_cast<size_t>(opt.batch);
-      size_t hi = std::min(train_ds.size(), lo + static_cast<size_t>(opt.batch));
-      encode_ahead(b + 1 + look);
-      pejit::Value v = std::move(ahead.front());
-      ahead.pop_front();
+    for (size_t b = first; b < nb; ++b) {
+      stop_if_signalled(ep, b);
+      size_t lo = b * bs;
+      size_t hi = std::min(n, lo + bs);
+      float loss = 0;
       auto t0 = Clock::now();
-      float loss = session.step("loss", v);
+      try {
+        encode_ahead(b + 1 + look);
+        pejit::Value v = std::move(ahead.front());
+        ahead.pop_front();
+        t0 = Clock::now();
+        loss = session.step("loss", v);
+      } catch (const Error&) {
+        // The step made no update: the parameters are those before this batch.
+        if (progress)
+          err << "\n";
+        std::string saved = save_failure(ep, b);
+        if (!saved.empty())
+          err << "pejit: epoch " << ep + 1 << ", batch " << b << " failed" << saved << "\n"
+              << std::flush;
+        rethrow_located(train_ds, order, lo, hi); // a bad label, at its line and column
+      }
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
       st.seconds += dt;
@@ -246,33 +417,44 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         if (!why.empty())
           err << "batch " << b << " ran generic: " << why << "\n";
       }
-      if (!std::isfinite(loss))
-        throw Error("the loss became " + std::to_string(loss) + " at epoch " + std::to_string(ep) +
-                    ", batch " + std::to_string(b) + " (try a smaller --lr or --clip)");
-      loss_sum += loss;
+      if (!std::isfinite(loss)) {
+        // Session::step made no update for it.
+        if (progress)
+          err << "\n";
+        std::string saved = save_failure(ep, b);
+        throw Error("the loss became " + std::to_string(loss) + " at epoch " +
+                    std::to_string(ep + 1) + ", batch " + std::to_string(b) +
+                    " (try a smaller --lr or --clip)" + saved);
+      }
+      run.loss_sum += loss;
       for (size_t i = lo; i < hi; ++i)
-        st.nodes += train_ds.nodes(order[i]);
-      st.trees += static_cast<int64_t>(hi - lo);
-      st.batches += 1;
+        run.nodes += train_ds.nodes(order[i]);
+      run.trees += static_cast<int64_t>(hi - lo);
+      trees_here += static_cast<int64_t>(hi - lo);
+      run.batches += 1;
       if (progress && (secs(last_print, t1) > 0.25 || b + 1 == nb)) {
         last_print = t1;
-        double tps = st.trees / std::max(st.seconds, 1e-9);
-        double eta = static_cast<double>(train_ds.size() - static_cast<size_t>(st.trees)) /
-                     std::max(tps, 1e-9);
+        double tps = trees_here / std::max(st.seconds, 1e-9);
+        double eta = static_cast<double>(n - static_cast<size_t>(run.trees)) / std::max(tps, 1e-9);
         char buf[200];
         std::snprintf(buf, sizeof buf,
                       "\repoch %d  batch %zu/%zu  loss %.4f  %.0f trees/s  ETA %.0fs   ", ep + 1,
-                      b + 1, nb, loss_sum / std::max<int64_t>(1, st.nodes), tps, eta);
+                      b + 1, nb, run.loss_sum / std::max<int64_t>(1, run.nodes), tps, eta);
         err << buf << std::flush;
       }
     }
     if (progress)
       err << "\n";
+    stop_if_signalled(ep, nb);
     session.drain();
     count_epoch(st, before, session.stats());
     st.tuned = opt.tuned;
-    st.loss_per_node = loss_sum / std::max<int64_t>(1, st.nodes);
-    st.trees_per_s = st.trees / std::max(st.seconds, 1e-9);
+    st.device = cuda::parse_device(opt.session.device).name();
+    st.nodes = run.nodes;
+    st.trees = run.trees;
+    st.batches = run.batches;
+    st.loss_per_node = run.loss_sum / std::max<int64_t>(1, run.nodes);
+    st.trees_per_s = trees_here / std::max(st.seconds, 1e-9);
     if (opt.train_eval) {
       Scores s = score(session, train_ds, enc, opt.batch);
       st.root_acc = ratio(s.root_ok, s.roots);
@@ -292,14 +474,59 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
     }
     if (opt.json)
       out << st.json() << "\n" << std::flush;
-    print_epoch(st, opt.json ? err : out);
+    print_epoch(st, info);
     all.push_back(st);
+    run.new_epoch();
+    bool stop_early = false;
+    if (metric) {
+      double v = metric->of(st);
+      if (std::isnan(v))
+        throw Error("--save-best " + metric->name + ": the metric is not available");
+      if (std::isnan(run.best) || metric->better(v, run.best)) {
+        run.best = v;
+        run.best_epoch = ep;
+        run.bad_epochs = 0;
+        if (!opt.save.empty()) {
+          save_to(opt.save, ep + 1, 0);
+          info << "saved " << opt.save << ": the best " << metric->name << " so far ("
+               << metric->show(v) << ", epoch " << ep + 1 << ")\n"
+               << std::flush;
+        }
+      } else if (++run.bad_epochs >= opt.patience && opt.patience > 0) {
+        stop_early = true;
+        info << "stopping early: " << metric->name << " has not improved for " << run.bad_epochs
+             << " epoch" << (run.bad_epochs == 1 ? "" : "s") << " (best " << metric->show(run.best)
+             << " at epoch " << run.best_epoch + 1 << ")\n"
+             << std::flush;
+      }
+    }
+    if (opt.save_every > 0 && (ep + 1) % opt.save_every == 0 && ep + 1 < opt.epochs &&
+        !stop_early) {
+      save_to(latest, ep + 1, 0);
+      info << "saved " << latest << " (epoch " << ep + 1 << ")\n" << std::flush;
+    }
+    if (stop_early) {
+      ++ep;
+      break;
+    }
+    if (ep + 1 < opt.epochs)
+      stop_if_signalled(ep + 1, 0);
   }
-  print_summary(all, opt.json ? err : out);
+  if (!all.empty())
+    print_summary(all, info);
   session.write_trace();
-  if (!opt.save.empty()) {
-    session.save(opt.save, vocab.words(), {{"model", opt.model}});
-    (opt.json ? err : out) << "saved " << opt.save << "\n";
+  if (!latest.empty()) {
+    save_to(latest, ep, 0);
+    info << "saved " << latest;
+    if (metric && !opt.save.empty())
+      info << " (the last epoch; the best, epoch " << run.best_epoch + 1 << ", is in " << opt.save
+           << ")";
+    info << "\n" << std::flush;
+  }
+  if (int sig = SignalGuard::pending()) {
+    std::string msg = signal_name(sig) + " arrived after the last epoch; the run is complete";
+    err << "pejit: " << msg << "\n" << std::flush;
+    throw Interrupted(sig, msg);
   }
   return all;
 }

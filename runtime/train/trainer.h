@@ -26,8 +26,21 @@ struct TrainOptions {
   int batch = 25;
   int64_t limit = 0; ///< use the first N training trees (0: all)
   bool fixed_batches = false;
+  /// The checkpoint written at the end, and on SIGINT/SIGTERM (handle_signals), at a failing
+  /// batch (the state before it) and every save_every epochs. With save_best it holds the
+  /// best epoch's model instead, and those go to "<save>.last".
   std::string save;
+  int save_every = 0;      ///< epochs between periodic saves (0: none)
+  std::string save_best;   ///< a metric (dev_root_acc, dev_loss, ...; Metric in lifecycle.h)
+  int patience = 0;        ///< stop after this many epochs without save_best improving (0: never)
   std::string init_params; ///< start from this checkpoint's parameters (and vocabulary)
+  /// Continue the run that wrote this checkpoint (`save`) where it stopped: parameters,
+  /// optimizer state, epoch and batch, data order (its seed, batch size and shuffling), the
+  /// epoch's partial sums and the best score so far. `epochs` counts from the run's start.
+  std::string resume;
+  /// SIGINT and SIGTERM finish the step in flight, write `save` and throw Interrupted (the
+  /// CLI sets it; a library caller keeps its own handlers by leaving it off).
+  bool handle_signals = false;
   bool json = false;
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
@@ -67,11 +80,20 @@ struct EpochStats {
   double plan_ms = 0, background_plan_ms = 0;
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks;
-  std::string tuned; ///< the tuned schedule database in use (empty: default schedules)
+  std::string tuned;          ///< the tuned schedule database in use (empty: default schedules)
+  std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
   /// The final epoch only: the kernels the engine holds then ("kernels" in the JSON).
   std::optional<std::vector<KernelProvenance>> kernels;
   /// One line of JSON with every field (NaN fields are null).
   std::string json() const;
+};
+
+/// Thrown by train() after SIGINT or SIGTERM stopped it (TrainOptions::handle_signals) and
+/// the checkpoint, if one was asked for, was written. `pejit train` exits with 128 + signal.
+class Interrupted : public Error {
+public:
+  Interrupted(int sig, const std::string& what) : Error(what), signal(sig) {}
+  int signal;
 };
 
 /// Trains; writes per-epoch summaries to `out` (JSON lines with opt.json) and progress and
@@ -97,6 +119,7 @@ struct EvalStats {
   double seconds = 0, trees_per_s = 0;
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
+  std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
   std::string json() const;
 };
 
@@ -108,9 +131,10 @@ struct DumpOptions {
   std::string entry = "loss";
   int batch = 25;
   int64_t batch_index = 0;
-  std::string emit = "plan"; ///< templates, instances, plan, dot, kernels, kernel-program, llvm
-  std::string tuned;         ///< the tuned schedule database the kernels are resolved against
-  bool merge = true;         ///< merge equal instances first, as training does (--no-merge)
+  /// templates, instances, plan, dot, kernels, kernel-program, llvm, ptx
+  std::string emit = "plan";
+  std::string tuned; ///< the tuned schedule database the kernels are resolved against
+  bool merge = true; ///< merge equal instances first, as training does (--no-merge)
 };
 
 /// What specialization makes of one batch (`pejit dump`): counts, planning time, and the

@@ -44,7 +44,7 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
   for (const char* e : {"infer_nodes", "infer"})
     if (m->fn(e) && m->fn(e)->is_entry)
       entries.push_back(e);
-  const Encoder enc(*m, ds, elem);
+  const Encoder enc(*m, ds, elem, dims);
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
   specializer::TemplateTable tt;

@@ -233,8 +233,14 @@ public:
 
   Value eval(const Expr& e, const Frame& fr) {
     switch (e->kind) {
-    case ExprKind::IntLit:
-      return Value::integer(e->cast<IntLit>().value);
+    case ExprKind::IntLit: {
+      const auto& lit = e->cast<IntLit>();
+      if (!lit.tensor_elem)
+        return Value::integer(lit.value);
+      return Value::tensor(*lit.tensor_elem == ir::Elem::F32
+                               ? Tensor::scalar_f32(static_cast<float>(lit.value))
+                               : Tensor::scalar_i32(static_cast<int32_t>(lit.value)));
+    }
     case ExprKind::BoolLit:
       return Value::boolean(e->cast<BoolLit>().value);
     case ExprKind::FloatLit:

@@ -36,10 +36,14 @@ Shape concrete_shape(const ir::Type& t, const DimBindings& dims) {
       s.push_back(d.value);
       continue;
     }
-    auto it = dims.find(d.name);
-    if (it == dims.end())
-      throw Error("dimension " + d.name + " is not bound");
-    s.push_back(it->second);
+    for (const auto& term : d.terms)
+      if (!dims.count(term.name))
+        throw Error("dimension " + term.name + " is not bound");
+    int64_t v = *d.eval([&](const std::string& n) { return std::optional<int64_t>(dims.at(n)); });
+    if (v < 0)
+      throw Error("dimension " + d.str() + " is " + std::to_string(v) +
+                  " with the bound sizes: negative");
+    s.push_back(v);
   }
   return s;
 }

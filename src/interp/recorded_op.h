@@ -31,7 +31,7 @@ public:
     try {
       ops::op_def(id).eval(ins_, attr, outs_);
     } catch (const Error& e) {
-      throw Error(s.str() + ": error: " + ops::op_name(id) + ": " + e.what());
+      throw Error(s.str() + ": error: " + ops::op_error_text(id, e.what()));
     }
     out_ids_.assign(outs_.size(), -1);
     if (record && tape)

@@ -77,6 +77,9 @@ struct ExprNode {
 struct IntLit : ExprNode {
   PEJIT_EXPR_NODE(IntLit)
   int64_t value = 0;
+  /// Set by the checker where the literal is an operand of a tensor op beside a tensor
+  /// (`gt(y, 2)`, `x * 2`): the literal is then a constant 0-d tensor of that element type.
+  mutable std::optional<Elem> tensor_elem;
 };
 /// A float literal is a constant f32[] tensor.
 struct FloatLit : ExprNode {

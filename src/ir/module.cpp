@@ -205,8 +205,8 @@ Indexed build_graph(const Module& m) {
       boost::add_edge(from, ix.id(t->name), ix.g);
     if (t->kind == TypeKind::Tensor)
       for (const auto& d : t->dims)
-        if (d.is_named())
-          boost::add_edge(from, ix.id(d.name), ix.g);
+        for (const auto& term : d.terms)
+          boost::add_edge(from, ix.id(term.name), ix.g);
     for (const auto& e : t->elems)
       type_edges(from, e);
     type_edges(from, t->result);

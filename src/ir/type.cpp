@@ -9,8 +9,76 @@ const char* elem_name(Elem e) {
   return e == Elem::F32 ? "f32" : "i32";
 }
 
+Dim Dim::operator+(const Dim& o) const {
+  Dim r{value + o.value, {}};
+  size_t i = 0, j = 0;
+  while (i < terms.size() || j < o.terms.size()) {
+    if (j == o.terms.size() || (i < terms.size() && terms[i].name < o.terms[j].name)) {
+      r.terms.push_back(terms[i++]);
+    } else if (i == terms.size() || o.terms[j].name < terms[i].name) {
+      r.terms.push_back(o.terms[j++]);
+    } else {
+      int64_t c = terms[i].coeff + o.terms[j].coeff;
+      if (c != 0)
+        r.terms.push_back(Term{terms[i].name, c});
+      ++i, ++j;
+    }
+  }
+  return r;
+}
+
+Dim Dim::scaled(int64_t k) const {
+  if (k == 0)
+    return Dim::of(0);
+  Dim r{value * k, terms};
+  for (auto& t : r.terms)
+    t.coeff *= k;
+  return r;
+}
+
+std::optional<Dim> Dim::divided(int64_t n) const {
+  if (n == 0 || value % n != 0)
+    return std::nullopt;
+  Dim r{value / n, terms};
+  for (auto& t : r.terms) {
+    if (t.coeff % n != 0)
+      return std::nullopt;
+    t.coeff /= n;
+  }
+  return r;
+}
+
+std::optional<int64_t>
+Dim::eval(const std::function<std::optional<int64_t>(const std::string&)>& lookup) const {
+  int64_t v = value;
+  for (const auto& t : terms) {
+    auto x = lookup(t.name);
+    if (!x)
+      return std::nullopt;
+    v += t.coeff * *x;
+  }
+  return v;
+}
+
 std::string Dim::str() const {
-  return is_named() ? name : std::to_string(value);
+  std::string s;
+  for (const auto& t : terms) {
+    if (t.coeff < 0)
+      s += "-";
+    else if (!s.empty())
+      s += "+";
+    int64_t c = t.coeff < 0 ? -t.coeff : t.coeff;
+    if (c != 1)
+      s += std::to_string(c) + "*";
+    s += t.name;
+  }
+  if (s.empty())
+    return std::to_string(value);
+  if (value > 0)
+    s += "+" + std::to_string(value);
+  else if (value < 0)
+    s += "-" + std::to_string(-value);
+  return s;
 }
 
 namespace {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,15 +16,31 @@ namespace pejit::ir {
 enum class Elem : uint8_t { F32, I32 };
 const char* elem_name(Elem e);
 
-/// One dimension: a constant, or a named dimension (`V`) bound when a module is instantiated.
+/// One dimension: a constant, or an affine expression over named dimensions (`V`, `2*H`,
+/// `H+K+1`) bound when a module is instantiated. Kept in a normal form (terms sorted by name,
+/// no zero coefficient), so that equal expressions compare equal: `H+H` is `2*H`.
 struct Dim {
-  int64_t value = 0;
-  std::string name; ///< non-empty: named
+  struct Term {
+    std::string name;
+    int64_t coeff = 1;
+    bool operator==(const Term&) const = default;
+  };
+  int64_t value = 0;        ///< the constant term
+  std::vector<Term> terms;  ///< empty: a constant
 
   static Dim of(int64_t v) { return Dim{v, {}}; }
-  static Dim named(std::string n) { return Dim{0, std::move(n)}; }
-  bool is_named() const { return !name.empty(); }
-  bool operator==(const Dim& o) const { return name == o.name && (is_named() || value == o.value); }
+  static Dim named(std::string n) { return Dim{0, {Term{std::move(n), 1}}}; }
+  /// True when the dimension depends on a named dimension (its size is known only when bound).
+  bool is_named() const { return !terms.empty(); }
+  bool operator==(const Dim& o) const { return value == o.value && terms == o.terms; }
+  Dim operator+(const Dim& o) const;
+  Dim scaled(int64_t k) const;
+  /// This dimension divided by n when every coefficient is divisible, else nullopt.
+  std::optional<Dim> divided(int64_t n) const;
+  /// The value with every name bound by `lookup` (nullopt where a name is unbound).
+  std::optional<int64_t>
+  eval(const std::function<std::optional<int64_t>(const std::string&)>& lookup) const;
+  /// Source syntax that parses back: `300`, `V`, `2*H`, `2*H+K-1`.
   std::string str() const;
 };
 

@@ -115,6 +115,13 @@ std::optional<std::pair<OpId, Attr>> op_by_name(const std::string& name);
 inline const char* op_name(OpId id) {
   return op_def(id).name;
 }
+/// "NAME: what" for an error an op's kernel threw, without a doubled "NAME: NAME: " when the
+/// kernel already named itself (the kernels name the op they check for, as they are also called
+/// from plans where no source op is at hand).
+inline std::string op_error_text(OpId id, const std::string& what) {
+  std::string prefix = std::string(op_name(id)) + ": ";
+  return what.rfind(prefix, 0) == 0 ? what : prefix + what;
+}
 /// The constant that `id` ignores as its left / right operand, if any.
 std::optional<float> left_identity(OpId id);
 std::optional<float> right_identity(OpId id);

@@ -243,7 +243,7 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
     const auto& d0 = T(0).dims;
     if (d0.empty())
       return fail("concat needs tensors of rank >= 1, got " + ir::type_str(args[0]));
-    int64_t last = 0;
+    Dim last = Dim::of(0);
     for (int i = 0; i < nt; ++i) {
       const auto& di = T(i).dims;
       if (T(i).elem != T(0).elem || di.size() != d0.size())
@@ -253,24 +253,23 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
         if (!(di[k] == d0[k]))
           return fail("concat: leading dimensions differ: " + dims_str(d0) + " and " +
                       dims_str(di));
-      if (di.back().is_named())
-        return fail("concat: the last dimension must be a constant");
-      last += di.back().value;
+      last = last + di.back();
     }
     auto d = d0;
-    d.back() = Dim::of(last);
+    d.back() = last;
     return {ir::t_tensor(T(0).elem, d), ""};
   }
   case OpId::Split: {
     int64_t n = attr.ints[0];
     const auto& d = T(0).dims;
-    if (d.empty() || d.back().is_named())
-      return fail("split needs a constant last dimension, got " + ir::type_str(args[0]));
-    if (n < 1 || d.back().value % n != 0)
-      return fail("split: " + std::to_string(d.back().value) + " is not divisible into " +
-                  std::to_string(n) + " parts");
+    if (d.empty())
+      return fail("split needs a tensor of rank >= 1, got " + ir::type_str(args[0]));
+    auto each = n >= 1 ? d.back().divided(n) : std::nullopt;
+    if (!each)
+      return fail("split: " + d.back().str() + " is not divisible into " + std::to_string(n) +
+                  " parts");
     auto part = d;
-    part.back() = Dim::of(d.back().value / n);
+    part.back() = *each;
     std::vector<Type> elems(static_cast<size_t>(n), ir::t_tensor(T(0).elem, part));
     return {ir::t_tuple(std::move(elems)), ""};
   }

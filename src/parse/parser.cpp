@@ -169,6 +169,63 @@ ir::Decl Parser::fn_decl(const Span& start) {
   return b::fn_decl(name, std::move(params), ret, body, entry, from(start));
 }
 
+ir::Dim Parser::dim_expr() {
+  Nest n(*this, "dimension");
+  ir::Dim d = accept(Tok::Minus) ? dim_term().scaled(-1) : dim_term();
+  for (;;) {
+    if (accept(Tok::Plus))
+      d = d + dim_term();
+    else if (accept(Tok::Minus))
+      d = d + dim_term().scaled(-1);
+    else
+      return d;
+  }
+}
+
+ir::Dim Parser::dim_term() {
+  // Sizes and coefficients stay below 2^40, so that sums and products of two never overflow.
+  constexpr int64_t kMax = int64_t{1} << 40;
+  auto small = [&](const ir::Dim& d) {
+    bool ok = d.value > -kMax && d.value < kMax;
+    for (const auto& t : d.terms)
+      ok = ok && t.coeff > -kMax && t.coeff < kMax;
+    return ok;
+  };
+  ir::Dim d = dim_factor();
+  while (at(Tok::Star)) {
+    const Token& star = take();
+    ir::Dim f = dim_factor();
+    if (d.is_named() && f.is_named())
+      fail(star, "a dimension is a sum of integers and integer multiples of names: " + d.str() +
+                     " * " + f.str() + " is a product of names");
+    if (!small(d) || !small(f))
+      fail(star, "dimension expression too large");
+    d = d.is_named() ? d.scaled(f.value) : f.scaled(d.value);
+    if (!small(d))
+      fail(star, "dimension expression too large");
+  }
+  return d;
+}
+
+ir::Dim Parser::dim_factor() {
+  if (at(Tok::Int)) {
+    const Token& t = take();
+    int64_t v = int_value(t, false);
+    if (v >= (int64_t{1} << 40))
+      fail(t, "dimension " + std::to_string(v) + " is too large");
+    return ir::Dim::of(v);
+  }
+  if (at(Tok::Name))
+    return ir::Dim::named(std::string(take().text));
+  if (accept(Tok::LParen)) {
+    ir::Dim d = dim_expr();
+    expect(Tok::RParen, "after a dimension expression");
+    return d;
+  }
+  fail(cur(), "expected a dimension (an integer, a name or an expression such as 2*H), found " +
+                  describe(cur()));
+}
+
 Type Parser::type() {
   Nest n(*this, "type");
   const Token& t = cur();
@@ -180,13 +237,7 @@ Type Parser::type() {
       std::vector<ir::Dim> dims;
       if (!at(Tok::RBracket)) {
         do {
-          if (at(Tok::Int)) {
-            dims.push_back(ir::Dim::of(int_value(take(), false)));
-          } else if (at(Tok::Name)) {
-            dims.push_back(ir::Dim::named(std::string(take().text)));
-          } else {
-            fail(cur(), "expected a dimension (an integer or a name), found " + describe(cur()));
-          }
+          dims.push_back(dim_expr());
         } while (accept(Tok::Comma));
       }
       expect(Tok::RBracket, "after the dimensions");

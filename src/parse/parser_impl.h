@@ -181,6 +181,11 @@ private:
 
   // ---- types ------------------------------------------------------------------------------
   Type type();
+  /// A dimension in a tensor type: an integer, a name, or an affine expression of them
+  /// (`2*H`, `H+K`, `2*(H+1)`); a product of two names is an error.
+  ir::Dim dim_expr();
+  ir::Dim dim_term();
+  ir::Dim dim_factor();
 
   // ---- expressions ------------------------------------------------------------------------
   Expr expr();

@@ -209,6 +209,8 @@ private:
   BTV eval(const Expr& e, Env& env) {
     switch (e->kind) {
     case ExprKind::IntLit:
+      // A literal the checker made a tensor operand is a constant, as a float literal is.
+      return mark(*e, scalar(e->cast<IntLit>().tensor_elem ? BT::Const : BT::Static));
     case ExprKind::BoolLit:
       return mark(*e, scalar(BT::Static));
     case ExprKind::FloatLit:

@@ -151,9 +151,10 @@ void Checker::check_type_wf(const Type& t, const Span& s) {
     break;
   case TypeKind::Tensor:
     for (const auto& dim : t->dims) {
-      if (dim.is_named() && m_.dim_index(dim.name) < 0)
-        d_.error(s,
-                 "unknown dimension '" + dim.name + "' (declare it with `dim " + dim.name + "`)");
+      for (const auto& term : dim.terms)
+        if (m_.dim_index(term.name) < 0)
+          d_.error(s, "unknown dimension '" + term.name + "' (declare it with `dim " +
+                          term.name + "`)");
       if (!dim.is_named() && dim.value < 0)
         d_.error(s, "negative dimension");
     }

@@ -5,6 +5,7 @@
 #include "src/types/builtins.h"
 #include "src/types/checker.h"
 
+#include <cstdint>
 #include <string>
 
 namespace pejit::types::detail {
@@ -34,6 +35,18 @@ std::optional<int64_t> Checker::int_literal(const Expr& e) {
     if (auto i = u->operand->as<IntLit>())
       return -i->value;
   return std::nullopt;
+}
+
+Type Checker::coerce_literal(const Expr& e, const Type& other) {
+  auto lit = e->as<IntLit>();
+  if (!lit || !other || other->kind != TypeKind::Tensor)
+    return nullptr;
+  if (other->elem == Elem::I32 && (lit->value < INT32_MIN || lit->value > INT32_MAX)) {
+    d_.error(e->span, std::to_string(lit->value) + " does not fit an i32 tensor");
+    return t_error();
+  }
+  lit->tensor_elem = other->elem;
+  return set(*e, t_tensor(other->elem, {}));
 }
 
 Type Checker::check_call(const Call& c, const Type& expected) {
@@ -262,14 +275,34 @@ Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
   c.ref = {VarRef::Kind::Op, static_cast<int>(id), -1};
   if (auto v = c.callee->as<Var>())
     v->ref = c.ref;
+  // A binary elementwise op (add ... ne) may take an Int literal for one operand: it becomes a
+  // 0-d tensor of the other operand's element type. Types found here are not checked twice.
+  std::vector<Type> pre(c.args.size());
+  const ops::OpDef& def = ops::op_def(id);
+  if (def.elementwise && def.min_tensors == 2 && def.max_tensors == 2 && def.max_ints == 0 &&
+      c.args.size() == 2) {
+    for (size_t k = 0; k < 2; ++k) {
+      const Expr& lit = c.args[k];
+      const Expr& other = c.args[1 - k];
+      if (lit->as<IntLit>() && !other->as<IntLit>()) {
+        pre[1 - k] = check(other);
+        if (Type t = coerce_literal(lit, pre[1 - k]))
+          pre[k] = t;
+        break;
+      }
+    }
+  }
   // Leading tensor arguments, then Int literals (static attributes).
   std::vector<Type> targs;
   size_t i = 0;
   bool bad = false;
+  for (size_t k = 0; k < pre.size(); ++k)
+    if (pre[k] && is_error(pre[k]))
+      return t_error();
   for (; i < c.args.size(); ++i) {
-    if (int_literal(c.args[i]))
+    if (!pre[i] && int_literal(c.args[i]))
       break;
-    Type t = check(c.args[i]);
+    Type t = pre[i] ? pre[i] : check(c.args[i]);
     if (is_kind(t, TypeKind::Int)) {
       d_.error(c.args[i]->span, std::string(ops::op_name(id)) +
                                     ": Int arguments must be literals (they fix shapes)");
@@ -278,7 +311,8 @@ Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
     targs.push_back(t);
   }
   for (; i < c.args.size(); ++i) {
-    check(c.args[i]);
+    if (!pre[i])
+      check(c.args[i]);
     auto v = int_literal(c.args[i]);
     if (!v) {
       d_.error(c.args[i]->span,
@@ -335,6 +369,14 @@ Type Checker::check_binary(const Binary& b) {
   if (is_error(l) || is_error(r))
     return t_error();
   std::string op = binop_str(b.op);
+  if (tensor_binop(b.op) && b.op != BinOp::MatMul) {
+    if (Type t = l->kind == TypeKind::Int ? coerce_literal(b.lhs, r) : nullptr)
+      l = t;
+    else if (Type u = r->kind == TypeKind::Int ? coerce_literal(b.rhs, l) : nullptr)
+      r = u;
+    if (is_error(l) || is_error(r))
+      return t_error();
+  }
   if (l->kind == TypeKind::Tensor && r->kind == TypeKind::Tensor) {
     auto id = tensor_binop(b.op);
     if (!id) {
@@ -383,7 +425,7 @@ Type Checker::check_binary(const Binary& b) {
   std::string hint;
   if ((l->kind == TypeKind::Int && r->kind == TypeKind::Tensor) ||
       (l->kind == TypeKind::Tensor && r->kind == TypeKind::Int))
-    hint = " (Int and tensors do not mix: write a float literal such as 2.0)";
+    hint = " (Int values and tensors do not mix; an Int literal such as 2 does)";
   d_.error(b.span,
            "operator " + op + " cannot apply to " + type_str(l) + " and " + type_str(r) + hint);
   return t_error();

@@ -78,6 +78,11 @@ private:
   // Checks an argument list against parameter types.
   void check_args(const ir::Call& c, const std::vector<ir::Type>& params, const std::string& what);
   static std::optional<int64_t> int_literal(const ir::Expr& e);
+  /// An Int literal beside a tensor operand becomes a constant 0-d tensor of the tensor's
+  /// element type (`gt(y, 2)`, `x * 2`); returns its new type, or nullptr when `e` is not such
+  /// a literal or `other` is not a tensor. Int variables never convert: data and control stay
+  /// apart (to_int / to_bool are the explicit steps).
+  ir::Type coerce_literal(const ir::Expr& e, const ir::Type& other);
   ir::Type check_call(const ir::Call& c, const ir::Type& expected);
   bool lookup_local_only(const std::string& n);
   ir::Type check_list_ctor(const ir::Call& c, const std::string& n, const ir::Type& expected);

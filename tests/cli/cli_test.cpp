@@ -1,6 +1,7 @@
 // End-to-end tests of the `pejit` command: exit codes, diagnostics, `--json` output, a short
 // training run on generated data that must beat the majority class, checkpoints and eval.
 #include "runtime/data/tree_io.h"
+#include "tests/cli/cli_util.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -16,56 +17,7 @@
 #include <sstream>
 #include <sys/wait.h>
 
-namespace {
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs the pejit binary with `args` (a shell-quoted string); captures stdout and stderr.
-Run run_pejit(const std::string& args) {
-  namespace fs = std::filesystem;
-  static int n = 0;
-  fs::path dir = fs::temp_directory_path() / ("pejit_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path err = dir / ("err" + std::to_string(n++));
-  std::string cmd = std::string(PEJIT_BINARY_DIR "/pejit ") + args + " 2>" + err.string();
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t k;
-  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0)
-    r.out.append(buf.data(), k);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream e(err);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  return r;
-}
-
-std::string tmp(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("pejit_cli_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> js;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{')
-      js.push_back(nlohmann::json::parse(line));
-  return js;
-}
-
-const std::string kModel = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
-
-} // namespace
+using namespace pejit::cli_test;
 
 TEST_SUITE("cli") {
   TEST_CASE("check: a good program exits 0, a bad one 2 with file:line:col and a caret") {

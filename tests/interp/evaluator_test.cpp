@@ -166,6 +166,42 @@ entry L(n: Int, c: f32[2]) -> f32[] { sum(iter(n, c) * c) }
     CHECK(contains(msg, "recursion deeper than"));
   }
 
+  TEST_CASE("an Int literal beside a tensor is a 0-d tensor of that tensor's element type") {
+    Prog p(R"(
+entry gt_call(y: i32[3]) -> i32[3] { gt(y, 2) }
+entry gt_op(y: i32[3]) -> i32[3] { y > 2 }
+entry lt_left(y: i32[3]) -> i32[3] { lt(1, y) }
+entry affine(x: f32[3]) -> f32[3] { x * 2 + 1 }
+entry minus(x: f32[3]) -> f32[3] { 2 - x }
+)");
+    Value y = Value::tensor(Tensor::from_i32({3}, std::vector<int32_t>{1, 2, 3}));
+    Value x = Value::tensor(Tensor::from_f32({3}, std::vector<float>{0.5f, -1.0f, 4.0f}));
+    auto ints = [](const Value& v) {
+      const Tensor& t = v.as_tensor();
+      return std::vector<int32_t>(t.i32(), t.i32() + t.numel());
+    };
+    auto floats = [](const Value& v) {
+      const Tensor& t = v.as_tensor();
+      return std::vector<float>(t.f32(), t.f32() + t.numel());
+    };
+    CHECK(ints(p.run("gt_call", {y})) == std::vector<int32_t>{0, 0, 1});
+    CHECK(ints(p.run("gt_op", {y})) == std::vector<int32_t>{0, 0, 1});
+    CHECK(ints(p.run("lt_left", {y})) == std::vector<int32_t>{0, 1, 1});
+    CHECK(floats(p.run("affine", {x})) == std::vector<float>{2.0f, -1.0f, 9.0f});
+    CHECK(floats(p.run("minus", {x})) == std::vector<float>{1.5f, 3.0f, -2.0f});
+  }
+
+  TEST_CASE("a kernel's error names its op once") {
+    Prog p(R"(
+entry ce(x: f32[3], y: i32[]) -> f32[] { cross_entropy(x, y) }
+)");
+    Value x = Value::tensor(Tensor::from_f32({3}, std::vector<float>{0.5f, -1.0f, 4.0f}));
+    std::string msg = error_of([&] { p.run("ce", {x, Value::tensor(Tensor::scalar_i32(7))}); });
+    CHECK(contains(msg, "test.pe:2:"));
+    CHECK(contains(msg, "cross_entropy: label 7"));
+    CHECK_FALSE(contains(msg, "cross_entropy: cross_entropy"));
+  }
+
   TEST_CASE("Int division by zero is a pejit::Error naming the location") {
     Prog p(R"(
 entry idiv(a: Int, b: Int) -> Int { a / b }

@@ -139,6 +139,40 @@ TEST_SUITE("parse") {
     CHECK(type_str(decls[1].fn->ret) == "() -> Int");
   }
 
+  TEST_CASE("dimension expressions: affine in names, kept in a normal form, printed back") {
+    Diagnostics diags;
+    auto decls = parse::parse_program("param p: f32[2*H, H+H, 5*(H+1)-5, K+2*H-1, -H+300, 4*3] "
+                                      "= zeros\n",
+                                      "t", diags);
+    REQUIRE_MESSAGE(!diags.has_errors(), diags.render());
+    const auto& t = decls[0].param->type;
+    CHECK(type_str(t) == "f32[2*H, 2*H, 5*H, 2*H+K-1, -H+300, 12]");
+    CHECK(t->dims[0] == t->dims[1]);
+    CHECK(t->dims[5] == Dim::of(12));
+    // What it prints parses back to the same dimensions.
+    Diagnostics again;
+    auto back = parse::parse_program("param q: " + type_str(t) + " = zeros\n", "t", again);
+    REQUIRE_MESSAGE(!again.has_errors(), again.render());
+    CHECK(type_equal(back[0].param->type, t));
+    auto d = t->dims[3];
+    CHECK(d.eval([](const std::string& n) { return std::optional<int64_t>(n == "H" ? 150 : 7); }) ==
+          306);
+    CHECK(Dim::named("H").scaled(5).divided(5) == Dim::named("H"));
+    CHECK_FALSE((Dim::named("H") + Dim::of(1)).divided(5).has_value());
+
+    auto err = [](const std::string& text) {
+      Diagnostics dd;
+      parse::parse_program(text, "t", dd);
+      REQUIRE(dd.has_errors());
+      return dd.all().front().span.str() + ": " + dd.all().front().message;
+    };
+    CHECK(err("param p: f32[H*K] = zeros\n") ==
+          "t:1:15: a dimension is a sum of integers and integer multiples of names: H * K is a "
+          "product of names");
+    CHECK(err("param p: f32[2*] = zeros\n").find("expected a dimension") != std::string::npos);
+    CHECK(err("param p: f32[1099511627776] = zeros\n").find("too large") != std::string::npos);
+  }
+
   TEST_CASE("declarations and initializers") {
     Diagnostics diags;
     auto decls = parse::parse_program("dim V; dim H = 64\n param a: f32[] param b: f32[2] = "

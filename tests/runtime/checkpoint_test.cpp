@@ -129,7 +129,7 @@ TEST_SUITE("checkpoint") {
     std::string header = bytes.substr(0, nl);
     CHECK(header.front() == '{');
     CHECK(header.find(R"("format":"pejit-checkpoint")") != std::string::npos);
-    CHECK(header.find(R"("version":1)") != std::string::npos);
+    CHECK(header.find(R"("version":2)") != std::string::npos);
     // emb 60 B -> 64, W 84 B -> 128, b 28 B -> 64, scale 4 B -> 64, empty 0: 320 for params.
     CHECK(header.find(R"("name":"scale","offset":256,"shape":[])") != std::string::npos);
     CHECK(header.find(R"("data_bytes":448)") != std::string::npos);
@@ -200,7 +200,18 @@ TEST_SUITE("checkpoint") {
     expect("[1,2]\n", "JSON object");
     expect(std::string(100, '[') + "\n", "nested too deeply");
     expect(with_header("pejit-checkpoint", "other"), "not a pejit checkpoint");
-    expect(with_header("\"version\":1", "\"version\":2"), "version 2");
+    expect(with_header("\"version\":1", "\"version\":3"), "version 3");
+    expect(with_header("\"version\":1", "\"version\":0"), "version 0");
+    expect(with_header("\"data_bytes\"", "\"training\":[],\"data_bytes\""),
+           "\"training\" must be an object");
+    expect(with_header("\"data_bytes\"", "\"training\":{\"batch\":0},\"data_bytes\""),
+           "lacks \"epoch\"");
+    expect(with_header("\"data_bytes\"", "\"training\":{\"epoch\":-1,\"batch\":0},\"data_bytes\""),
+           "training.epoch");
+    expect(with_header("\"data_bytes\"",
+                       "\"training\":{\"epoch\":1,\"batch\":0,\"values\":{\"a\":1}},"
+                       "\"data_bytes\""),
+           "training.values.a must be a string");
     expect(with_header("\"dtype\":\"f32\",\"shape\":[3]", "\"dtype\":\"i32\",\"shape\":[3]"),
            "dtype");
     expect(with_header("[2,2]", "[-2,2]"), "shape[0]");
@@ -343,5 +354,30 @@ TEST_SUITE("checkpoint") {
     CHECK(fs::exists(live));
     CHECK(fs::exists(other)); // another checkpoint's temporary is not ours to remove
     check_equal(sample(), load(path, false));
+  }
+
+  TEST_CASE("version 2 carries a training state, version 1 files load without one") {
+    TempDir td;
+    std::string path = td.file("state.ckpt");
+    Checkpoint ck = sample();
+    ck.training = TrainState{3, 17, {{"seed", "42"}, {"loss_sum", "0x1.8p+1"}}};
+    save(path, ck);
+    Checkpoint back = load(path, /*finite_params=*/false);
+    check_equal(ck, back);
+    REQUIRE(back.training);
+    CHECK(back.training->epoch == 3);
+    CHECK(back.training->batch == 17);
+    CHECK(back.training->values == ck.training->values);
+    // Without one, none comes back; the peer's version 1 file loads as before.
+    ck.training.reset();
+    save(path, ck);
+    CHECK_FALSE(load(path, false).training);
+    std::string v1 = td.file("v1.ckpt");
+    std::ofstream(v1, std::ios::binary) << peer_file();
+    Checkpoint old = load(v1);
+    CHECK_FALSE(old.training);
+    CHECK(old.params.names == std::vector<std::string>{"a", "b"});
+    ck.training = TrainState{-1, 0, {}};
+    CHECK_THROWS_WITH_AS(save(path, ck), doctest::Contains("negative epoch"), Error);
   }
 }

@@ -297,6 +297,17 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(st.fallbacks.begin()->first.find("refused at extra.pe:4:") != std::string::npos);
     CHECK(engine.explain("gated_loss").find("refused at") != std::string::npos);
     CHECK(st.plan_misses == 3); // looked up, but partially evaluated only once
+
+    // Specialized mode is strict: the first such batch stops with the reason, nothing runs.
+    runtime::EngineOptions strict;
+    strict.mode = runtime::Mode::Specialized;
+    runtime::Engine se(s.m, s.dims, strict);
+    CHECK_THROWS_WITH_AS(se.value_and_grad("gated_loss", s.batches[0], params),
+                         doctest::Contains("--mode specialized: a batch of entry 'gated_loss' "
+                                           "cannot be planned: refused at extra.pe:4:"),
+                         pejit::Error);
+    CHECK_THROWS_AS(se.run("gated_loss", s.batches[0], params), pejit::Error);
+    CHECK(se.stats().generic_batches == 0);
   }
 
   TEST_CASE("small cache bounds evict plans and kernels and training still matches") {

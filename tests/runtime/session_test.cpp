@@ -341,6 +341,43 @@ TEST_SUITE("session") {
     }
   }
 
+  TEST_CASE("a model written with dim H = 150 and 2*H, 5*H computes what the constant one does") {
+    std::ifstream in(kTreeLstm);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string src = ss.str();
+    auto swap = [&](const std::string& from, const std::string& to) {
+      for (size_t at = src.find(from); at != std::string::npos; at = src.find(from, at))
+        src.replace(at, from.size(), to), at += to.size();
+    };
+    swap("dim V = 20000", "dim V = 20000\ndim H = 150");
+    swap("f32[300, 750]", "f32[2*H, 5*H]");
+    swap("f32[300, 450]", "f32[300, 3*H]");
+    swap("f32[450]", "f32[3*H]");
+    swap("f32[750]", "f32[H+4*H]");
+    swap("f32[150, 5]", "f32[H, 5]");
+    swap("f32[150]", "f32[H]");
+    REQUIRE(src.find("150]") == std::string::npos);
+    for (const char* mode : {"generic", "specialized"}) {
+      CAPTURE(mode);
+      pejit::SessionOptions o;
+      o.dims = {{"V", 8}};
+      o.seed = 5;
+      o.mode = mode;
+      o.optimizer = "sgd";
+      pejit::Session c = pejit::Session::from_file(kTreeLstm, o);
+      pejit::Session h = pejit::Session::from_source(src, "named.pe", o);
+      for (int i = 0; i < 3; ++i)
+        CHECK(h.step("loss", batch(h)) == c.step("loss", batch(c)));
+      CHECK(h.get_param("U") == c.get_param("U"));
+      // H is a dimension like V: bound to another size, the same program is a smaller model.
+      o.dims["H"] = 16;
+      pejit::Session small = pejit::Session::from_source(src, "named.pe", o);
+      CHECK(small.param_shape("U") == std::vector<int64_t>{32, 80});
+      CHECK(std::isfinite(small.step("loss", batch(small))));
+    }
+  }
+
   TEST_CASE("one seed, one result: JIT kernels, reference kernels and auto give the same bits") {
     // The tiers compute the same bits, so an auto run is fixed by its seed whatever the
     // moment its kernels finish compiling.
