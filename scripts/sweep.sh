@@ -75,7 +75,7 @@ export bin out
 start=$(date +%s)
 if [ $report = 0 ]; then
   kind=$([ $sums = 1 ] && echo 'sums into templates' || echo 'no sums into templates')
-  echo "sweep: seeds $first..$((first + count - 1)) ($kind), $jobs jobs, chunks of $chunk," \
+  echo "sweep: seeds $first..$((first + count - 1)) ($kind), jobs $jobs, chunks of $chunk," \
     "logs in $out"
   for ((s = first; s < first + count; s += chunk)); do
     echo "$s $((first + count - s < chunk ? first + count - s : chunk))"
