@@ -251,6 +251,8 @@ struct Engine::Impl {
   void compile_plan(const PlanEntry& e) {
     if (!compiles())
       return;
+    if (faults)
+      faults->before_compile(e.entry);
     auto t0 = Clock::now();
     std::vector<bool> seen(e.templates->size(), false);
     for (const auto& g : e.plan.groups)
@@ -266,6 +268,8 @@ struct Engine::Impl {
   void compile_static_templates() {
     auto t0 = Clock::now();
     try {
+      if (faults)
+        faults->before_compile("");
       for (const auto& t : specializer::static_templates(*m, dims))
         runners->get(t, true);
     } catch (const std::exception&) {
