@@ -6,9 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 using namespace pejit::cli_test;
 
@@ -43,7 +45,7 @@ size_t widest(const std::string& text) {
 } // namespace
 
 TEST_SUITE("cli") {
-  TEST_CASE("gen sst --arity: n-ary trees; --arity 2 is the default output") {
+  TEST_CASE("gen sst --arity: n-ary trees, --arity 2 is the default output") {
     Run def = run_pejit("gen sst --trees 50 --seed 7");
     Run two = run_pejit("gen sst --trees 50 --seed 7 --arity 2");
     REQUIRE(def.code == 0);

@@ -102,7 +102,7 @@ TEST_SUITE("data") {
     CHECK(data::node_text(ts[1], 5) == "(4 (...) (...) (...) ...)");
   }
 
-  TEST_CASE("a children list receives a node's children in order; leaves go to Leaf") {
+  TEST_CASE("a children list receives a node's children in order, leaves go to Leaf") {
     auto m = load(kChildSum);
     runtime::TreeEncoder enc(*m, "Tree");
     CHECK(enc.classes(0) == 5);
@@ -137,7 +137,7 @@ TEST_SUITE("data") {
     CHECK(only.items()[0].list_at(0).tag() == 0);
   }
 
-  TEST_CASE("fixed arities first, the list for the rest; a list-only type takes leaves too") {
+  TEST_CASE("fixed arities first, the list for the rest, a list-only type takes leaves too") {
     data::Vocab v;
     auto ts = data::parse_trees("(- (- a) (- (- b) (- c) (- d)) (- (- e)))", "m.txt", v);
     auto mixed = module_of(kMixed, "mixed.pe");
