@@ -35,10 +35,14 @@ int run_check(const CheckArgs& a) {
 int run_gen(const GenArgs& a) {
   data::Vocab vocab;
   std::vector<data::ParseTree> trees;
-  if (a.kind == "sst")
-    trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab);
-  else
+  if (a.kind == "sst") {
+    trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab, a.arity);
+  } else {
+    if (a.arity != 2)
+      throw Error("--arity is for sst data: listops trees are binarized as the original "
+                  "generator does");
     trees = data::gen_listops(a.trees, a.seed, vocab);
+  }
   if (a.sentences) {
     std::string text;
     for (const auto& t : trees) {
