@@ -9,8 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -30,13 +33,30 @@ bool parse_pair(const std::string& text, const char* prefix, int& a, int& b) {
   size_t x = rest.find('x');
   if (x == std::string::npos || x == 0 || x + 1 == rest.size() || rest.size() > 12)
     return false;
-  for (size_t i = 0; i < rest.size(); ++i)
-    if (i != x && (rest[i] < '0' || rest[i] > '9'))
-      return false;
-  a = std::stoi(rest.substr(0, x));
-  b = std::stoi(rest.substr(x + 1));
+  // from_chars, not stoi: a number past int's range is text of the wrong form, not an
+  // exception other than pejit::Error.
+  const char* end = rest.data() + rest.size();
+  auto [pa, ea] = std::from_chars(rest.data(), rest.data() + x, a);
+  auto [pb, eb] = std::from_chars(rest.data() + x + 1, end, b);
+  if (ea != std::errc() || pa != rest.data() + x || eb != std::errc() || pb != end)
+    return false;
   return a > 0 && b > 0;
 }
+
+/// nlohmann's DOM builder, keeping where parsing failed: its message for a number beyond a
+/// double's range (out_of_range 406), unlike its syntax errors', has no position.
+class LocatingParser : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+public:
+  using json_sax_dom_parser::json_sax_dom_parser;
+  template <class Exception>
+  bool parse_error(std::size_t position_, const std::string& token_, const Exception& ex) {
+    position = position_;
+    token = token_;
+    return json_sax_dom_parser::parse_error(position_, token_, ex);
+  }
+  size_t position = 0; ///< bytes read when it failed: the end of the offending token
+  std::string token;
+};
 
 std::string family_of(const std::string& signature) {
   if (signature.rfind("ew ", 0) == 0)
@@ -94,11 +114,23 @@ ScheduleDB ScheduleDB::load(const std::string& path) {
     throw Error(fmt::format("tuned schedule database '{}': cannot read the file", path));
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
   nlohmann::json j;
+  LocatingParser sax(j);
   try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
+    nlohmann::json::sax_parse(text, &sax);
+  } catch (const nlohmann::json::parse_error& e) {
+    // Its message says "at line L, column C".
     throw Error(fmt::format("tuned schedule database '{}': not valid JSON: {}", path, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // A number beyond a double's range: nlohmann's message has no position.
+    size_t at = std::min(sax.position, text.size()) - std::min(sax.position, sax.token.size());
+    size_t nl = at == 0 ? std::string::npos : text.rfind('\n', at - 1);
+    size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + at, '\n'));
+    size_t col = nl == std::string::npos ? at + 1 : at - nl;
+    throw Error(fmt::format("tuned schedule database '{}': not valid JSON: number '{}' out of "
+                            "range at line {}, column {}",
+                            path, sax.token.substr(0, 40), line, col));
   }
   auto fail = [&](const std::string& why) {
     throw Error(fmt::format("tuned schedule database '{}': {}", path, why));
@@ -107,7 +139,11 @@ ScheduleDB ScheduleDB::load(const std::string& path) {
     fail(fmt::format("not a pejit schedule database (\"format\" must be \"{}\")", kFormat));
   if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != kVersion)
     fail(fmt::format("unsupported version {} (this pejit reads version {})",
-                     j.contains("version") ? j["version"].dump() : "(none)", kVersion));
+                     !j.contains("version") ? "(none)"
+                     : j["version"].is_primitive()
+                         ? j["version"].dump()
+                         : std::string("(an ") + j["version"].type_name() + ")",
+                     kVersion));
   if (!j.contains("entries") || !j["entries"].is_array())
     fail("\"entries\" must be an array");
   ScheduleDB db(path);
@@ -141,16 +177,38 @@ ScheduleDB ScheduleDB::load(const std::string& path) {
       bad(err.what());
     }
     if (ej.contains("measured")) {
+      // Checked by kind and range before conversion: nlohmann converts a float to an int, or
+      // a huge unsigned to a signed, with a plain cast (undefined or wrapped), and a time that
+      // is not finite would be saved as null, which this reader then refuses.
       const auto& m = ej["measured"];
-      try {
-        if (m.contains("rows"))
-          e.rows = m["rows"].get<std::vector<int64_t>>();
-        e.default_us = m.value("default_us", 0.0);
-        e.best_us = m.value("best_us", 0.0);
-        e.candidates = m.value("candidates", 0);
-      } catch (const nlohmann::json::exception& ex) {
-        bad(fmt::format("bad \"measured\": {}", ex.what()));
+      if (!m.is_object())
+        bad("\"measured\" must be an object");
+      auto count = [&](const nlohmann::json& v, const char* what, int64_t hi) {
+        if (!v.is_number_integer() ||
+            (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) || v.get<int64_t>() < 0 ||
+            v.get<int64_t>() > hi)
+          bad(fmt::format("\"measured\": {} must be an integer in [0, {}]", what, hi));
+        return v.get<int64_t>();
+      };
+      auto time = [&](const char* key) {
+        if (!m.contains(key))
+          return 0.0;
+        const auto& v = m[key];
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+          bad(fmt::format("\"measured\": \"{}\" must be a non-negative number", key));
+        return v.get<double>();
+      };
+      if (m.contains("rows")) {
+        if (!m["rows"].is_array())
+          bad("\"measured\": \"rows\" must be an array of row counts");
+        for (const auto& r : m["rows"])
+          e.rows.push_back(count(r, "a row count", std::numeric_limits<int64_t>::max()));
       }
+      e.default_us = time("default_us");
+      e.best_us = time("best_us");
+      if (m.contains("candidates"))
+        e.candidates = static_cast<int>(
+            count(m["candidates"], "\"candidates\"", std::numeric_limits<int>::max()));
     }
     if (!seen.insert({e.signature, e.cpu}).second)
       bad(fmt::format("a second entry for CPU '{}'", e.cpu));

@@ -105,6 +105,7 @@ public:
     case RowRule::MatMul: // per-row vector @ shared matrix: one GEMM
     case RowRule::Take:   // shared table, per-row ids: one gather
     case RowRule::Loss:   // per-row logits and labels
+    case RowRule::Random: // per-row keys: each row's own numbers
       return run(id, attr, args, n, s, true, multi);
     default: // the gradient helpers' rules: no registry op has one
       throw NotBatchable{std::string("no batching rule for ") + ops::op_name(id)};
@@ -113,6 +114,19 @@ public:
 
   std::optional<Value> call(const ir::FnDecl&, int, const Values&, const Span&) {
     return std::nullopt; // template bodies are inlined
+  }
+
+  // A random template's key rows (its last argument) and its draws in evaluation order, as the
+  // template tracer numbers them (interp/random.h).
+  void set_random_key(Value key) {
+    key_ = std::move(key);
+    next_j_ = 0;
+  }
+  Value random_key(const Span& s, int64_t& j) {
+    if (key_.kind() == Value::Kind::None)
+      throw NotBatchable{"a random op outside a random template (" + s.str() + ")"};
+    j = next_j_++;
+    return key_;
   }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
@@ -140,6 +154,8 @@ private:
   const interp::DimBindings& dims_;
   int64_t rows_;
   interp::RecordedOp op_;
+  Value key_;
+  int64_t next_j_ = 0;
 
   // Throws the refusal of the rule GraphRunner's classification applies, if any.
   static void refuse_unless_batchable(ops::OpId id, const Value* args, size_t n) {

@@ -20,12 +20,23 @@
 #include "runtime/specializer_service.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
+#include "src/interp/call_limit.h"
 #include "src/util/check.h"
 
 #include <chrono>
 #include <optional>
 
 namespace pejit::runtime {
+
+namespace {
+// A batch deeper than an ordinary thread's stack holds is keyed, planned, run and freed on a
+// thread whose stack fits its depth (interp/call_limit.h); any other runs here.
+template <class F> decltype(auto) on_stack_for(const interp::Value& batch, int max_depth, F&& fn) {
+  interp::CallLimit limit = interp::CallLimit::of(max_depth, interp::nesting_depth(batch));
+  return interp::with_call_limit(limit,
+                                 [&](const interp::CallLimit&) -> decltype(auto) { return fn(); });
+}
+} // namespace
 
 using Clock = std::chrono::steady_clock;
 using interp::Value;
@@ -66,6 +77,14 @@ std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::string& why) {
   }
 }
 
+// In auto mode the training thread never waits for LLVM: templates run on reference kernels
+// until the pipeline has compiled them.
+ExecOptions exec_options(const EngineOptions& o, jit::KernelCache* kernels, RunnerCache* runners) {
+  ExecOptions e{o.graphs, kernels, runners, o.mode != Mode::Auto};
+  e.workers = o.workers.get();
+  return e;
+}
+
 } // namespace
 
 struct Engine::Impl {
@@ -89,24 +108,24 @@ struct Engine::Impl {
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o,
        std::shared_ptr<const FaultHooks> f)
       : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), faults(std::move(f)),
-        generic(m, dims), jit(make_jit(opt, jit_disabled)),
+        generic(m, dims, interp::InterpreterOptions{opt.max_depth}),
+        jit(make_jit(opt, jit_disabled)),
         kernels(
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
         runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get()) : nullptr),
-        exec(m, dims,
-             // In auto mode the training thread never waits for LLVM: templates run on
-             // reference kernels until the pipeline has compiled them.
-             ExecOptions{opt.graphs, kernels.get(), runners.get(), opt.mode != Mode::Auto}),
-        trace(!opt.trace_file.empty()), specializer(m, dims, opt.merge_equal, faults.get(), trace),
+        exec(m, dims, exec_options(opt, kernels.get(), runners.get())),
+        trace(!opt.trace_file.empty()),
+        specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),
         plans(PlanCacheLimits{opt.plan_cache_entries, opt.plan_cache_bytes,
                               opt.plan_probation_entries}) {
     if (faults && runners && faults->corrupt_kernel_ir())
       runners->inject_compile_failure(true);
     if (opt.mode == Mode::Auto)
       pipeline = std::make_unique<Pipeline>(
-          opt.lookahead,
-          [this](const std::string& entry, const Value& batch) { plan_ahead(entry, batch); });
+          opt.lookahead, [this](const std::string& entry, const Value& batch) {
+            on_stack_for(batch, this->opt.max_depth, [&] { plan_ahead(entry, batch); });
+          });
   }
 
   bool compiles() const { return runners && runners->jit(); }
@@ -152,8 +171,9 @@ struct Engine::Impl {
   // One batch of `entry` on the best path: `planned(plan, residual with this batch's payloads)`
   // or `generic()`, timed and counted per path (and per kernel tier).
   template <class Planned, class Generic>
-  auto dispatch(const std::string& entry, const Value& batch, const char* what, Planned planned,
-                Generic generic_run) -> decltype(generic_run()) {
+  auto dispatch(const std::string& entry, const Value& batch, const char* what,
+                const interp::RandomState& rs, Planned planned, Generic generic_run)
+      -> decltype(generic_run()) {
     auto t0 = Clock::now();
     std::string why;
     std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why);
@@ -190,6 +210,7 @@ struct Engine::Impl {
     // instance list: the plan has the row maps).
     specializer::Residual with_inputs;
     specializer::batch_payloads(batch, with_inputs.inputs);
+    specializer::fill_random_inputs(e->residual, rs, with_inputs.inputs);
     with_inputs.consts = e->residual.consts;
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
@@ -230,6 +251,8 @@ struct Engine::Impl {
   void compile_plan(const PlanEntry& e) {
     if (!compiles())
       return;
+    if (faults)
+      faults->before_compile(e.entry);
     auto t0 = Clock::now();
     std::vector<bool> seen(e.templates->size(), false);
     for (const auto& g : e.plan.groups)
@@ -245,6 +268,8 @@ struct Engine::Impl {
   void compile_static_templates() {
     auto t0 = Clock::now();
     try {
+      if (faults)
+        faults->before_compile("");
       for (const auto& t : specializer::static_templates(*m, dims))
         runners->get(t, true);
     } catch (const std::exception&) {
@@ -280,23 +305,42 @@ const EngineOptions& Engine::options() const {
 interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, const Value& batch,
                                                       const interp::Params& params) {
   Impl& I = *impl_;
-  return I.dispatch(
-      entry, batch, "step",
-      [&](const PlanEntry& e, const specializer::Residual& r) {
-        return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
-      },
-      [&] { return I.generic.value_and_grad(entry, {batch}, params); });
+  interp::RandomState rs = I.generic.random(); // a training step: dropout on
+  rs.train = true;
+  auto g = on_stack_for(batch, I.opt.max_depth, [&] {
+    return I.dispatch(
+        entry, batch, "step", rs,
+        [&](const PlanEntry& e, const specializer::Residual& r) {
+          return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
+        },
+        [&] { return I.generic.value_and_grad(entry, {batch}, params); });
+  });
+  rs.step++;
+  I.generic.set_random(rs);
+  return g;
+}
+
+void Engine::set_random(uint64_t seed, uint32_t step) {
+  impl_->generic.set_random(interp::RandomState{seed, step, true});
+}
+
+interp::RandomState Engine::random() const {
+  return impl_->generic.random();
 }
 
 Value Engine::run(const std::string& entry, const Value& batch, const interp::Params& params) {
   Impl& I = *impl_;
-  return I.dispatch(
-      entry, batch, "run",
-      [&](const PlanEntry& e, const specializer::Residual& r) {
-        return specializer::build_result(e.residual.result_shape,
-                                         I.exec.run(e.plan, r, *e.templates, params, &e.layout));
-      },
-      [&] { return I.generic.run(entry, {batch}, params); });
+  interp::RandomState rs = I.generic.random(); // inference: dropout off
+  rs.train = false;
+  return on_stack_for(batch, I.opt.max_depth, [&] {
+    return I.dispatch(
+        entry, batch, "run", rs,
+        [&](const PlanEntry& e, const specializer::Residual& r) {
+          return specializer::build_result(e.residual.result_shape,
+                                           I.exec.run(e.plan, r, *e.templates, params, &e.layout));
+        },
+        [&] { return I.generic.run(entry, {batch}, params); });
+  });
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {

@@ -29,6 +29,8 @@ class ScheduleDB;
 
 namespace pejit::runtime {
 
+class Workers;
+
 enum class Mode { Generic, Specialized, Auto };
 Mode parse_mode(const std::string& s); ///< pejit::Error for another name
 const char* mode_name(Mode m);
@@ -41,7 +43,9 @@ struct EngineOptions {
   size_t plan_cache_bytes = 512u << 20;
   /// New plans wait on a probation list this long (oldest out first) until a second use.
   size_t plan_probation_entries = 64;
-  int lookahead = 8;      ///< batches the pipeline may plan ahead
+  int lookahead = 8; ///< batches the pipeline may plan ahead
+  /// Nested calls allowed besides 4 per level of a batch's nesting (interp/call_limit.h).
+  int max_depth = 4000;
   std::string trace_file; ///< Chrome trace JSON written by write_trace()
   /// Value numbering (specializer/merge_instances.h): the instances of a batch that compute
   /// the same thing (the same template on equal arguments, equal payloads included) run once.
@@ -56,6 +60,9 @@ struct EngineOptions {
   /// entry for this CPU compile with its schedule. Null: every kernel gets its default
   /// schedule; no database is ever looked for elsewhere (docs/architecture.md).
   std::shared_ptr<const jit::ScheduleDB> schedules;
+  /// The threads a planned batch's work is split across (runtime/parallel.h: the same bits
+  /// for any count); null: the calling thread alone.
+  std::shared_ptr<const Workers> workers;
 };
 
 struct EngineStats {
@@ -116,6 +123,12 @@ public:
   /// loss for evaluation), on the path the mode picks, as value_and_grad does.
   interp::Value run(const std::string& entry, const interp::Value& batch,
                     const interp::Params& params);
+
+  /// The seed and step that random ops draw with (interp/random.h). value_and_grad is a
+  /// training step (dropout on) and then advances the step by one; run is inference (dropout
+  /// off). With the same seed and step, every path and tier draws the same numbers.
+  void set_random(uint64_t seed, uint32_t step);
+  interp::RandomState random() const;
 
   /// Hands batches that will come next to the background pipeline (auto mode; a no-op
   /// otherwise). Their plans are published in the plan cache as they are made.

@@ -3,6 +3,7 @@
 // Which runs get a core is the lowering's (specializer/passes/lower_panels.cpp); the generated
 // side is jit/elementwise_codegen.cpp.
 #include "runtime/graph_runs.h"
+#include "runtime/parallel.h"
 
 #include "src/kernels/kernels.h"
 
@@ -63,7 +64,75 @@ const float* packed_weight(const Tensor& w, bool transposed,
   return p.f32();
 }
 
+// Runs a compiled run over rows [0, rows) in `blocks` blocks of `step` rows, one worker each:
+// every pointer of the launch moved to the block's first row, and each block its own panel
+// scratch. The kernel computes a row from that row alone, in an order its shapes fix (the GEMM
+// core's k chunks, the chain per element), not from which rows share its panel: so each row
+// comes out as in one launch, bit for bit (tests/runtime/threads_test.cpp splits every run).
+void launch_blocks(const jit::KernelSpec& spec, const jit::CachedKernel& kernel,
+                   const std::vector<float*>& ins, const std::vector<float*>& outs,
+                   const GemmPanel& core, Tensor& scratch, int64_t rows, int64_t step,
+                   int64_t blocks, const Workers& workers) {
+  const int64_t scratch_floats =
+      scratch.defined() ? scratch.numel() / blocks : 0; // one block's panel of the product
+  workers.for_blocks(blocks, [&](int64_t b) {
+    const int64_t r0 = b * step, n = std::min(step, rows - r0);
+    float* const own_scratch = scratch.defined() ? scratch.f32() + b * scratch_floats : nullptr;
+    std::vector<float*> in(ins.size()), out(outs.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (i >= spec.inputs.size() || spec.inputs[i] != jit::InputShape::Full || ins[i] == nullptr)
+        in[i] = ins[i];
+      else if (spec.panel_input(i)) // the same column of this block's scratch
+        in[i] = own_scratch + (ins[i] - scratch.f32());
+      else
+        in[i] = ins[i] + r0 * spec.in_stride(i);
+    }
+    for (size_t j = 0; j < outs.size(); ++j)
+      out[j] = outs[j] + r0 * spec.out_stride(j);
+    if (spec.panel_rows <= 0) {
+      kernel.elementwise().fn(in.data(), out.data(), n);
+      return;
+    }
+    GemmPanel c = core;
+    if (c.fn == &GemmPanel::run) {
+      c.gemm_a += r0 * c.k;
+      c.gemm_c = c.gemm_c_step == 0 ? own_scratch : c.gemm_c + r0 * c.gemm_c_step;
+    } else if (c.fn == &GemmPanel::copy) {
+      c.whole += r0 * c.n;
+      c.gemm_c = own_scratch;
+    }
+    if (c.gather_dst != nullptr) {
+      c.gather_dst += r0 * c.k;
+      for (size_t i = 0; i < jit::PanelCore::kMaxParts; ++i) {
+        if (c.part_rows[i] != nullptr)
+          c.part_rows[i] += r0;
+        else if (c.part_src[i] != nullptr && i < spec.gather_widths.size())
+          c.part_src[i] += r0 * spec.gather_widths[i];
+      }
+    }
+    for (auto& f : c.fill_rows)
+      if (f != nullptr)
+        f += r0;
+    kernel.elementwise().panel(in.data(), out.data(), n, &c);
+  });
+}
+
 } // namespace
+
+int64_t GraphRunner::run_block_rows(const Run& r, const State& st) const {
+  if (st.workers == nullptr || st.workers->threads() <= 1)
+    return st.rows;
+  // Per row: the chain's ops over its width, and the GEMM core's 2 n k.
+  int64_t cost =
+      r.spec.width * static_cast<int64_t>(r.spec.ops.size() + r.inputs.size() + r.outputs.size());
+  if (r.core != graph::kNoNode) {
+    const Node& c = tg_.g.node(r.core);
+    const Node& a = tg_.g.node(c.operands[0]);
+    if (!c.type.dims.empty() && !a.type.dims.empty())
+      cost += 2 * c.type.dims.back() * a.type.dims.back();
+  }
+  return st.workers->block_rows(st.rows, cost, SplitPolicy::kRowGranule);
+}
 
 const std::vector<const float*>* GraphRunner::arg_rows(NodeId id, const State& st) const {
   const Node& n = tg_.g.node(id);
@@ -90,6 +159,9 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
   using Clock = ProfileClock;
   const graph::Graph& g = tg_.g;
   auto val = [&](NodeId id) -> Tensor& { return st.vals[static_cast<size_t>(id)]; };
+  // Blocks of rows that the workers share (one block: the calling thread alone).
+  const int64_t step = run_block_rows(r, st);
+  const int64_t blocks = step < st.rows ? (st.rows + step - 1) / step : 1;
   // The run's GEMM core, if it has one and its product is not computed yet (panels off, or
   // the views not taken: then a core that does nothing, or copies a scratch's rows).
   GemmPanel core;
@@ -118,8 +190,8 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
     const Tensor& w = val(m.operands[1]);
     const int64_t n = m.type.dims[0];
     const bool to_scratch = !r.spec.in_panel.empty();
-    if (to_scratch)
-      scratch = Tensor::empty(DType::F32, Shape{std::min(st.rows, r.spec.panel_rows), n});
+    if (to_scratch) // one panel's rows per block of rows
+      scratch = Tensor::empty(DType::F32, Shape{blocks * std::min(st.rows, r.spec.panel_rows), n});
     const bool weight_ok = w.rank() == 2 && w.dim(1) == n;
     // x's concat was skipped (panels on): the core assembles it, if its parts are plain rows.
     // Or x is an argument whose rows the caller left where they are: the core gathers them.
@@ -233,7 +305,9 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
       r.spec.gemm_k == core.k)
     core.gemm_b = core.packed;
   auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
-  if (r.spec.panel_rows > 0)
+  if (blocks > 1)
+    launch_blocks(r.spec, kernel, ins, outs, core, scratch, st.rows, step, blocks, *st.workers);
+  else if (r.spec.panel_rows > 0)
     kernel.elementwise().panel(ins.data(), outs.data(), st.rows, &core);
   else
     kernel.elementwise().fn(ins.data(), outs.data(), st.rows);

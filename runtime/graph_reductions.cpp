@@ -6,8 +6,11 @@
 // agree with it to ~1e-6 relative, the reference being compiled with contracted multiply-adds
 // (reduce_codegen.cpp).
 #include "runtime/graph_runs.h"
+#include "runtime/parallel.h"
 
 #include "src/kernels/kernels.h"
+
+#include <atomic>
 
 namespace pejit::runtime {
 
@@ -45,12 +48,39 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
   Tensor y = Tensor::empty(
       DType::F32, kind == jit::ReduceKind::SumRows ? n.type.shape() : with_rows(rows, n.type.dims));
+  const int nin = jit::reduce_inputs(kind);
   const void* in[3] = {};
-  for (int i = 0; i < jit::reduce_inputs(kind); ++i)
+  for (int i = 0; i < nin; ++i)
     in[i] = val(static_cast<size_t>(i)).raw();
   void* out[1] = {y.raw()};
-  if (kernel->reduce().fn(in, out, krows) >= 0)
-    return false; // a label out of range: the reference kernel says which
+  // The kinds with a result per row split by rows (each row's result is its own: the same
+  // bits in any block); a sum over the rows (SumRows) runs whole, in its one row order.
+  const int64_t step =
+      kind == jit::ReduceKind::SumRows || st.workers == nullptr
+          ? rows
+          : st.workers->block_rows(rows, r.per_row * w * 8, SplitPolicy::kRowGranule);
+  if (step >= rows) {
+    if (kernel->reduce().fn(in, out, krows) >= 0)
+      return false; // a label out of range: the reference kernel says which
+  } else {
+    // Every array is dense with a fixed number of 4-byte elements per plan row.
+    int64_t per[4] = {};
+    for (int i = 0; i < nin; ++i)
+      per[i] = val(static_cast<size_t>(i)).numel() / rows;
+    per[3] = y.numel() / rows;
+    std::atomic<bool> bad{false};
+    st.workers->for_blocks((rows + step - 1) / step, [&](int64_t b) {
+      const int64_t r0 = b * step, n = std::min(step, rows - r0);
+      const void* bin[3] = {};
+      for (int i = 0; i < nin; ++i)
+        bin[i] = static_cast<const char*>(in[i]) + r0 * per[i] * 4;
+      void* bout[1] = {static_cast<char*>(out[0]) + r0 * per[3] * 4};
+      if (kernel->reduce().fn(bin, bout, n * r.per_row) >= 0)
+        bad = true;
+    });
+    if (bad)
+      return false; // a label out of range: the reference kernel says which
+  }
   st.vals[static_cast<size_t>(id)] = std::move(y);
   if (stats.profile)
     record(stats.time, Family::Other, t0);

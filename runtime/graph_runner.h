@@ -41,6 +41,7 @@ struct CachedKernel;
 
 namespace pejit::runtime {
 
+class Workers;
 using specializer::RowClass;
 
 struct GraphRunStats {
@@ -88,6 +89,9 @@ public:
     /// itself, straight into the concat that is the argument's only reader; any other path
     /// fills the block first.
     std::vector<std::vector<const float*>> arg_rows;
+    /// The threads a compiled run or per-row reduction may split its rows across (in blocks
+    /// of whole panels: the same bits for any thread count); null: the calling thread only.
+    const Workers* workers = nullptr;
   };
 
   /// Executes `tg.program` (made by the template pipeline's lower pass); its kernel steps
@@ -176,6 +180,8 @@ private:
   /// Launches run `r` on its compiled kernel, with its GEMM core (graph_panels.cpp).
   void launch(const Run& r, const jit::CachedKernel& kernel, std::vector<float*>& ins,
               std::vector<float*>& outs, State& st, GraphRunStats& stats) const;
+  /// The rows per block that `r`'s launch splits into on st.workers (st.rows: one block).
+  int64_t run_block_rows(const Run& r, const State& st) const;
 
   specializer::TemplateGraph tg_;
   /// The compiled kernels: by ElementwiseRun::index, by KernelProgram::reductions and

@@ -4,6 +4,7 @@
 
 #include "runtime/batch_backend.h"
 #include "runtime/graph_runner.h"
+#include "runtime/parallel.h"
 #include "runtime/runner_cache.h"
 #include "runtime/weight_grads.h"
 
@@ -133,15 +134,24 @@ struct PlanExecutor::Impl {
     const size_t row_bytes = static_cast<size_t>(a.row_elems) * 4;
     char* dst = at(a.off);
     std::span<const RowSource> rows = L.rows(a);
-    size_t n = rows.size();
-    for (size_t i = 0; i < n;) {
-      const char* src = ptr(rows[i], r, params);
-      size_t j = i + 1;
-      while (j < n && ptr(rows[j], r, params) == src + (j - i) * row_bytes)
-        ++j;
-      std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
-      i = j;
+    auto copy = [&](size_t b, size_t e) {
+      for (size_t i = b; i < e;) {
+        const char* src = ptr(rows[i], r, params);
+        size_t j = i + 1;
+        while (j < e && ptr(rows[j], r, params) == src + (j - i) * row_bytes)
+          ++j;
+        std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
+        i = j;
+      }
+    };
+    const auto n = static_cast<int64_t>(rows.size());
+    if (opt.workers == nullptr) {
+      copy(0, rows.size());
+      return;
     }
+    opt.workers->for_rows(n, a.row_elems, 1, [&](int64_t r0, int64_t k) {
+      copy(static_cast<size_t>(r0), static_cast<size_t>(r0 + k));
+    });
   }
 
   Tensor block(int64_t off, const specializer::TensorSig& sig, int64_t rows) {
@@ -157,7 +167,7 @@ struct PlanExecutor::Impl {
       be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
       return multi;
     }
-    interp::Evaluator<BatchBackend> ev(*m, be, 4000);
+    interp::Evaluator<BatchBackend> ev(*m, be, interp::CallLimit::of(0, 0));
     const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
     Values full;
     size_t ti = 0, si = 0;
@@ -169,6 +179,8 @@ struct PlanExecutor::Impl {
       else
         full.push_back(args[ti++]);
     }
+    if (ti + 1 == args.size()) // a random template: its key is the last argument
+      be.set_random_key(args.back());
     flatten(ev.call_fn(f, full, f.span), outs);
     return outs;
   }
@@ -266,6 +278,7 @@ struct PlanExecutor::Impl {
       gs.gst.deferred = train ? weight_grads.sink() : nullptr;
       gs.gst.panels = opt.panels;
       gs.gst.jit_gemm = opt.jit_gemm;
+      gs.gst.workers = opt.workers;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       merge(stats, rs);
       stats.groups_on_graphs++;
@@ -364,20 +377,27 @@ struct PlanExecutor::Impl {
       return false;
     }
     const size_t n = static_cast<size_t>(R.row_elems);
-    for (int64_t i = 0; i < rows; ++i) {
-      float* d = reinterpret_cast<float*>(at(R.seed_off + i * R.row_elems));
-      int32_t b = start[i], e = start[i + 1];
-      if (b == e) {
-        std::memset(d, 0, n * 4);
-        continue;
+    // Each row's sum is its own, in its consumers' order: rows split across workers freely.
+    auto sum = [&](int64_t r0, int64_t count) {
+      for (int64_t i = r0; i < r0 + count; ++i) {
+        float* d = reinterpret_cast<float*>(at(R.seed_off + i * R.row_elems));
+        int32_t b = start[i], e = start[i + 1];
+        if (b == e) {
+          std::memset(d, 0, n * 4);
+          continue;
+        }
+        std::memcpy(d, at(L.seed_src[static_cast<size_t>(b)]), n * 4);
+        for (int32_t k = b + 1; k < e; ++k) {
+          const float* s = reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(k)]));
+          for (size_t j = 0; j < n; ++j)
+            d[j] += s[j];
+        }
       }
-      std::memcpy(d, at(L.seed_src[static_cast<size_t>(b)]), n * 4);
-      for (int32_t k = b + 1; k < e; ++k) {
-        const float* s = reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(k)]));
-        for (size_t j = 0; j < n; ++j)
-          d[j] += s[j];
-      }
-    }
+    };
+    if (opt.workers == nullptr)
+      sum(0, rows);
+    else // per row: its consumers' rows, about two on a tree
+      opt.workers->for_rows(rows, 2 * R.row_elems, 1, sum);
     return true;
   }
 };
@@ -562,7 +582,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
     }
     gs.tape.reset(); // the gradients may share its buffers
   }
-  I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile);
+  I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile, I.opt.workers);
   I.transposed.clear();
   return out;
 }

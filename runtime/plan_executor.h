@@ -43,6 +43,7 @@ class KernelCache;
 namespace pejit::runtime {
 
 class RunnerCache;
+class Workers;
 
 struct PlanStats {
   int64_t groups_batched = 0;    ///< groups run as one batched call
@@ -90,6 +91,10 @@ struct ExecOptions {
   /// With compiled kernels: weight gradients run on their generated TN kernels; false: on
   /// kernels::sgemm_tn_stretches (the same bits on AVX-512 builds; for comparisons).
   bool jit_weight_grads = true;
+  /// The threads a run's work is split across (row blocks of compiled runs, per-row
+  /// reductions, gathers; weight gradients by weight), the same bits for any count; null: the
+  /// calling thread alone. Not owned: it outlives the executor.
+  const Workers* workers = nullptr;
 };
 
 class PlanExecutor {

@@ -7,6 +7,7 @@
 #include "runtime/cuda/device.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/parallel.h"
 #include "runtime/schedule_api.h"
 #include "runtime/session_access.h"
 #include "src/interp/interpreter.h"
@@ -151,6 +152,7 @@ struct Session::Impl {
   SessionOptions opt;
   interp::DimBindings dims;
   interp::Params params;
+  std::shared_ptr<const runtime::Workers> workers; // shared by the engine and the optimizers
   std::unique_ptr<runtime::Engine> engine;
   std::unique_ptr<optim::Optimizer> optimizer;
   // Per-entry counters (SessionStats::per_entry): the engine's plan hits and misses are
@@ -223,23 +225,31 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
+  eo.max_depth = opt.max_depth;
   eo.trace_file = opt.trace_file;
   eo.merge_equal = opt.merge_equal;
   eo.jit = opt.compile.jit;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
+  if (opt.threads < 0)
+    throw Error("SessionOptions::threads is " + std::to_string(opt.threads) +
+                " (0: the CPUs of the affinity mask, or a count >= 1)");
   auto impl = std::make_unique<Session::Impl>();
+  impl->workers = std::make_shared<runtime::Workers>(opt.threads);
+  eo.workers = impl->workers;
   impl->opt = opt;
   impl->module = std::move(m);
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
+  impl->engine->set_random(opt.seed, 0);
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
   oo.lr = opt.lr;
   oo.weight_decay = opt.weight_decay;
   oo.clip_norm = opt.clip;
   impl->optimizer = std::make_unique<optim::Optimizer>(oo);
+  impl->optimizer->set_workers(impl->workers);
   return Session(std::move(impl));
 }
 
@@ -333,6 +343,7 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
   impl_->drop_frozen(g.grads);
+  optimizer.impl_->opt.set_workers(impl_->workers);
   if (std::isfinite(g.loss))
     optimizer.impl_->opt.step(impl_->params, g.grads);
   return g.loss;
@@ -341,6 +352,7 @@ float Session::step(const std::string& entry, const Value& batch, Optimizer& opt
 void Session::init_params(uint64_t seed) {
   impl_->params = interp::init_params(*impl_->module, impl_->dims, seed);
   impl_->optimizer = std::make_unique<optim::Optimizer>(impl_->optimizer->options());
+  impl_->optimizer->set_workers(impl_->workers);
 }
 
 void Session::prefetch(const std::string& entry, const std::vector<Value>& batches) {
@@ -443,6 +455,16 @@ void Session::set_param(const std::string& name, const std::vector<float>& data)
   t = Tensor::from_f32(t.shape(), data);
 }
 
+void Session::set_random(uint64_t seed, uint32_t step) {
+  impl_->engine->set_random(seed, step);
+}
+uint64_t Session::random_seed() const {
+  return impl_->engine->random().seed;
+}
+uint32_t Session::random_step() const {
+  return impl_->engine->random().step;
+}
+
 void Session::freeze(const std::string& name, bool frozen) {
   if (impl_->params.index(name) < 0)
     throw Error("Session::freeze: no parameter named '" + name + "'");
@@ -538,6 +560,7 @@ std::vector<std::string> Session::load_params(const std::string& path) {
 SessionStats Session::stats() const {
   auto s = impl_->engine->stats();
   SessionStats out;
+  out.threads = impl_->workers->threads();
   out.generic_batches = s.generic_batches;
   out.specialized_batches = s.specialized_batches;
   out.generic_seconds = s.generic_seconds;

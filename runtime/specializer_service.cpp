@@ -41,9 +41,9 @@ void ConeVersions::clear() {
 
 SpecializerService::SpecializerService(std::shared_ptr<const ir::Module> m,
                                        interp::DimBindings dims, bool merge_equal,
-                                       const FaultHooks* faults, ChromeTrace& trace)
-    : m_(m), dims_(std::move(dims)), merge_equal_(merge_equal), faults_(faults), trace_(trace),
-      cones_(std::move(m)) {}
+                                       const FaultHooks* faults, ChromeTrace& trace, int max_depth)
+    : m_(m), dims_(std::move(dims)), merge_equal_(merge_equal), max_depth_(max_depth),
+      faults_(faults), trace_(trace), cones_(std::move(m)) {}
 
 PlanKey SpecializerService::key(const std::string& entry, const interp::Value& batch) {
   PlanKey k;
@@ -82,6 +82,7 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     // partial evaluation only numbers them.
     specializer::PeOptions pe_opt;
     pe_opt.keep_inputs = false;
+    pe_opt.max_depth = max_depth_;
     auto pe = specializer::partially_evaluate(*m_, dims_, entry, batch, templates_, pe_opt);
     if (!pe.ok) {
       why = "refused at " + pe.where.str() + ": " + pe.reason;

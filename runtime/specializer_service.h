@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/plan_cache.h"
+#include "src/interp/call_limit.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
 #include "src/ir/module.h"
@@ -51,9 +52,11 @@ struct PlanKey {
 /// ConeVersions of their own.
 class SpecializerService {
 public:
-  /// `faults` (null in production) and `trace` must outlive the service.
+  /// `faults` (null in production) and `trace` must outlive the service; `max_depth`: the
+  /// partial evaluator's bound on nested calls besides its per-level part (PeOptions).
   SpecializerService(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
-                     bool merge_equal, const FaultHooks* faults, ChromeTrace& trace);
+                     bool merge_equal, const FaultHooks* faults, ChromeTrace& trace,
+                     int max_depth = interp::CallLimit::kDefaultMaxDepth);
 
   /// The key of `batch`'s plan: its skeleton, the entry, its definitions' cone version and
   /// the dims, and with merge_equal which of its payloads are equal.
@@ -77,6 +80,7 @@ private:
   const std::shared_ptr<const ir::Module> m_;
   const interp::DimBindings dims_;
   const bool merge_equal_;
+  const int max_depth_;
   const FaultHooks* const faults_;
   ChromeTrace& trace_;
   ConeVersions cones_;

@@ -3,6 +3,7 @@
 #include "runtime/weight_grads.h"
 
 #include "jit/kernel_cache.h"
+#include "runtime/parallel.h"
 #include "src/kernels/kernels.h"
 
 #include <algorithm>
@@ -25,42 +26,70 @@ const jit::CachedKernel* DeferredWeightGrads::jit_kernel(int p, int64_t k, int64
   return g;
 }
 
+void DeferredWeightGrads::run_job(Job& j, std::vector<interp::ParamGrad>& grads, bool jit) const {
+  auto& dst = grads[static_cast<size_t>(j.param)].dense;
+  float beta = dst.defined() ? 1.0f : 0.0f;
+  if (!dst.defined())
+    dst = Tensor::empty(DType::F32, Shape{j.k, j.m});
+  j.jit = false;
+  if (const jit::CachedKernel* g = jit ? jit_kernel(j.param, j.k, j.m) : nullptr) {
+    static_assert(sizeof(jit::GemmStretch) == sizeof(kernels::GemmStretch) &&
+                  offsetof(jit::GemmStretch, k) == offsetof(kernels::GemmStretch, k));
+    j.jit_parts.clear();
+    for (const auto& s : j.parts)
+      j.jit_parts.push_back({s.a, s.b, s.k});
+    g->gemm().stretches(j.jit_parts.data(), static_cast<int64_t>(j.jit_parts.size()), dst.f32(),
+                        beta != 0.0f);
+    j.jit = true;
+  } else {
+    kernels::sgemm_tn_stretches(j.k, j.m, j.parts.data(), j.parts.size(), beta, dst.f32(), j.m);
+  }
+}
+
 void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& stats, bool jit,
-                              bool profile) {
-  std::vector<int> order;
-  for (const auto& d : deferred_)
-    if (std::find(order.begin(), order.end(), d.param) == order.end())
-      order.push_back(d.param);
-  for (int p : order) {
-    auto t0 = profile ? ProfileClock::now() : ProfileClock::time_point{};
-    int64_t rows = 0, k = 0, m = 0;
-    std::vector<kernels::GemmStretch> parts;
-    for (const auto& d : deferred_)
-      if (d.param == p) {
-        parts.push_back({d.a.f32(), d.gy.f32(), d.a.dim(0)});
-        rows += d.a.dim(0);
-        k = d.a.dim(1);
-        m = d.gy.dim(1);
-      }
-    auto& dst = grads[static_cast<size_t>(p)].dense;
-    float beta = dst.defined() ? 1.0f : 0.0f;
-    if (!dst.defined())
-      dst = Tensor::empty(DType::F32, Shape{k, m});
-    if (const jit::CachedKernel* g = jit ? jit_kernel(p, k, m) : nullptr) {
-      static_assert(sizeof(jit::GemmStretch) == sizeof(kernels::GemmStretch) &&
-                    offsetof(jit::GemmStretch, k) == offsetof(kernels::GemmStretch, k));
-      jit_parts_.clear();
-      for (const auto& s : parts)
-        jit_parts_.push_back({s.a, s.b, s.k});
-      g->gemm().stretches(jit_parts_.data(), static_cast<int64_t>(jit_parts_.size()), dst.f32(),
-                          beta != 0.0f);
-      stats.jit_weight_grads++;
-    } else {
-      kernels::sgemm_tn_stretches(k, m, parts.data(), parts.size(), beta, dst.f32(), m);
+                              bool profile, const Workers* workers) {
+  // One job per weight, in the order the weights were first deferred.
+  size_t njobs = 0;
+  int64_t work = 0;
+  for (const auto& d : deferred_) {
+    size_t i = 0;
+    while (i < njobs && jobs_[i].param != d.param)
+      ++i;
+    if (i == njobs) {
+      if (jobs_.size() <= njobs)
+        jobs_.emplace_back();
+      Job& j = jobs_[njobs++];
+      j.param = d.param;
+      j.rows = 0;
+      j.parts.clear();
     }
+    Job& j = jobs_[i];
+    j.parts.push_back({d.a.f32(), d.gy.f32(), d.a.dim(0)});
+    j.rows += d.a.dim(0);
+    j.k = d.a.dim(1);
+    j.m = d.gy.dim(1);
+    work += 2 * j.k * j.m * d.a.dim(0);
+  }
+  // Weights to several workers when there is more than one block's work in all; profiling
+  // times each GEMM on the calling thread.
+  const bool split = workers != nullptr && workers->threads() > 1 && !profile && njobs > 1 &&
+                     work >= 2 * workers->policy().min_block_work;
+  if (split) {
+    workers->for_blocks(static_cast<int64_t>(njobs),
+                        [&](int64_t i) { run_job(jobs_[static_cast<size_t>(i)], grads, jit); });
+  } else {
+    for (size_t i = 0; i < njobs; ++i) {
+      auto t0 = profile ? ProfileClock::now() : ProfileClock::time_point{};
+      run_job(jobs_[i], grads, jit);
+      const Job& j = jobs_[i];
+      if (profile)
+        record(stats.profile, Family::GemmWeightGrad, t0,
+               2.0 * static_cast<double>(j.k * j.m * j.rows));
+    }
+  }
+  for (size_t i = 0; i < njobs; ++i) {
     stats.weight_grad_gemms++;
-    if (profile)
-      record(stats.profile, Family::GemmWeightGrad, t0, 2.0 * static_cast<double>(k * m * rows));
+    stats.jit_weight_grads += jobs_[i].jit ? 1 : 0;
   }
   deferred_.clear();
 }

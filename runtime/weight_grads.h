@@ -7,6 +7,8 @@
 #include "runtime/graph_runner.h"
 #include "runtime/plan_executor.h"
 
+#include "src/kernels/kernels.h"
+
 #include <vector>
 
 namespace pejit::runtime {
@@ -17,8 +19,11 @@ public:
   std::vector<GraphRunner::DeferredGemm>* sink() { return &deferred_; }
   /// Runs every deferred gradient into grads[param].dense (added to what is there) and clears
   /// the list. `jit`: the generated TN kernels may run (ExecOptions::jit_weight_grads);
-  /// `profile`: time each GEMM into stats.profile.
-  void run(std::vector<interp::ParamGrad>& grads, PlanStats& stats, bool jit, bool profile);
+  /// `profile`: time each GEMM into stats.profile (on the calling thread alone). `workers`
+  /// (null: the calling thread): the weights' GEMMs split across them, each weight's whole
+  /// gradient by one worker, so its sum over the rows is the one-thread sum, bit for bit.
+  void run(std::vector<interp::ParamGrad>& grads, PlanStats& stats, bool jit, bool profile,
+           const Workers* workers = nullptr);
   /// Drops what a failed run left.
   void clear() { deferred_.clear(); }
 
@@ -27,8 +32,18 @@ private:
   /// it compiled and it fits; else null.
   const jit::CachedKernel* jit_kernel(int p, int64_t k, int64_t m) const;
 
+  /// One weight's GEMM: its parts (every group's rows) and whether it ran on its JIT kernel.
+  struct Job {
+    int param = -1;
+    int64_t rows = 0, k = 0, m = 0;
+    std::vector<kernels::GemmStretch> parts;
+    std::vector<jit::GemmStretch> jit_parts;
+    bool jit = false;
+  };
+  void run_job(Job& j, std::vector<interp::ParamGrad>& grads, bool jit) const;
+
   std::vector<GraphRunner::DeferredGemm> deferred_;
-  std::vector<jit::GemmStretch> jit_parts_; // reused across runs
+  std::vector<Job> jobs_; // reused across runs
 };
 
 } // namespace pejit::runtime

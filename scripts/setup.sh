@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pejit builds and tests with. Idempotent: when every package
 # is already present it only checks (well under a second) and installs nothing.
-# Usage: scripts/setup.sh [--bench]   (--bench adds PyTorch for the peer baselines)
+# Usage: scripts/setup.sh [--bench] [--fuzz]   (--bench adds PyTorch for the peer baselines;
+# --fuzz adds clang and its libFuzzer runtime for scripts/fuzz.sh)
 set -euo pipefail
 
 pkgs=(
@@ -21,9 +22,13 @@ pkgs=(
   python3-pytest                   # the Python package's tests (ctest runs them)
   python3-tqdm                     # pejit.train()'s progress bar (a plain line without it)
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch python3-numpy)
-fi
+for arg in "$@"; do
+  case "$arg" in
+  --bench) pkgs+=(python3-torch python3-numpy) ;;
+  --fuzz) pkgs+=(clang-19 libclang-rt-19-dev) ;;
+  *) echo "setup: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

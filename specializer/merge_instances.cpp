@@ -119,16 +119,18 @@ uint64_t payload_pattern_hash(const std::vector<int32_t>& slots) {
 
 size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) {
   const size_t n = r.instances.size();
-  PEJIT_CHECK(slot_rep.size() == static_cast<size_t>(r.num_inputs))
-      << "merge_equal_instances: " << slot_rep.size() << " payloads for " << r.num_inputs
-      << " input slots";
+  // The payload slots come first; the random key slots after them (Residual::random_slots)
+  // are their own representatives: two draws are never the same.
+  PEJIT_CHECK(slot_rep.size() + r.random_slots.size() == static_cast<size_t>(r.num_inputs))
+      << "merge_equal_instances: " << slot_rep.size() << " payloads and "
+      << r.random_slots.size() << " random keys for " << r.num_inputs << " input slots";
   std::vector<int32_t> renum(n, -1); // old instance -> its instance in the merged program
   std::vector<Instance> instances;
   std::vector<Ref> pool;
   instances.reserve(n);
   pool.reserve(r.arg_pool.size());
   auto canon = [&](Ref a) {
-    if (a.kind == Ref::Kind::Input)
+    if (a.kind == Ref::Kind::Input && static_cast<size_t>(a.index) < slot_rep.size())
       a.index = slot_rep[static_cast<size_t>(a.index)];
     else if (a.kind == Ref::Kind::Inst)
       a.index = renum[static_cast<size_t>(a.index)];

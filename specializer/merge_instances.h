@@ -1,6 +1,7 @@
 // Value numbering of a batch's residual program: instances that compute the same thing are
-// made one. Templates are pure (the language has no random or stateful op), so two instances
-// of one template on the same arguments give the same results; an argument that is a batch
+// made one. Templates are pure given their arguments (a random op's key is an argument, an
+// input slot of its own), so two instances of one template on the same arguments give the
+// same results; an argument that is a batch
 // payload counts as the same when the payloads are equal (dtype, shape and bytes). In a SST
 // batch many leaves repeat a word of another leaf: their embedding rows,
 // leaf cells and (with equal labels) losses are computed once, and the gradients of every

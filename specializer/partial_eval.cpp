@@ -387,21 +387,12 @@ uint64_t skeleton_hash(const Value& batch) {
 }
 
 bool is_template_eligible(const ir::FnDecl& f) {
-  if (f.is_entry || !tensors_only(f.ret))
-    return false;
-  bool any_tensor = false;
-  for (const auto& p : f.params) {
-    auto k = p.type->kind;
-    if (k == ir::TypeKind::Tensor)
-      any_tensor = true;
-    else if (k != ir::TypeKind::Int && k != ir::TypeKind::Bool)
-      return false;
-  }
-  return any_tensor;
+  return interp::template_eligible(f); // the generic path's random contexts use the same rule
 }
 
 std::vector<Template> static_templates(const ir::Module& m, const interp::DimBindings& dims) {
   std::vector<Template> out;
+  const std::vector<bool> random_ctx = interp::random_context_functions(m);
   for (size_t i = 0; i < m.fns().size(); ++i) {
     const ir::FnDecl& f = *m.fns()[i];
     if (!is_template_eligible(f))
@@ -421,14 +412,37 @@ std::vector<Template> static_templates(const ir::Module& m, const interp::DimBin
     flatten_type(f.ret, outs);
     for (const auto& o : outs)
       t.results.push_back(sig_of(o, dims));
+    if (random_ctx[i])
+      t.args.push_back(random_key_sig());
     out.push_back(std::move(t));
   }
   return out;
 }
 
+namespace {
+PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings& dims,
+                                 const std::string& entry, const Value& batch,
+                                 TemplateTable& templates, const PeOptions& opt,
+                                 const interp::CallLimit& limit);
+} // namespace
+
+// The batch's depth is measured first (without recursing): the scan, the evaluation and the
+// walks after it run where the native stack has room for it (interp/call_limit.h).
 PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
                             const std::string& entry, const Value& batch, TemplateTable& templates,
                             const PeOptions& opt) {
+  interp::CallLimit limit =
+      interp::CallLimit::of(opt.max_depth, interp::nesting_depth(batch), opt.calls_per_level);
+  return interp::with_call_limit(limit, [&](const interp::CallLimit& l) {
+    return partially_evaluate_here(m, dims, entry, batch, templates, opt, l);
+  });
+}
+
+namespace {
+PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings& dims,
+                                 const std::string& entry, const Value& batch,
+                                 TemplateTable& templates, const PeOptions& opt,
+                                 const interp::CallLimit& limit) {
   ops::register_kernels();
   const ir::FnDecl* f = m.fn(entry);
   if (!f || !f->is_entry)
@@ -500,7 +514,7 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
 
   be->set_fuel(PeOptions::kFuelBase + opt.fuel_per_value * values);
   try {
-    interp::Evaluator<PeBackend> ev(m, *be, opt.max_depth);
+    interp::Evaluator<PeBackend> ev(m, *be, limit);
     Value result = ev.call_entry(*f, {arg});
     be->collect_outputs(result);
     be->update_hints();
@@ -519,5 +533,6 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
 
   return out;
 }
+} // namespace
 
 } // namespace pejit::specializer

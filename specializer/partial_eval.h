@@ -35,9 +35,10 @@
 //   unfolded instead), dynamic shapes (shapes are static by construction).
 #pragma once
 
+#include "specializer/residual.h"
+#include "src/interp/call_limit.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
-#include "specializer/residual.h"
 #include "src/util/diagnostics.h"
 
 #include <string>
@@ -48,7 +49,10 @@ struct PeOptions {
   /// Fuel per value of the batch's structure (nodes, list cells, payloads), plus kFuelBase.
   size_t fuel_per_value = 4096;
   static constexpr size_t kFuelBase = 100000;
-  int max_depth = 4000;
+  /// Maximum depth of nested calls: max_depth plus calls_per_level per level of the batch's
+  /// nesting (interp/call_limit.h).
+  int max_depth = interp::CallLimit::kDefaultMaxDepth;
+  int calls_per_level = interp::CallLimit::kCallsPerLevel;
   /// Memory for the fragments of inlined calls (partial_eval.cpp), kept across batches in the
   /// TemplateTable; past it they are dropped before the next batch. 0: no fragments, every
   /// call is evaluated.

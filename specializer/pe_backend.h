@@ -9,6 +9,7 @@
 #include "specializer/node_pool.h"
 #include "specializer/partial_eval.h"
 #include "src/interp/evaluator.h"
+#include "src/interp/random.h"
 #include "src/ops/emitter.h"
 
 #include <algorithm>
@@ -138,6 +139,36 @@ public:
     memo_.hint_parts = std::max(memo_.hint_parts, parts_.size());
   }
 
+  // A random op's key: a fresh input slot that a plan's runner fills with the key of
+  // (context, index) at this step (Residual::random_slots). The partial evaluator never opens a
+  // context itself (a function that opens one is always a template), so every draw here is
+  // alone in a fresh context, as on the generic path outside any template.
+  Value random_key(const Span&, int64_t& j) {
+    auto [ctx, index] = cursor_.draw();
+    j = 0;
+    return random_input(ctx, index);
+  }
+  Value random_input(uint32_t ctx, uint32_t index) {
+    int32_t slot = res_.num_inputs++;
+    if (keep_inputs_)
+      res_.inputs.push_back(interp::random_key_tensor(ctx, index, {}));
+    res_.random_slots.push_back(RandomSlot{slot, ctx, index});
+    return residual(Ref{Ref::Kind::Input, slot, 0}, memo_sig(random_key_sig()));
+  }
+  // Per function: whether it draws random numbers / opens a random context (interp/random.h),
+  // kept in the memo for the module state.
+  const std::vector<bool>& random_fns() {
+    if (memo_.random_fns.size() != m_.fns().size()) {
+      memo_.random_fns = interp::random_functions(m_);
+      memo_.random_ctx = interp::random_context_functions(m_);
+    }
+    return memo_.random_fns;
+  }
+  const std::vector<bool>& random_ctx() {
+    random_fns();
+    return memo_.random_ctx;
+  }
+
   Value param(int i) {
     Value& v = param_vals_[static_cast<size_t>(i)];
     if (v.kind() == Value::Kind::None)
@@ -218,6 +249,7 @@ private:
   Residual& res_;
   size_t fuel_ = 0;
   size_t used_ = 0;
+  interp::RandomCursor cursor_;
   bool keep_inputs_ = true;
   std::vector<RVal> rvals_;
   std::vector<SumPart> parts_;

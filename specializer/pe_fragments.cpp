@@ -19,7 +19,7 @@ namespace pejit::specializer::pe {
     return -1;
   int8_t& cand = memo_fn_[static_cast<size_t>(fn_index)];
   if (cand < 0)
-    cand = memo_candidate(f) ? 1 : 0;
+    cand = memo_candidate(f) && !random_fns()[static_cast<size_t>(fn_index)] ? 1 : 0;
   if (!cand)
     return -1;
   // The key, and the arguments as a replay sees them (frames_[frame, ...)).

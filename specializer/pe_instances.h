@@ -131,12 +131,23 @@ inline int32_t PeBackend::call_instance(const ir::FnDecl& f, int fn_index, const
     flatten_type(f.ret, outs);
     for (const auto& o : outs)
       t.results.push_back(sig_of(o, dims_));
+    if (random_ctx()[static_cast<size_t>(fn_index)])
+      t.args.push_back(random_key_sig()); // the context's key, the last argument
     e = remember(std::move(t));
   }
   push_instance(e, args.data(), f.params.size(), [&](size_t i) {
     auto k = f.params[i].type->kind;
     return k != ir::TypeKind::Int && k != ir::TypeKind::Bool;
   });
+  if (random_ctx()[static_cast<size_t>(fn_index)]) {
+    // A call that opens a random context (interp/random.h): its key is one more argument.
+    if (cursor_.open >= 0)
+      throw Refused{s, "a random template called inside another's random context"};
+    auto [ctx, index] = cursor_.draw();
+    Ref key = materialize(random_input(ctx, index));
+    res_.arg_pool.push_back(key);
+    res_.instances.back().num_args++;
+  }
   return e;
 }
 

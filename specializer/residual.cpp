@@ -1,12 +1,27 @@
 // Template interning and printing helpers of the residual program.
 #include "specializer/residual.h"
 
+#include "src/kernels/random.h"
+
 #include "src/util/check.h"
 
 #include <charconv>
 #include <sstream>
 
 namespace pejit::specializer {
+
+TensorSig random_key_sig() {
+  return TensorSig{DType::I32, {kernels::kRandomKeyWidth}};
+}
+
+void fill_random_inputs(const Residual& r, const interp::RandomState& rs,
+                        std::vector<Tensor>& inputs) {
+  if (r.random_slots.empty())
+    return;
+  inputs.resize(static_cast<size_t>(r.num_inputs));
+  for (const RandomSlot& k : r.random_slots)
+    inputs[static_cast<size_t>(k.slot)] = interp::random_key_tensor(k.context, k.index, rs);
+}
 
 std::string TensorSig::str() const {
   std::ostringstream os;

@@ -10,6 +10,7 @@
 // values, so two batches with the same skeleton key have equal DAGs.
 #pragma once
 
+#include "src/interp/random.h"
 #include "src/interp/value.h"
 #include "src/ops/op.h"
 #include "specializer/key_map.h"
@@ -43,6 +44,17 @@ struct TensorSig {
   std::vector<int64_t> dims;
   bool operator==(const TensorSig& o) const { return dtype == o.dtype && dims == o.dims; }
   std::string str() const;
+};
+
+/// The signature of a random op's key operand (interp::random_key_tensor): i32[6].
+TensorSig random_key_sig();
+
+/// An input slot that holds a random key rather than a batch payload: whoever runs the plan
+/// fills it with interp::random_key_tensor(context, index, the step's RandomState)
+/// (fill_random_inputs).
+struct RandomSlot {
+  int32_t slot = -1;
+  uint32_t context = 0, index = 0;
 };
 
 /// What a template computes. Templates are interned in a TemplateTable, which is shared
@@ -85,6 +97,8 @@ struct PeMemo {
   std::vector<Entry> entries;
   std::vector<int32_t> result_sigs;
   std::vector<std::pair<std::string, uint64_t>> cones; ///< entry -> cone version
+  /// interp::random_functions and random_context_functions of the module (empty: not yet).
+  std::vector<bool> random_fns, random_ctx;
   /// The largest residual seen: what the next batch reserves.
   size_t hint_instances = 0, hint_args = 0, hint_inputs = 0, hint_rvals = 0, hint_parts = 0;
   /// Memory the partial evaluator reuses from batch to batch (partial_eval.cpp: the vectors
@@ -182,6 +196,8 @@ struct Residual {
   std::vector<Tensor> inputs;
   int32_t num_inputs = 0;     ///< input slots (inputs.size() when they are kept)
   std::vector<Tensor> consts; ///< constants the program folded
+  /// Input slots of random keys, after every payload slot (static for a skeleton).
+  std::vector<RandomSlot> random_slots;
   /// The entry's result, flattened: one Ref per tensor leaf, in order.
   std::vector<Ref> outputs;
   /// The result's structure in preorder (static for a skeleton): kResultTensor for a tensor
@@ -198,5 +214,10 @@ struct Residual {
   }
   size_t num_results(const TemplateTable& t, size_t inst) const;
 };
+
+/// Sets the random key slots of `r` in `inputs` (resized to r.num_inputs; the payload slots
+/// before them are left as they are) for the random state `rs`.
+void fill_random_inputs(const Residual& r, const interp::RandomState& rs,
+                        std::vector<Tensor>& inputs);
 
 } // namespace pejit::specializer

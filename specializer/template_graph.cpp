@@ -88,6 +88,17 @@ public:
     return std::nullopt; // inline: a template is one graph
   }
 
+  // The template's random context (interp/random.h): its key is the template's last argument,
+  // and its draws are numbered in evaluation order, as on the generic path.
+  void set_random_key(NodeId key) { key_ = key; }
+  Value random_key(const Span& s, int64_t& j) {
+    if (key_ < 0)
+      throw Error(s.str() + ": error: a random op in template '" + tg_.name +
+                  "', which has no random key");
+    j = next_j_++;
+    return wrap(key_);
+  }
+
   Value sum_list(const Value& xs, const ir::Type& type, const Span&) {
     if (xs.list_size() == 0) {
       Shape sh = interp::concrete_shape(type, dims_);
@@ -122,6 +133,8 @@ private:
   TemplateGraph& tg_;
   std::map<int, Value> params_;
   std::unordered_map<std::string, NodeId> consts_;
+  NodeId key_ = -1;
+  int64_t next_j_ = 0;
 
   static Value wrap(NodeId id) { return Value::tensor(Tensor(), id); }
 
@@ -198,10 +211,15 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
                     "' is not a tensor, Int or Bool");
       }
     }
-    PEJIT_CHECK(ai == arg_nodes.size()) << "template " << t.name << " has " << arg_nodes.size()
-                                        << " tensor arguments, its function " << ai;
+    // A function that opens a random context takes its key as one more argument.
+    const bool keyed = ai + 1 == arg_nodes.size() && t.args.back() == random_key_sig();
+    PEJIT_CHECK(ai == arg_nodes.size() || keyed)
+        << "template " << t.name << " has " << arg_nodes.size()
+        << " tensor arguments, its function " << ai;
     TraceBackend be(m, dims, tg);
-    interp::Evaluator<TraceBackend> ev(m, be, max_depth);
+    if (keyed)
+      be.set_random_key(arg_nodes.back());
+    interp::Evaluator<TraceBackend> ev(m, be, interp::CallLimit::of(max_depth, 0));
     Value r = ev.call_fn(f, args, f.span);
     std::vector<Value> flat;
     flatten(r, flat);

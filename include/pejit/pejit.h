@@ -112,6 +112,13 @@ struct SessionOptions {
   float clip = 0.0f;         ///< global gradient-norm clipping (0: off)
   std::string mode = "auto"; ///< generic, specialized or auto
   int lookahead = 8;         ///< batches planned ahead (auto mode)
+  /// Nested calls a batch may recurse into besides 4 per level of its nesting (a tree's depth,
+  /// a list's length): deeper recursion is a pejit::Error naming this bound (`--max-depth`).
+  int max_depth = 4000;
+  /// Threads a step's work is split across (a planned batch's row blocks, weight gradients,
+  /// the optimizer's update); 0: the CPUs of the process's affinity mask. Results are the
+  /// same bits for any count (docs/architecture.md, "Threads").
+  int threads = 0;
   /// Instances of a batch that compute the same thing (one function on equal arguments, a
   /// repeated word's leaf) run once; false: every instance runs. Results are the same.
   bool merge_equal = true;
@@ -170,6 +177,8 @@ struct SessionStats {
   double first_planned_s = -1, first_jit_s = -1, last_compile_s = -1;
   /// Why batches ran generic: the number of batches per reason.
   std::map<std::string, int64_t> fallbacks;
+  /// The threads a step's work is split across (SessionOptions::threads resolved).
+  int threads = 1;
 
   // Per entry, for research loops that change the model while it trains (add_source).
   struct Entry {
@@ -250,6 +259,12 @@ public:
   /// it (nor its optimizer state). Throws pejit::Error for an unknown name.
   void freeze(const std::string& name, bool frozen = true);
   bool frozen(const std::string& name) const;
+  /// The seed and step that random ops (dropout, ...) draw with: step() draws at the current
+  /// step and then advances it; run() and eval are inference (dropout off). The seed starts as
+  /// SessionOptions::seed and the step at 0; a resumed run sets the step it stopped at.
+  void set_random(uint64_t seed, uint32_t step);
+  uint64_t random_seed() const;
+  uint32_t random_step() const;
   /// Parameters, the session's optimizer state, a vocabulary and free-form `meta` strings
   /// (if given) in pejit's checkpoint format, written atomically.
   void save(const std::string& path, const std::vector<std::string>& vocab = {},

@@ -35,10 +35,14 @@ int run_check(const CheckArgs& a) {
 int run_gen(const GenArgs& a) {
   data::Vocab vocab;
   std::vector<data::ParseTree> trees;
-  if (a.kind == "sst")
-    trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab);
-  else
+  if (a.kind == "sst") {
+    trees = data::gen_sst(a.trees, a.seed, data::parse_shape(a.shape), vocab, a.arity);
+  } else {
+    if (a.arity != 2)
+      throw Error("--arity is for sst data: listops trees are binarized as the original "
+                  "generator does");
     trees = data::gen_listops(a.trees, a.seed, vocab);
+  }
   if (a.sentences) {
     std::string text;
     for (const auto& t : trees) {
@@ -85,6 +89,15 @@ void add_session_options(CLI::App& app, SessionOptions& s) {
       ->capture_default_str();
   app.add_flag("!--no-jit", s.compile.jit,
                "run planned batches on reference kernels only (no LLVM)");
+  app.add_option("--max-depth", s.max_depth,
+                 "nested calls a batch may recurse into besides 4 per level of its depth")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--threads", s.threads,
+                 "threads a step's work is split across (0: the CPUs of the affinity mask); the "
+                 "same results for any count")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_flag("!--no-merge", s.merge_equal,
                "run every instance of a batch, also those that compute what another does (the "
                "same template on equal arguments)");

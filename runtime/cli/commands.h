@@ -22,6 +22,7 @@ struct GenArgs {
   size_t trees = 1000;
   uint64_t seed = 1;
   std::string shape = "sst";
+  size_t arity = 2; ///< most children per internal node (sst only; 2: binary trees)
   std::string out;
   bool sentences = false; ///< write the leaves of each tree as a plain sentence
 };

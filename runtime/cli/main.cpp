@@ -32,6 +32,11 @@ int main(int argc, char** argv) {
   g->add_option("--shape", gen.shape, "sst, deep or balanced (sst data only)")
       ->check(CLI::IsMember({"sst", "deep", "balanced"}))
       ->capture_default_str();
+  g->add_option("--arity", gen.arity,
+                "most children per internal node (sst data only): 2 makes binary trees, K > 2 "
+                "n-ary trees whose internal nodes take 2..K children")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
   g->add_option("--out,-o", gen.out, "output file (default: standard output)");
   g->add_flag("--sentences", gen.sentences, "write each tree's words as a plain sentence");
 

@@ -90,8 +90,8 @@ int32_t sentiment_class(int64_t score) {
 
 class SstBuilder {
 public:
-  SstBuilder(Rng& rng, Shape shape, const std::vector<int32_t>& ids)
-      : rng_(rng), shape_(shape), ids_(ids) {}
+  SstBuilder(Rng& rng, Shape shape, size_t arity, const std::vector<int32_t>& ids)
+      : rng_(rng), shape_(shape), arity_(arity), ids_(ids) {}
 
   ParseTree build(const std::vector<size_t>& words) {
     words_ = &words;
@@ -128,6 +128,50 @@ private:
     return 1;
   }
 
+  /// The lengths of the children of a span of `len` >= 2 words, for arity_ > 2: 2..arity_
+  /// children (as many as the span allows), cut at random (Sst), as a caterpillar with the
+  /// single words on one side of the rest (Deep), or as even parts, as many as allowed
+  /// (Balanced).
+  std::vector<size_t> parts(size_t len) {
+    const size_t most = std::min(arity_, len);
+    std::vector<size_t> out;
+    switch (shape_) {
+    case Shape::Sst: {
+      const size_t k = 2 + rng_.below(most - 1);
+      // k - 1 distinct cuts among 1..len-1: a partial Fisher-Yates shuffle.
+      std::vector<size_t> cuts(len - 1);
+      for (size_t i = 0; i < cuts.size(); ++i)
+        cuts[i] = i + 1;
+      for (size_t i = 0; i + 1 < k; ++i)
+        std::swap(cuts[i], cuts[i + rng_.below(cuts.size() - i)]);
+      cuts.resize(k - 1);
+      std::sort(cuts.begin(), cuts.end());
+      size_t prev = 0;
+      for (size_t c : cuts) {
+        out.push_back(c - prev);
+        prev = c;
+      }
+      out.push_back(len - prev);
+      return out;
+    }
+    case Shape::Deep: {
+      const size_t k = 2 + rng_.below(most - 1);
+      out.assign(k - 1, 1);
+      if (rng_.chance(1, 2))
+        out.push_back(len - (k - 1));
+      else
+        out.insert(out.begin(), len - (k - 1));
+      return out;
+    }
+    case Shape::Balanced:
+      for (size_t i = 0; i < most; ++i)
+        out.push_back(len * (i + 1) / most - len * i / most);
+      return out;
+    }
+    PEJIT_CHECK(false) << "bad shape";
+    return out;
+  }
+
   int32_t emit(int64_t score, int32_t word, std::string token, std::vector<int32_t> children) {
     int32_t label = sentiment_class(score);
     if (rng_.chance(5, 100))
@@ -144,6 +188,8 @@ private:
       int64_t s = lex[w].polarity;
       return {emit(s, ids_[w], lex[w].text, {}), s, lex[w].role};
     }
+    if (arity_ > 2)
+      return nary(lo, hi);
     size_t left = split(hi - lo);
     Built a = span(lo, lo + left);
     Built b = span(lo + left, hi);
@@ -160,8 +206,34 @@ private:
     return {emit(s, -1, "", {a.node, b.node}), s, Role::Content};
   }
 
+  /// A phrase of 2..arity_ children. Its score extends the binary rule: the sum of its
+  /// content children's scores, doubled when an intensifier is among the children, negated
+  /// for an odd number of negators; 0 when no child is content.
+  Built nary(size_t lo, size_t hi) {
+    std::vector<int32_t> children;
+    int64_t content = 0;
+    bool any_content = false, intensified = false, negated = false;
+    size_t at = lo;
+    for (size_t len : parts(hi - lo)) {
+      Built b = span(at, at + len);
+      at += len;
+      children.push_back(b.node);
+      if (b.role == Role::Negator) {
+        negated = !negated;
+      } else if (b.role == Role::Intensifier) {
+        intensified = true;
+      } else {
+        content += b.score;
+        any_content = true;
+      }
+    }
+    int64_t s = !any_content ? 0 : (intensified ? 2 : 1) * (negated ? -content : content);
+    return {emit(s, -1, "", std::move(children)), s, Role::Content};
+  }
+
   Rng& rng_;
   Shape shape_;
+  size_t arity_;
   const std::vector<int32_t>& ids_;
   const std::vector<size_t>* words_ = nullptr;
   ParseTree tree_;
@@ -301,7 +373,10 @@ Shape parse_shape(std::string_view name) {
   throw Error("unknown tree shape '" + std::string(name) + "' (expected sst, deep or balanced)");
 }
 
-std::vector<ParseTree> gen_sst(size_t n, uint64_t seed, Shape shape, Vocab& vocab) {
+std::vector<ParseTree> gen_sst(size_t n, uint64_t seed, Shape shape, Vocab& vocab, size_t arity) {
+  if (arity < 2)
+    throw Error("an arity of " + std::to_string(arity) +
+                ": an internal node of a tree has at least 2 children");
   const auto& lex = lexicon();
   std::vector<int32_t> ids;
   ids.reserve(lex.size());
@@ -311,7 +386,7 @@ std::vector<ParseTree> gen_sst(size_t n, uint64_t seed, Shape shape, Vocab& voca
   // shape.
   Rng words_rng(seed);
   Rng tree_rng(splitmix64(seed ^ 0x7ee5ULL));
-  SstBuilder builder(tree_rng, shape, ids);
+  SstBuilder builder(tree_rng, shape, arity, ids);
   std::vector<ParseTree> trees;
   trees.reserve(n);
   std::vector<size_t> words;

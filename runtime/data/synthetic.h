@@ -31,8 +31,15 @@ Shape parse_shape(std::string_view name);
 /// child negates and an intensifier child doubles its sibling's score; the score maps to a class
 /// (<= -3: 0, -2..-1: 1, 0: 2, 1..2: 3, >= 3: 4) and 5% of labels are replaced at random.
 /// Every word of the lexicon is added to `vocab` first, in a fixed order. The words come from
-/// their own random stream, so one seed gives the same sentences in every shape.
-std::vector<ParseTree> gen_sst(size_t n, uint64_t seed, Shape shape, Vocab& vocab);
+/// their own random stream, so one seed gives the same sentences in every shape and arity.
+/// `arity` is the most children an internal node may have: 2 gives the binary trees above;
+/// more gives n-ary trees whose internal nodes each take 2..arity children (never more than
+/// the words they span): cut at random for Shape::Sst, a caterpillar of single words beside
+/// one deeper child for Deep, even parts (as many as allowed) for Balanced. An n-ary node's
+/// score is the sum of its content children's, doubled by an intensifier child and negated
+/// by an odd number of negator children. Throws pejit::Error for an arity below 2.
+std::vector<ParseTree> gen_sst(size_t n, uint64_t seed, Shape shape, Vocab& vocab,
+                               size_t arity = 2);
 
 /// `n` ListOps expressions (Nangia & Bowman 2018) over MAX, MIN, MED (median, the floor of the
 /// mean of the two middle values for an even count) and SM (sum mod 10) with digit operands,

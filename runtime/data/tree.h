@@ -16,7 +16,8 @@
 
 namespace pejit::data {
 
-/// A binary (or n-ary as read) labeled tree, flat; children before parents; root = nodes.back().
+/// A labeled tree, binary or with any number of children per node, flat; children before
+/// parents; root = nodes.back().
 /// The readers and generators produce nodes in depth-first post-order with children left to
 /// right; a tree in that order round-trips exactly through write_tree and parse_trees.
 struct ParseTree {

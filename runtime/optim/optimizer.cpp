@@ -5,6 +5,7 @@
 // sparse step bit-identical to the step of its to_dense() for SGD and Adagrad.
 #include "runtime/optim/optimizer.h"
 
+#include "runtime/parallel.h"
 #include "src/util/check.h"
 
 #include <algorithm>
@@ -303,23 +304,41 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
   float* b = slot.b.defined() ? slot.b.f32() : nullptr;
   auto [nrows, d] = row_split(value);
   auto at = [d = d](float* base, int64_t row) { return base ? base + row * d : nullptr; };
+  // Every element's update is its own: blocks of elements or rows go to the workers (when
+  // there are any and the parameter is big enough), the same bits as one loop.
+  const runtime::Workers* wk = workers_.get();
+  auto blocks = [&](int64_t n, int64_t cost, int64_t align, auto&& f) {
+    if (wk == nullptr)
+      f(int64_t{0}, n);
+    else
+      wk->for_rows(n, cost, align, f);
+  };
+  constexpr int64_t kElemCost = 8; // a few multiplies, a square root and a division
   if (g.dense.defined() && w.uniq.empty()) {
-    update_span(r, p, g.dense.f32(), a, b, value.numel());
+    const float* gd = g.dense.f32();
+    blocks(value.numel(), kElemCost, 64, [&](int64_t e0, int64_t n) {
+      update_span(r, p + e0, gd + e0, a ? a + e0 : nullptr, b ? b + e0 : nullptr, n);
+    });
   } else if (g.dense.defined()) {
     const float* dense = g.dense.f32();
-    size_t j = 0;
-    for (int64_t row = 0; row < nrows; ++row) {
-      const float* gr = dense + row * d;
-      if (j < w.uniq.size() && w.uniq[j] == row)
-        gr = w.rows.data() + (j++) * static_cast<size_t>(d);
-      update_span(r, p + row * d, gr, at(a, row), at(b, row), d);
-    }
+    blocks(nrows, kElemCost * d, 1, [&](int64_t r0, int64_t n) {
+      size_t j =
+          static_cast<size_t>(std::lower_bound(w.uniq.begin(), w.uniq.end(), r0) - w.uniq.begin());
+      for (int64_t row = r0; row < r0 + n; ++row) {
+        const float* gr = dense + row * d;
+        if (j < w.uniq.size() && w.uniq[j] == row)
+          gr = w.rows.data() + (j++) * static_cast<size_t>(d);
+        update_span(r, p + row * d, gr, at(a, row), at(b, row), d);
+      }
+    });
   } else {
-    for (size_t j = 0; j < w.uniq.size(); ++j) {
-      int64_t row = w.uniq[j];
-      update_span(r, p + row * d, w.rows.data() + j * static_cast<size_t>(d), at(a, row),
-                  at(b, row), d);
-    }
+    blocks(static_cast<int64_t>(w.uniq.size()), kElemCost * d, 1, [&](int64_t j0, int64_t n) {
+      for (auto j = static_cast<size_t>(j0); j < static_cast<size_t>(j0 + n); ++j) {
+        int64_t row = w.uniq[j];
+        update_span(r, p + row * d, w.rows.data() + j * static_cast<size_t>(d), at(a, row),
+                    at(b, row), d);
+      }
+    });
   }
 }
 

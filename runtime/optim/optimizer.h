@@ -11,10 +11,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+namespace pejit::runtime {
+class Workers;
+}
 
 namespace pejit::optim {
 
@@ -46,7 +51,7 @@ struct OptimizerOptions {
   std::map<std::string, float> param_lr, param_weight_decay;
 };
 
-/// Applies optimizer steps to a Params. Single-threaded and deterministic.
+/// Applies optimizer steps to a Params. Deterministic: the same bits on any number of workers.
 ///
 /// Update rules, per element of the gradient g (after clipping and weight decay):
 ///  - Sgd:     p -= lr * g
@@ -84,6 +89,11 @@ public:
   /// 1 leaves the steps bit for bit as without it. Throws pejit::Error unless finite, >= 0.
   void set_lr_scale(float scale);
   float lr_scale() const { return lr_scale_; }
+  /// The threads an update may split a parameter's rows across (runtime/parallel.h); null
+  /// (the default): the calling thread. The same bits either way.
+  void set_workers(std::shared_ptr<const runtime::Workers> workers) {
+    workers_ = std::move(workers);
+  }
 
   /// Number of step() calls so far (restored by load_state).
   int64_t steps() const { return steps_; }
@@ -132,6 +142,7 @@ private:
   std::vector<std::string> bound_names_;
   std::vector<Slot*> bound_; ///< slots_ entries, by parameter index
   std::vector<Work> work_;   ///< by parameter index
+  std::shared_ptr<const runtime::Workers> workers_;
 };
 
 } // namespace pejit::optim

@@ -5,6 +5,8 @@
 #include "runtime/train/label_classes.h"
 #include "src/util/check.h"
 
+#include <algorithm>
+
 namespace pejit::runtime {
 
 using interp::Value;
@@ -45,6 +47,8 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt,
     if (!inner.empty()) {
       TreeEncoder in(m, inner, dims);
       by_children_ = std::move(in.by_children_);
+      list_ = std::move(in.list_);
+      decl_ = in.decl_;
       adt_ = inner;
       wrapper_ = w;
       if (label_field >= 0) {
@@ -58,21 +62,28 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt,
       return;
     }
   }
+  decl_ = d->span;
   const int adt_index = m.adt_index(adt);
   std::vector<FieldKey> label_fields;
-  std::vector<std::pair<size_t, FieldKey>> label_of; // by_children_ index, field
+  // Where each label field's class count goes: by_children_ index, or -1 for the list
+  // constructor.
+  std::vector<std::pair<int, FieldKey>> label_of;
   for (size_t c = 0; c < d->ctors.size(); ++c) {
     const auto& ctor = d->ctors[c];
     CtorMap map;
     map.tag = static_cast<int>(c);
     map.name = ctor.name;
-    size_t children = 0;
+    size_t children = 0, lists = 0;
     int label = -1;
     for (size_t i = 0; i < ctor.fields.size(); ++i) {
       const auto& f = ctor.fields[i];
       if (f.type->kind == ir::TypeKind::Adt && f.type->name == adt) {
         map.fields.push_back(FieldKind::Child);
         ++children;
+      } else if (f.type->kind == ir::TypeKind::List &&
+                 f.type->elems[0]->kind == ir::TypeKind::Adt && f.type->elems[0]->name == adt) {
+        map.fields.push_back(FieldKind::Children);
+        ++lists;
       } else if (is_scalar_i32(f.type) && (f.name == "word" || f.name == "token")) {
         map.fields.push_back(FieldKind::Word);
       } else if (is_scalar_i32(f.type) && f.name == "label") {
@@ -81,30 +92,55 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt,
       } else {
         throw Error("cannot fill field '" + f.name + ": " + ir::type_str(f.type) +
                     "' of constructor " + ctor.name +
-                    " from tree data (fields are `word: i32[]`, "
-                    "`label: i32[]` and children of type " +
-                    adt + ")");
+                    " from tree data (fields are `word: i32[]`, `label: i32[]`, children of "
+                    "type " +
+                    adt + ", or all of a node's children as one `List[" + adt + "]`)");
       }
     }
-    if (by_children_.size() <= children)
-      by_children_.resize(children + 1);
-    if (by_children_[children].tag >= 0)
-      continue; // the first constructor of an arity takes its nodes
-    by_children_[children] = map;
+    if (lists > 1 || (lists == 1 && children > 0))
+      throw Error("constructor " + ctor.name + " of type " + adt +
+                  " takes a node's children both as fields of type " + adt + " and as a List[" +
+                  adt +
+                  "], or as two lists: the children go either to one field each or all to one "
+                  "List[" +
+                  adt + "]");
+    int slot = -1;
+    if (lists == 1) {
+      if (list_.tag >= 0)
+        continue; // the first list constructor takes the nodes no fixed arity takes
+      list_ = map;
+    } else {
+      if (by_children_.size() <= children)
+        by_children_.resize(children + 1);
+      if (by_children_[children].tag >= 0)
+        continue; // the first constructor of an arity takes its nodes
+      by_children_[children] = map;
+      slot = static_cast<int>(children);
+    }
     if (label >= 0) {
       FieldKey key{adt_index, static_cast<int>(c), label};
       label_fields.push_back(key);
-      label_of.emplace_back(children, key);
+      label_of.emplace_back(slot, key);
     }
   }
-  if (by_children_.size() < 3 || by_children_[0].tag < 0 || by_children_[2].tag < 0)
+  auto has = [&](size_t k) { return k < by_children_.size() && by_children_[k].tag >= 0; };
+  if (list_.tag < 0 && (!has(0) || !has(2)))
     throw Error("type " + adt + " needs a leaf constructor (no " + adt +
-                " fields) and a node constructor (two " + adt + " fields) to hold binary trees");
+                " fields) and a node constructor (two " + adt +
+                " fields) to hold binary trees, or a constructor with a field `children: List[" +
+                adt + "]` for trees with any number of children per node");
+  if (list_.tag >= 0 && !has(0) &&
+      std::find(list_.fields.begin(), list_.fields.end(), FieldKind::Word) == list_.fields.end())
+    throw Error("type " + adt +
+                " has no constructor for leaves: a node with a word (`word: i32[]`)"
+                " and no " +
+                adt + " fields, or a word field beside the children's List[" + adt + "]");
   auto found = label_classes(m, label_fields, dims);
-  for (const auto& [children, key] : label_of) {
+  for (const auto& [slot, key] : label_of) {
     if (auto it = found.find(key); it != found.end()) {
-      by_children_[children].classes = it->second.classes;
-      by_children_[children].ce = it->second.at;
+      CtorMap& map = slot < 0 ? list_ : by_children_[static_cast<size_t>(slot)];
+      map.classes = it->second.classes;
+      map.ce = it->second.at;
     }
   }
 }
@@ -112,9 +148,14 @@ TreeEncoder::TreeEncoder(const ir::Module& m, const std::string& adt,
 int64_t TreeEncoder::classes(int children) const {
   if (children < 0)
     return wrapper_.classes;
-  return static_cast<size_t>(children) < by_children_.size()
-             ? by_children_[static_cast<size_t>(children)].classes
-             : -1;
+  return map_for(static_cast<size_t>(children)) ? map_for(static_cast<size_t>(children))->classes
+                                                : -1;
+}
+
+const TreeEncoder::CtorMap* TreeEncoder::map_for(size_t children) const {
+  if (children < by_children_.size() && by_children_[children].tag >= 0)
+    return &by_children_[children];
+  return list_.tag >= 0 ? &list_ : nullptr;
 }
 
 void TreeEncoder::check_label(const data::ParseTree& t, int32_t n, const CtorMap& map, bool root,
@@ -142,22 +183,36 @@ const TreeEncoder::CtorMap& TreeEncoder::ctor_for(const data::ParseTree& t, int3
                                                   bool classes) const {
   const auto& node = t.nodes[static_cast<size_t>(n)];
   const size_t k = node.children.size();
-  if (k >= by_children_.size() || by_children_[k].tag < 0) {
+  const CtorMap* found = map_for(k);
+  if (!found) {
     std::string takes;
     for (size_t i = 0; i < by_children_.size(); ++i) {
       if (by_children_[i].tag < 0)
         continue;
       takes += (takes.empty() ? "" : ", ") + std::to_string(i) + " (" + by_children_[i].name + ")";
     }
+    std::vector<std::pair<Span, std::string>> notes;
+    if (decl_.known())
+      notes.emplace_back(decl_, "type " + adt_ +
+                                    " is declared here: to take trees with any number of "
+                                    "children per node, give a constructor a field `children: "
+                                    "List[" +
+                                    adt_ + "]` (docs/language.md, \"How data meets a model\")");
     throw data::node_error(t, n,
                            "a node with " + std::to_string(k) + " child" + (k == 1 ? "" : "ren") +
                                ", but no constructor of the model's type " + adt_ +
-                               " takes that many; its constructors take " + takes + " children");
+                               " takes that many; its constructors take " + takes + " children",
+                           notes);
   }
-  const CtorMap& map = by_children_[k];
+  const CtorMap& map = *found;
   for (FieldKind f : map.fields) {
     if (f == FieldKind::Word && node.word < 0)
-      throw data::node_error(t, n, "the leaf has no word");
+      throw data::node_error(t, n,
+                             k == 0
+                                 ? "the leaf has no word"
+                                 : "the node has children, so no word (a node of the data "
+                                   "holds a word or children, never both), but constructor " +
+                                       map.name + " of the model's type " + adt_ + " needs a word");
     if (f == FieldKind::Label)
       check_label(t, n, map, false, classes);
   }
@@ -224,6 +279,14 @@ Value TreeEncoder::encode(const data::ParseTree& t) const {
       case FieldKind::Child:
         fields.push_back(std::move(vals[static_cast<size_t>(node.children[child++])]));
         break;
+      case FieldKind::Children: {
+        interp::Values kids;
+        kids.reserve(node.children.size());
+        for (int32_t c : node.children)
+          kids.push_back(std::move(vals[static_cast<size_t>(c)]));
+        fields.push_back(Value::list(std::move(kids)));
+        break;
+      }
       case FieldKind::Tree:
       case FieldKind::RootLabel:
         PEJIT_CHECK(false) << "wrapper field inside a tree";

@@ -1,10 +1,12 @@
 // Turning host data into the module's values: a parse tree into a value of the model's tree
 // ADT (fields matched by name and type: `word` and `label` take the node's word id and label
-// as i32[], fields of the ADT's own type take the children in order), a sentence into a
+// as i32[], fields of the ADT's own type take the children in order, one field of type
+// List[ADT] takes all of a node's children in order, for n-ary trees), a sentence into a
 // List[i32[]]. The mapping is decided once per module from the ADT's declaration. An ADT
 // with one constructor holding a tree and a `label: i32[]` (e.g. `Example(tree: Tree, label:
 // i32[])`) takes the tree and its root's label: data labeled at the root only, like ListOps.
-// An ADT may have constructors for other numbers of children too (a unary node). Every error
+// A node goes to the constructor with exactly its number of children fields (a leaf, a unary
+// or binary node); a constructor with a children list takes every other node. Every error
 // about the data names the node at its file:line:col (data::node_error); labels are checked
 // against the class count of the cross_entropy they feed (label_classes.h).
 #pragma once
@@ -20,9 +22,9 @@ namespace pejit::runtime {
 
 class TreeEncoder {
 public:
-  /// Throws pejit::Error when the ADT cannot represent binary labeled trees (no constructor
-  /// for leaves or for two-child nodes, or a field it cannot fill). `dims` binds the named
-  /// dimensions (V) a class axis may use.
+  /// Throws pejit::Error when the ADT cannot represent labeled trees (no constructor for
+  /// leaves, none for two-child nodes and no children list, or a field it cannot fill). `dims`
+  /// binds the named dimensions (V) a class axis may use.
   TreeEncoder(const ir::Module& m, const std::string& adt, const interp::DimBindings& dims = {});
 
   /// Throws pejit::Error at the node's file:line:col for a tree the ADT cannot hold: a node
@@ -47,7 +49,7 @@ public:
   bool allow_unlabeled = false;
 
 private:
-  enum class FieldKind : uint8_t { Word, Label, Child, Tree, RootLabel };
+  enum class FieldKind : uint8_t { Word, Label, Child, Children, Tree, RootLabel };
   struct CtorMap {
     int tag = -1;
     std::string name;
@@ -56,8 +58,12 @@ private:
     Span ce;              ///< the cross_entropy that sets `classes`
   };
   std::vector<CtorMap> by_children_; ///< index: the constructor's number of children
+  CtorMap list_;    ///< tag >= 0: the constructor with a List[ADT] field, for every other count
+  Span decl_;       ///< the tree type's declaration, for the note of an arity error
   CtorMap wrapper_; ///< tag >= 0: the batch element wraps a tree and its root label
   std::string adt_;
+  /// The constructor for a node of `children` children, or null when none takes it.
+  const CtorMap* map_for(size_t children) const;
   /// The constructor for node n, after checking its arity, word and label.
   /// `classes`: compare labels with the class counts too.
   const CtorMap& ctor_for(const data::ParseTree& t, int32_t n, bool classes) const;

@@ -32,6 +32,7 @@ std::string EvalStats::json() const {
   j["generic_seconds"] = generic_seconds;
   j["jit_seconds"] = jit_seconds;
   j["device"] = device;
+  j["threads"] = threads;
   return j.dump();
 }
 
@@ -68,6 +69,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   st.specialized_seconds = ss.specialized_seconds;
   st.generic_seconds = ss.generic_seconds;
   st.jit_seconds = ss.jit_seconds;
+  st.threads = ss.threads;
   st.trees = static_cast<int64_t>(ds.size());
   st.nodes = s.nodes;
   st.loss_per_node = s.loss / std::max<int64_t>(1, s.nodes);

@@ -5,7 +5,6 @@
 // expression but gives up (no pre-check, not a crash) past a fixed nesting.
 #include "runtime/train/label_classes.h"
 
-#include <optional>
 #include <string>
 
 namespace pejit::runtime {
@@ -84,8 +83,8 @@ private:
     const ir::Dim& d = t->dims.back();
     if (!d.is_named())
       return d.value;
-    std::optional<int64_t> v = d.eval([&](const std::string& n) -> std::optional<int64_t> {
-      auto it = dims_.find(n);
+    auto v = d.eval([&](const std::string& name) -> std::optional<int64_t> {
+      auto it = dims_.find(name);
       return it == dims_.end() ? std::nullopt : std::optional<int64_t>(it->second);
     });
     return v ? *v : -1;

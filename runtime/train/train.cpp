@@ -43,6 +43,7 @@ void count_epoch(EpochStats& st, const SessionStats& before, const SessionStats&
   st.generic_batches = after.generic_batches - before.generic_batches;
   st.specialized_seconds = after.specialized_seconds - before.specialized_seconds;
   st.generic_seconds = after.generic_seconds - before.generic_seconds;
+  st.threads = after.threads;
   st.jit_batches = after.jit_batches - before.jit_batches;
   st.jit_seconds = after.jit_seconds - before.jit_seconds;
   st.kernels_compiled = after.kernels_compiled - before.kernels_compiled;
@@ -115,6 +116,7 @@ std::string EpochStats::json() const {
   j["trees_per_s"] = trees_per_s;
   j["seconds"] = seconds;
   j["batches"] = batches;
+  j["threads"] = threads;
   j["specialized_batches"] = specialized_batches;
   j["generic_batches"] = generic_batches;
   j["specialized_seconds"] = specialized_seconds;

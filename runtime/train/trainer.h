@@ -82,6 +82,7 @@ struct EpochStats {
   int64_t trees = 0, nodes = 0;
   double trees_per_s = 0, seconds = 0;
   int64_t batches = 0, specialized_batches = 0, generic_batches = 0;
+  int threads = 1; ///< the session's (SessionOptions::threads resolved)
   double specialized_seconds = 0, generic_seconds = 0;
   int64_t jit_batches = 0;
   double jit_seconds = 0; ///< the part of specialized_seconds that ran JIT kernels
@@ -135,6 +136,7 @@ struct EvalStats {
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
   std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
+  int threads = 1; ///< the session's (SessionOptions::threads resolved)
   std::string json() const;
 };
 

@@ -15,16 +15,17 @@
 // without the tuple) is in evaluator_calls.h.
 #pragma once
 
+#include "src/interp/call_limit.h"
 #include "src/interp/evaluator_backend.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
 #include "src/ops/op.h"
 #include "src/types/builtins.h"
 #include "src/util/check.h"
+#include "src/util/native_stack.h"
 
 #include <algorithm>
 #include <optional>
-#include <pthread.h>
 
 namespace pejit::interp {
 
@@ -55,8 +56,9 @@ template <EvaluatorBackend Backend> class Evaluator {
   static constexpr bool kInlineMemo = InlineMemoBackend<Backend>;
 
 public:
-  Evaluator(const Module& m, Backend& backend, int max_depth)
-      : m_(m), backend_(backend), max_depth_(max_depth) {
+  /// `limit`: the bound on nested calls and the input's depth it was made for (call_limit.h).
+  Evaluator(const Module& m, Backend& backend, const CallLimit& limit)
+      : m_(m), backend_(backend), limit_(limit), max_depth_(limit.calls) {
     Spare& sp = spare();
     if (!sp.in_use) { // the value stack and argument vectors of the last evaluation here
       sp.in_use = owns_spare_ = true;
@@ -64,33 +66,10 @@ public:
       args_pool_.swap(sp.args);
     }
     stack_.reserve(1024);
-    // Native stack left to this evaluation: recursion stops with an error well before it
-    // runs out, whatever the thread's stack size.
+    // Native stack left to this evaluation: recursion stops with an error before it runs
+    // out, whatever the thread's stack size.
     stack_top_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-    size_t size = 8u << 20;
-    uintptr_t lo = thread_stack_low();
-    if (lo && stack_top_ > lo)
-      size = stack_top_ - lo;
-    stack_budget_ = size > (256u << 10) ? size - (192u << 10) : size / 2;
-  }
-
-  /// The lowest address of this thread's stack (0: unknown), asked once per thread: on the
-  /// main thread pthread_getattr_np reads /proc/self/maps, which cost more than partially
-  /// evaluating a small batch.
-  static uintptr_t thread_stack_low() {
-    thread_local uintptr_t low = [] {
-      uintptr_t lo = 0;
-      pthread_attr_t attr;
-      if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        void* addr = nullptr;
-        size_t sz = 0;
-        if (pthread_attr_getstack(&attr, &addr, &sz) == 0 && sz > 0)
-          lo = reinterpret_cast<uintptr_t>(addr);
-        pthread_attr_destroy(&attr);
-      }
-      return lo;
-    }();
-    return low;
+    stack_budget_ = util::native_stack_left();
   }
 
   ~Evaluator() {
@@ -117,6 +96,7 @@ public:
 private:
   const Module& m_;
   Backend& backend_;
+  CallLimit limit_;
   int max_depth_;
   int depth_ = 0;
   int peak_ = 0; ///< the deepest depth_ since the innermost inline_begin that records
@@ -152,16 +132,23 @@ public:
     DepthGuard(Evaluator& ev, const Span& s) : e(ev) {
       uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
       bool out_of_stack = e.stack_top_ > here && e.stack_top_ - here > e.stack_budget_;
-      if (++e.depth_ > e.max_depth_ || out_of_stack) {
+      if (++e.depth_ > e.max_depth_ || out_of_stack) [[unlikely]] {
         --e.depth_;
-        e.fail(s, "recursion deeper than " +
-                      std::to_string(out_of_stack ? e.depth_ : e.max_depth_) + " calls" +
-                      (out_of_stack ? " (out of native stack)" : ""));
+        e.too_deep(s, out_of_stack);
       }
       e.peak_ = std::max(e.peak_, e.depth_);
     }
     ~DepthGuard() { --e.depth_; }
   };
+
+  [[noreturn, gnu::cold, gnu::noinline]] void too_deep(const Span& s, bool out_of_stack) {
+    if (out_of_stack)
+      fail(s, "recursion " + std::to_string(depth_) + " calls deep ran out of the native stack (" +
+                  std::to_string(stack_budget_ >> 10) + " KiB here; " + limit_.explain() +
+                  " and the stack reserved with it)");
+    fail(s, "recursion deeper than " + std::to_string(max_depth_) + " calls (" + limit_.explain() +
+                ")");
+  }
 
   Value call_fn_impl(const FnDecl& f, const Values& args, const Span& at);
 
@@ -231,75 +218,84 @@ public:
     }
   }
 
-  Value eval(const Expr& e, const Frame& fr) {
-    switch (e->kind) {
-    case ExprKind::IntLit: {
-      const auto& lit = e->cast<IntLit>();
-      if (!lit.tensor_elem)
-        return Value::integer(lit.value);
-      return Value::tensor(*lit.tensor_elem == ir::Elem::F32
-                               ? Tensor::scalar_f32(static_cast<float>(lit.value))
-                               : Tensor::scalar_i32(static_cast<int32_t>(lit.value)));
+  // Let bodies, if branches and match arms are evaluated in this frame's loop, not in a frame
+  // of their own: a function's body costs one native frame however many lets it chains.
+  Value eval(const Expr& e0, const Frame& fr) {
+    const Expr* cur = &e0;
+    for (;;) {
+      const Expr& e = *cur;
+      switch (e->kind) {
+      case ExprKind::IntLit: {
+        const auto& lit = e->cast<IntLit>();
+        if (!lit.tensor_elem)
+          return Value::integer(lit.value);
+        return Value::tensor(*lit.tensor_elem == ir::Elem::F32
+                                 ? Tensor::scalar_f32(static_cast<float>(lit.value))
+                                 : Tensor::scalar_i32(static_cast<int32_t>(lit.value)));
+      }
+      case ExprKind::BoolLit:
+        return Value::boolean(e->cast<BoolLit>().value);
+      case ExprKind::FloatLit:
+        return Value::tensor(Tensor::scalar_f32(static_cast<float>(e->cast<FloatLit>().value)));
+      case ExprKind::Var:
+        return lookup(e->cast<Var>().ref, fr, e->span);
+      case ExprKind::Tuple: {
+        Values xs;
+        xs.reserve(e->cast<ir::Tuple>().elems.size());
+        for (const auto& x : e->cast<ir::Tuple>().elems)
+          xs.push_back(eval(x, fr));
+        return Value::tuple(std::move(xs));
+      }
+      case ExprKind::Proj: {
+        const auto& p = e->cast<Proj>();
+        Value t = eval(p.tuple, fr);
+        return t.items()[static_cast<size_t>(p.index)];
+      }
+      case ExprKind::Let: {
+        const auto& l = e->cast<Let>();
+        eval_let_value(l, fr);
+        cur = &l.body;
+        continue;
+      }
+      case ExprKind::If: {
+        const auto& i = e->cast<If>();
+        cur = eval(i.cond, fr).as_bool() ? &i.then_e : &i.else_e;
+        continue;
+      }
+      case ExprKind::Match:
+        cur = &select_arm(e->cast<Match>(), fr);
+        continue;
+      case ExprKind::Lambda: {
+        const auto& l = e->cast<Lambda>();
+        auto c = std::make_shared<Closure>();
+        c->lambda = &l;
+        for (const auto& ref : l.captures)
+          c->captures.push_back(lookup(ref, fr, e->span));
+        return Value::closure(std::move(c));
+      }
+      case ExprKind::ListLit: {
+        Values xs;
+        xs.reserve(e->cast<ListLit>().elems.size());
+        for (const auto& x : e->cast<ListLit>().elems)
+          xs.push_back(eval(x, fr));
+        return Value::list(std::move(xs));
+      }
+      case ExprKind::Binary:
+        return eval_binary(e->cast<Binary>(), fr);
+      case ExprKind::Unary: {
+        const auto& u = e->cast<Unary>();
+        Value v = eval(u.operand, fr);
+        if (u.tensor_op >= 0)
+          return backend_.op(static_cast<ops::OpId>(u.tensor_op), {}, &v, 1, e->span);
+        if (u.op == UnOp::Not)
+          return Value::boolean(!v.as_bool());
+        return Value::integer(static_cast<int64_t>(0ull - static_cast<uint64_t>(v.as_int())));
+      }
+      case ExprKind::Call:
+        return eval_call(e->cast<Call>(), fr);
+      }
+      PEJIT_CHECK(false) << "unknown expression kind";
     }
-    case ExprKind::BoolLit:
-      return Value::boolean(e->cast<BoolLit>().value);
-    case ExprKind::FloatLit:
-      return Value::tensor(Tensor::scalar_f32(static_cast<float>(e->cast<FloatLit>().value)));
-    case ExprKind::Var:
-      return lookup(e->cast<Var>().ref, fr, e->span);
-    case ExprKind::Tuple: {
-      Values xs;
-      xs.reserve(e->cast<ir::Tuple>().elems.size());
-      for (const auto& x : e->cast<ir::Tuple>().elems)
-        xs.push_back(eval(x, fr));
-      return Value::tuple(std::move(xs));
-    }
-    case ExprKind::Proj: {
-      const auto& p = e->cast<Proj>();
-      Value t = eval(p.tuple, fr);
-      return t.items()[static_cast<size_t>(p.index)];
-    }
-    case ExprKind::Let: {
-      const auto& l = e->cast<Let>();
-      eval_let_value(l, fr);
-      return eval(l.body, fr);
-    }
-    case ExprKind::If: {
-      const auto& i = e->cast<If>();
-      return eval(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr);
-    }
-    case ExprKind::Match:
-      return eval(select_arm(e->cast<Match>(), fr), fr);
-    case ExprKind::Lambda: {
-      const auto& l = e->cast<Lambda>();
-      auto c = std::make_shared<Closure>();
-      c->lambda = &l;
-      for (const auto& ref : l.captures)
-        c->captures.push_back(lookup(ref, fr, e->span));
-      return Value::closure(std::move(c));
-    }
-    case ExprKind::ListLit: {
-      Values xs;
-      xs.reserve(e->cast<ListLit>().elems.size());
-      for (const auto& x : e->cast<ListLit>().elems)
-        xs.push_back(eval(x, fr));
-      return Value::list(std::move(xs));
-    }
-    case ExprKind::Binary:
-      return eval_binary(e->cast<Binary>(), fr);
-    case ExprKind::Unary: {
-      const auto& u = e->cast<Unary>();
-      Value v = eval(u.operand, fr);
-      if (u.tensor_op >= 0)
-        return backend_.op(static_cast<ops::OpId>(u.tensor_op), {}, &v, 1, e->span);
-      if (u.op == UnOp::Not)
-        return Value::boolean(!v.as_bool());
-      return Value::integer(static_cast<int64_t>(0ull - static_cast<uint64_t>(v.as_int())));
-    }
-    case ExprKind::Call:
-      return eval_call(e->cast<Call>(), fr);
-    }
-    PEJIT_CHECK(false) << "unknown expression kind";
   }
 
   // A let's value bound to its pattern. `let (a, b) = f(...)` with f a global function
@@ -459,6 +455,12 @@ public:
       args.push_back(eval(c.args[i], fr));
     ops::Attr attr{c.attr_ints};
     auto id = static_cast<ops::OpId>(c.ref.index);
+    if (ops::is_random(id)) { // the key operand and the index j (ops.def, interp/random.h)
+      int64_t j = 0;
+      args.push_back(backend_.random_key(c.span, j));
+      attr.ints[0] = j;
+      ++n;
+    }
     if (id == ops::OpId::Split) {
       Values parts;
       backend_.op(id, attr, args.data(), n, c.span, &parts);

@@ -45,13 +45,15 @@ concept FlatCallBackend = requires(B& b, const ir::FnDecl& f, int fn_index, cons
 
 /// What the evaluator asks of a backend. `op` gives every result of a multi-result op (split)
 /// in `multi` when it is not null; `call` returns nullopt when the evaluator is to evaluate
-/// the body inline. A backend that declares call_flat, inline_begin or inline_end must declare
-/// them as the optional protocols above say: a near miss would silently be ignored otherwise.
+/// the body inline; `random_key` gives a random op's key operand and its index j in the
+/// random context (interp/random.h), which the evaluator adds to the op. A backend that declares
+/// call_flat, inline_begin or inline_end must declare them as the optional protocols above say: a
+/// near miss would silently be ignored otherwise.
 template <class B>
 concept EvaluatorBackend =
     requires(B& b, int index, ops::OpId id, const ops::Attr& attr, const Value* args, size_t n,
              const Span& at, Values* multi, const ir::FnDecl& f, const Values& call_args,
-             const Value& v, const ir::Type& type) {
+             const Value& v, const ir::Type& type, int64_t& j) {
       { b.param(index) } -> std::convertible_to<Value>;
       { b.op(id, attr, args, n, at) } -> std::convertible_to<Value>;
       { b.op(id, attr, args, n, at, multi) } -> std::convertible_to<Value>;
@@ -59,6 +61,7 @@ concept EvaluatorBackend =
       { b.sum_list(v, type, at) } -> std::convertible_to<Value>;
       { b.to_int(v, at) } -> std::convertible_to<Value>;
       { b.to_bool(v, at) } -> std::convertible_to<Value>;
+      { b.random_key(at, j) } -> std::convertible_to<Value>;
     } &&
     (!requires { &B::call_flat; } || FlatCallBackend<B>) &&
     (!(requires { &B::inline_begin; } || requires { &B::inline_end; }) || InlineMemoBackend<B>);

@@ -152,33 +152,41 @@ inline void Evaluator<Backend>::call_fn_into(const FnDecl& f, Values& args, cons
 }
 
 template <EvaluatorBackend Backend>
-inline void Evaluator<Backend>::eval_into(const Expr& e, const Frame& fr, Values& out, size_t n) {
-  switch (e->kind) {
-  case ExprKind::Tuple: {
-    const auto& t = e->cast<ir::Tuple>();
-    if (t.elems.size() != n)
+inline void Evaluator<Backend>::eval_into(const Expr& e0, const Frame& fr, Values& out, size_t n) {
+  const Expr* cur = &e0; // tail positions loop here, as in eval()
+  for (;;) {
+    const Expr& e = *cur;
+    switch (e->kind) {
+    case ExprKind::Tuple: {
+      const auto& t = e->cast<ir::Tuple>();
+      if (t.elems.size() != n)
+        break;
+      for (const auto& x : t.elems)
+        out.push_back(eval(x, fr));
+      return;
+    }
+    case ExprKind::Let: {
+      const auto& l = e->cast<Let>();
+      eval_let_value(l, fr);
+      cur = &l.body;
+      continue;
+    }
+    case ExprKind::If: {
+      const auto& i = e->cast<If>();
+      cur = eval(i.cond, fr).as_bool() ? &i.then_e : &i.else_e;
+      continue;
+    }
+    case ExprKind::Match:
+      cur = &select_arm(e->cast<Match>(), fr);
+      continue;
+    default:
       break;
-    for (const auto& x : t.elems)
-      out.push_back(eval(x, fr));
+    }
+    Value v = eval(e, fr);
+    for (const auto& x : v.items())
+      out.push_back(x);
     return;
   }
-  case ExprKind::Let: {
-    const auto& l = e->cast<Let>();
-    eval_let_value(l, fr);
-    return eval_into(l.body, fr, out, n);
-  }
-  case ExprKind::If: {
-    const auto& i = e->cast<If>();
-    return eval_into(eval(i.cond, fr).as_bool() ? i.then_e : i.else_e, fr, out, n);
-  }
-  case ExprKind::Match:
-    return eval_into(select_arm(e->cast<Match>(), fr), fr, out, n);
-  default:
-    break;
-  }
-  Value v = eval(e, fr);
-  for (const auto& x : v.items())
-    out.push_back(x);
 }
 
 template <EvaluatorBackend Backend>

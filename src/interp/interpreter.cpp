@@ -4,6 +4,7 @@
 #include "src/interp/interpreter.h"
 
 #include "src/interp/evaluator.h"
+#include "src/interp/random.h"
 #include "src/interp/recorded_op.h"
 
 #include "src/ops/emitter.h"
@@ -11,6 +12,7 @@
 #include "src/util/check.h"
 
 #include <cmath>
+#include <functional>
 
 namespace pejit::interp {
 
@@ -23,8 +25,12 @@ namespace {
 // inputs need gradients is recorded on the tape.
 class EagerBackend {
 public:
-  EagerBackend(const Params& params, Tape* tape, const DimBindings& dims)
-      : params_(params), tape_(tape), dims_(dims) {}
+  EagerBackend(const Params& params, Tape* tape, const DimBindings& dims, const RandomState& rs,
+               const std::vector<bool>& contexts)
+      : params_(params), tape_(tape), dims_(dims), rs_(rs), contexts_(contexts) {}
+
+  /// Evaluates a function's body (the evaluator's call_fn): set once the evaluator exists.
+  std::function<Value(const FnDecl&, const Values&, const Span&)> inline_call;
 
   Value param(int i) const {
     return Value::tensor(params_.values[static_cast<size_t>(i)], tape_ ? i : -1);
@@ -35,7 +41,25 @@ public:
     return op_.run(tape_, id, attr, args, n, s, false, multi);
   }
 
-  std::optional<Value> call(const FnDecl&, int, const Values&, const Span&) { return std::nullopt; }
+  // A call that opens a random context (interp/random.h) is evaluated here, inside it; every
+  // other call is inlined by the evaluator.
+  std::optional<Value> call(const FnDecl& f, int fn_index, const Values& args, const Span& s) {
+    if (cursor_.open >= 0 || !contexts_[static_cast<size_t>(fn_index)])
+      return std::nullopt;
+    cursor_.open = cursor_.next++;
+    cursor_.j = 0;
+    struct Close {
+      RandomCursor& c;
+      ~Close() { c.open = -1; }
+    } close{cursor_};
+    return inline_call(f, args, s);
+  }
+
+  Value random_key(const Span&, int64_t& j) {
+    auto [ctx, index] = cursor_.draw();
+    j = 0;
+    return Value::tensor(random_key_tensor(ctx, index, rs_));
+  }
 
   Value sum_list(const Value& xs, const ir::Type& type, const Span& s) {
     return interp::sum_left_to_right(*this, xs, type, dims_, s);
@@ -60,6 +84,9 @@ private:
   const Params& params_;
   Tape* tape_;
   const DimBindings& dims_;
+  RandomState rs_;
+  const std::vector<bool>& contexts_;
+  RandomCursor cursor_;
   RecordedOp op_;
 };
 static_assert(EvaluatorBackend<EagerBackend>);
@@ -70,6 +97,14 @@ Interpreter::Interpreter(std::shared_ptr<const Module> m, DimBindings dims, Inte
     : m_(std::move(m)), dims_(std::move(dims)), opt_(opt) {
   ops::register_kernels();
   ops::register_gradients();
+}
+
+const std::vector<bool>& Interpreter::random_contexts() {
+  if (contexts_gen_ != m_->generation() || contexts_.size() != m_->fns().size()) {
+    contexts_ = random_context_functions(*m_);
+    contexts_gen_ = m_->generation();
+  }
+  return contexts_;
 }
 
 namespace {
@@ -86,13 +121,24 @@ const FnDecl& entry_of(const Module& m, const std::string& name, size_t nargs) {
 }
 } // namespace
 
+// Every entry point measures its arguments' depth first (without recursing) and evaluates
+// where the native stack has room for it (call_limit.h): a thread of its own for a deep input.
 Value Interpreter::run(const std::string& entry, const Values& args, const Params& params) {
   const FnDecl& f = entry_of(*m_, entry, args.size());
-  for (size_t i = 0; i < args.size(); ++i)
-    check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  EagerBackend backend(params, nullptr, dims_);
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  return ev.call_entry(f, args);
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           for (size_t i = 0; i < args.size(); ++i)
+                             check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
+                           RandomState rs = random_;
+                           rs.train = false; // inference: dropout off
+                           EagerBackend backend(params, nullptr, dims_, rs, random_contexts());
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           backend.inline_call = [&](const FnDecl& g, const Values& a,
+                                                     const Span& at) {
+                             return ev.call_fn(g, a, at);
+                           };
+                           return ev.call_entry(f, args);
+                         });
 }
 
 Value Interpreter::call_function(int fn_index, const Values& args, const Params& params) {
@@ -102,9 +148,18 @@ Value Interpreter::call_function(int fn_index, const Values& args, const Params&
   if (args.size() != f.params.size())
     throw Error("function '" + f.name + "' takes " + std::to_string(f.params.size()) +
                 " arguments, got " + std::to_string(args.size()));
-  EagerBackend backend(params, nullptr, dims_);
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  return ev.call_fn(f, args, f.span);
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           RandomState rs = random_;
+                           rs.train = false;
+                           EagerBackend backend(params, nullptr, dims_, rs, random_contexts());
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           backend.inline_call = [&](const FnDecl& g, const Values& a,
+                                                     const Span& at) {
+                             return ev.call_fn(g, a, at);
+                           };
+                           return ev.call_fn(f, args, f.span);
+                         });
 }
 
 Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, const Values& args,
@@ -113,17 +168,26 @@ Interpreter::Gradients Interpreter::value_and_grad(const std::string& entry, con
   if (!f.ret || f.ret->kind != TypeKind::Tensor || !f.ret->dims.empty() || f.ret->elem != Elem::F32)
     throw Error("entry '" + entry + "' must return f32[] to be differentiated, it returns " +
                 type_str(f.ret));
-  for (size_t i = 0; i < args.size(); ++i)
-    check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
-  tape_.reset(params.values);
-  EagerBackend backend(params, &tape_, dims_);
-  Evaluator<EagerBackend> ev(*m_, backend, opt_.max_depth);
-  Value loss = ev.call_entry(f, args);
-  Gradients g;
-  g.loss = loss.as_tensor().item_f32();
-  g.grads = tape_.backward(loss.tape_id());
-  tape_.reset({});
-  return g;
+  return with_call_limit(CallLimit::of_inputs(opt_.max_depth, args, opt_.calls_per_level),
+                         [&](const CallLimit& lim) {
+                           for (size_t i = 0; i < args.size(); ++i)
+                             check_value(args[i], f.params[i].type, *m_, dims_, f.params[i].name);
+                           tape_.reset(params.values);
+                           RandomState rs = random_;
+                           rs.train = true; // a training step: dropout on
+                           EagerBackend backend(params, &tape_, dims_, rs, random_contexts());
+                           Evaluator<EagerBackend> ev(*m_, backend, lim);
+                           backend.inline_call = [&](const FnDecl& g, const Values& a,
+                                                     const Span& at) {
+                             return ev.call_fn(g, a, at);
+                           };
+                           Value loss = ev.call_entry(f, args);
+                           Gradients g;
+                           g.loss = loss.as_tensor().item_f32();
+                           g.grads = tape_.backward(loss.tape_id());
+                           tape_.reset({});
+                           return g;
+                         });
 }
 
 GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Values& args,
@@ -173,8 +237,9 @@ GradCheckReport check_grad(Interpreter& in, const std::string& entry, const Valu
         for (size_t i = 0; i < dir[p].size(); ++i)
           x[i] += static_cast<float>(h * dir[p][i]);
       }
-      Value v = in.run(entry, args, q);
-      return static_cast<double>(v.as_tensor().item_f32());
+      // A training evaluation, as the analytic gradient's: the same random draws (dropout
+      // on, the interpreter's seed and step), so the two differentiate one function.
+      return static_cast<double>(in.value_and_grad(entry, args, q).loss);
     };
     double numeric = (shifted(eps) - shifted(-eps)) / (2 * eps);
     double rel =

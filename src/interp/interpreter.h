@@ -4,7 +4,9 @@
 // per module and reused across calls; it holds no hidden global state.
 #pragma once
 
+#include "src/interp/call_limit.h"
 #include "src/interp/params.h"
+#include "src/interp/random.h"
 #include "src/interp/tape.h"
 #include "src/interp/value.h"
 
@@ -15,9 +17,11 @@
 namespace pejit::interp {
 
 struct InterpreterOptions {
-  /// Maximum depth of nested function calls; deeper recursion is a pejit::Error (never a
-  /// stack overflow).
-  int max_depth = 4000;
+  /// Maximum depth of nested function calls: max_depth plus calls_per_level per level of the
+  /// input's nesting (call_limit.h). Deeper recursion is a pejit::Error, never a stack
+  /// overflow.
+  int max_depth = CallLimit::kDefaultMaxDepth;
+  int calls_per_level = CallLimit::kCallsPerLevel;
 };
 
 class Interpreter {
@@ -39,6 +43,12 @@ public:
   /// function templates compute, one instance at a time.
   Value call_function(int fn_index, const Values& args, const Params& params);
 
+  /// The seed and step that random ops draw with (interp/random.h). value_and_grad is a
+  /// training step (dropout on); run and call_function are inference (dropout off), whatever
+  /// `train` says.
+  void set_random(const RandomState& rs) { random_ = rs; }
+  const RandomState& random() const { return random_; }
+
   const ir::Module& module() const { return *m_; }
   const DimBindings& dims() const { return dims_; }
 
@@ -47,10 +57,15 @@ private:
   DimBindings dims_;
   InterpreterOptions opt_;
   Tape tape_;
+  RandomState random_;
+  std::vector<bool> contexts_; ///< random_context_functions of the module, at contexts_gen_
+  uint64_t contexts_gen_ = ~uint64_t{0};
+  const std::vector<bool>& random_contexts();
 };
 
 /// check_grad: compares central differences along `directions` random unit directions in
-/// parameter space with the AD directional derivative <grad, d>.
+/// parameter space with the AD directional derivative <grad, d>. Both evaluate the entry as a
+/// training step at the interpreter's random state (the same dropout masks).
 struct GradCheckReport {
   bool ok = true;
   double max_rel_error = 0;

@@ -5,6 +5,7 @@
 #include "src/util/check.h"
 
 #include <cmath>
+#include <cstdint>
 
 namespace pejit::interp {
 
@@ -131,60 +132,97 @@ Params init_params(const ir::Module& m, const DimBindings& dims, uint64_t seed) 
   return p;
 }
 
-void check_value(const Value& v, const ir::Type& t, const ir::Module& m, const DimBindings& dims,
-                 const std::string& path) {
-  auto fail = [&](const std::string& what) {
-    throw Error(path + ": expected " + ir::type_str(t) + ", got " + what);
+// One walk with a work stack (no recursion: a batch may be any depth). Each value met is
+// remembered with its parent and its step from it (".field", "[i]", ".i"), so that a mismatch
+// names its path; the path itself is built only then.
+void check_value(const Value& root, const ir::Type& root_type, const ir::Module& m,
+                 const DimBindings& dims, const std::string& root_path) {
+  struct Met {
+    size_t parent;            // index in `met`; SIZE_MAX at the root
+    size_t index;             // list position or tuple element
+    const std::string* field; // or the ADT field's name
+    bool list;
   };
-  switch (t->kind) {
-  case ir::TypeKind::Int:
-    if (v.kind() != Value::Kind::Int)
-      fail(v.describe());
-    return;
-  case ir::TypeKind::Bool:
-    if (v.kind() != Value::Kind::Bool)
-      fail(v.describe());
-    return;
-  case ir::TypeKind::Tensor: {
-    if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined())
-      fail(v.describe());
-    const Tensor& x = v.as_tensor();
-    DType want = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
-    if (x.dtype() != want || x.shape() != concrete_shape(t, dims))
-      fail(v.describe());
-    return;
-  }
-  case ir::TypeKind::Tuple:
-    if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size())
-      fail(v.describe());
-    for (size_t i = 0; i < t->elems.size(); ++i)
-      check_value(v.items()[i], t->elems[i], m, dims, path + "." + std::to_string(i));
-    return;
-  case ir::TypeKind::List:
-    if (v.kind() != Value::Kind::List)
-      fail(v.describe());
-    for (size_t i = 0; i < v.list_size(); ++i)
-      check_value(v.list_at(i), t->elems[0], m, dims, path + "[" + std::to_string(i) + "]");
-    return;
-  case ir::TypeKind::Adt: {
-    const ir::TypeDecl* adt = m.adt(t->name);
-    PEJIT_CHECK(adt) << "unknown ADT " << t->name;
-    if (v.kind() != Value::Kind::Adt || v.tag() < 0 ||
-        static_cast<size_t>(v.tag()) >= adt->ctors.size())
-      fail(v.describe());
-    const auto& c = adt->ctors[static_cast<size_t>(v.tag())];
-    if (v.items().size() != c.fields.size())
-      fail(c.name + " with " + std::to_string(v.items().size()) + " fields");
-    for (size_t i = 0; i < c.fields.size(); ++i)
-      check_value(v.items()[i], c.fields[i].type, m, dims, path + "." + c.fields[i].name);
-    return;
-  }
-  case ir::TypeKind::Func:
-    if (v.kind() != Value::Kind::Closure)
-      fail(v.describe());
-    return;
-  case ir::TypeKind::Error:
-    fail("a value of an ill-typed program");
+  struct Todo {
+    const Value* v;
+    const ir::Type* t;
+    Met step;
+  };
+  std::vector<Met> met;
+  std::vector<Todo> todo{{&root, &root_type, {SIZE_MAX, 0, nullptr, false}}};
+  while (!todo.empty()) {
+    Todo it = todo.back();
+    todo.pop_back();
+    const Value& v = *it.v;
+    const ir::Type& t = *it.t;
+    const size_t here = met.size();
+    met.push_back(it.step);
+    auto fail = [&](const std::string& what) {
+      std::vector<const Met*> steps;
+      for (size_t i = here; met[i].parent != SIZE_MAX; i = met[i].parent)
+        steps.push_back(&met[i]);
+      std::string path = root_path;
+      for (size_t k = steps.size(); k-- > 0;) {
+        const Met& s = *steps[k];
+        if (s.field)
+          path += "." + *s.field;
+        else if (s.list)
+          path += "[" + std::to_string(s.index) + "]";
+        else
+          path += "." + std::to_string(s.index);
+      }
+      throw Error(path + ": expected " + ir::type_str(t) + ", got " + what);
+    };
+    switch (t->kind) {
+    case ir::TypeKind::Int:
+      if (v.kind() != Value::Kind::Int)
+        fail(v.describe());
+      break;
+    case ir::TypeKind::Bool:
+      if (v.kind() != Value::Kind::Bool)
+        fail(v.describe());
+      break;
+    case ir::TypeKind::Tensor: {
+      if (v.kind() != Value::Kind::Tensor || !v.as_tensor().defined())
+        fail(v.describe());
+      const Tensor& x = v.as_tensor();
+      DType want = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
+      if (x.dtype() != want || x.shape() != concrete_shape(t, dims))
+        fail(v.describe());
+      break;
+    }
+    case ir::TypeKind::Tuple:
+      if (v.kind() != Value::Kind::Tuple || v.items().size() != t->elems.size())
+        fail(v.describe());
+      for (size_t i = t->elems.size(); i-- > 0;) // first element on top: checked first
+        todo.push_back({&v.items()[i], &t->elems[i], {here, i, nullptr, false}});
+      break;
+    case ir::TypeKind::List:
+      if (v.kind() != Value::Kind::List)
+        fail(v.describe());
+      for (size_t i = v.list_size(); i-- > 0;)
+        todo.push_back({&v.list_at(i), &t->elems[0], {here, i, nullptr, true}});
+      break;
+    case ir::TypeKind::Adt: {
+      const ir::TypeDecl* adt = m.adt(t->name);
+      PEJIT_CHECK(adt) << "unknown ADT " << t->name;
+      if (v.kind() != Value::Kind::Adt || v.tag() < 0 ||
+          static_cast<size_t>(v.tag()) >= adt->ctors.size())
+        fail(v.describe());
+      const auto& c = adt->ctors[static_cast<size_t>(v.tag())];
+      if (v.items().size() != c.fields.size())
+        fail(c.name + " with " + std::to_string(v.items().size()) + " fields");
+      for (size_t i = c.fields.size(); i-- > 0;)
+        todo.push_back({&v.items()[i], &c.fields[i].type, {here, i, &c.fields[i].name, false}});
+      break;
+    }
+    case ir::TypeKind::Func:
+      if (v.kind() != Value::Kind::Closure)
+        fail(v.describe());
+      break;
+    case ir::TypeKind::Error:
+      fail("a value of an ill-typed program");
+    }
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include "src/util/check.h"
 
+#include <unordered_map>
+
 namespace pejit::interp {
 
 Value Value::integer(int64_t v) {
@@ -83,6 +85,81 @@ Value Value::list_tail() const {
   Value r = *this;
   r.tag_ += 1;
   return r;
+}
+
+namespace {
+// Releasing a structure's last reference destroys its children, which release theirs: one
+// native frame chain per level. Past kReleaseDepth nested releases, the children still owned
+// only by the structure being released are handed to the outermost release instead, which
+// drops them one by one from its own frame.
+constexpr int kReleaseDepth = 64;
+thread_local int t_release_depth = 0;
+thread_local std::vector<std::shared_ptr<const Values>>* t_release_pending = nullptr;
+} // namespace
+
+void Value::release_items() noexcept {
+  if (items_.use_count() != 1) { // not the last owner: nothing is freed
+    items_.~shared_ptr();
+    return;
+  }
+  int& depth = t_release_depth;
+  if (depth == 0) {
+    std::vector<std::shared_ptr<const Values>> pending;
+    t_release_pending = &pending;
+    depth = 1;
+    items_.~shared_ptr();
+    while (!pending.empty()) {
+      std::shared_ptr<const Values> p = std::move(pending.back());
+      pending.pop_back();
+      p.reset();
+    }
+    depth = 0;
+    t_release_pending = nullptr;
+    return;
+  }
+  if (depth >= kReleaseDepth) {
+    t_release_pending->push_back(std::move(items_));
+    items_.~shared_ptr();
+    return;
+  }
+  ++depth;
+  items_.~shared_ptr();
+  --depth;
+}
+
+size_t nesting_depth(const Value& v) {
+  // An explicit stack of (value, depth at which the program meets it). A payload shared by
+  // several parents (a DAG) is walked again only when met deeper than before.
+  struct Item {
+    const Value* v;
+    size_t depth;
+  };
+  std::vector<Item> todo{{&v, 0}};
+  std::unordered_map<const void*, size_t> shared;
+  size_t deepest = 0;
+  while (!todo.empty()) {
+    Item it = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, it.depth);
+    const Value& x = *it.v;
+    Value::Kind k = x.kind();
+    if (k != Value::Kind::Tuple && k != Value::Kind::Adt && k != Value::Kind::List)
+      continue;
+    bool list = k == Value::Kind::List;
+    size_t n = list ? x.list_size() : x.items().size();
+    if (n == 0)
+      continue;
+    const Value* first = list ? &x.list_at(0) : x.items().data();
+    if (x.shares_items()) {
+      auto [at, fresh] = shared.try_emplace(first, it.depth);
+      if (!fresh && at->second >= it.depth)
+        continue;
+      at->second = it.depth;
+    }
+    for (size_t i = 0; i < n; ++i)
+      todo.push_back({first + i, it.depth + (list ? i + 1 : 1)});
+  }
+  return deepest;
 }
 
 std::string Value::describe() const {

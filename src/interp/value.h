@@ -145,6 +145,9 @@ public:
     return *clo_;
   }
 
+  /// A Tuple, List or Adt whose elements are held by other values too.
+  bool shares_items() const { return has_items() && items_.use_count() > 1; }
+
   /// Short description for messages ("Int 3", "f32[2, 3]", "List of 25", "ADT tag 1").
   std::string describe() const;
 
@@ -195,12 +198,19 @@ private:
     if (has_t_)
       t_.~Tensor();
     else if (has_items())
-      items_.~shared_ptr();
+      release_items();
     else if (kind_ == Kind::Closure)
       clo_.~shared_ptr();
   }
+  // Drops items_ without recursing once per level of a deep structure (value.cpp).
+  void release_items() noexcept;
   [[noreturn, gnu::cold, gnu::noinline]] void bad(const char* what) const;
   [[noreturn, gnu::cold, gnu::noinline]] void bad_list() const;
 };
+
+/// How deep a program that walks `v` recurses at most: one level per ADT or tuple nesting and
+/// per list position (a recursion along a list goes one call deeper per element). Computed
+/// without recursion, so that any input can be measured before the recursive stages see it.
+size_t nesting_depth(const Value& v);
 
 } // namespace pejit::interp

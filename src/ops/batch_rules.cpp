@@ -55,6 +55,11 @@ RowRuleResult batched_row_class(RowNode node, std::span<const RowClass> operands
     return {RowClass::Rows};
   case RowRule::None:
     return refuse("no batched rule");
+  case RowRule::Random:
+    for (RowClass o : operands)
+      if (o != RowClass::Rows)
+        return refuse("random op on a shared operand");
+    return {RowClass::Rows};
   case RowRule::PerRow:
     for (RowClass o : operands)
       if (o != RowClass::Rows)

@@ -139,6 +139,13 @@ void g_full(Emitter& e, In, In, In gout, const Attr&, G& gin) {
   gin = {e.op(OpId::Sum, {gout[0]})};
 }
 
+// Inverted dropout is linear in x with a diagonal factor (0 or 1 / (1 - p)) that its key fixes:
+// the gradient is dropout of gy under the same key and attributes, the mask recomputed from
+// the counter rather than stored. Nothing flows to the key.
+void g_dropout(Emitter& e, In in, In, In gout, const Attr& attr, G& gin) {
+  gin = {gout[0] < 0 ? kNone : e.op(OpId::Dropout, {gout[0], in[1]}, attr), kNone};
+}
+
 } // namespace
 
 const GradOpDef& grad_op_def(GradOp g) {
@@ -172,8 +179,9 @@ void register_gradients() {
     set(OpId::Sigmoid, g_sigmoid);
     set(OpId::Relu, g_relu);
     set(OpId::ToF32, g_to_f32);
-    for (OpId id : {OpId::Lt, OpId::Le, OpId::Gt, OpId::Ge, OpId::Eq, OpId::Ne, OpId::ToI32,
-                    OpId::Argmax, OpId::Zeros, OpId::Ones})
+    for (OpId id :
+         {OpId::Lt, OpId::Le, OpId::Gt, OpId::Ge, OpId::Eq, OpId::Ne, OpId::ToI32, OpId::Argmax,
+          OpId::Zeros, OpId::Ones, OpId::Bernoulli, OpId::Uniform, OpId::Normal})
       set(id, g_none);
     set(OpId::Sum, g_sum);
     set(OpId::Mean, g_mean);
@@ -187,6 +195,7 @@ void register_gradients() {
     set(OpId::LogSoftmax, g_log_softmax);
     set(OpId::CrossEntropy, g_cross_entropy);
     set(OpId::Full, g_full);
+    set(OpId::Dropout, g_dropout);
     for (size_t i = 0; i < static_cast<size_t>(OpId::Count); ++i)
       PEJIT_CHECK(op_def(static_cast<OpId>(i)).grad)
           << "no gradient rule for " << op_def(static_cast<OpId>(i)).name;

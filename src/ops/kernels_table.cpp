@@ -1,6 +1,7 @@
 // Every op's reference kernel: the registry's EvalFn, built on src/kernels. Used by the
 // generic path and, per batched row block, by plans on reference kernels.
 #include "src/kernels/kernels.h"
+#include "src/kernels/random.h"
 #include "src/ops/emitter.h"
 #include "src/tensor/tensor.h"
 #include "src/util/check.h"
@@ -108,6 +109,17 @@ void e_full(In in, const Attr& a, Out& out) {
   out = {k::broadcast_to(in[0], shape_of(a.ints))};
 }
 
+// Random ops: the key is the last operand, j the first attribute (ops.def).
+void e_dropout(In in, const Attr& a, Out& out) {
+  out = {k::dropout(in[0], in[1], static_cast<uint32_t>(a.ints[0]), random_p(a))};
+}
+template <k::RandomDist D> void e_random(In in, const Attr& a, Out& out) {
+  size_t first = D == k::RandomDist::Bernoulli ? 2 : 1;
+  std::vector<int64_t> dims(a.ints.begin() + static_cast<std::ptrdiff_t>(first), a.ints.end());
+  float p = D == k::RandomDist::Bernoulli ? random_p(a) : 0.0f;
+  out = {k::random_op(D, in[0], static_cast<uint32_t>(a.ints[0]), p, shape_of(dims))};
+}
+
 } // namespace
 
 void register_kernels() {
@@ -148,6 +160,10 @@ void register_kernels() {
     set(OpId::Zeros, e_zeros);
     set(OpId::Ones, e_ones);
     set(OpId::Full, e_full);
+    set(OpId::Dropout, e_dropout);
+    set(OpId::Bernoulli, e_random<k::RandomDist::Bernoulli>);
+    set(OpId::Uniform, e_random<k::RandomDist::Uniform>);
+    set(OpId::Normal, e_random<k::RandomDist::Normal>);
     for (size_t i = 0; i < static_cast<size_t>(OpId::Count); ++i)
       PEJIT_CHECK(op_def(static_cast<OpId>(i)).eval)
           << "no kernel for " << op_def(static_cast<OpId>(i)).name;

@@ -38,6 +38,7 @@ enum class RowRule : uint8_t {
   Take,        ///< per-row ids into a shared table: one gather
   Loss,        ///< cross_entropy: logits and labels both per row
   None,        ///< no batched form
+  Random,      ///< random ops: every operand per row (the key's rows); rows as they are
   // Gradient helpers only.
   Broadcast,     ///< a per-row or shared value broadcast to a per-row or shared target
   BroadcastAxis, ///< the same with an axis re-inserted: the axis attribute shifted by one
@@ -134,6 +135,16 @@ ShapeResult op_result_type(OpId id, std::span<const ir::Type> args, const Attr& 
 /// numpy broadcasting of two dimension lists; false if incompatible.
 bool broadcast_dims(const std::vector<ir::Dim>& a, const std::vector<ir::Dim>& b,
                     std::vector<ir::Dim>& out);
+
+/// Whether `id` is a random op (dropout, bernoulli, uniform, normal): its last tensor operand
+/// is the key the evaluator adds, its first attribute the op's index in its random context.
+inline bool is_random(OpId id) {
+  return id == OpId::Dropout || id == OpId::Bernoulli || id == OpId::Uniform || id == OpId::Normal;
+}
+/// A random op's probability attribute (the f32 bits in attribute 1).
+float random_p(const Attr& attr);
+/// The attribute value of a probability p (its f32 bits).
+int64_t random_p_bits(float p);
 
 /// Mutable access for the tables that fill kernels and gradient rules.
 OpDef& op_def_mut(OpId id);

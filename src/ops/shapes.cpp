@@ -4,6 +4,7 @@
 
 #include "src/util/check.h"
 
+#include <bit>
 #include <map>
 
 namespace pejit::ops {
@@ -359,10 +360,34 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
     }
     return {ir::t_tensor(ir::Elem::F32, out), ""};
   }
+  case OpId::Dropout:
+    if (auto e = need_f32(0); !e.empty())
+      return fail(e);
+    return {args[0], ""};
+  case OpId::Bernoulli:
+  case OpId::Uniform:
+  case OpId::Normal: {
+    std::vector<Dim> out;
+    for (size_t i = id == OpId::Bernoulli ? 2 : 1; i < attr.ints.size(); ++i) {
+      if (attr.ints[i] < 0)
+        return fail(nm + ": negative dimension " + std::to_string(attr.ints[i]));
+      out.push_back(Dim::of(attr.ints[i]));
+    }
+    return {ir::t_tensor(ir::Elem::F32, out), ""};
+  }
   case OpId::Count:
     break;
   }
   PEJIT_CHECK(false) << "no shape rule for op " << nm;
+}
+
+float random_p(const Attr& attr) {
+  PEJIT_CHECK(attr.ints.size() >= 2) << "a random op's attributes: [j, p, ...]";
+  return std::bit_cast<float>(static_cast<uint32_t>(attr.ints[1]));
+}
+
+int64_t random_p_bits(float p) {
+  return static_cast<int64_t>(std::bit_cast<uint32_t>(p));
 }
 
 } // namespace pejit::ops

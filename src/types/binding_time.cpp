@@ -325,7 +325,8 @@ private:
     }
     case VarRef::Kind::Op: {
       mark(*c.callee, scalar(BT::Static));
-      BT b = BT::Const;
+      // A random op's numbers are drawn at run time, whatever its arguments.
+      BT b = ops::is_random(static_cast<ops::OpId>(c.ref.index)) ? BT::Dynamic : BT::Const;
       for (int i = 0; i < c.tensor_args && static_cast<size_t>(i) < c.args.size(); ++i)
         b = bt_join(b, eval(c.args[i], env).bt);
       for (size_t i = static_cast<size_t>(std::max(c.tensor_args, 0)); i < c.args.size(); ++i)

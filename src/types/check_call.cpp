@@ -1,6 +1,7 @@
 // The Checker's typing of calls: of functions, constructors (and the list constructors Nil
 // and Cons), closures, the list builtins and the tensor ops (leading tensor arguments, then Int
 // literals that fix shapes), and of the infix and prefix operators on Ints, Bools and tensors.
+#include "src/kernels/random.h"
 #include "src/ops/op.h"
 #include "src/types/builtins.h"
 #include "src/types/checker.h"
@@ -275,6 +276,8 @@ Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
   c.ref = {VarRef::Kind::Op, static_cast<int>(id), -1};
   if (auto v = c.callee->as<Var>())
     v->ref = c.ref;
+  if (ops::is_random(id))
+    return check_random_op(c, id);
   // A binary elementwise op (add ... ne) may take an Int literal for one operand: it becomes a
   // 0-d tensor of the other operand's element type. Types found here are not checked twice.
   std::vector<Type> pre(c.args.size());
@@ -326,6 +329,63 @@ Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
   c.tensor_args = static_cast<int>(targs.size());
   if (bad)
     return t_error();
+  auto r = ops::op_result_type(id, targs, attr);
+  if (!r.ok()) {
+    d_.error(c.span, r.error);
+    return t_error();
+  }
+  return r.type;
+}
+
+// A random op as written: dropout(x, P), bernoulli(P, d...), uniform(d...), normal(d...), with
+// P a float literal. Its attributes get the registry's layout [j, p bits, dims...] (j is set by
+// the evaluator) and its operands the key the evaluator adds (i32[6]), so that the shape rule
+// is the graph's.
+Type Checker::check_random_op(const Call& c, ops::OpId id) {
+  const std::string nm = ops::op_name(id);
+  const bool takes_x = id == ops::OpId::Dropout;
+  const bool takes_p = id == ops::OpId::Dropout || id == ops::OpId::Bernoulli;
+  std::vector<Type> targs;
+  ops::Attr attr{{0}};
+  size_t i = 0;
+  bool bad = false;
+  if (takes_x) {
+    if (c.args.empty()) {
+      d_.error(c.span, nm + " takes a tensor and a probability: dropout(x, 0.5)");
+      return t_error();
+    }
+    targs.push_back(check(c.args[0]));
+    i = 1;
+  }
+  if (takes_p) {
+    const FloatLit* p = i < c.args.size() ? c.args[i]->as<FloatLit>() : nullptr;
+    if (i < c.args.size())
+      check(c.args[i]);
+    double hi = id == ops::OpId::Dropout ? 1.0 : 1.0 + 1e-9;
+    if (!p || !(p->value >= 0.0 && p->value < hi)) {
+      d_.error(i < c.args.size() ? c.args[i]->span : c.span,
+               nm + ": the probability must be a float literal in [0, 1" +
+                   (id == ops::OpId::Dropout ? ")" : "]") + " (such as 0.5)");
+      return t_error();
+    }
+    attr.ints.push_back(ops::random_p_bits(static_cast<float>(p->value)));
+    ++i;
+  }
+  for (; i < c.args.size(); ++i) {
+    check(c.args[i]);
+    auto v = int_literal(c.args[i]);
+    if (!v) {
+      d_.error(c.args[i]->span, nm + ": dimensions must be Int literals");
+      bad = true;
+      continue;
+    }
+    attr.ints.push_back(*v);
+  }
+  c.attr_ints = attr.ints;
+  c.tensor_args = static_cast<int>(targs.size());
+  if (bad)
+    return t_error();
+  targs.push_back(ir::t_i32({kernels::kRandomKeyWidth}));
   auto r = ops::op_result_type(id, targs, attr);
   if (!r.ok()) {
     d_.error(c.span, r.error);

@@ -88,6 +88,7 @@ private:
   ir::Type check_list_ctor(const ir::Call& c, const std::string& n, const ir::Type& expected);
   ir::Type check_builtin(const ir::Call& c, Builtin b);
   ir::Type check_op(const ir::Call& c, ops::OpId id, ops::Attr attr);
+  ir::Type check_random_op(const ir::Call& c, ops::OpId id);
   static std::optional<ops::OpId> tensor_binop(ir::BinOp op);
   ir::Type check_binary(const ir::Binary& b);
   ir::Type check_unary(const ir::Unary& u);

@@ -203,6 +203,30 @@ TEST_SUITE("cli") {
     CHECK(json_lines(t.out).empty());
   }
 
+  TEST_CASE("train --threads N: --json says N, the same losses bit for bit as one thread") {
+    std::string train = tmp("threads_train.txt");
+    REQUIRE(run_pejit("gen sst --trees 120 --seed 7 -o " + train).code == 0);
+    std::string common = "train " + kModel + " --data " + train +
+                         " --epochs 2 --json --no-train-eval --mode specialized --batch 60";
+    Run one = run_pejit(common + " --threads 1");
+    Run three = run_pejit(common + " --threads 3");
+    INFO(one.err << three.err);
+    REQUIRE(one.code == 0);
+    REQUIRE(three.code == 0);
+    auto oj = json_lines(one.out), tj = json_lines(three.out);
+    REQUIRE(oj.size() == 2);
+    REQUIRE(tj.size() == 2);
+    for (int e = 0; e < 2; ++e) {
+      CHECK(oj[e]["threads"] == 1);
+      CHECK(tj[e]["threads"] == 3);
+      CHECK(oj[e]["loss"].get<double>() == tj[e]["loss"].get<double>());
+      CHECK(oj[e]["root_acc"] == tj[e]["root_acc"]);
+    }
+    Run bad = run_pejit(common + " --threads -2");
+    CHECK(bad.code != 0);
+    CHECK(bad.err.find("--threads") != std::string::npos);
+  }
+
   TEST_CASE("train --mode specialized runs every batch on plans and matches generic") {
     std::string train = tmp("spec_train.txt");
     REQUIRE(run_pejit("gen sst --trees 200 --seed 31 -o " + train).code == 0);
@@ -225,6 +249,32 @@ TEST_SUITE("cli") {
       double a = gj[e]["loss"].get<double>(), b = sj[e]["loss"].get<double>();
       CHECK(std::fabs(a - b) <= 1e-4 * std::fabs(a));
     }
+  }
+
+  TEST_CASE("train: the LSTM language model on one 3,000-token sentence, in every mode") {
+    // One call deeper per token: far past what an ordinary native stack holds
+    // (docs/architecture.md, "Deep inputs").
+    std::string text = tmp("long_sentence.txt");
+    {
+      std::ofstream f(text);
+      for (int i = 0; i < 3000; ++i)
+        f << (i ? " " : "") << "w" << (i * 7 + 3) % 40;
+      f << "\n";
+    }
+    std::map<std::string, double> loss;
+    for (std::string mode : {"generic", "specialized", "auto"}) {
+      Run r = run_pejit("train " PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe --data " + text +
+                        " --batch 1 --epochs 1 --json --no-train-eval --mode " + mode);
+      INFO(mode << ": " << r.err);
+      REQUIRE(r.code == 0);
+      auto js = json_lines(r.out);
+      REQUIRE(js.size() == 1);
+      CHECK(js[0]["generic_batches"] == (mode == "generic" ? 1 : 0));
+      loss[mode] = js[0]["loss"].get<double>();
+      CHECK(std::isfinite(loss[mode]));
+    }
+    CHECK(std::fabs(loss["specialized"] - loss["generic"]) <= 1e-4 * loss["generic"]);
+    CHECK(std::fabs(loss["auto"] - loss["generic"]) <= 1e-4 * loss["generic"]);
   }
 
   TEST_CASE("train in auto mode (the default): planned in the background, traced") {

@@ -82,6 +82,13 @@ TEST_SUITE("ops") {
     const std::string ce = "cross_entropy of shared logits or labels";
     check_refused(classify(RowNode::op(OpId::CrossEntropy), {R, S}, {1, 0}), R, ce);
     check_refused(classify(RowNode::op(OpId::CrossEntropy), {S, R}, {1, 0}), R, ce);
+    // Random ops: the value and the key both per row (each row draws with its own key).
+    check_ok(classify(RowNode::op(OpId::Dropout), {R, R}, {1, 1}), R);
+    check_ok(classify(RowNode::op(OpId::Uniform), {R}, {1}), R);
+    check_refused(classify(RowNode::op(OpId::Dropout), {S, R}, {1, 1}), R,
+                  "random op on a shared operand");
+    check_refused(classify(RowNode::op(OpId::Dropout), {R, S}, {1, 1}), R,
+                  "random op on a shared operand");
     // No batched form.
     check_refused(classify(RowNode::op(OpId::Transpose), {R}, {2}), R, "no batched rule");
     check_refused(classify(RowNode::op(OpId::Full), {R}, {0}), R, "no batched rule");

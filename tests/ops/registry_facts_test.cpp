@@ -69,8 +69,10 @@ TEST_SUITE("ops") {
           std::set<std::string>{"concat", "split", "slice", "reshape", "reshape_like"});
     CHECK(ops_of_class(KernelClass::Expand) == std::set<std::string>{"broadcast_to", "pad_slice"});
     CHECK(ops_of_class(KernelClass::Fill) == std::set<std::string>{"zeros", "ones", "full"});
+    // The random ops too: a kernel of their own on every tier (never in a compiled run).
     CHECK(ops_of_class(KernelClass::Rearrange) ==
-          std::set<std::string>{"take", "transpose", "take_grad"});
+          std::set<std::string>{"take", "transpose", "take_grad", "dropout", "bernoulli", "uniform",
+                                "normal"});
     CHECK(ops_of_class(KernelClass::GemmForward) == std::set<std::string>{"matmul"});
     CHECK(ops_of_class(KernelClass::GemmInputGrad) == std::set<std::string>{"matmul_grad_a"});
     CHECK(ops_of_class(KernelClass::GemmWeightGrad) == std::set<std::string>{"matmul_grad_b"});

@@ -2,10 +2,11 @@
 // three hand-written trees (tests/golden/dump_trees.txt) through examples/treelstm/treelstm.pe,
 // each --emit form compared with tests/golden/dump_treelstm.<emit>.golden after the timing
 // figures are masked; and the lowered kernel programs (--emit kernel-program) of the treelstm,
-// listops and rnn examples on three examples each (tests/golden/dump_<example>.kernel_program
-// .golden); and the TreeLSTM cell's template graph after every pass of the template pipeline,
-// lowering included (tests/golden/passes_treelstm_cell.golden, --dump-after all). To regenerate
-// after an intended change, then review the diff:
+// listops, rnn and treelstm_dropout examples on three examples each
+// (tests/golden/dump_<example>.kernel_program .golden); and the TreeLSTM cell's template graph
+// after every pass of the template pipeline, lowering included
+// (tests/golden/passes_treelstm_cell.golden, --dump-after all). To regenerate after an intended
+// change, then review the diff:
 //   PEJIT_UPDATE_GOLDEN=1 ./build/tests/pejit_specializer_tests -tc="golden*"
 #include "runtime/train/trainer.h"
 #include "specializer/template_graph.h"
@@ -75,7 +76,9 @@ TEST_SUITE("specializer") {
     for (const Example& e :
          {Example{"treelstm", "examples/treelstm/treelstm.pe", "tests/golden/dump_trees.txt"},
           Example{"listops", "examples/listops/listops.pe", "tests/golden/dump_listops.txt"},
-          Example{"rnn", "examples/rnn/rnn.pe", "tests/golden/dump_sentences.txt"}}) {
+          Example{"rnn", "examples/rnn/rnn.pe", "tests/golden/dump_sentences.txt"},
+          Example{"treelstm_dropout", "examples/treelstm/treelstm_dropout.pe",
+                  "tests/golden/dump_trees.txt"}}) {
       CAPTURE(e.name);
       std::string got = dump_golden_batch("kernel-program", e.model, e.data);
       // Every example has a template whose GEMM is the core of a panel kernel.

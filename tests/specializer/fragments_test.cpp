@@ -280,10 +280,12 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     CHECK(loose.recorded > 0);
     specializer::PeOptions tight;
     tight.max_depth = 30;
+    tight.calls_per_level = 0; // 30 whatever the batch's depth
     CHECK_THROWS_WITH_AS(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt, tight),
                          doctest::Contains("recursion deeper than"), pejit::Error);
     auto o = no_fragments();
     o.max_depth = 30;
+    o.calls_per_level = 0;
     specializer::TemplateTable cold;
     CHECK_THROWS_WITH_AS(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, cold, o),
                          doctest::Contains("recursion deeper than"), pejit::Error);

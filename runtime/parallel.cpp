@@ -1,0 +1,116 @@
+// Workers on a tbb::task_arena (parallel.h).
+#include "runtime/parallel.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <sched.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define PEJIT_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PEJIT_UNDER_TSAN 1
+#endif
+#endif
+#ifndef PEJIT_UNDER_TSAN
+#define PEJIT_UNDER_TSAN 0
+#endif
+
+#if PEJIT_UNDER_TSAN
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+#endif
+
+namespace pejit::runtime {
+
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+// Normal priority: the planning pipeline's arena is low, so a worker that frees up goes to a
+// step's blocks before it takes the next background task. No more slots than TBB has threads
+// (more would only be refused, with a warning): the blocks stay as many as for `threads`.
+struct Workers::Arena {
+  explicit Arena(int threads)
+      : arena(std::min(threads, tbb::info::default_concurrency()), 1,
+              tbb::task_arena::priority::normal) {}
+  tbb::task_arena arena;
+};
+
+Workers::Workers(int threads, SplitPolicy policy)
+    : threads_(threads > 0 ? threads : affinity_cpus()), policy_(policy) {
+  policy_.min_block_work = std::max<int64_t>(1, policy_.min_block_work);
+  if (threads_ > 1)
+    arena_ = std::make_unique<Arena>(threads_);
+}
+
+Workers::~Workers() = default;
+
+int64_t Workers::block_rows(int64_t rows, int64_t row_cost, int64_t align) const {
+  align = std::max<int64_t>(1, align);
+  if (threads_ <= 1 || rows <= align)
+    return rows;
+  auto up = [align](int64_t r) { return (r + align - 1) / align * align; };
+  const int64_t cost = std::max<int64_t>(1, row_cost);
+  // Enough rows for the least work worth a hand-off; and at most 4 blocks per thread, so that
+  // an uneven block costs little and the per-block overhead stays small.
+  int64_t step = up((policy_.min_block_work + cost - 1) / cost);
+  step = std::max(step, up((rows + 4 * threads_ - 1) / (4 * threads_)));
+  return std::min(step, rows);
+}
+
+void Workers::run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
+  splits_.fetch_add(1, std::memory_order_relaxed);
+#if PEJIT_UNDER_TSAN
+  // ThreadSanitizer does not see TBB's hand-offs (libtbb is not instrumented) and the TSan
+  // stage suppresses reports through TBB's frames, which would hide a race between two blocks.
+  // So under TSan the same blocks run on plain threads it sees whole: what it checks is that
+  // the blocks of every split touch disjoint memory.
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex m;
+  auto work = [&] {
+    for (int64_t b; (b = next.fetch_add(1)) < blocks;) {
+      try {
+        fn(ctx, b);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m);
+        if (!error)
+          error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int64_t i = 1; i < std::min<int64_t>(threads_, blocks); ++i)
+    helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers)
+    t.join();
+  if (error)
+    std::rethrow_exception(error);
+  return;
+#endif
+  // One task per block (simple_partitioner, grain 1): the blocks are already sized.
+  arena_->arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, blocks, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t b = r.begin(); b < r.end(); ++b)
+            fn(ctx, b);
+        },
+        tbb::simple_partitioner());
+  });
+}
+
+} // namespace pejit::runtime

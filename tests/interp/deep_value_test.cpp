@@ -1,0 +1,94 @@
+// Values deeper than the native stack: their depth is measured and they are freed without
+// recursion (a thread with an ordinary stack survives a 1,000,000-level tree), and
+// util::with_native_stack runs work on a thread whose stack fits, handing back its result or
+// its exception.
+#include "pejit/error.h"
+#include "src/interp/call_limit.h"
+#include "src/interp/value.h"
+#include "src/util/native_stack.h"
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+using namespace pejit;
+using interp::Value;
+using interp::Values;
+
+namespace {
+Value leaf() {
+  return Value::adt(0, {Value::integer(1)});
+}
+Value chain(size_t depth) {
+  Value t = leaf();
+  for (size_t i = 0; i < depth; ++i)
+    t = Value::adt(1, {leaf(), std::move(t)});
+  return t;
+}
+} // namespace
+
+TEST_SUITE("interp") {
+  TEST_CASE("nesting_depth: constructor and tuple levels, list positions, shared payloads") {
+    CHECK(interp::nesting_depth(Value::integer(3)) == 0);
+    CHECK(interp::nesting_depth(leaf()) == 1);
+    CHECK(interp::nesting_depth(chain(5)) == 6);
+    Values ws(10, Value::integer(0));
+    Value sentence = Value::list(ws);
+    CHECK(interp::nesting_depth(sentence) == 10); // one level deeper per element
+    // A batch: its length plus the deepest element's depth at its position.
+    CHECK(interp::nesting_depth(Value::list({chain(3), sentence, leaf()})) == 12);
+    CHECK(interp::nesting_depth(Value::tuple({Value::integer(1), chain(2)})) == 4);
+    // A DAG: each level holds the level below twice; measured in linear time.
+    Value dag = leaf();
+    for (int i = 0; i < 60; ++i)
+      dag = Value::adt(1, {dag, dag});
+    CHECK(interp::nesting_depth(dag) == 61);
+  }
+
+  TEST_CASE("a value 1,000,000 levels deep is measured and freed on an ordinary stack") {
+    // A std::thread's stack is an ordinary one (8 MiB): a release recursing once per level
+    // would overflow it.
+    size_t depth = 0;
+    std::thread t([&depth] {
+      Value v = chain(1000000);
+      depth = interp::nesting_depth(v);
+      Value copy = v; // shared: the last release frees it
+      v = Value::integer(0);
+    });
+    t.join();
+    CHECK(depth == 1000001);
+  }
+
+  TEST_CASE("with_native_stack: here when the stack suffices, else a thread of that size") {
+    uint64_t threads = util::native_stack_threads();
+    CHECK(util::with_native_stack(64 << 10, 0, [] { return 7; }) == 7);
+    CHECK(util::native_stack_threads() == threads);
+    size_t big = size_t{512} << 20;
+    CHECK(util::native_stack_left() < big);
+    size_t left = util::with_native_stack(big, big, [] { return util::native_stack_left(); });
+    CHECK(util::native_stack_threads() == threads + 1);
+    CHECK(left >= big - (size_t{1} << 20)); // less what the thread keeps at its stack's top
+    CHECK_THROWS_WITH_AS(util::with_native_stack(big, big, []() -> int { throw Error("inner"); }),
+                         "inner", Error);
+    std::string s = util::with_native_stack(big, big, [] { return std::string("moved out"); });
+    CHECK(s == "moved out");
+  }
+
+  TEST_CASE("CallLimit: max_depth plus calls per level, stack only past the default bound") {
+    auto l = interp::CallLimit::of(4000, 30);
+    CHECK(l.calls == 4120);
+    CHECK(l.stack_bytes == interp::CallLimit::kBaseStack + 120 * interp::CallLimit::kStackPerCall);
+    CHECK(l.explain().find("the input's depth is 30") != std::string::npos);
+    CHECK(l.explain().find("--max-depth") != std::string::npos);
+    auto fixed = interp::CallLimit::of(30, 1000, 0);
+    CHECK(fixed.calls == 30);
+    CHECK(fixed.stack_bytes == interp::CallLimit::kBaseStack);
+    // A thread started for an input reserves stack for every call, not only those past 4000.
+    CHECK(l.thread_stack_bytes ==
+          interp::CallLimit::kBaseStack + 4120 * interp::CallLimit::kStackPerCall);
+    CHECK(interp::CallLimit::of(0, 0).calls == interp::CallLimit::kDefaultMaxDepth);
+    CHECK(interp::CallLimit::of(4000, size_t{1} << 40).calls == INT32_MAX);
+  }
+}
