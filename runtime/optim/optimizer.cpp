@@ -142,6 +142,16 @@ Optimizer::Optimizer(OptimizerOptions o) : opts_(o) {
     check_finite_nonneg(v, ("param_weight_decay of " + n).c_str());
 }
 
+void Optimizer::set_param_options(std::map<std::string, float> lr,
+                                  std::map<std::string, float> wd) {
+  for (const auto& [n, v] : lr)
+    check_finite_nonneg(v, ("param_lr of " + n).c_str());
+  for (const auto& [n, v] : wd)
+    check_finite_nonneg(v, ("param_weight_decay of " + n).c_str());
+  opts_.param_lr = std::move(lr);
+  opts_.param_weight_decay = std::move(wd);
+}
+
 void Optimizer::set_lr_scale(float scale) {
   check_finite_nonneg(scale, "lr scale");
   lr_scale_ = scale;

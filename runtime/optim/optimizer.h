@@ -89,6 +89,9 @@ public:
   /// 1 leaves the steps bit for bit as without it. Throws pejit::Error unless finite, >= 0.
   void set_lr_scale(float scale);
   float lr_scale() const { return lr_scale_; }
+  /// Replaces OptimizerOptions::param_lr and param_weight_decay (the state and workers stay).
+  /// Throws pejit::Error, nothing changed, for a value that is negative or not finite.
+  void set_param_options(std::map<std::string, float> lr, std::map<std::string, float> wd);
   /// The threads an update may split a parameter's rows across (runtime/parallel.h); null
   /// (the default): the calling thread. The same bits either way.
   void set_workers(std::shared_ptr<const runtime::Workers> workers) {

@@ -52,7 +52,7 @@ optim::LrSchedule setup_optimizer(Session& session, const TrainOptions& opt,
         oo.param_weight_decay[n] = 0.0f;
   parse_items(opt.param_lr, "--param-lr", session, oo.param_lr);
   parse_items(opt.param_decay, "--param-decay", session, oo.param_weight_decay);
-  o = optim::Optimizer(oo);
+  o.set_param_options(oo.param_lr, oo.param_weight_decay); // its workers stay
   std::set<std::string> frozen;
   for (const auto& name : opt.freeze) {
     const auto names = session.param_names();

@@ -70,6 +70,14 @@ TEST_CASE("optimizer: per-parameter lr and weight decay, and the lr scale") {
   CHECK(p.values[0].f32()[0] == w - 0.25f * (0.5f + 0.25f * w));
   CHECK(p.values[1].f32()[0] == b - 0.0625f * 0.5f);
   CHECK_THROWS_AS(o.set_lr_scale(-1), Error);
+  // Set later, the per-parameter options take effect on the next step.
+  o.set_lr_scale(1.0f);
+  o.set_param_options({{"w", 0.0f}}, {});
+  float w2 = p.values[0].f32()[0], b2 = p.values[1].f32()[0];
+  o.step(p, grads);
+  CHECK(p.values[0].f32()[0] == w2); // lr 0
+  CHECK(p.values[1].f32()[0] == b2 - 0.5f * (0.5f + 0.25f * b2));
+  CHECK_THROWS_AS(o.set_param_options({{"w", -1.0f}}, {}), Error);
   OptimizerOptions neg;
   neg.param_lr["w"] = -1;
   CHECK_THROWS_AS(Optimizer{neg}, Error);
