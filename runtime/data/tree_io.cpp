@@ -395,7 +395,11 @@ std::string node_text(const ParseTree& t, int32_t n) {
   std::string out;
   append_label(out, node.label);
   if (node.children.empty()) {
-    std::string_view tok = static_cast<size_t>(n) < t.tokens.size() ? t.tokens[n] : "";
+    // (Not `cond ? t.tokens[n] : ""`: that is a temporary std::string, gone before the view is
+    // read.)
+    std::string_view tok;
+    if (static_cast<size_t>(n) < t.tokens.size())
+      tok = t.tokens[static_cast<size_t>(n)];
     std::string shown = tok.size() > 40 ? std::string(tok.substr(0, 40)) + "..." : std::string(tok);
     for (char& c : shown)
       if (static_cast<unsigned char>(c) < 0x20)
