@@ -13,6 +13,7 @@
 #include "runtime/chrome_trace.h"
 #include "runtime/engine_stats.h"
 #include "runtime/fault_hooks.h"
+#include "runtime/grad_ready.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_cache.h"
 #include "runtime/plan_executor.h"
@@ -303,7 +304,8 @@ const EngineOptions& Engine::options() const {
 }
 
 interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, const Value& batch,
-                                                      const interp::Params& params) {
+                                                      const interp::Params& params,
+                                                      GradReady* ready) {
   Impl& I = *impl_;
   interp::RandomState rs = I.generic.random(); // a training step: dropout on
   rs.train = true;
@@ -311,9 +313,13 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
     return I.dispatch(
         entry, batch, "step", rs,
         [&](const PlanEntry& e, const specializer::Residual& r) {
-          return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout);
+          return I.exec.value_and_grad(e.plan, r, *e.templates, params, &e.layout, ready);
         },
-        [&] { return I.generic.value_and_grad(entry, {batch}, params); });
+        [&] {
+          if (ready != nullptr)
+            ready->restart(); // after a failed plan run, what it announced is void
+          return I.generic.value_and_grad(entry, {batch}, params);
+        });
   });
   rs.step++;
   I.generic.set_random(rs);

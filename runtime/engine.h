@@ -105,6 +105,7 @@ struct EngineKernel {
 };
 
 class FaultHooks;
+class GradReady;
 
 class Engine {
 public:
@@ -115,9 +116,11 @@ public:
   ~Engine();
 
   /// Value and gradients of scalar entry `entry` on `batch`, on the path the mode picks.
+  /// `ready` (null: nobody) hears of each gradient as it becomes final (grad_ready.h).
   interp::Interpreter::Gradients value_and_grad(const std::string& entry,
                                                 const interp::Value& batch,
-                                                const interp::Params& params);
+                                                const interp::Params& params,
+                                                GradReady* ready = nullptr);
 
   /// Value of any entry on `batch` without gradients (inference: `infer`, `infer_nodes`, a
   /// loss for evaluation), on the path the mode picks, as value_and_grad does.

@@ -1,6 +1,7 @@
 // The engine's background pipeline on TBB (pipeline.h).
 #include "runtime/pipeline.h"
 
+#include <tbb/global_control.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
@@ -18,9 +19,24 @@ struct Pipeline::Tbb {
   tbb::task_group group;
 };
 
+namespace {
+// With one CPU in the affinity mask (taskset -c 0, or each rank of an MPI job bound to its
+// core) TBB allows itself no worker: the background arena's enqueued work still gets a thread,
+// but TBB warns on stderr at each session. One worker allowed makes that thread an ordinary
+// one; the intra-batch workers keep their own count (SessionOptions::threads).
+void allow_background_worker() {
+  static const bool once = [] {
+    if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) < 2)
+      static tbb::global_control gc(tbb::global_control::max_allowed_parallelism, 2);
+    return true;
+  }();
+  (void)once;
+}
+} // namespace
+
 Pipeline::Pipeline(int lookahead, PlanOne plan_one)
     : lookahead_(static_cast<size_t>(std::max(1, lookahead))), plan_one_(std::move(plan_one)),
-      tbb_(std::make_unique<Tbb>()) {}
+      tbb_((allow_background_worker(), std::make_unique<Tbb>())) {}
 
 Pipeline::~Pipeline() {
   {

@@ -457,7 +457,8 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
                                                             const specializer::Residual& r,
                                                             const specializer::TemplateTable& tt,
                                                             const interp::Params& params,
-                                                            const ExecLayout* layout) {
+                                                            const ExecLayout* layout,
+                                                            GradReady* ready) {
   ExecLayout own;
   layout = impl_->forward(plan, layout, own, r, tt, params, true, stats_);
   Impl& I = *impl_;
@@ -582,7 +583,8 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
     }
     gs.tape.reset(); // the gradients may share its buffers
   }
-  I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile, I.opt.workers);
+  I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile, I.opt.workers,
+                     ready);
   I.transposed.clear();
   return out;
 }

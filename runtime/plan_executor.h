@@ -42,6 +42,8 @@ class KernelCache;
 
 namespace pejit::runtime {
 
+class GradReady;
+
 class RunnerCache;
 class Workers;
 
@@ -112,10 +114,13 @@ public:
   /// Value of a scalar entry and the gradient of every parameter. The gradients may view this
   /// executor's arena (the embedding's row-sparse ids and rows do): they are valid until its
   /// next run; a caller that keeps them longer (accumulating over batches) copies them first.
+  /// `ready` (null: nobody) is told of each parameter's gradient as it becomes final: the
+  /// ones the backward pass made first, then each weight after its deferred GEMM.
   interp::Interpreter::Gradients value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
                                                 const specializer::TemplateTable& templates,
                                                 const interp::Params& params,
-                                                const ExecLayout* layout = nullptr);
+                                                const ExecLayout* layout = nullptr,
+                                                GradReady* ready = nullptr);
 
   const PlanStats& stats() const { return stats_; }
 

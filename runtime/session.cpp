@@ -5,6 +5,8 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cuda/device.h"
+#include "runtime/dist/comm.h"
+#include "runtime/dist/grad_reducer.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/parallel.h"
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 namespace pejit {
@@ -161,6 +164,51 @@ struct Session::Impl {
   int64_t seen_hits = 0, seen_misses = 0;
   std::vector<std::string> respecialized, reused;
   std::set<std::string> frozen; // parameters step() leaves as they are (Session::freeze)
+  // Data parallelism: the job's communicator and this session's gradient reduction (null:
+  // not distributed).
+  runtime::dist::Comm* comm = nullptr;
+  std::unique_ptr<runtime::dist::GradReducer> reducer;
+  uint64_t random_seed = 0; // the seed the caller gave (the engine's is keyed by the rank too)
+
+  // The engine's random seed: each rank draws its own numbers (its slice's dropout masks are
+  // not the other ranks'), the same ones on every path.
+  void set_random(uint64_t seed, uint32_t step) {
+    random_seed = seed;
+    uint64_t mixed = seed;
+    if (comm != nullptr && comm->rank() > 0)
+      mixed = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(comm->rank()));
+    engine->set_random(mixed, step);
+  }
+
+  // A data-parallel step: this rank's slice, the gradients summed over the ranks (the same
+  // sequence of collectives on every rank, even when this rank's part fails), one update.
+  float dist_step(const std::string& entry, const interp::Value& batch, optim::Optimizer& opt) {
+    std::vector<bool> skip(params.names.size(), false);
+    for (size_t i = 0; i < params.names.size(); ++i)
+      skip[i] = frozen.count(params.names[i]) != 0;
+    reducer->begin(params, skip);
+    interp::Interpreter::Gradients g;
+    std::string failure;
+    try {
+      if (batch.kind() == interp::Value::Kind::List && batch.list_size() == 0) {
+        // A global batch smaller than the job: nothing here, but the step's draws still count.
+        g.loss = 0;
+        g.grads.assign(params.names.size(), interp::ParamGrad{});
+        auto r = engine->random();
+        engine->set_random(r.seed, r.step + 1);
+      } else {
+        g = engine->value_and_grad(entry, batch, params, reducer.get());
+        account(entry);
+      }
+      drop_frozen(g.grads);
+    } catch (const std::exception& e) {
+      failure = *e.what() != '\0' ? e.what() : "an unnamed error";
+    }
+    float loss = reducer->finish(g.grads, g.loss, failure);
+    if (std::isfinite(loss))
+      opt.step(params, g.grads);
+    return loss;
+  }
 
   // The gradients of frozen parameters dropped before an update: an empty gradient is one the
   // optimizers skip.
@@ -213,6 +261,13 @@ Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
 Optimizer::~Optimizer() = default;
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+void check_distributed(const std::string& d) {
+  if (d != "off" && d != "auto" && d != "mpi")
+    throw Error("SessionOptions::distributed is '" + d + "' (off, auto or mpi)");
+}
+} // namespace
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
@@ -222,6 +277,7 @@ Session::~Session() = default;
 Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
                                             const SessionOptions& opt) {
   runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
+  check_distributed(opt.distributed);
   runtime::EngineOptions eo;
   eo.mode = runtime::parse_mode(opt.mode);
   eo.lookahead = opt.lookahead;
@@ -242,7 +298,12 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
   impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
-  impl->engine->set_random(opt.seed, 0);
+  if (opt.distributed == "mpi" ||
+      (opt.distributed == "auto" && runtime::dist::detect_launch().size > 1)) {
+    impl->comm = &runtime::dist::Comm::world();
+    impl->reducer = std::make_unique<runtime::dist::GradReducer>(*impl->comm);
+  }
+  impl->set_random(opt.seed, 0);
   optim::OptimizerOptions oo;
   oo.kind = optim::parse_kind(opt.optimizer);
   oo.lr = opt.lr;
@@ -250,7 +311,9 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   oo.clip_norm = opt.clip;
   impl->optimizer = std::make_unique<optim::Optimizer>(oo);
   impl->optimizer->set_workers(impl->workers);
-  return Session(std::move(impl));
+  Session s(std::move(impl));
+  s.check_replicas(); // another seed, model or dims on some rank shows here, before any step
+  return s;
 }
 
 const ir::Module& runtime::SessionAccess::module(const Session& s) {
@@ -272,6 +335,7 @@ const interp::Value& runtime::SessionAccess::unwrap(const Value& v) {
 Session Session::from_source(const std::string& text, const std::string& name,
                              const SessionOptions& opt) {
   (void)runtime::parse_mode(opt.mode); // a bad mode or device fails before the program is read
+  check_distributed(opt.distributed);
   runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   auto module = std::make_shared<ir::Module>();
   Diagnostics d;
@@ -329,6 +393,8 @@ Value Session::make(const std::string& ctor, const std::vector<Value>& fields) c
 }
 
 float Session::step(const std::string& entry, const Value& batch) {
+  if (impl_->reducer)
+    return impl_->dist_step(entry, unwrap(batch), *impl_->optimizer);
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
   impl_->drop_frozen(g.grads);
@@ -340,10 +406,12 @@ float Session::step(const std::string& entry, const Value& batch) {
 float Session::step(const std::string& entry, const Value& batch, Optimizer& optimizer) {
   if (!optimizer.impl_)
     throw Error("Session::step: the optimizer was moved from");
+  optimizer.impl_->opt.set_workers(impl_->workers);
+  if (impl_->reducer)
+    return impl_->dist_step(entry, unwrap(batch), optimizer.impl_->opt);
   auto g = impl_->engine->value_and_grad(entry, unwrap(batch), impl_->params);
   impl_->account(entry);
   impl_->drop_frozen(g.grads);
-  optimizer.impl_->opt.set_workers(impl_->workers);
   if (std::isfinite(g.loss))
     optimizer.impl_->opt.step(impl_->params, g.grads);
   return g.loss;
@@ -456,10 +524,10 @@ void Session::set_param(const std::string& name, const std::vector<float>& data)
 }
 
 void Session::set_random(uint64_t seed, uint32_t step) {
-  impl_->engine->set_random(seed, step);
+  impl_->set_random(seed, step);
 }
 uint64_t Session::random_seed() const {
-  return impl_->engine->random().seed;
+  return impl_->random_seed;
 }
 uint32_t Session::random_step() const {
   return impl_->engine->random().step;
@@ -579,6 +647,16 @@ SessionStats Session::stats() const {
   out.first_jit_s = s.first_jit_s;
   out.last_compile_s = s.last_compile_s;
   out.fallbacks = s.fallbacks;
+  if (impl_->reducer) {
+    const auto& d = impl_->reducer->stats();
+    out.rank = impl_->comm->rank();
+    out.ranks = impl_->comm->size();
+    out.grad_reductions = d.reductions;
+    out.reductions_overlapped = d.overlapped;
+    out.comm_wait_seconds = d.wait_seconds;
+    out.comm_dense_bytes = d.dense_bytes;
+    out.comm_sparse_bytes = d.sparse_bytes;
+  }
   out.per_entry = impl_->per_entry;
   for (auto& [name, e] : out.per_entry)
     e.plans_cached = static_cast<int64_t>(impl_->engine->cached_plans(name));
@@ -592,6 +670,66 @@ std::vector<KernelInfo> Session::kernels() const {
   for (const auto& k : impl_->engine->kernels())
     out.push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms});
   return out;
+}
+
+int Session::rank() const {
+  return impl_->comm != nullptr ? impl_->comm->rank() : 0;
+}
+
+int Session::ranks() const {
+  return impl_->comm != nullptr ? impl_->comm->size() : 1;
+}
+
+std::pair<size_t, size_t> Session::slice(size_t n) const {
+  const auto r = static_cast<size_t>(rank()), k = static_cast<size_t>(ranks());
+  return {n * r / k, n * (r + 1) / k};
+}
+
+std::vector<std::vector<double>> Session::gather_ranks(const std::vector<double>& values) const {
+  if (impl_->comm == nullptr)
+    return {values};
+  std::string mine(values.size() * sizeof(double), '\0');
+  if (!values.empty())
+    std::memcpy(mine.data(), values.data(), mine.size());
+  std::vector<std::vector<double>> out;
+  for (const auto& b : impl_->comm->allgather(mine)) {
+    std::vector<double> v(b.size() / sizeof(double));
+    if (!v.empty())
+      std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+uint64_t Session::param_hash() const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  };
+  for (size_t i = 0; i < impl_->params.names.size(); ++i) {
+    for (char c : impl_->params.names[i])
+      mix(static_cast<unsigned char>(c));
+    const Tensor& t = impl_->params.values[i];
+    const auto* w = reinterpret_cast<const uint32_t*>(t.raw());
+    mix(static_cast<uint64_t>(t.numel()));
+    for (int64_t k = 0; k < t.numel(); ++k)
+      mix(w[k]);
+  }
+  return h;
+}
+
+void Session::check_replicas() const {
+  if (impl_->comm == nullptr)
+    return;
+  const uint64_t h = param_hash();
+  // Two halves: a double holds 32 bits exactly.
+  auto all = gather_ranks({static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)});
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw runtime::dist::JobError(
+          "the parameters of rank " + std::to_string(r) + " differ from rank 0's: the ranks do not "
+          "train the same model (another --seed, model, data vocabulary or checkpoint)");
 }
 
 float* Session::param_data(const std::string& name) {

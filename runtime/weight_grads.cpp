@@ -47,7 +47,7 @@ void DeferredWeightGrads::run_job(Job& j, std::vector<interp::ParamGrad>& grads,
 }
 
 void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& stats, bool jit,
-                              bool profile, const Workers* workers) {
+                              bool profile, const Workers* workers, GradReady* ready) {
   // One job per weight, in the order the weights were first deferred.
   size_t njobs = 0;
   int64_t work = 0;
@@ -70,6 +70,11 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
     j.m = d.gy.dim(1);
     work += 2 * j.k * j.m * d.a.dim(0);
   }
+  if (ready != nullptr)
+    for (size_t p = 0; p < grads.size(); ++p)
+      if (std::none_of(jobs_.begin(), jobs_.begin() + static_cast<std::ptrdiff_t>(njobs),
+                       [&](const Job& j) { return j.param == static_cast<int>(p); }))
+        ready->ready(p, grads[p]);
   // Weights to several workers when there is more than one block's work in all; profiling
   // times each GEMM on the calling thread.
   const bool split = workers != nullptr && workers->threads() > 1 && !profile && njobs > 1 &&
@@ -77,6 +82,8 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
   if (split) {
     workers->for_blocks(static_cast<int64_t>(njobs),
                         [&](int64_t i) { run_job(jobs_[static_cast<size_t>(i)], grads, jit); });
+    for (size_t i = 0; ready != nullptr && i < njobs; ++i)
+      ready->ready(static_cast<size_t>(jobs_[i].param), grads[static_cast<size_t>(jobs_[i].param)]);
   } else {
     for (size_t i = 0; i < njobs; ++i) {
       auto t0 = profile ? ProfileClock::now() : ProfileClock::time_point{};
@@ -85,6 +92,8 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
       if (profile)
         record(stats.profile, Family::GemmWeightGrad, t0,
                2.0 * static_cast<double>(j.k * j.m * j.rows));
+      if (ready != nullptr)
+        ready->ready(static_cast<size_t>(j.param), grads[static_cast<size_t>(j.param)]);
     }
   }
   for (size_t i = 0; i < njobs; ++i) {

@@ -4,6 +4,7 @@
 // has it compiled, else on kernels::sgemm_tn_stretches (the same bits on AVX-512 builds).
 #pragma once
 
+#include "runtime/grad_ready.h"
 #include "runtime/graph_runner.h"
 #include "runtime/plan_executor.h"
 
@@ -22,8 +23,10 @@ public:
   /// `profile`: time each GEMM into stats.profile (on the calling thread alone). `workers`
   /// (null: the calling thread): the weights' GEMMs split across them, each weight's whole
   /// gradient by one worker, so its sum over the rows is the one-thread sum, bit for bit.
+  /// `ready` (null: nobody) hears of every gradient as it becomes final: first those no GEMM
+  /// adds to, then each weight's after its GEMM (after all of them with several workers).
   void run(std::vector<interp::ParamGrad>& grads, PlanStats& stats, bool jit, bool profile,
-           const Workers* workers = nullptr);
+           const Workers* workers = nullptr, GradReady* ready = nullptr);
   /// Drops what a failed run left.
   void clear() { deferred_.clear(); }
 

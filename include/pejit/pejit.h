@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pejit {
@@ -129,6 +130,13 @@ struct SessionOptions {
   /// Where plans run: "cpu", or "cuda" / "cuda:N" (docs/cuda.md; a session asking for a CUDA
   /// device that cannot be used is an Error naming why).
   std::string device = "cpu";
+  /// Data-parallel training across the processes of an MPI job (docs/distributed.md): "off";
+  /// "mpi" (this process is one rank of the job it was launched in); "auto" ("mpi" when the
+  /// environment says this process is one of several: mpirun, srun, else "off"). In a job,
+  /// step() takes this rank's slice of a global batch (slice()) and returns the loss of the
+  /// whole global batch, and every rank holds bitwise the same parameters. Sessions are made
+  /// on every rank in the same order; a job without MPI in this build is a pejit::Error.
+  std::string distributed = "off";
 };
 
 /// An optimizer and its own state (Adagrad accumulators, Adam moments), for
@@ -179,6 +187,14 @@ struct SessionStats {
   std::map<std::string, int64_t> fallbacks;
   /// The threads a step's work is split across (SessionOptions::threads resolved).
   int threads = 1;
+  /// Data parallelism (SessionOptions::distributed): this process's rank and the job's ranks;
+  /// the gradient reductions started (and how many while the step's backward pass was still
+  /// running), the seconds steps waited for the other ranks, and this rank's gradient bytes
+  /// sent: dense (reduce-scatter) and row-sparse (ids and rows).
+  int rank = 0, ranks = 1;
+  int64_t grad_reductions = 0, reductions_overlapped = 0;
+  double comm_wait_seconds = 0;
+  int64_t comm_dense_bytes = 0, comm_sparse_bytes = 0;
 
   // Per entry, for research loops that change the model while it trains (add_source).
   struct Entry {
@@ -291,6 +307,22 @@ public:
   std::vector<KernelInfo> kernels() const;
   /// Writes the trace to SessionOptions::trace_file (nothing when it is empty).
   void write_trace() const;
+
+  /// This process's rank in its data-parallel job and the job's number of ranks (0 and 1 when
+  /// not distributed).
+  int rank() const;
+  int ranks() const;
+  /// The part [first, second) of a global batch of `n` items this rank steps on: contiguous,
+  /// the ranks' parts in rank order, their sizes differing by one at most ({0, n} alone).
+  std::pair<size_t, size_t> slice(size_t n) const;
+  /// Every rank's `values`, in rank order ({values} alone): for sums over the ranks in a fixed
+  /// order (evaluation counts). A collective: every rank calls it at the same point.
+  std::vector<std::vector<double>> gather_ranks(const std::vector<double>& values) const;
+  /// A hash of every parameter's name and bits.
+  uint64_t param_hash() const;
+  /// Checks that every rank holds bitwise the same parameters (a collective; nothing to check
+  /// alone). Throws pejit::Error on every rank, naming the first rank that differs.
+  void check_replicas() const;
 
   /// The storage of parameter `name` (f32, row-major, param_shape(name) elements), for views
   /// that share it (the Python package's numpy arrays). Writes through it are seen by the next

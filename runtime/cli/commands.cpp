@@ -162,6 +162,17 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
                  "from that run's start)");
   app.add_flag("--json", a.json, "one JSON object per epoch on stdout");
   add_session_options(app, a.session);
+  a.session.distributed = "auto";
+  app.add_option("--distributed", a.session.distributed,
+                 "data-parallel training on MPI (docs/distributed.md): auto (when launched by "
+                 "mpirun or srun with several processes), mpi, or off")
+      ->check(CLI::IsMember({"auto", "mpi", "off"}))
+      ->capture_default_str();
+  app.add_option("--check-replicas", a.check_replicas,
+                 "data parallel: check every N steps that all ranks hold the same parameters "
+                 "(0: at each epoch's end only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
   app.add_option("--lookahead", a.session.lookahead, "batches the background pipeline plans ahead")
       ->capture_default_str();

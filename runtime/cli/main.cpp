@@ -5,12 +5,15 @@
 
 #include "pejit/error.h"
 #include "pejit/pejit.h"
+#include "runtime/dist/comm.h"
+#include "runtime/dist/grad_reducer.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 int main(int argc, char** argv) {
@@ -82,6 +85,12 @@ int main(int argc, char** argv) {
       return pejit::cli::run_dump(dump);
     if (*u)
       return pejit::cli::run_tune(tune);
+  } catch (const pejit::runtime::dist::JobError& ex) {
+    // Every rank of the job has it: the first says why, and all end cleanly.
+    auto* job = pejit::runtime::dist::Comm::started();
+    if (job == nullptr || job->rank() == 0)
+      std::fprintf(stderr, "pejit: error: %s\n", ex.what());
+    return 1;
   } catch (const pejit::ProgramError& ex) {
     std::fprintf(stderr, "pejit: %s\n", ex.what());
     return 2;
@@ -89,7 +98,16 @@ int main(int argc, char** argv) {
     // A located message ("FILE:LINE:COL: error: ...") says "error" already.
     std::string_view what = ex.what();
     bool located = what.substr(0, what.find('\n')).find(": error: ") != std::string_view::npos;
-    std::fprintf(stderr, located ? "pejit: %s\n" : "pejit: error: %s\n", ex.what());
+    auto* job = pejit::runtime::dist::Comm::started();
+    std::string rank = job != nullptr && job->size() > 1
+                           ? "rank " + std::to_string(job->rank()) + " of " +
+                                 std::to_string(job->size()) + ": "
+                           : "";
+    std::fprintf(stderr, located ? "pejit: %s%s\n" : "pejit: %serror: %s\n", rank.c_str(),
+                 ex.what());
+    // The other ranks wait for this one in a collective: the whole job ends now.
+    if (!rank.empty())
+      job->abort(1);
     return 1;
   }
   return 0;

@@ -1,6 +1,7 @@
 // The model, data set and scoring helpers shared by train, eval, dump and tune (common.h).
 #include "runtime/train/common.h"
 
+#include "runtime/dist/grad_reducer.h"
 #include "runtime/session_access.h"
 #include "src/types/check.h"
 #include "src/util/check.h"
@@ -291,14 +292,18 @@ void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t l
   }
 }
 
-Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
+namespace {
+// The scores of the batches of `ds` this rank evaluates: every ranks()-th from its rank on.
+Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
   Scores s;
   const ir::Module& m = SessionAccess::module(session);
   const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
   const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
-  for (size_t b = 0; b < ds.size(); b += static_cast<size_t>(batch)) {
+  const auto step = static_cast<size_t>(batch) * static_cast<size_t>(session.ranks());
+  for (size_t b = static_cast<size_t>(batch) * static_cast<size_t>(session.rank()); b < ds.size();
+       b += step) {
     size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
     pejit::Value v = SessionAccess::wrap(enc.batch(ds, idx, b, e));
     try {
@@ -347,6 +352,40 @@ Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch)
     }
   }
   return s;
+}
+} // namespace
+
+Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
+  if (session.ranks() == 1)
+    return score_shard(session, ds, enc, batch);
+  // Data parallel: each rank its share of the batches, the counts summed in rank order (the
+  // same on every rank), and a failure on one rank ends the evaluation on all of them.
+  Scores s;
+  double failed = 0;
+  try {
+    s = score_shard(session, ds, enc, batch);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "pejit: rank %d of %d: error: %s\n", session.rank(), session.ranks(),
+                 e.what());
+    failed = 1;
+  }
+  auto all = session.gather_ranks({failed, s.loss, static_cast<double>(s.nodes),
+                                   static_cast<double>(s.root_ok), static_cast<double>(s.roots),
+                                   static_cast<double>(s.node_ok), static_cast<double>(s.labeled)});
+  Scores sum;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const auto& x = all[r];
+    if (x[0] != 0)
+      throw dist::JobError("rank " + std::to_string(r) + " of " + std::to_string(all.size()) +
+                           " failed to evaluate (its message is above)");
+    sum.loss += x[1];
+    sum.nodes += static_cast<int64_t>(x[2]);
+    sum.root_ok += static_cast<int64_t>(x[3]);
+    sum.roots += static_cast<int64_t>(x[4]);
+    sum.node_ok += static_cast<int64_t>(x[5]);
+    sum.labeled += static_cast<int64_t>(x[6]);
+  }
+  return sum;
 }
 
 } // namespace pejit::runtime

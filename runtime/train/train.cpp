@@ -7,6 +7,8 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cuda/device.h"
+#include "runtime/dist/comm.h"
+#include "runtime/dist/grad_reducer.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/session_access.h"
@@ -59,6 +61,12 @@ void count_epoch(EpochStats& st, const SessionStats& before, const SessionStats&
   st.plans_prefetched = after.plans_prefetched - before.plans_prefetched;
   st.plan_evictions = after.plan_evictions - before.plan_evictions;
   st.fallbacks = after.fallbacks;
+  st.ranks = after.ranks;
+  st.grad_reductions = after.grad_reductions - before.grad_reductions;
+  st.reductions_overlapped = after.reductions_overlapped - before.reductions_overlapped;
+  st.comm_wait_seconds = after.comm_wait_seconds - before.comm_wait_seconds;
+  st.comm_dense_bytes = after.comm_dense_bytes - before.comm_dense_bytes;
+  st.comm_sparse_bytes = after.comm_sparse_bytes - before.comm_sparse_bytes;
 }
 
 void print_epoch(const EpochStats& st, std::ostream& os) {
@@ -137,6 +145,13 @@ std::string EpochStats::json() const {
   j["fallbacks"] = fallbacks;
   j["tuned"] = tuned.empty() ? nlohmann::json(nullptr) : nlohmann::json(tuned);
   j["device"] = device;
+  j["ranks"] = ranks;
+  if (ranks > 1)
+    j["comm"] = {{"reductions", grad_reductions},
+                 {"overlapped", reductions_overlapped},
+                 {"wait_seconds", comm_wait_seconds},
+                 {"dense_bytes", comm_dense_bytes},
+                 {"sparse_bytes", comm_sparse_bytes}};
   if (kernels) {
     j["kernels"] = nlohmann::json::array();
     for (const auto& k : *kernels)
@@ -188,8 +203,18 @@ bool finite_params(const Session& s) {
 
 } // namespace
 
-std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::ostream& err) {
+std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
+                              std::ostream& err_to) {
   (void)parse_mode(opt.session.mode); // a bad mode fails before anything is read
+  // Data parallel (docs/distributed.md): rank 0 alone reports and writes checkpoints; every
+  // rank trains its slice of each batch. Errors are still reported by each rank (the CLI).
+  const int launch_rank = opt.session.distributed == "off" ? 0 : dist::detect_launch().rank;
+  const bool writes = launch_rank == 0;
+  std::ostream nowhere(nullptr);
+  std::ostream& out = writes ? out_to : nowhere;
+  std::ostream& err = writes ? err_to : nowhere;
+  if (opt.check_replicas < 0)
+    throw Error("--check-replicas must be >= 0");
   if (opt.epochs < 1)
     throw Error("--epochs must be >= 1");
   if (opt.batch < 1)
@@ -219,14 +244,19 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
                   " needs the training set's accuracy (drop --no-train-eval)");
   }
   // With --save-best, `save` holds the best epoch's model; the latest state goes beside it.
-  const std::string latest = opt.save.empty() || !metric ? opt.save : opt.save + ".last";
+  const std::string latest =
+      !writes ? "" : (opt.save.empty() || !metric ? opt.save : opt.save + ".last");
   // Where the results go is checked before any training: a run must not end by failing to
   // write what it computed.
-  check_output_path("--save", opt.save);
-  check_output_path("--trace", opt.session.trace_file);
+  if (writes) {
+    check_output_path("--save", opt.save);
+    check_output_path("--trace", opt.session.trace_file);
+  }
   SignalGuard signals(opt.handle_signals);
   std::ostream& info = opt.json ? err : out;
   SessionOptions so = opt.session;
+  if (!writes)
+    so.trace_file.clear();
   // A bad --tuned file fails before anything is read or run.
   if (!opt.tuned.empty())
     so.compile.schedules = ScheduleDB::load(opt.tuned);
@@ -353,9 +383,17 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   auto save_to = [&](const std::string& path, int64_t epoch, int64_t batch) {
     session.save_training(path, run.at(epoch, batch), words, meta);
   };
+  // The signal this process got, or in a data-parallel run any rank got (all stop together).
+  auto agreed_signal = [&session]() {
+    int sig = SignalGuard::pending();
+    if (session.ranks() > 1)
+      for (const auto& r : session.gather_ranks({static_cast<double>(sig)}))
+        sig = std::max(sig, static_cast<int>(r[0]));
+    return sig;
+  };
   // Stops the run after a signal: the state (epoch, batch next to run) saved first.
   auto stop_if_signalled = [&](int64_t epoch, size_t batch) {
-    int sig = SignalGuard::pending();
+    int sig = agreed_signal();
     if (sig == 0)
       return;
     if (progress)
@@ -413,8 +451,11 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       for (; encoded < std::min(upto, nb); ++encoded) {
         size_t lo = encoded * bs;
         size_t hi = std::min(n, lo + bs);
-        ahead.push_back(SessionAccess::wrap(enc.batch(train_ds, order, lo, hi)));
-        fresh.push_back(ahead.back());
+        auto [first_here, end_here] = session.slice(hi - lo); // this rank's part
+        ahead.push_back(
+            SessionAccess::wrap(enc.batch(train_ds, order, lo + first_here, lo + end_here)));
+        if (end_here > first_here)
+          fresh.push_back(ahead.back());
       }
       session.prefetch("loss", fresh);
     };
@@ -456,9 +497,13 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         if (progress)
           err << "\n";
         std::string saved = save_failure(ep, b);
-        throw Error("the loss became " + std::to_string(loss) + " at epoch " +
-                    std::to_string(ep + 1) + ", batch " + std::to_string(b) +
-                    " (try a smaller --lr or --clip)" + saved);
+        std::string msg = "the loss became " + std::to_string(loss) + " at epoch " +
+                          std::to_string(ep + 1) + ", batch " + std::to_string(b) +
+                          " (try a smaller --lr or --clip)" + saved;
+        // Data parallel: the loss is the whole batch's, so every rank stops here together.
+        if (session.ranks() > 1)
+          throw dist::JobError(msg);
+        throw Error(msg);
       }
       run.loss_sum += loss;
       for (size_t i = lo; i < hi; ++i)
@@ -466,6 +511,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       run.trees += static_cast<int64_t>(hi - lo);
       trees_here += static_cast<int64_t>(hi - lo);
       run.batches += 1;
+      if (opt.check_replicas > 0 && run.batches % opt.check_replicas == 0)
+        session.check_replicas();
       if (progress && (secs(last_print, t1) > 0.25 || b + 1 == nb)) {
         last_print = t1;
         double tps = trees_here / std::max(st.seconds, 1e-9);
@@ -481,6 +528,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       err << "\n";
     stop_if_signalled(ep, nb);
     session.drain();
+    session.check_replicas(); // every rank holds the same parameters (nothing to do alone)
     count_epoch(st, before, session.stats());
     st.tuned = opt.tuned;
     st.device = cuda::parse_device(opt.session.device).name();
@@ -520,7 +568,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         run.best = v;
         run.best_epoch = ep;
         run.bad_epochs = 0;
-        if (!opt.save.empty()) {
+        if (writes && !opt.save.empty()) {
           save_to(opt.save, ep + 1, 0);
           info << "saved " << opt.save << ": the best " << metric->name << " so far ("
                << metric->show(v) << ", epoch " << ep + 1 << ")\n"
@@ -534,8 +582,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
              << std::flush;
       }
     }
-    if (opt.save_every > 0 && (ep + 1) % opt.save_every == 0 && ep + 1 < opt.epochs &&
-        !stop_early) {
+    if (!latest.empty() && opt.save_every > 0 && (ep + 1) % opt.save_every == 0 &&
+        ep + 1 < opt.epochs && !stop_early) {
       save_to(latest, ep + 1, 0);
       info << "saved " << latest << " (epoch " << ep + 1 << ")\n" << std::flush;
     }
@@ -557,7 +605,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
            << ")";
     info << "\n" << std::flush;
   }
-  if (int sig = SignalGuard::pending()) {
+  if (int sig = agreed_signal()) {
     std::string msg = signal_name(sig) + " arrived after the last epoch; the run is complete";
     err << "pejit: " << msg << "\n" << std::flush;
     throw Interrupted(sig, msg);

@@ -41,6 +41,9 @@ struct TrainOptions {
   /// SIGINT and SIGTERM finish the step in flight, write `save` and throw Interrupted (the
   /// CLI sets it; a library caller keeps its own handlers by leaving it off).
   bool handle_signals = false;
+  /// Data parallel (session.distributed): steps between checks that every rank holds bitwise
+  /// the same parameters (0: at each epoch's end only). A difference is an error.
+  int check_replicas = 0;
   bool json = false;
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
@@ -97,6 +100,13 @@ struct EpochStats {
   std::map<std::string, int64_t> fallbacks;
   std::string tuned;          ///< the tuned schedule database in use (empty: default schedules)
   std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
+  /// Data parallel: the job's ranks, and this rank's gradient reductions over the epoch (how
+  /// many started during the backward pass), its seconds waiting for the other ranks and its
+  /// gradient bytes sent (SessionStats). "ranks" and "comm" in the JSON.
+  int ranks = 1;
+  int64_t grad_reductions = 0, reductions_overlapped = 0;
+  double comm_wait_seconds = 0;
+  int64_t comm_dense_bytes = 0, comm_sparse_bytes = 0;
   /// The final epoch only: the kernels the engine holds then ("kernels" in the JSON).
   std::optional<std::vector<KernelProvenance>> kernels;
   /// One line of JSON with every field (NaN fields are null).
