@@ -21,6 +21,7 @@ pkgs=(
   python3-numpy                    # parameters as numpy arrays in the Python package
   python3-pytest                   # the Python package's tests (ctest runs them)
   python3-tqdm                     # pejit.train()'s progress bar (a plain line without it)
+  openmpi-bin libopenmpi-dev       # data-parallel training across processes (mpirun; docs/distributed.md)
 )
 for arg in "$@"; do
   case "$arg" in
