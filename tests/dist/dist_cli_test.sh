@@ -103,7 +103,25 @@ grep -q "exited on signal 9" k.err || fail "killed rank: no message: $(tail -5 k
 [[ -s k.ckpt ]] || fail "killed rank: no checkpoint"
 "$pejit" eval "$model" --params k.ckpt --data dev.txt >/dev/null 2>ke.err || fail "killed rank: the checkpoint does not load: $(tail -2 ke.err)"
 
-# 5. A rank that fails (its data file does not exist) ends the job with its message.
+# 5. SIGTERM to one rank: every rank stops at the same batch, rank 0 saves, all exit 143; the
+#    run resumes from there.
+mpi 2 sh -c 'if [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then (sleep 3; kill -TERM $$) & fi
+  exec "$0" "$@"' "$pejit" train "$model" --data train.txt --epochs 1000 --progress 0 \
+  --threads 1 --save t.ckpt >t.out 2>t.err
+rc=$?
+[[ $rc == 143 ]] || fail "SIGTERM to rank 1: exit $rc, not 143: $(tail -5 t.err)"
+# "at epoch N, batch B/M" (N in progress) or "after epoch N" (N done): resume to finish N + 1.
+epoch=$(grep -o "interrupted by SIGTERM \(at\|after\) epoch [0-9]*" t.err | grep -o "[0-9]*$")
+[[ -n "$epoch" ]] && epoch=$((epoch + 1))
+if [[ -z "$epoch" ]]; then
+  fail "SIGTERM to rank 1: no message from rank 0: $(head -3 t.err)"
+else
+  mpi 2 "$pejit" train "$model" --data train.txt --epochs "$epoch" --progress 0 --threads 1 \
+    --resume t.ckpt --save t.ckpt >tr.out 2>tr.err || fail "resume after SIGTERM: $(tail -3 tr.err)"
+  grep -q "^summary:" tr.out || fail "resume after SIGTERM: no summary"
+fi
+
+# 6. A rank that fails (its data file does not exist) ends the job with its message.
 start=$(date +%s)
 mpi 2 sh -c 'd=train.txt; [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && d=missing.txt
   exec "$0" "$@" --data "$d"' "$pejit" train "$model" --epochs 2 --progress 0 --threads 1 \
