@@ -108,7 +108,12 @@ for name in rounds[0]:
     r0 = rounds[0][name]
     b = int(sys.argv[2])
     note = "" if not name.startswith("slice") else " (its own batch, a rank's compute)"
+    same = ""
+    if not name.startswith("slice"):  # the same global batches as the reference
+        rel = max(abs(rd[name]["loss"] - rd["ref"]["loss"]) / abs(rd["ref"]["loss"])
+                  for rd in rounds if name in rd)
+        same = f", last epoch's loss/node within {rel:.1e} of one process"
     print(f"  {name:8s} ranks {r0['ranks']} threads {r0['threads']} batch {r0['batch']:3d}: "
           f"{1e3 * statistics.median(steps):7.2f} ms/step, x{statistics.median(ratios):.3f} "
-          f"({min(ratios):.3f}..{max(ratios):.3f}){note}")
+          f"({min(ratios):.3f}..{max(ratios):.3f}){note}{same}")
 PY

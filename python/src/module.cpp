@@ -20,8 +20,11 @@ PyObject* g_program_error = nullptr;
 SessionOptions make_options(const std::map<std::string, int64_t>& dims, uint64_t seed,
                             const std::string& optimizer, float lr, float weight_decay, float clip,
                             const std::string& mode, int lookahead, bool merge_equal,
-                            const std::string& schedules) {
+                            const std::string& schedules, int threads,
+                            const std::string& distributed) {
   SessionOptions o;
+  o.threads = threads;
+  o.distributed = distributed;
   o.dims = dims;
   o.seed = seed;
   o.optimizer = optimizer;
@@ -70,6 +73,13 @@ py::dict stats_dict(PySession& ps) {
   d["plan_hits"] = s.plan_hits;
   d["plan_misses"] = s.plan_misses;
   d["kernels"] = ps.s.kernels().size();
+  d["rank"] = s.rank;
+  d["ranks"] = s.ranks;
+  d["grad_reductions"] = s.grad_reductions;
+  d["reductions_overlapped"] = s.reductions_overlapped;
+  d["comm_wait_seconds"] = s.comm_wait_seconds;
+  d["comm_dense_bytes"] = s.comm_dense_bytes;
+  d["comm_sparse_bytes"] = s.comm_sparse_bytes;
   py::dict per;
   for (const auto& [name, e] : s.per_entry) {
     py::dict x;
@@ -123,31 +133,33 @@ PYBIND11_MODULE(_pejit, m) {
           [](const std::string& path, const std::map<std::string, int64_t>& dims, uint64_t seed,
              const std::string& optimizer, float lr, float weight_decay, float clip,
              const std::string& mode, int lookahead, bool merge_equal,
-             const std::string& schedules) {
+             const std::string& schedules, int threads, const std::string& distributed) {
             auto o = make_options(dims, seed, optimizer, lr, weight_decay, clip, mode, lookahead,
-                                  merge_equal, schedules);
+                                  merge_equal, schedules, threads, distributed);
             return std::make_unique<PySession>(Session::from_file(path, o));
           },
           py::arg("path"), py::arg("dims") = std::map<std::string, int64_t>{}, py::arg("seed") = 1,
           py::arg("optimizer") = "adagrad", py::arg("lr") = 0.05f, py::arg("weight_decay") = 0.0f,
           py::arg("clip") = 0.0f, py::arg("mode") = "auto", py::arg("lookahead") = 8,
-          py::arg("merge_equal") = true, py::arg("schedules") = "")
+          py::arg("merge_equal") = true, py::arg("schedules") = "", py::arg("threads") = 0,
+          py::arg("distributed") = "off")
       .def_static(
           "from_source",
           [](const std::string& text, const std::string& name,
              const std::map<std::string, int64_t>& dims, uint64_t seed,
              const std::string& optimizer, float lr, float weight_decay, float clip,
              const std::string& mode, int lookahead, bool merge_equal,
-             const std::string& schedules) {
+             const std::string& schedules, int threads, const std::string& distributed) {
             auto o = make_options(dims, seed, optimizer, lr, weight_decay, clip, mode, lookahead,
-                                  merge_equal, schedules);
+                                  merge_equal, schedules, threads, distributed);
             return std::make_unique<PySession>(Session::from_source(text, name, o));
           },
           py::arg("text"), py::arg("name") = "<python>",
           py::arg("dims") = std::map<std::string, int64_t>{}, py::arg("seed") = 1,
           py::arg("optimizer") = "adagrad", py::arg("lr") = 0.05f, py::arg("weight_decay") = 0.0f,
           py::arg("clip") = 0.0f, py::arg("mode") = "auto", py::arg("lookahead") = 8,
-          py::arg("merge_equal") = true, py::arg("schedules") = "")
+          py::arg("merge_equal") = true, py::arg("schedules") = "", py::arg("threads") = 0,
+          py::arg("distributed") = "off")
       .def(
           "make",
           [](PySession& ps, const std::string& ctor, py::sequence fields) {
@@ -331,6 +343,27 @@ PYBIND11_MODULE(_pejit, m) {
           py::arg("path"),
           "Loads a checkpoint (save() or `pejit train --save`); returns its vocabulary. "
           "Existing numpy views of the parameters no longer see the session's storage.")
+      .def("rank", [](PySession& ps) { return ps.s.rank(); },
+           "This process's rank in its data-parallel job (0 when not distributed).")
+      .def("ranks", [](PySession& ps) { return ps.s.ranks(); },
+           "The data-parallel job's number of ranks (1 when not distributed).")
+      .def("slice", [](PySession& ps, size_t n) { return ps.s.slice(n); }, py::arg("n"),
+           "(first, end): the part of a global batch of n items this rank steps on.")
+      .def(
+          "gather_ranks",
+          [](PySession& ps, const std::vector<double>& values) {
+            auto lock = ps.lock();
+            return ps.s.gather_ranks(values);
+          },
+          py::arg("values"),
+          "Every rank's values, in rank order (a collective: every rank calls it).")
+      .def(
+          "check_replicas",
+          [](PySession& ps) {
+            auto lock = ps.lock();
+            ps.s.check_replicas();
+          },
+          "Checks that every rank holds bitwise the same parameters (a collective).")
       .def("stats", &stats_dict,
            "Batches and seconds per path, plan cache hits and misses, per-entry counters, and "
            "what the last add_source re-specialized and reused.")

@@ -19,9 +19,16 @@ namespace pejit::interp {
 struct CallLimit {
   static constexpr int kDefaultMaxDepth = 4000;
   static constexpr int kCallsPerLevel = 4;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  /// Under AddressSanitizer (redzones) and ThreadSanitizer frames are several times larger:
+  /// the stacks sized from an input grow alike, so deep inputs run there too.
+  static constexpr size_t kFrameScale = 4;
+#else
+  static constexpr size_t kFrameScale = 1;
+#endif
   /// Native stack reserved per nested call; the evaluator's guard stops a program whose calls
   /// need more with an error, never a fault.
-  static constexpr size_t kStackPerCall = size_t{4} << 10;
+  static constexpr size_t kStackPerCall = kFrameScale * (size_t{4} << 10);
   /// What the stages need besides the calls.
   static constexpr size_t kBaseStack = size_t{1} << 20;
 
