@@ -57,8 +57,6 @@ void check(int rc, const char* what) {
   throw Error(std::string("MPI: ") + what + " failed: " + std::string(msg, static_cast<size_t>(len)));
 }
 
-bool g_we_initialized = false;
-
 void finalize_at_exit() {
   int done = 0;
   MPI_Finalized(&done);
@@ -87,9 +85,11 @@ Comm::Comm() {
   MPI_Initialized(&inited);
   if (!inited) {
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    g_we_initialized = true;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     std::atexit(finalize_at_exit);
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw Error("MPI: this MPI library provides thread level " + std::to_string(provided) +
+                  ", pejit needs MPI_THREAD_SERIALIZED");
   }
   // Errors come back as codes (thrown as pejit::Error), not as MPI's own abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

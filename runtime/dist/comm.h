@@ -23,10 +23,11 @@ Launch detect_launch();
 /// True when this build has MPI (PEJIT_MPI).
 bool built_with_mpi();
 
-/// Process-wide MPI state, initialized on first use (MPI_Init_thread, FUNNELED: only the thread
-/// that made it calls MPI) and finalized at exit unless the embedder initialized MPI itself.
-/// All calls come from that one thread. Every collective is issued in the same order on every
-/// rank; the operations on `Stream`s are independent of those on the world.
+/// Process-wide MPI state, initialized on first use (MPI_Init_thread, SERIALIZED: one thread at a
+/// time calls MPI: the one stepping a session, or the thread a deep input's step runs on while
+/// it waits) and finalized at exit unless the embedder initialized MPI itself. Every collective
+/// is issued in the same order on every rank; the operations on `Stream`s are independent of
+/// those on the world.
 class Comm {
 public:
   /// The job's communicator. Throws pejit::Error when this build has no MPI.
