@@ -215,6 +215,8 @@ struct Engine::Impl {
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
     int64_t launches = exec.stats().jit_launches;
+    int64_t interpreted_groups = exec.stats().groups_interpreted;
+    double interpreted_seconds = exec.stats().interpreted_seconds;
     std::optional<decltype(generic_run())> planned_out;
     try {
       if (faults)
@@ -233,7 +235,8 @@ struct Engine::Impl {
     trace.add(std::string(what) + " " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute",
               t0, t1);
     note_compiles(); // specialized mode compiles inline, in this batch
-    stats.planned_batch(entry, t0, t1, on_jit);
+    stats.planned_batch(entry, t0, t1, on_jit, exec.stats().groups_interpreted - interpreted_groups,
+                        exec.stats().interpreted_seconds - interpreted_seconds);
     return std::move(*planned_out);
   }
 

@@ -51,6 +51,23 @@ Shape rows_shape(int64_t rows, const std::vector<int64_t>& dims) {
   return s;
 }
 
+// Times a group's forward or backward in the batching interpreter into PlanStats (and
+// counts the group once, at its forward), from construction to the end of the scope.
+struct InterpretedTimer {
+  PlanStats& stats;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  explicit InterpretedTimer(PlanStats& s, bool forward = true) : stats(s) {
+    if (forward)
+      stats.groups_interpreted++;
+  }
+  ~InterpretedTimer() {
+    stats.interpreted_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  InterpretedTimer(const InterpretedTimer&) = delete;
+  InterpretedTimer& operator=(const InterpretedTimer&) = delete;
+};
+
 } // namespace
 
 struct PlanExecutor::Impl {
@@ -287,6 +304,7 @@ struct PlanExecutor::Impl {
         gs.gst.vals.clear();
       return;
     }
+    InterpretedTimer timer(stats);
     reset_tape();
     interp::Tape* tape = train ? gs.tape.get() : nullptr;
 
@@ -553,6 +571,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
         zero_arg_grads(a);
       continue;
     }
+    InterpretedTimer timer(stats_, false);
     auto grads = gs.tape->backward(seeds);
     int32_t nleaves = static_cast<int32_t>(grads.size() - params.values.size());
     // Argument gradients go to their blocks, where the producers' seeds read them.

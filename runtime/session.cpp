@@ -573,6 +573,8 @@ SessionStats Session::stats() const {
   out.background_plan_seconds = s.background_plan_seconds;
   out.jit_batches = s.jit_batches;
   out.jit_seconds = s.jit_seconds;
+  out.interpreted_groups = s.interpreted_groups;
+  out.interpreted_seconds = s.interpreted_seconds;
   out.kernels_compiled = s.kernels_compiled;
   out.compile_ms = s.compile_ms;
   out.first_planned_s = s.first_planned_s;
