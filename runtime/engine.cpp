@@ -98,6 +98,7 @@ struct Engine::Impl {
   std::unique_ptr<jit::KernelCache> kernels;
   std::unique_ptr<RunnerCache> runners; // template graphs, shared with the pipeline
   PlanExecutor exec;
+  size_t templates_seen = 0; // exec's interpreted_templates passed on to stats
   ChromeTrace trace;
   StatsRecorder stats;
   SpecializerService specializer;
@@ -237,6 +238,9 @@ struct Engine::Impl {
     note_compiles(); // specialized mode compiles inline, in this batch
     stats.planned_batch(entry, t0, t1, on_jit, exec.stats().groups_interpreted - interpreted_groups,
                         exec.stats().interpreted_seconds - interpreted_seconds);
+    const auto& interpreted = exec.stats().interpreted_templates; // each once, in order
+    for (; templates_seen < interpreted.size(); ++templates_seen)
+      stats.interpreted_template(interpreted[templates_seen]);
     return std::move(*planned_out);
   }
 

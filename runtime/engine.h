@@ -79,6 +79,8 @@ struct EngineStats {
   /// (one per group per batch), and their seconds (part of specialized_seconds).
   int64_t interpreted_groups = 0;
   double interpreted_seconds = 0;
+  /// The templates of those groups and why each is not lowered ("template: why"), each once.
+  std::vector<std::string> interpreted_templates;
   int64_t kernels_compiled = 0;
   int64_t kernel_evictions = 0; ///< kernels dropped by the kernel cache's bound
   double compile_ms = 0;

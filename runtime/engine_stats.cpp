@@ -72,6 +72,13 @@ void StatsRecorder::compiles(uint64_t total) {
   }
 }
 
+void StatsRecorder::interpreted_template(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& all = stats_.interpreted_templates;
+  if (std::find(all.begin(), all.end(), what) == all.end())
+    all.push_back(what);
+}
+
 EngineStats StatsRecorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -38,6 +38,8 @@ public:
   /// The kernel cache has compiled `total` kernels so far: if that grew, now is when the
   /// last one finished (EngineStats::last_compile_s).
   void compiles(uint64_t total);
+  /// Template `what` ("template: why") ran in the batching interpreter (kept once).
+  void interpreted_template(const std::string& what);
 
   EngineStats snapshot() const;
   std::string explain(const std::string& entry) const;

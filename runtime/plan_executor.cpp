@@ -106,8 +106,10 @@ struct PlanExecutor::Impl {
       return nullptr;
     std::string why;
     auto r = runners->get(t, opt.compile, &why);
-    if (!r && reported.insert(t.name + ": " + why).second)
+    if (!r && reported.insert(t.name + ": " + why).second) {
       stats.graph_fallbacks.push_back(t.name + ": " + why);
+      stats.interpreted_templates.push_back(t.name + ": " + why);
+    }
     return r;
   }
 
@@ -236,6 +238,13 @@ struct PlanExecutor::Impl {
     for (const auto& arg : g.args)
       shared_args = shared_args || arg.shared;
     gs.graph = shared_args ? nullptr : runner(t, stats);
+    if (gs.graph == nullptr && (shared_args || runners == nullptr)) {
+      std::string why = t.name + (shared_args ? ": an argument shared by every row (template "
+                                                "graphs take per-row arguments only)"
+                                              : ": template graphs are off");
+      if (reported.insert(why).second)
+        stats.interpreted_templates.push_back(why);
+    }
     // An argument that a panel core gathers itself (GraphRunner::lazy_arg) gets its rows'
     // addresses instead of a gathered block.
     gs.gst.arg_rows.resize(g.args.size());

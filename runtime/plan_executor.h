@@ -67,6 +67,9 @@ struct PlanStats {
   /// groups are timed, so the graph path pays no clock reads.
   int64_t groups_interpreted = 0;
   double interpreted_seconds = 0;
+  /// Their templates and why, each once ("template: why"): graph_fallbacks, and the templates
+  /// never offered to a graph (an argument shared by every row, or graphs off).
+  std::vector<std::string> interpreted_templates;
   /// With ExecOptions::profile: time (and GEMM flops) per kernel family, over all runs.
   Profile profile{};
 };

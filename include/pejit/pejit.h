@@ -174,6 +174,9 @@ struct SessionStats {
   /// specialized_seconds).
   int64_t interpreted_groups = 0;
   double interpreted_seconds = 0;
+  /// The templates of those groups, each once: "name (file:line:col of its function): why it
+  /// is not lowered".
+  std::vector<std::string> interpreted_templates;
   /// Kernels compiled so far and the milliseconds it took.
   int64_t kernels_compiled = 0;
   double compile_ms = 0;

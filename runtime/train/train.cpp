@@ -48,6 +48,7 @@ void count_epoch(EpochStats& st, const SessionStats& before, const SessionStats&
   st.jit_seconds = after.jit_seconds - before.jit_seconds;
   st.interpreted_groups = after.interpreted_groups - before.interpreted_groups;
   st.interpreted_seconds = after.interpreted_seconds - before.interpreted_seconds;
+  st.interpreted_templates = after.interpreted_templates;
   st.kernels_compiled = after.kernels_compiled - before.kernels_compiled;
   st.compile_ms = after.compile_ms - before.compile_ms;
   auto since_start = [](double s) { return s < 0 ? std::nan("") : s; };
@@ -107,7 +108,10 @@ void print_summary(const std::vector<EpochStats>& all, std::ostream& os) {
                 fmt_pct(last.dev_root_acc).c_str(), fmt_pct(last.node_acc).c_str(),
                 fmt_pct(last.dev_node_acc).c_str(), fmt_pct(jit / total).c_str(),
                 fmt_pct(interp / total).c_str(), fmt_pct(spec / total).c_str());
-  os << buf << std::flush;
+  os << buf;
+  for (const auto& what : last.interpreted_templates)
+    os << "  in the batching interpreter: " << what << "\n";
+  os << std::flush;
 }
 
 } // namespace
@@ -135,6 +139,7 @@ std::string EpochStats::json() const {
   j["jit_seconds"] = jit_seconds;
   j["interpreted_groups"] = interpreted_groups;
   j["interpreted_seconds"] = interpreted_seconds;
+  j["interpreted_templates"] = interpreted_templates;
   j["kernels_compiled"] = kernels_compiled;
   j["compile_ms"] = compile_ms;
   j["first_planned_s"] = num(first_planned_s);

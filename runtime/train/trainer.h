@@ -90,6 +90,8 @@ struct EpochStats {
   /// and their seconds (part of specialized_seconds; SessionStats::interpreted_*).
   int64_t interpreted_groups = 0;
   double interpreted_seconds = 0;
+  /// Since the engine started: their templates, where each is and why it is not lowered.
+  std::vector<std::string> interpreted_templates;
   int64_t kernels_compiled = 0;
   double compile_ms = 0;
   /// Since the engine started (once per run, not per epoch; NaN: not yet): the end of the

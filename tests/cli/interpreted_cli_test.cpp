@@ -1,7 +1,8 @@
 // End-to-end tests of what `pejit train` reports about the batching interpreter: plan groups
 // whose template is not lowered to a kernel program are counted and timed (`--json`:
-// interpreted_groups, interpreted_seconds; jit_seconds leaves them out), and the epoch lines
-// and the summary give the share of training time on JIT kernels beside the share specialized.
+// interpreted_groups, interpreted_seconds, and their templates with their functions' source
+// lines and why; jit_seconds leaves them out), and the epoch lines and the summary give the
+// share of training time on JIT kernels beside the share specialized.
 #include "tests/cli/cli_util.h"
 
 #include <doctest/doctest.h>
@@ -108,7 +109,16 @@ TEST_SUITE("cli") {
       // Both are parts of the specialized time, and jit_seconds leaves the interpreter out.
       CHECK(jit + interp <= spec * (1 + 1e-9) + 1e-9);
     }
-    CHECK(r.err.find("in the batching interpreter") != std::string::npos);
+    // Which templates, where their functions are and why: in --json and under the summary.
+    const auto& named = js.back()["interpreted_templates"];
+    REQUIRE(named.size() == 2);
+    CHECK(named[0].get<std::string>() ==
+          "op.take: an argument shared by every row (template graphs take per-row arguments "
+          "only)");
+    const std::string mix = named[1].get<std::string>();
+    CHECK(mix.rfind("mix (" + model + ":9:1): ", 0) == 0);
+    CHECK(mix.find("matmul other than per-row vector @ shared matrix") != std::string::npos);
+    CHECK(r.err.find("\n  in the batching interpreter: " + mix + "\n") != std::string::npos);
     Shares s = summary_shares(r.err);
     CHECK(s.specialized == doctest::Approx(100.0));
     CHECK(s.interpreted > 0);
@@ -151,6 +161,8 @@ TEST_SUITE("cli") {
       // At most one such group per batch (the lookup), a small part of the time.
       CHECK(j["interpreted_groups"].get<int64_t>() == (interpreted.empty() ? 0 : batches));
       CHECK(j["interpreted_seconds"].get<double>() < 0.5 * j["specialized_seconds"].get<double>());
+      for (const auto& what : j["interpreted_templates"])
+        CHECK(what.get<std::string>().rfind("op.take: ", 0) == 0);
     }
     Shares s = summary_shares(r.err);
     CHECK(s.specialized == doctest::Approx(100.0));

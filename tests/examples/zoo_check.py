@@ -109,6 +109,9 @@ def main():
               f"{100 * s['interpreted_seconds'] / max(spec, 1e-9):.1f}% in the batching "
               f"interpreter ({s['interpreted_groups']} plan groups)")
 
+    for what in runs["specialized"][-1].get("interpreted_templates", []):
+        print(f"  in the batching interpreter: {what}")
+
     if a.interpreted is not None:
         want = {t for t in a.interpreted.split(",") if t}
         got = interpreted_templates(a.pejit, a.model, data, a.batch)

@@ -77,10 +77,18 @@ void check_same(Model& md, const interp::Value& batch) {
     if (mode == Exec::Interpreter) {
       CHECK(st.groups_on_graphs == 0);
       CHECK(st.groups_interpreted > 0);
+      // Every template, each once: the lookup for its shared table, the others as graphs off.
+      size_t off = 0;
+      for (const auto& why : st.interpreted_templates)
+        off += why.find(": template graphs are off") != std::string::npos;
+      CHECK(off >= 2);
+      CHECK(off + 1 >= st.interpreted_templates.size());
     } else {
       CHECK(st.groups_on_graphs > 0);
       // Everything but the embedding lookup is lowered to the template's kernel program.
-      for (const auto& why : st.graph_fallbacks)
+      CHECK(st.graph_fallbacks.empty());
+      CHECK(st.interpreted_templates.size() <= 1);
+      for (const auto& why : st.interpreted_templates)
         CHECK_MESSAGE(why.rfind("op.take: ", 0) == 0, why);
     }
     if (mode == Exec::GraphsJit)
