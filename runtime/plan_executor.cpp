@@ -51,21 +51,18 @@ Shape rows_shape(int64_t rows, const std::vector<int64_t>& dims) {
   return s;
 }
 
-// Times a group's forward or backward in the batching interpreter into PlanStats (and
-// counts the group once, at its forward), from construction to the end of the scope.
+// Times a group's forward or backward in the batching interpreter into PlanStats, to the end
+// of its scope (and counts the group once, at its forward).
 struct InterpretedTimer {
-  PlanStats& stats;
+  PlanStats& st;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  explicit InterpretedTimer(PlanStats& s, bool forward = true) : stats(s) {
-    if (forward)
-      stats.groups_interpreted++;
+  explicit InterpretedTimer(PlanStats& s, bool forward = true) : st(s) {
+    st.groups_interpreted += forward;
   }
   ~InterpretedTimer() {
-    stats.interpreted_seconds +=
+    st.interpreted_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  InterpretedTimer(const InterpretedTimer&) = delete;
-  InterpretedTimer& operator=(const InterpretedTimer&) = delete;
 };
 
 } // namespace
@@ -238,7 +235,7 @@ struct PlanExecutor::Impl {
     for (const auto& arg : g.args)
       shared_args = shared_args || arg.shared;
     gs.graph = shared_args ? nullptr : runner(t, stats);
-    if (gs.graph == nullptr && (shared_args || runners == nullptr)) {
+    if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
       std::string why = t.name + (shared_args ? ": an argument shared by every row (template "
                                                 "graphs take per-row arguments only)"
                                               : ": template graphs are off");
