@@ -99,6 +99,7 @@ struct Engine::Impl {
   std::unique_ptr<jit::KernelCache> kernels;
   std::unique_ptr<RunnerCache> runners; // template graphs, shared with the pipeline
   PlanExecutor exec;
+  size_t templates_seen = 0; // exec's interpreted_templates passed on to stats
   ChromeTrace trace;
   StatsRecorder stats;
   SpecializerService specializer;
@@ -216,6 +217,8 @@ struct Engine::Impl {
     with_inputs.outputs = e->residual.outputs;
     with_inputs.key = e->residual.key;
     int64_t launches = exec.stats().jit_launches;
+    int64_t interpreted_groups = exec.stats().groups_interpreted;
+    double interpreted_seconds = exec.stats().interpreted_seconds;
     std::optional<decltype(generic_run())> planned_out;
     try {
       if (faults)
@@ -234,7 +237,11 @@ struct Engine::Impl {
     trace.add(std::string(what) + " " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute",
               t0, t1);
     note_compiles(); // specialized mode compiles inline, in this batch
-    stats.planned_batch(entry, t0, t1, on_jit);
+    stats.planned_batch(entry, t0, t1, on_jit, exec.stats().groups_interpreted - interpreted_groups,
+                        exec.stats().interpreted_seconds - interpreted_seconds);
+    const auto& interpreted = exec.stats().interpreted_templates; // each once, in order
+    for (; templates_seen < interpreted.size(); ++templates_seen)
+      stats.interpreted_template(interpreted[templates_seen]);
     return std::move(*planned_out);
   }
 

@@ -73,7 +73,14 @@ struct EngineStats {
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;
   std::map<std::string, int64_t> fallbacks; ///< why batches ran generic, by reason
   int64_t jit_batches = 0;                  ///< planned batches that ran JIT kernels
-  double jit_seconds = 0;                   ///< their time (part of specialized_seconds)
+  /// Their time (part of specialized_seconds), less the part in the batching interpreter.
+  double jit_seconds = 0;
+  /// Plan groups that ran through the batching interpreter, not as lowered kernel programs
+  /// (one per group per batch), and their seconds (part of specialized_seconds).
+  int64_t interpreted_groups = 0;
+  double interpreted_seconds = 0;
+  /// The templates of those groups and why each is not lowered ("template: why"), each once.
+  std::vector<std::string> interpreted_templates;
   int64_t kernels_compiled = 0;
   int64_t kernel_evictions = 0; ///< kernels dropped by the kernel cache's bound
   double compile_ms = 0;

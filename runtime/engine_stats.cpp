@@ -1,6 +1,8 @@
 // The engine's counters and timings (engine_stats.h).
 #include "runtime/engine_stats.h"
 
+#include <algorithm>
+
 namespace pejit::runtime {
 
 namespace {
@@ -41,15 +43,19 @@ void StatsRecorder::generic_batch(Clock::time_point t0, Clock::time_point t1) {
 }
 
 void StatsRecorder::planned_batch(const std::string& entry, Clock::time_point t0,
-                                  Clock::time_point t1, bool on_jit) {
+                                  Clock::time_point t1, bool on_jit, int64_t interpreted_groups,
+                                  double interpreted_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.specialized_batches++;
   stats_.specialized_seconds += secs(t0, t1);
+  stats_.interpreted_groups += interpreted_groups;
+  stats_.interpreted_seconds += interpreted_seconds;
   if (stats_.first_planned_s < 0)
     stats_.first_planned_s = secs(started_, t1);
   if (on_jit) {
     stats_.jit_batches++;
-    stats_.jit_seconds += secs(t0, t1);
+    // The batch's groups in the batching interpreter ran no JIT kernel.
+    stats_.jit_seconds += std::max(0.0, secs(t0, t1) - interpreted_seconds);
     if (stats_.first_jit_s < 0)
       stats_.first_jit_s = secs(started_, t1);
   }
@@ -64,6 +70,13 @@ void StatsRecorder::compiles(uint64_t total) {
     compiles_seen_ = total;
     stats_.last_compile_s = secs(started_, Clock::now());
   }
+}
+
+void StatsRecorder::interpreted_template(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& all = stats_.interpreted_templates;
+  if (std::find(all.begin(), all.end(), what) == all.end())
+    all.push_back(what);
 }
 
 EngineStats StatsRecorder::snapshot() const {

@@ -30,13 +30,16 @@ public:
   void fallback(const std::string& entry, const std::string& why);
   /// A batch ran on the generic interpreter from `t0` to `t1`.
   void generic_batch(Clock::time_point t0, Clock::time_point t1);
-  /// A batch of `entry` ran its plan from `t0` to `t1`, on JIT kernels if `on_jit`; clears
-  /// explain(entry).
+  /// A batch of `entry` ran its plan from `t0` to `t1`, on JIT kernels if `on_jit`, with
+  /// `interpreted_groups` groups and `interpreted_seconds` of it in the batching interpreter;
+  /// clears explain(entry).
   void planned_batch(const std::string& entry, Clock::time_point t0, Clock::time_point t1,
-                     bool on_jit);
+                     bool on_jit, int64_t interpreted_groups = 0, double interpreted_seconds = 0);
   /// The kernel cache has compiled `total` kernels so far: if that grew, now is when the
   /// last one finished (EngineStats::last_compile_s).
   void compiles(uint64_t total);
+  /// Template `what` ("template: why") ran in the batching interpreter (kept once).
+  void interpreted_template(const std::string& what);
 
   EngineStats snapshot() const;
   std::string explain(const std::string& entry) const;

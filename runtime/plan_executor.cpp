@@ -51,6 +51,20 @@ Shape rows_shape(int64_t rows, const std::vector<int64_t>& dims) {
   return s;
 }
 
+// Times a group's forward or backward in the batching interpreter into PlanStats, to the end
+// of its scope (and counts the group once, at its forward).
+struct InterpretedTimer {
+  PlanStats& st;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  explicit InterpretedTimer(PlanStats& s, bool forward = true) : st(s) {
+    st.groups_interpreted += forward;
+  }
+  ~InterpretedTimer() {
+    st.interpreted_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
 } // namespace
 
 struct PlanExecutor::Impl {
@@ -89,8 +103,10 @@ struct PlanExecutor::Impl {
       return nullptr;
     std::string why;
     auto r = runners->get(t, opt.compile, &why);
-    if (!r && reported.insert(t.name + ": " + why).second)
+    if (!r && reported.insert(t.name + ": " + why).second) {
       stats.graph_fallbacks.push_back(t.name + ": " + why);
+      stats.interpreted_templates.push_back(t.name + ": " + why);
+    }
     return r;
   }
 
@@ -219,6 +235,13 @@ struct PlanExecutor::Impl {
     for (const auto& arg : g.args)
       shared_args = shared_args || arg.shared;
     gs.graph = shared_args ? nullptr : runner(t, stats);
+    if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
+      std::string why = t.name + (shared_args ? ": an argument shared by every row (template "
+                                                "graphs take per-row arguments only)"
+                                              : ": template graphs are off");
+      if (reported.insert(why).second)
+        stats.interpreted_templates.push_back(why);
+    }
     // An argument that a panel core gathers itself (GraphRunner::lazy_arg) gets its rows'
     // addresses instead of a gathered block.
     gs.gst.arg_rows.resize(g.args.size());
@@ -287,6 +310,7 @@ struct PlanExecutor::Impl {
         gs.gst.vals.clear();
       return;
     }
+    InterpretedTimer timer(stats);
     reset_tape();
     interp::Tape* tape = train ? gs.tape.get() : nullptr;
 
@@ -554,6 +578,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
         zero_arg_grads(a);
       continue;
     }
+    InterpretedTimer timer(stats_, false);
     auto grads = gs.tape->backward(seeds);
     int32_t nleaves = static_cast<int32_t>(grads.size() - params.values.size());
     // Argument gradients go to their blocks, where the producers' seeds read them.

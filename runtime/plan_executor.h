@@ -64,6 +64,14 @@ struct PlanStats {
   int64_t jit_weight_grads = 0;  ///< of those, run on a generated TN kernel
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
+  /// Groups run through the batching interpreter (not on a template graph: the cases above),
+  /// one per group per run, and the seconds of their forward and backward there. Only these
+  /// groups are timed, so the graph path pays no clock reads.
+  int64_t groups_interpreted = 0;
+  double interpreted_seconds = 0;
+  /// Their templates and why, each once ("template: why"): graph_fallbacks, and the templates
+  /// never offered to a graph (an argument shared by every row, or graphs off).
+  std::vector<std::string> interpreted_templates;
   /// With ExecOptions::profile: time (and GEMM flops) per kernel family, over all runs.
   Profile profile{};
 };

@@ -641,6 +641,18 @@ SessionStats Session::stats() const {
   out.background_plan_seconds = s.background_plan_seconds;
   out.jit_batches = s.jit_batches;
   out.jit_seconds = s.jit_seconds;
+  out.interpreted_groups = s.interpreted_groups;
+  out.interpreted_seconds = s.interpreted_seconds;
+  for (const auto& what : s.interpreted_templates) {
+    // "name: why" -> "name (where the function is): why"; an op's template has no function.
+    const size_t colon = what.find(": ");
+    const ir::FnDecl* f = impl_->module->fn(what.substr(0, colon));
+    if (f != nullptr && f->span.known() && colon != std::string::npos)
+      out.interpreted_templates.push_back(what.substr(0, colon) + " (" + f->span.str() + ")" +
+                                          what.substr(colon));
+    else
+      out.interpreted_templates.push_back(what);
+  }
   out.kernels_compiled = s.kernels_compiled;
   out.compile_ms = s.compile_ms;
   out.first_planned_s = s.first_planned_s;

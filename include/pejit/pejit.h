@@ -173,9 +173,18 @@ struct SessionStats {
   /// could run, and in the background pipeline.
   double plan_seconds = 0, background_plan_seconds = 0;
   /// Planned batches that ran JIT-compiled kernels, and their time (part of
-  /// specialized_seconds).
+  /// specialized_seconds) less the part of it in the batching interpreter.
   int64_t jit_batches = 0;
   double jit_seconds = 0;
+  /// Plan groups (one template on a batch's rows) that ran through the batching interpreter
+  /// because their template is not lowered to a kernel program (`pejit dump --emit kernels`
+  /// says why), counted once per group per batch, and their time (part of
+  /// specialized_seconds).
+  int64_t interpreted_groups = 0;
+  double interpreted_seconds = 0;
+  /// The templates of those groups, each once: "name (file:line:col of its function): why it
+  /// is not lowered".
+  std::vector<std::string> interpreted_templates;
   /// Kernels compiled so far and the milliseconds it took.
   int64_t kernels_compiled = 0;
   double compile_ms = 0;

@@ -89,6 +89,12 @@ struct EpochStats {
   double specialized_seconds = 0, generic_seconds = 0;
   int64_t jit_batches = 0;
   double jit_seconds = 0; ///< the part of specialized_seconds that ran JIT kernels
+  /// Plan groups run through the batching interpreter (templates not lowered to kernels),
+  /// and their seconds (part of specialized_seconds; SessionStats::interpreted_*).
+  int64_t interpreted_groups = 0;
+  double interpreted_seconds = 0;
+  /// Since the engine started: their templates, where each is and why it is not lowered.
+  std::vector<std::string> interpreted_templates;
   int64_t kernels_compiled = 0;
   double compile_ms = 0;
   /// Since the engine started (once per run, not per epoch; NaN: not yet): the end of the

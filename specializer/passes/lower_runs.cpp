@@ -168,10 +168,13 @@ void plan_runs(Lowering& l) {
     l.skip[static_cast<size_t>(p)] = ok;
   }
   // A row-vector sum x + b, with b one row for every row (a bias), read only by such splits:
-  // the runs add their columns of b themselves, and the sum is not computed either.
+  // the runs add their columns of b themselves, and the sum is not computed either. Not a sum
+  // inside a run (x = U_1 h_1 + U_2 h_2, then + b): that run computes it, and its x is no
+  // run output for the readers to take.
   std::vector<std::pair<NodeId, NodeId>> bias_sum(g.size(), {graph::kNoNode, graph::kNoNode});
   for (NodeId a = 0; a < static_cast<NodeId>(g.size()); ++a) {
-    if (!is_op(a, OpId::Add) || !row_vector(a) || kept[static_cast<size_t>(a)])
+    if (!is_op(a, OpId::Add) || !row_vector(a) || kept[static_cast<size_t>(a)] ||
+        run_of[static_cast<size_t>(a)] >= 0)
       continue;
     const Node& n = g.node(a);
     NodeId x = n.operands[0], b = n.operands[1];

@@ -293,7 +293,7 @@ TEST_SUITE("cli") {
       CHECK(j.contains("jit_seconds"));
       CHECK(j.contains("plan_ms"));
     }
-    CHECK(a.err.find("of training time ran specialized") != std::string::npos);
+    CHECK(a.err.find("of training time ran on JIT kernels") != std::string::npos);
     std::ifstream tf(trace);
     std::stringstream ss;
     ss << tf.rdbuf();
