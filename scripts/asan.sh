@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A representative subset of the test suite under AddressSanitizer + UBSan, sized to keep CI
 # within its time: builds build-asan/ (-DPEJIT_ASAN=ON: any UB aborts the test) with the core
-# test executable and runs it: the parser and its fuzz test, the checker, the generic
-# interpreter and its deep-value tests, every op's reference kernel and gradient, the graphs.
+# and runtime test executables and runs them: the parser and its fuzz test, the checker, the
+# generic interpreter and its deep-value tests, every op's reference kernel and gradient, the
+# graphs; the engine, plans on reference and JIT kernels, sessions, the data readers and their
+# fuzz tests, checkpoints, the trainer and the CLI (deep inputs included).
 # `--all` builds everything and runs every ctest test but the out-of-tree install check, the
 # Python package and the MPI jobs (they load uninstrumented code: Open MPI keeps memory to the
 # end, which LeakSanitizer would report): the runtime, JIT and specializer executables too,
@@ -20,7 +22,7 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 if [[ "${1:-}" == "--all" ]]; then
   cmake --build build-asan
 else
-  cmake --build build-asan --target pejit_core_tests
+  cmake --build build-asan --target pejit_core_tests pejit_runtime_tests
 fi
 
 # Why each option:
@@ -37,11 +39,18 @@ export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1"
 # the interpreter's guard, sized from the thread's real stack, would stop the tests' deep
 # recursions (1,000 calls) early: the main thread gets a larger stack instead.
 ulimit -s 65536
+# Left out: the one case that throws on a thread whose stack (sized from its deep input) is
+# larger than ASan's bound for a stack it can unpoison on a throw (64 MiB): GCC 12's ASan then
+# reports a stack-use-after-scope inside its own sigaltstack interceptor, a false positive it
+# announces itself ("ASan is ignoring requested __asan_handle_no_return ... False positive
+# error reports may follow"). The case runs in every other build.
+big_stack_throw="recursion past the bound names the bound" # a prefix of its name
 if [[ "${1:-}" == "--all" ]]; then
   ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE install \
-    -E 'python_pytest|dist_'
+    -E "python_pytest|dist_|$big_stack_throw"
   echo "asan: test suite clean under AddressSanitizer and UBSan"
   exit 0
 fi
 build-asan/tests/pejit_core_tests
-echo "asan: core tests clean under AddressSanitizer and UBSan (scripts/asan.sh --all: the suite)"
+build-asan/tests/pejit_runtime_tests -tce="$big_stack_throw*"
+echo "asan: core and runtime tests clean under AddressSanitizer and UBSan (--all: the suite)"

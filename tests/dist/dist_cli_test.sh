@@ -92,7 +92,10 @@ cmp -s a.ckpt r.ckpt || fail "2 epochs on 2 ranks differ from 1 + 1 resumed"
 # 4. A rank killed mid-run ends the job: an error, a non-zero exit, no hang; the checkpoint
 #    of the last epoch is there to resume from.
 start=$(date +%s)
-mpi 2 sh -c 'if [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then (sleep 3; kill -9 $$) & fi
+# Rank 1 is killed once rank 0 has saved its first epoch (training is under way).
+mpi 2 sh -c 'if [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then
+    (while [ ! -s k.ckpt ]; do sleep 0.2; done; kill -9 $$) &
+  fi
   exec "$0" "$@"' "$pejit" train "$model" --data train.txt --epochs 1000 --progress 0 \
   --threads 1 --save k.ckpt --save-every 1 >k.out 2>k.err
 rc=$?
@@ -105,9 +108,12 @@ grep -q "exited on signal 9" k.err || fail "killed rank: no message: $(tail -5 k
 
 # 5. SIGTERM to one rank: every rank stops at the same batch, rank 0 saves, all exit 143; the
 #    run resumes from there.
-mpi 2 sh -c 'if [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then (sleep 3; kill -TERM $$) & fi
+# The signal comes once rank 0 has saved its first epoch: both ranks handle signals by then.
+mpi 2 sh -c 'if [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then
+    (while [ ! -s t.ckpt ]; do sleep 0.2; done; kill -TERM $$) &
+  fi
   exec "$0" "$@"' "$pejit" train "$model" --data train.txt --epochs 1000 --progress 0 \
-  --threads 1 --save t.ckpt >t.out 2>t.err
+  --threads 1 --save t.ckpt --save-every 1 >t.out 2>t.err
 rc=$?
 [[ $rc == 143 ]] || fail "SIGTERM to rank 1: exit $rc, not 143: $(tail -5 t.err)"
 # "at epoch N, batch B/M" (N in progress) or "after epoch N" (N done): resume to finish N + 1.
