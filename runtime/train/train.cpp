@@ -336,6 +336,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
       throw Error("--resume " + opt.resume + ": " + e.what() +
                   " (resume with the model and --optimizer of the run that wrote it)");
     }
+    run.restore_random(session); // dropout draws the masks the run would have drawn
     info << "resuming " << opt.resume << " at epoch " << start_epoch + 1 << ", batch "
          << start_batch << "/" << nb << " (seed " << run.seed << ", batch size " << bs
          << (run.shuffle ? "" : ", fixed batches") << ")\n"
@@ -351,7 +352,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
   const std::vector<std::string> words = vocab.words();
   const std::map<std::string, std::string> meta = {{"model", opt.model}};
   auto save_to = [&](const std::string& path, int64_t epoch, int64_t batch) {
-    session.save_training(path, run.at(epoch, batch), words, meta);
+    session.save_training(path, run.at(epoch, batch, session), words, meta);
   };
   // Stops the run after a signal: the state (epoch, batch next to run) saved first.
   auto stop_if_signalled = [&](int64_t epoch, size_t batch) {
@@ -455,6 +456,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out, std::o
         // Session::step made no update for it.
         if (progress)
           err << "\n";
+        // The step drew its masks (one random step) but made no update: saved as before it.
+        session.set_random(session.random_seed(), session.random_step() - 1);
         std::string saved = save_failure(ep, b);
         throw Error("the loss became " + std::to_string(loss) + " at epoch " +
                     std::to_string(ep + 1) + ", batch " + std::to_string(b) +

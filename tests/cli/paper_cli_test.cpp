@@ -307,3 +307,55 @@ TEST_CASE("cli --lr-schedule and per-parameter options: they change training, re
   Run f = run_pejit(base + "--param-decay nope=1");
   CHECK(f.err.find("--param-decay nope=1: the model has no parameter nope") != std::string::npos);
 }
+
+TEST_CASE("cli --resume restores the random state: a dropout model's 1 + 1 equal 2 straight") {
+  const std::string model = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm_dropout.pe";
+  std::string data = write_file("paper_drop.txt", kSst);
+  std::string base = "train " + model + " --data " + data + " --batch 2 --json --seed 5 ";
+  std::string two = tmp("paper_d2.ckpt"), one = tmp("paper_d1.ckpt"), more = tmp("paper_d11.ckpt");
+  Run a = run_pejit(base + "--epochs 2 --save " + two);
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  Run b = run_pejit(base + "--epochs 1 --save " + one);
+  REQUIRE_MESSAGE(b.code == 0, b.err);
+  // 5 trees in batches of 2: the first epoch drew 3 random steps.
+  auto p1 = pejit::checkpoint::load(one);
+  REQUIRE(p1.training);
+  CHECK(p1.training->values.at("random_seed") == "5");
+  CHECK(p1.training->values.at("random_step") == "3");
+  auto bits = [](const pejit::checkpoint::Checkpoint& ck) {
+    std::string out;
+    for (const auto& t : ck.params.values)
+      out.append(static_cast<const char*>(t.raw()), t.nbytes());
+    for (const auto& [name, t] : ck.optimizer_state)
+      out.append(static_cast<const char*>(t.raw()), t.nbytes());
+    return out;
+  };
+  auto resume = [&](const std::string& from, const std::string& to) {
+    Run c = run_pejit(base + "--epochs 2 --resume " + from + " --save " + to);
+    REQUIRE_MESSAGE(c.code == 0, c.err);
+    auto ja = json_lines(a.out), jc = json_lines(c.out);
+    REQUIRE(ja.size() == 2);
+    REQUIRE(jc.size() == 1);
+    return ja[1]["loss"] == jc[0]["loss"] &&
+           bits(pejit::checkpoint::load(two)) == bits(pejit::checkpoint::load(to));
+  };
+  CHECK(resume(one, more)); // the epoch-2 loss and every parameter and state, bit for bit
+  // A checkpoint from before the random state was kept: a run from its start is assumed.
+  auto old = p1;
+  old.training->values.erase("random_seed");
+  old.training->values.erase("random_step");
+  std::string old_path = tmp("paper_d1_old.ckpt");
+  pejit::checkpoint::save(old_path, old);
+  CHECK(resume(old_path, tmp("paper_d11_old.ckpt")));
+  // The masks matter: resumed at another random step, the run is another one.
+  auto off = p1;
+  off.training->values["random_step"] = "0";
+  std::string off_path = tmp("paper_d1_off.ckpt");
+  pejit::checkpoint::save(off_path, off);
+  CHECK_FALSE(resume(off_path, tmp("paper_d11_off.ckpt")));
+  off.training->values["random_step"] = "x";
+  pejit::checkpoint::save(off_path, off);
+  Run bad = run_pejit(base + "--epochs 2 --resume " + off_path);
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("training.random_step: 'x' is not a count") != std::string::npos);
+}
