@@ -47,6 +47,7 @@ void count_epoch(EpochStats& st, const SessionStats& before, const SessionStats&
   st.jit_batches = after.jit_batches - before.jit_batches;
   st.jit_seconds = after.jit_seconds - before.jit_seconds;
   st.kernels_compiled = after.kernels_compiled - before.kernels_compiled;
+  st.kernels_cached = after.kernels_cached - before.kernels_cached;
   st.compile_ms = after.compile_ms - before.compile_ms;
   auto since_start = [](double s) { return s < 0 ? std::nan("") : s; };
   st.first_planned_s = since_start(after.first_planned_s);
@@ -124,6 +125,7 @@ std::string EpochStats::json() const {
   j["jit_batches"] = jit_batches;
   j["jit_seconds"] = jit_seconds;
   j["kernels_compiled"] = kernels_compiled;
+  j["kernels_cached"] = kernels_cached;
   j["compile_ms"] = compile_ms;
   j["first_planned_s"] = num(first_planned_s);
   j["first_jit_s"] = num(first_jit_s);
