@@ -359,3 +359,39 @@ TEST_CASE("cli --resume restores the random state: a dropout model's 1 + 1 equal
   CHECK(bad.code == 1);
   CHECK(bad.err.find("training.random_step: 'x' is not a count") != std::string::npos);
 }
+
+TEST_CASE("cli --kernel-cache: a second train and an eval link the kernels the first compiled") {
+  std::string data = write_file("paper_kc.txt", kSst);
+  std::string dir = tmp("paper_kcache");
+  std::string base = "train " + kModel + " --data " + data + " --json --mode specialized ";
+  Run a = run_pejit(base + "--kernel-cache " + dir + " --save " + tmp("paper_kc.ckpt"));
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  Run b = run_pejit(base + "--kernel-cache " + dir + " --kernel-cache-max-mb 64");
+  REQUIRE_MESSAGE(b.code == 0, b.err);
+  auto ja = json_lines(a.out), jb = json_lines(b.out);
+  REQUIRE(ja.size() == 1);
+  REQUIRE(jb.size() == 1);
+  CHECK(ja[0]["kernels_compiled"].get<int>() > 0);
+  CHECK(ja[0]["kernels_cached"] == 0);
+  CHECK(jb[0]["kernels_compiled"] == 0);
+  CHECK(jb[0]["kernels_cached"] == ja[0]["kernels_compiled"]);
+  CHECK(jb[0]["loss"] == ja[0]["loss"]);
+  // eval runs the forward kernels, which training compiled.
+  Run e = run_pejit("eval " + kModel + " --params " + tmp("paper_kc.ckpt") + " --data " + data +
+                    " --json --mode specialized --kernel-cache " + dir);
+  REQUIRE_MESSAGE(e.code == 0, e.err);
+  auto je = json_lines(e.out);
+  REQUIRE(je.size() == 1);
+  CHECK(je[0]["kernels_compiled"] == 0);
+  CHECK(je[0]["kernels_cached"].get<int>() > 0);
+  // Without the flag nothing is cached.
+  Run c = run_pejit(base);
+  REQUIRE(c.code == 0);
+  CHECK(json_lines(c.out)[0]["kernels_cached"] == 0);
+  Run bad = run_pejit(base + "--kernel-cache " + data);
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("kernel cache directory '" + data + "'") != std::string::npos);
+  Run zero = run_pejit(base + "--kernel-cache " + dir + " --kernel-cache-max-mb 0");
+  CHECK(zero.code != 0);
+  CHECK(zero.err.find("--kernel-cache-max-mb") != std::string::npos);
+}
