@@ -391,6 +391,28 @@ TEST_CASE("cli --kernel-cache: a second train and an eval link the kernels the f
   Run bad = run_pejit(base + "--kernel-cache " + data);
   CHECK(bad.code == 1);
   CHECK(bad.err.find("kernel cache directory '" + data + "'") != std::string::npos);
+  // Two runs at once on a fresh directory: both write every entry; the entries are whole (a
+  // third run links every kernel) and the losses equal.
+  std::string shared = tmp("paper_kcache_shared");
+  std::string one = std::string(PEJIT_BINARY_DIR "/pejit ") + base + "--kernel-cache " + shared;
+  std::string both = "(" + one + " > " + tmp("kc1.out") + " 2>/dev/null & " + one + " > " +
+                     tmp("kc2.out") + " 2>/dev/null & wait)";
+  REQUIRE(std::system(both.c_str()) == 0);
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return json_lines(ss.str());
+  };
+  auto j1 = read(tmp("kc1.out")), j2 = read(tmp("kc2.out"));
+  REQUIRE(j1.size() == 1);
+  REQUIRE(j2.size() == 1);
+  CHECK(j1[0]["loss"] == ja[0]["loss"]);
+  CHECK(j2[0]["loss"] == ja[0]["loss"]);
+  Run third = run_pejit(base + "--kernel-cache " + shared);
+  REQUIRE(third.code == 0);
+  CHECK(json_lines(third.out)[0]["kernels_compiled"] == 0);
+  CHECK(json_lines(third.out)[0]["kernels_cached"] == ja[0]["kernels_compiled"]);
   Run zero = run_pejit(base + "--kernel-cache " + dir + " --kernel-cache-max-mb 0");
   CHECK(zero.code != 0);
   CHECK(zero.err.find("--kernel-cache-max-mb") != std::string::npos);
