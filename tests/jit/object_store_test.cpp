@@ -86,7 +86,7 @@ JitOptions with_store(std::shared_ptr<ObjectStore> store) {
 
 } // namespace
 
-TEST_CASE("object store entries: round trip; truncated, flipped and foreign files rejected") {
+TEST_CASE("object store entries: a round trip, and truncated, flipped and foreign files rejected") {
   StoredObject obj{"pejit_ew_k0123", 0xfeedu,
                    std::string("\x7f"
                                "ELF object bytes",
