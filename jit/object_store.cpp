@@ -115,6 +115,7 @@ ObjectStore::ObjectStore(std::string dir, uint64_t max_bytes)
     throw Error(what + ": cannot create it" + (ec ? ": " + ec.message() : std::string()));
   if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
     throw Error(what + ": cannot write into it");
+  prune(); // a bound smaller than the last run's holds from the start
 }
 
 std::string ObjectStore::path_of(const std::string& key) const {

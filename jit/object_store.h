@@ -33,8 +33,8 @@ struct ObjectStoreStats {
 /// Thread-safe; several processes may use one directory at once.
 class ObjectStore {
 public:
-  /// Creates `dir` when missing. Throws pejit::Error naming it when it cannot be created or is
-  /// not a writable directory, and when `max_bytes` is 0.
+  /// Creates `dir` when missing and prunes it to `max_bytes`. Throws pejit::Error naming it
+  /// when it cannot be created or is not a writable directory, and when `max_bytes` is 0.
   ObjectStore(std::string dir, uint64_t max_bytes);
 
   /// The entry for `key`, or nothing (absent, or rejected: counted). A hit marks the entry

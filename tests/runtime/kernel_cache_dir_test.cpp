@@ -1,7 +1,8 @@
 // CompileOptions::kernel_cache_dir end to end on a Session: a second session on the directory
 // compiles no kernel and links them all, with the same bits of every loss and parameter; a
-// corrupted or truncated entry is compiled again and rewritten, the bits unchanged; without a
-// directory nothing is cached; a directory that cannot be used is an error naming it.
+// corrupted or truncated entry is compiled again and rewritten, the bits unchanged; the size
+// bound holds; without a directory nothing is cached; a directory that cannot be used is an
+// error naming it.
 #include "pejit/pejit.h"
 #include "tests/support/compare.h"
 
@@ -28,8 +29,9 @@ struct Run {
 };
 
 // Four steps on two batches of a TreeLSTM, specialized (kernels compiled before each batch).
-Run train(const std::string& cache_dir) {
+Run train(const std::string& cache_dir, uint64_t max_bytes = 256u << 20) {
   SessionOptions o;
+  o.compile.kernel_cache_max_bytes = max_bytes;
   o.dims = {{"V", 12}};
   o.seed = 3;
   o.mode = "specialized";
@@ -118,6 +120,19 @@ TEST_CASE("kernel cache directory: a second session links every kernel, the same
   CHECK(again.stats.kernels_compiled == 0);
   CHECK(again.stats.kernels_cached == n);
   CHECK(test::same_bits(again.losses, first.losses));
+
+  // A bound below the entries' total: the directory stays under it, the run's bits unchanged.
+  uint64_t total = 0;
+  for (const auto& f : entries(dir))
+    total += fs::file_size(f);
+  const Run bounded = train(dir.string(), total / 2);
+  uint64_t left = 0;
+  for (const auto& f : entries(dir))
+    left += fs::file_size(f);
+  CHECK(left <= total / 2);
+  CHECK(entries(dir).size() < files.size());
+  CHECK(bounded.stats.kernels_compiled + bounded.stats.kernels_cached == n);
+  CHECK(test::same_bits(bounded.losses, first.losses));
 
   // A file where the directory should be: an error naming it, before any step.
   const fs::path file = dir / "not_a_dir";
