@@ -1,10 +1,9 @@
 // ObjectStore: compiled kernels' object code kept in a directory across processes (the kernel
-// cache of `--kernel-cache DIR`, CompileOptions::kernel_cache_dir). An entry is one file named
-// by a hash of its key, holding the key itself, the kernel's symbol and IR hash, the object file
-// and a checksum: a corrupt, truncated or foreign entry is told from a good one and rejected
-// (the caller compiles and rewrites it). Writes go to a temporary file renamed into place, so
-// processes share a directory; the total size is bounded by removing the least recently used
-// entries (by modification time, which a hit refreshes). No LLVM type here.
+// cache of `--kernel-cache DIR`). An entry is one file named by a hash of its key, holding the
+// key, the kernel's symbol and IR hash, the object file and a checksum: a corrupt, truncated or
+// foreign entry is rejected (the caller compiles and rewrites it). Writes are a temporary file
+// renamed into place, so processes share a directory; the total size is bounded by removing the
+// least recently used entries (by modification time, which a hit refreshes). No LLVM type here.
 #pragma once
 
 #include <cstdint>
