@@ -1,13 +1,18 @@
 // Jit: one LLJIT for the host, an O3 IRTransformLayer transform, one ResourceTracker per kernel.
 // llvm::Error and llvm::Expected live only in this file; Jit's public members rethrow them as
 // pejit::Error with LLVM's message (the caller then runs that batch generic: docs/architecture.md).
+// With an object store, the compiler hands each kernel's object file to an ObjectCache that
+// keeps it for the store, and a stored kernel is added as an object file (addObjectFile).
 #include "jit/jit.h"
 
 #include "jit/elementwise_codegen.h"
+#include "jit/object_capture.h"
 #include "pejit/error.h"
 
 #include <fmt/format.h>
 #include <llvm/Analysis/TargetTransformInfo.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -15,6 +20,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -25,7 +31,9 @@
 #include <chrono>
 #include <cstddef>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pejit::jit {
 
@@ -71,14 +79,30 @@ void initialize_llvm_once() {
 
 class Jit::Impl {
 public:
-  explicit Impl(JitOptions options) : in_place_(options.compile_threads == 0) {
+  explicit Impl(JitOptions options)
+      : store_(std::move(options.store)), in_place_(options.compile_threads == 0) {
     initialize_llvm_once();
     jtmb_ = unwrap("detecting the host", orc::JITTargetMachineBuilder::detectHost());
     jtmb_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    lljit_ = unwrap("creating LLJIT", orc::LLJITBuilder()
-                                          .setJITTargetMachineBuilder(jtmb_)
-                                          .setNumCompileThreads(options.compile_threads)
-                                          .create());
+    orc::LLJITBuilder builder;
+    builder.setJITTargetMachineBuilder(jtmb_).setNumCompileThreads(options.compile_threads);
+    if (store_) {
+      // The compiler LLJIT would pick (one per thread with a pool, else one TargetMachine),
+      // with the capture as its ObjectCache: the same code, its object file kept.
+      capture_ = std::make_unique<ObjectCapture>();
+      const bool pool = !in_place_;
+      builder.setCompileFunctionCreator(
+          [cap = capture_.get(), pool](orc::JITTargetMachineBuilder jtmb)
+              -> llvm::Expected<std::unique_ptr<orc::IRCompileLayer::IRCompiler>> {
+            if (pool)
+              return std::make_unique<orc::ConcurrentIRCompiler>(std::move(jtmb), cap);
+            auto tm = jtmb.createTargetMachine();
+            if (!tm)
+              return tm.takeError();
+            return std::make_unique<orc::TMOwningSimpleCompiler>(std::move(*tm), cap);
+          });
+    }
+    lljit_ = unwrap("creating LLJIT", builder.create());
     target_.triple = lljit_->getTargetTriple().str();
     target_.data_layout = lljit_->getDataLayout().getStringRepresentation();
     target_.cpu = jtmb_.getCPU();
@@ -109,19 +133,46 @@ public:
   }
 
   // Lowers a kernel through `lower(ctx, name)`, links it and fills what every compiled kind
-  // has: the function pointer, its handle, the compile time and the optimized IR's hash.
+  // has: the function pointer, its handle, the compile time and the optimized IR's hash. With
+  // an object store, the kernel's stored object is linked instead when there is a good one,
+  // and a kernel compiled is stored.
   template <class Compiled, class Fn, class Lower>
-  llvm::Expected<Compiled> compile_as(const char* prefix, Lower lower) {
+  llvm::Expected<Compiled> compile_as(const char* prefix, const std::string& spec_text,
+                                      Lower lower) {
     auto start = std::chrono::steady_clock::now();
     uint64_t id = next_id_.fetch_add(1);
     std::string name = fmt::format("{}_{}", prefix, id);
     auto ctx = std::make_unique<llvm::LLVMContext>();
-    std::unique_ptr<llvm::Module> m = lower(*ctx, name);
+    std::unique_ptr<llvm::Module> m;
+    std::string key; // the store's key when the object is to be stored
+    if (store_) {
+      // Lowered under the canonical name (the IR optimized_ir() sees), keyed, then named after
+      // the key: the symbol its stored object defines, the same in every process.
+      m = lower(*ctx, prefix);
+      key = store_key(prefix, spec_text, *m);
+      const std::string symbol = fmt::format("{}_k{:016x}", prefix, ir_text_hash(key));
+      if (claim(id, symbol)) {
+        if (std::optional<Compiled> k = load_stored<Compiled, Fn>(id, key, symbol, start))
+          return std::move(*k);
+        name = symbol;
+        capture_->expect(name);
+      } else {
+        key.clear(); // a live kernel of this Jit has the symbol (its entry evicted, in use)
+      }
+      rename(*m, prefix, name);
+    } else {
+      m = lower(*ctx, name);
+    }
     expect_ir_hash(name, prefix);
     auto addr = link(id, name, std::move(ctx), std::move(m));
     uint64_t hash = take_ir_hash(name);
-    if (!addr)
+    std::string object = key.empty() ? std::string() : capture_->take(name);
+    if (!addr) {
+      release(id);
       return addr.takeError();
+    }
+    if (!object.empty())
+      store_->store(key, StoredObject{name, hash, std::move(object)});
     Compiled k;
     k.fn = addr->toPtr<Fn>();
     k.handle.id = id;
@@ -130,10 +181,20 @@ public:
     return k;
   }
 
+  // The store's key of a kernel lowered under its canonical name `prefix`.
+  std::string store_key(const char* prefix, const std::string& spec_text,
+                        const llvm::Module& lowered) const {
+    return fmt::format("pejit {}; LLVM {}; {}; triple {}; cpu {}; features {}; {} {}; lowered "
+                       "fnv={:016x}",
+                       PEJIT_VERSION_STRING, LLVM_VERSION_STRING, kPipeline, target_.triple,
+                       target_.cpu, target_.features, prefix, spec_text,
+                       ir_text_hash(print(lowered)));
+  }
+
   llvm::Expected<CompiledKernel> compile(const KernelSpec& spec) {
     spec.validate();
     auto k = compile_as<CompiledKernel, ElementwiseFn>(
-        "pejit_ew", [&](llvm::LLVMContext& ctx, const std::string& name) {
+        "pejit_ew", spec.canonical_text(), [&](llvm::LLVMContext& ctx, const std::string& name) {
           return lower_elementwise(spec, ctx, name, target_);
         });
     if (k && spec.panel_rows > 0) { // the symbol is a PanelFn: never callable as the other
@@ -147,7 +208,7 @@ public:
 
   llvm::Expected<CompiledGemm> compile_gemm(const GemmSpec& spec) {
     spec.validate();
-    auto k = compile_as<CompiledGemm, GemmFn>("pejit_gemm",
+    auto k = compile_as<CompiledGemm, GemmFn>("pejit_gemm", spec.canonical_text(),
                                               [&](llvm::LLVMContext& ctx, const std::string& name) {
                                                 return lower_gemm(spec, ctx, name, target_);
                                               });
@@ -165,7 +226,8 @@ public:
   llvm::Expected<CompiledReduce> compile_reduce(const ReduceSpec& spec) {
     spec.validate();
     return compile_as<CompiledReduce, ReduceFn>(
-        "pejit_reduce", [&](llvm::LLVMContext& ctx, const std::string& name) {
+        "pejit_reduce", spec.canonical_text(),
+        [&](llvm::LLVMContext& ctx, const std::string& name) {
           return lower_reduce(spec, ctx, name, target_);
         });
   }
@@ -174,6 +236,7 @@ public:
     orc::ResourceTrackerSP rt;
     {
       std::lock_guard lock(mu_);
+      release_locked(handle.id);
       auto it = trackers_.find(handle.id);
       if (it == trackers_.end())
         return llvm::Error::success();
@@ -208,7 +271,75 @@ public:
 
   const CodegenTarget& target() const { return target_; }
 
+  std::string store_key(const KernelSpec& spec) {
+    spec.validate();
+    llvm::LLVMContext ctx;
+    return store_key("pejit_ew", spec.canonical_text(),
+                     *lower_elementwise(spec, ctx, "pejit_ew", target_));
+  }
+
 private:
+  // Takes `symbol` for kernel `id`: false when a live kernel of this Jit has it.
+  bool claim(uint64_t id, const std::string& symbol) {
+    std::lock_guard lock(mu_);
+    if (!claimed_.insert(symbol).second)
+      return false;
+    symbols_[id] = symbol;
+    return true;
+  }
+  void release(uint64_t id) {
+    std::lock_guard lock(mu_);
+    release_locked(id);
+  }
+  void release_locked(uint64_t id) { // mu_ held
+    if (auto it = symbols_.find(id); it != symbols_.end()) {
+      claimed_.erase(it->second);
+      symbols_.erase(it);
+    }
+  }
+
+  static void rename(llvm::Module& m, const std::string& from, const std::string& to) {
+    if (llvm::Function* fn = m.getFunction(from))
+      fn->setName(to);
+    m.setModuleIdentifier(to);
+    m.setSourceFileName(to);
+  }
+
+  // Links the stored object of `key` as kernel `id`; nothing when there is no good entry or
+  // it does not link (the caller compiles it and the entry is rewritten).
+  template <class Compiled, class Fn>
+  std::optional<Compiled> load_stored(uint64_t id, const std::string& key,
+                                      const std::string& symbol,
+                                      std::chrono::steady_clock::time_point start) {
+    std::optional<StoredObject> obj = store_->load(key);
+    if (!obj || obj->symbol != symbol)
+      return std::nullopt;
+    orc::ResourceTrackerSP rt = lljit_->getMainJITDylib().createResourceTracker();
+    if (llvm::Error err =
+            lljit_->addObjectFile(rt, llvm::MemoryBuffer::getMemBufferCopy(obj->object, symbol))) {
+      llvm::consumeError(std::move(err));
+      llvm::consumeError(rt->remove());
+      return std::nullopt;
+    }
+    auto sym = lljit_->lookup(symbol);
+    if (!sym) {
+      llvm::consumeError(sym.takeError());
+      llvm::consumeError(rt->remove());
+      return std::nullopt;
+    }
+    {
+      std::lock_guard lock(mu_);
+      trackers_.emplace(id, rt);
+    }
+    Compiled k;
+    k.fn = sym->toPtr<Fn>();
+    k.handle.id = id;
+    k.compile_ms = ms_since(start);
+    k.ir_hash = obj->ir_hash;
+    k.loaded = true;
+    return k;
+  }
+
   static double ms_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
@@ -369,6 +500,8 @@ private:
 
   orc::JITTargetMachineBuilder jtmb_{llvm::Triple()};
   CodegenTarget target_;
+  std::shared_ptr<ObjectStore> store_;     ///< null: none
+  std::unique_ptr<ObjectCapture> capture_; ///< with a store; outlives lljit_, which calls it
   std::unique_ptr<orc::LLJIT> lljit_;
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex mu_;
@@ -378,6 +511,10 @@ private:
   // Kernels being linked: their canonical names, then their IR hashes; guarded by mu_.
   std::unordered_map<std::string, std::string> hash_names_;
   std::unordered_map<std::string, uint64_t> ir_hashes_;
+  // The store symbols of live kernels (by kernel id), which another kernel must not define;
+  // guarded by mu_.
+  std::unordered_map<uint64_t, std::string> symbols_;
+  std::unordered_set<std::string> claimed_;
 };
 
 uint64_t ir_text_hash(std::string_view text) {
@@ -439,6 +576,9 @@ int Jit::chain_width() const {
 }
 size_t Jit::live_kernels() const {
   return impl_->live_kernels();
+}
+std::string Jit::store_key(const KernelSpec& spec) const {
+  return impl_->store_key(spec);
 }
 
 } // namespace pejit::jit

@@ -6,6 +6,7 @@
 
 #include "jit/gemm_codegen.h"
 #include "jit/kernel_spec.h"
+#include "jit/object_store.h"
 #include "jit/reduce_spec.h"
 
 #include <cstdint>
@@ -38,6 +39,9 @@ struct CompiledKernel {
   /// name: equal to the hash of optimized_ir(spec) (byte-identical IR from
   /// every entry point: docs/architecture.md).
   uint64_t ir_hash = 0;
+  /// Its object code came from the object store (JitOptions::store): linked, not compiled;
+  /// compile_ms is then the time to lower, read and link it.
+  bool loaded = false;
 };
 
 /// FNV-1a (64-bit) of an LLVM IR text: the hash CompiledKernel::ir_hash records and
@@ -60,6 +64,7 @@ struct CompiledGemm {
   double compile_ms = 0;
   std::string schedule; ///< the register block it got, e.g. "6x4 (default)"
   uint64_t ir_hash = 0; ///< as CompiledKernel::ir_hash, of optimized_ir(GemmSpec)
+  bool loaded = false;  ///< as CompiledKernel::loaded
 };
 
 /// The compiled form of a ReduceSpec (family 3): returns -1, or for cross-entropy the first row
@@ -73,6 +78,7 @@ struct CompiledReduce {
   KernelHandle handle;
   double compile_ms = 0;
   uint64_t ir_hash = 0; ///< as CompiledKernel::ir_hash, of optimized_ir(ReduceSpec)
+  bool loaded = false;  ///< as CompiledKernel::loaded
 };
 
 struct JitOptions {
@@ -80,6 +86,12 @@ struct JitOptions {
   /// compile runs on the thread that asks for it, one at a time (what the engine uses: its
   /// pipeline threads compile).
   unsigned compile_threads = 1;
+  /// Where compiled kernels' object code is kept across processes (object_store.h); null:
+  /// nowhere. With one, a kernel whose entry is there is linked from it (no O3, no code
+  /// generation), and every kernel compiled is written to it. Its key: the spec's canonical
+  /// text, the hash of the lowered IR, the target (triple, CPU, features), the LLVM version
+  /// and pejit's version.
+  std::shared_ptr<ObjectStore> store = nullptr;
 };
 
 /// Owns one LLJIT. Every member function is safe to call from several threads at once.
@@ -120,6 +132,9 @@ public:
   /// vectors (32 where it prefers 512-bit vectors, 16 with 256-bit ones).
   int chain_width() const;
   size_t live_kernels() const; ///< kernels compiled and not yet removed
+  /// The object store's key for `spec` on this Jit's target (JitOptions::store), for tests and
+  /// diagnostics.
+  std::string store_key(const KernelSpec& spec) const;
 
 private:
   class Impl;

@@ -65,6 +65,7 @@ void describe(CachedKernel& c) {
         c.handle = f.code.handle;
         c.compile_ms = f.code.compile_ms;
         c.ir_hash = f.code.ir_hash;
+        c.loaded = f.code.loaded;
       },
       c.family);
   struct Schedule {
@@ -135,8 +136,12 @@ KernelCache::get_or_compile(const std::string& k, const std::string& source, Com
   }
   {
     std::lock_guard lock(mu_);
-    ++stats_.compiles;
-    stats_.compile_ms += result->compile_ms;
+    if (result->loaded) {
+      ++stats_.loaded;
+    } else {
+      ++stats_.compiles;
+      stats_.compile_ms += result->compile_ms;
+    }
   }
   promise.set_value(result);
   return result;

@@ -4,7 +4,8 @@
 // the cache's tuned database for this CPU if there is one, else its default (jit/schedule.h); the
 // entry records which and where from. An entry is handed out as a shared_ptr; its code is
 // freed (Jit::remove) when it has been evicted and the last holder lets go, so a kernel never
-// disappears under a running caller.
+// disappears under a running caller. With the Jit's object store, a miss may link a stored
+// kernel instead of compiling it (counted apart: loaded).
 #pragma once
 
 #include "jit/jit.h"
@@ -51,6 +52,7 @@ struct CachedKernel {
   uint64_t ir_hash = 0; ///< the hash of the optimized IR that was linked
   KernelHandle handle;  ///< its code in the Jit
   double compile_ms = 0;
+  bool loaded = false; ///< linked from the Jit's object store, not compiled
 
   /// The code of a kernel of that family (std::bad_variant_access for another family).
   const CompiledKernel& elementwise() const { return std::get<ElementwiseKernel>(family).code; }
@@ -62,9 +64,10 @@ struct KernelCacheStats {
   uint64_t hits = 0;      ///< requests answered by an entry, ready or being compiled
   uint64_t misses = 0;    ///< requests that found no entry (each one compiles)
   uint64_t compiles = 0;  ///< successful compiles
+  uint64_t loaded = 0;    ///< misses answered by the Jit's object store (not compiled)
   uint64_t failures = 0;  ///< compiles that threw
   uint64_t evictions = 0; ///< entries dropped to respect max_entries
-  double compile_ms = 0;  ///< total over successful compiles
+  double compile_ms = 0;  ///< total over successful compiles (loaded kernels not included)
 };
 
 /// Thread-safe. The Jit must outlive the cache and every CachedKernel it handed out.

@@ -66,12 +66,21 @@ const char* mode_name(Mode m) {
 
 namespace {
 
-std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::string& why) {
+// The kernel cache directory's store; null without one or without a JIT. A directory that
+// cannot be used is an error (pejit::Error naming it), not a run without it.
+std::shared_ptr<jit::ObjectStore> make_store(const EngineOptions& o) {
+  if (!o.jit || !o.graphs || o.kernel_cache_dir.empty())
+    return nullptr;
+  return std::make_shared<jit::ObjectStore>(o.kernel_cache_dir, o.kernel_cache_max_bytes);
+}
+
+std::unique_ptr<jit::Jit> make_jit(const EngineOptions& o, std::shared_ptr<jit::ObjectStore> store,
+                                   std::string& why) {
   if (!o.jit || !o.graphs)
     return nullptr;
   try {
     // No ORC pool: the pipeline's threads compile, one at a time.
-    return std::make_unique<jit::Jit>(jit::JitOptions{0});
+    return std::make_unique<jit::Jit>(jit::JitOptions{0, std::move(store)});
   } catch (const std::exception& e) {
     why = e.what(); // no host target: plans run on reference kernels
     return nullptr;
@@ -95,6 +104,7 @@ struct Engine::Impl {
   std::shared_ptr<const FaultHooks> faults; // null in production
   interp::Interpreter generic;
   std::string jit_disabled;
+  std::shared_ptr<jit::ObjectStore> store; // --kernel-cache; null: none
   std::unique_ptr<jit::Jit> jit;
   std::unique_ptr<jit::KernelCache> kernels;
   std::unique_ptr<RunnerCache> runners; // template graphs, shared with the pipeline
@@ -110,8 +120,8 @@ struct Engine::Impl {
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o,
        std::shared_ptr<const FaultHooks> f)
       : m(std::move(mod)), dims(std::move(d)), opt(std::move(o)), faults(std::move(f)),
-        generic(m, dims, interp::InterpreterOptions{opt.max_depth}),
-        jit(make_jit(opt, jit_disabled)),
+        generic(m, dims, interp::InterpreterOptions{opt.max_depth}), store(make_store(opt)),
+        jit(make_jit(opt, store, jit_disabled)),
         kernels(
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
@@ -289,8 +299,10 @@ struct Engine::Impl {
 
   // Records when the kernel cache's compile count last grew (EngineStats::last_compile_s).
   void note_compiles() {
-    if (kernels)
-      stats.compiles(kernels->stats().compiles);
+    if (kernels) {
+      auto ks = kernels->stats();
+      stats.compiles(ks.compiles + ks.loaded); // a kernel linked from the store is ready too
+    }
   }
 };
 
@@ -387,6 +399,7 @@ EngineStats Engine::stats() const {
   if (impl_->kernels) {
     auto ks = impl_->kernels->stats();
     st.kernels_compiled = static_cast<int64_t>(ks.compiles);
+    st.kernels_cached = static_cast<int64_t>(ks.loaded);
     st.kernel_evictions = static_cast<int64_t>(ks.evictions);
     st.compile_ms = ks.compile_ms;
   }

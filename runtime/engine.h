@@ -56,6 +56,10 @@ struct EngineOptions {
   /// false: reference kernels only.
   bool jit = true;
   size_t kernel_cache_entries = 256;
+  /// Where compiled kernels are kept across processes (jit/object_store.h); empty: nowhere.
+  /// Kernels found there are linked, not compiled; the directory stays under max bytes.
+  std::string kernel_cache_dir;
+  uint64_t kernel_cache_max_bytes = 256u << 20;
   /// A tuned schedule database (`--tuned FILE`, CompileOptions::schedules): kernels with an
   /// entry for this CPU compile with its schedule. Null: every kernel gets its default
   /// schedule; no database is ever looked for elsewhere (docs/architecture.md).
@@ -82,14 +86,15 @@ struct EngineStats {
   /// The templates of those groups and why each is not lowered ("template: why"), each once.
   std::vector<std::string> interpreted_templates;
   int64_t kernels_compiled = 0;
+  int64_t kernels_cached = 0;   ///< kernels linked from kernel_cache_dir instead
   int64_t kernel_evictions = 0; ///< kernels dropped by the kernel cache's bound
   double compile_ms = 0;
   /// Seconds from the engine's construction to the end of its first batch that ran planned,
   /// and of its first batch on JIT kernels (-1: none yet).
   double first_planned_s = -1, first_jit_s = -1;
   /// Seconds from the engine's construction to the end of the batch or background task whose
-  /// compiles brought kernels_compiled to its value (-1: nothing compiled): an upper bound on
-  /// when the last kernel finished compiling.
+  /// compiles brought kernels_compiled (+ kernels_cached) to its value (-1: nothing compiled):
+  /// an upper bound on when the last kernel finished compiling (or loading).
   double last_compile_s = -1;
   std::string jit_disabled; ///< why the engine has no JIT (empty: it has one, or jit off)
   /// Non-empty when the tuned database has no entry for this CPU (ScheduleDB::cpu_warning).

@@ -285,6 +285,8 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   eo.trace_file = opt.trace_file;
   eo.merge_equal = opt.merge_equal;
   eo.jit = opt.compile.jit;
+  eo.kernel_cache_dir = opt.compile.kernel_cache_dir;
+  eo.kernel_cache_max_bytes = opt.compile.kernel_cache_max_bytes;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
   if (opt.threads < 0)
@@ -655,6 +657,7 @@ SessionStats Session::stats() const {
   }
   out.kernels_compiled = s.kernels_compiled;
   out.compile_ms = s.compile_ms;
+  out.kernels_cached = s.kernels_cached;
   out.first_planned_s = s.first_planned_s;
   out.first_jit_s = s.first_jit_s;
   out.last_compile_s = s.last_compile_s;

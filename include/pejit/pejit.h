@@ -93,6 +93,14 @@ struct CompileOptions {
   /// Planned batches run kernels compiled with LLVM; false: reference kernels only (no LLVM
   /// is set up). Results are the same either way.
   bool jit = true;
+  /// A directory where compiled kernels are kept across runs (`--kernel-cache DIR`, created
+  /// when missing): a kernel found there is linked instead of compiled, bit for bit the same
+  /// code. Entries are keyed by the kernel, the CPU, the LLVM version and pejit's version; a
+  /// corrupt or foreign one is compiled again and rewritten; runs may share the directory.
+  /// Empty (the default): nothing is read or written (docs/cli.md, "Kernel cache").
+  std::string kernel_cache_dir;
+  /// The directory's bound: the least recently used entries go beyond it.
+  uint64_t kernel_cache_max_bytes = 256u << 20;
 };
 
 /// A compiled kernel and where its schedule came from.
@@ -188,6 +196,8 @@ struct SessionStats {
   /// Kernels compiled so far and the milliseconds it took.
   int64_t kernels_compiled = 0;
   double compile_ms = 0;
+  /// Kernels linked from CompileOptions::kernel_cache_dir instead of compiled.
+  int64_t kernels_cached = 0;
   /// Seconds from the session's start to the end of its first planned batch and of its first
   /// batch on JIT kernels, and an upper bound on the end of the last kernel compile (-1: not
   /// yet).

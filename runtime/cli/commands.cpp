@@ -7,6 +7,7 @@
 #include "src/types/check.h"
 #include "src/util/check.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -101,6 +102,18 @@ void add_session_options(CLI::App& app, SessionOptions& s) {
   app.add_flag("!--no-merge", s.merge_equal,
                "run every instance of a batch, also those that compute what another does (the "
                "same template on equal arguments)");
+  app.add_option("--kernel-cache", s.compile.kernel_cache_dir,
+                 "keep compiled kernels in this directory (created when missing) and link those "
+                 "found there instead of compiling them; runs may share it (docs/cli.md)");
+  app.add_option_function<double>(
+         "--kernel-cache-max-mb",
+         [&s](double mb) {
+           s.compile.kernel_cache_max_bytes =
+               static_cast<uint64_t>(std::max(1.0, mb * 1024.0 * 1024.0));
+         },
+         "bound on --kernel-cache's directory in MiB (the least recently used kernels go; "
+         "default 256)")
+      ->check(CLI::PositiveNumber);
 }
 } // namespace
 

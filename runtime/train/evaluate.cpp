@@ -31,6 +31,8 @@ std::string EvalStats::json() const {
   j["specialized_seconds"] = specialized_seconds;
   j["generic_seconds"] = generic_seconds;
   j["jit_seconds"] = jit_seconds;
+  j["kernels_compiled"] = kernels_compiled;
+  j["kernels_cached"] = kernels_cached;
   j["device"] = device;
   j["threads"] = threads;
   return j.dump();
@@ -69,6 +71,8 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   st.specialized_seconds = ss.specialized_seconds;
   st.generic_seconds = ss.generic_seconds;
   st.jit_seconds = ss.jit_seconds;
+  st.kernels_compiled = ss.kernels_compiled;
+  st.kernels_cached = ss.kernels_cached;
   st.threads = ss.threads;
   st.trees = static_cast<int64_t>(ds.size());
   st.nodes = s.nodes;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -87,7 +88,7 @@ std::string Metric::show(double v) const {
   return buf;
 }
 
-TrainingState RunState::at(int64_t epoch, int64_t batch) const {
+TrainingState RunState::at(int64_t epoch, int64_t batch, const Session& session) const {
   TrainingState ts;
   ts.epoch = epoch;
   ts.batch = batch;
@@ -102,7 +103,9 @@ TrainingState RunState::at(int64_t epoch, int64_t batch) const {
                {"best", exact(best)},
                {"best_epoch", std::to_string(best_epoch)},
                {"bad_epochs", std::to_string(bad_epochs)},
-               {"optim", optim}};
+               {"optim", optim},
+               {"random_seed", std::to_string(session.random_seed())},
+               {"random_step", std::to_string(session.random_step())}};
   return ts;
 }
 
@@ -116,11 +119,16 @@ RunState RunState::from(const checkpoint::TrainState& ts, const std::string& pat
   };
   auto what = [&](const char* key) { return "--resume " + path + ": training." + key; };
   RunState r;
-  const std::string& seed = get("seed");
-  char* end = nullptr;
-  r.seed = std::strtoull(seed.c_str(), &end, 10);
-  if (seed.empty() || seed[0] == '-' || end != seed.c_str() + seed.size())
-    throw Error(what("seed") + ": '" + seed + "' is not a seed");
+  auto seed_of = [&](const char* key) {
+    const std::string& seed = get(key);
+    char* end = nullptr;
+    errno = 0;
+    uint64_t v = std::strtoull(seed.c_str(), &end, 10);
+    if (seed.empty() || seed[0] == '-' || end != seed.c_str() + seed.size() || errno == ERANGE)
+      throw Error(what(key) + ": '" + seed + "' is not a seed");
+    return v;
+  };
+  r.seed = seed_of("seed");
   r.examples = parse_int(get("examples"), what("examples"));
   r.batch_size = parse_int(get("batch_size"), what("batch_size"));
   r.shuffle = get("shuffle") == "1";
@@ -135,6 +143,17 @@ RunState RunState::from(const checkpoint::TrainState& ts, const std::string& pat
     r.optim = it->second;
   if (r.batch_size < 1)
     throw Error(what("batch_size") + " must be >= 1");
+  if (ts.values.count("random_step")) {
+    r.random_seed = seed_of("random_seed");
+    int64_t step = parse_int(get("random_step"), what("random_step"));
+    if (step > static_cast<int64_t>(UINT32_MAX))
+      throw Error(what("random_step") + ": " + std::to_string(step) + " is out of range");
+    r.random_step = static_cast<uint32_t>(step);
+  } else { // written before the random state was kept: a run from its start, one step a batch
+    const int64_t batches = (r.examples + r.batch_size - 1) / r.batch_size;
+    r.random_seed = r.seed;
+    r.random_step = static_cast<uint32_t>(ts.epoch * batches + ts.batch);
+  }
   return r;
 }
 

@@ -45,7 +45,8 @@ struct Metric {
 };
 
 /// What a run must carry across a stop to continue bit for bit, beside the parameters and the
-/// optimizer state: the data order (seed, length, batch size, shuffling), the epoch's partial
+/// optimizer state: the data order (seed, length, batch size, shuffling), the random state
+/// random ops draw with (the session's seed and step: dropout's masks), the epoch's partial
 /// sums, and --save-best's record. Written as a checkpoint's training state.
 struct RunState {
   uint64_t seed = 0;
@@ -57,11 +58,18 @@ struct RunState {
   int64_t best_epoch = -1, bad_epochs = 0;
   /// The optimizer options beyond SessionOptions (optim_setup.h's canonical text; "" when none).
   std::string optim;
+  /// Session::random_seed() and random_step() when the state was taken (read by from()).
+  uint64_t random_seed = 0;
+  uint32_t random_step = 0;
 
-  /// The state at `batch` of `epoch` (the next to run).
-  TrainingState at(int64_t epoch, int64_t batch) const;
-  /// Reads what at() wrote; throws pejit::Error naming `path` for a missing or bad value.
+  /// The state at `batch` of `epoch` (the next to run), with `session`'s random state.
+  TrainingState at(int64_t epoch, int64_t batch, const Session& session) const;
+  /// Reads what at() wrote; throws pejit::Error naming `path` for a missing or bad value. A
+  /// state written before the random state was kept gets the seed and the step a run from
+  /// its start has there (one step per batch done).
   static RunState from(const checkpoint::TrainState& ts, const std::string& path);
+  /// Gives `session` the random state read by from(): the next step draws what it drew.
+  void restore_random(Session& session) const { session.set_random(random_seed, random_step); }
   /// Starts an epoch's partial sums afresh.
   void new_epoch() { loss_sum = 0, nodes = 0, trees = 0, batches = 0; }
 };

@@ -52,6 +52,7 @@ void count_epoch(EpochStats& st, const SessionStats& before, const SessionStats&
   st.interpreted_seconds = after.interpreted_seconds - before.interpreted_seconds;
   st.interpreted_templates = after.interpreted_templates;
   st.kernels_compiled = after.kernels_compiled - before.kernels_compiled;
+  st.kernels_cached = after.kernels_cached - before.kernels_cached;
   st.compile_ms = after.compile_ms - before.compile_ms;
   auto since_start = [](double s) { return s < 0 ? std::nan("") : s; };
   st.first_planned_s = since_start(after.first_planned_s);
@@ -149,6 +150,7 @@ std::string EpochStats::json() const {
   j["interpreted_seconds"] = interpreted_seconds;
   j["interpreted_templates"] = interpreted_templates;
   j["kernels_compiled"] = kernels_compiled;
+  j["kernels_cached"] = kernels_cached;
   j["compile_ms"] = compile_ms;
   j["first_planned_s"] = num(first_planned_s);
   j["first_jit_s"] = num(first_jit_s);
@@ -383,6 +385,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
       throw Error("--resume " + opt.resume + ": " + e.what() +
                   " (resume with the model and --optimizer of the run that wrote it)");
     }
+    run.restore_random(session); // dropout draws the masks the run would have drawn
     info << "resuming " << opt.resume << " at epoch " << start_epoch + 1 << ", batch "
          << start_batch << "/" << nb << " (seed " << run.seed << ", batch size " << bs
          << (run.shuffle ? "" : ", fixed batches") << ")\n"
@@ -398,7 +401,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
   const std::vector<std::string> words = vocab.words();
   const std::map<std::string, std::string> meta = {{"model", opt.model}};
   auto save_to = [&](const std::string& path, int64_t epoch, int64_t batch) {
-    session.save_training(path, run.at(epoch, batch), words, meta);
+    session.save_training(path, run.at(epoch, batch, session), words, meta);
   };
   // The signal this process got, or in a data-parallel run any rank got (all stop together).
   auto agreed_signal = [&session]() {
@@ -513,6 +516,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
         // Session::step made no update for it.
         if (progress)
           err << "\n";
+        // The step drew its masks (one random step) but made no update: saved as before it.
+        session.set_random(session.random_seed(), session.random_step() - 1);
         std::string saved = save_failure(ep, b);
         std::string msg = "the loss became " + std::to_string(loss) + " at epoch " +
                           std::to_string(ep + 1) + ", batch " + std::to_string(b) +

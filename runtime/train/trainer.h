@@ -96,6 +96,7 @@ struct EpochStats {
   /// Since the engine started: their templates, where each is and why it is not lowered.
   std::vector<std::string> interpreted_templates;
   int64_t kernels_compiled = 0;
+  int64_t kernels_cached = 0; ///< linked from --kernel-cache DIR instead of compiled
   double compile_ms = 0;
   /// Since the engine started (once per run, not per epoch; NaN: not yet): the end of the
   /// first planned batch, of the first batch on JIT kernels, and an upper bound on the end of
@@ -151,7 +152,8 @@ struct EvalStats {
   double seconds = 0, trees_per_s = 0;
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
-  std::string device = "cpu"; ///< where the plans ran ("cpu", "cuda:N")
+  int64_t kernels_compiled = 0, kernels_cached = 0; ///< as SessionStats
+  std::string device = "cpu";                       ///< where the plans ran ("cpu", "cuda:N")
   int threads = 1; ///< the session's (SessionOptions::threads resolved)
   std::string json() const;
 };

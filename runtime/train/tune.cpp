@@ -58,7 +58,7 @@ size_t tune(const TuneOptions& opt, std::ostream& out) {
   if (specs.empty() && gemms.empty())
     throw Error("tune: '" + opt.model + "' compiles no JIT kernel on '" + opt.data + "'");
 
-  jit::Jit jit(jit::JitOptions{0});
+  jit::Jit jit(jit::JitOptions{.compile_threads = 0});
   jit::TuneTiming to;
   to.rows = opt.rows;
   to.min_ms = opt.min_ms;

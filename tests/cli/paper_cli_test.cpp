@@ -307,3 +307,113 @@ TEST_CASE("cli --lr-schedule and per-parameter options: they change training, re
   Run f = run_pejit(base + "--param-decay nope=1");
   CHECK(f.err.find("--param-decay nope=1: the model has no parameter nope") != std::string::npos);
 }
+
+TEST_CASE("cli --resume restores the random state: a dropout model's 1 + 1 equal 2 straight") {
+  const std::string model = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm_dropout.pe";
+  std::string data = write_file("paper_drop.txt", kSst);
+  std::string base = "train " + model + " --data " + data + " --batch 2 --json --seed 5 ";
+  std::string two = tmp("paper_d2.ckpt"), one = tmp("paper_d1.ckpt"), more = tmp("paper_d11.ckpt");
+  Run a = run_pejit(base + "--epochs 2 --save " + two);
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  Run b = run_pejit(base + "--epochs 1 --save " + one);
+  REQUIRE_MESSAGE(b.code == 0, b.err);
+  // 5 trees in batches of 2: the first epoch drew 3 random steps.
+  auto p1 = pejit::checkpoint::load(one);
+  REQUIRE(p1.training);
+  CHECK(p1.training->values.at("random_seed") == "5");
+  CHECK(p1.training->values.at("random_step") == "3");
+  auto bits = [](const pejit::checkpoint::Checkpoint& ck) {
+    std::string out;
+    for (const auto& t : ck.params.values)
+      out.append(static_cast<const char*>(t.raw()), t.nbytes());
+    for (const auto& [name, t] : ck.optimizer_state)
+      out.append(static_cast<const char*>(t.raw()), t.nbytes());
+    return out;
+  };
+  auto resume = [&](const std::string& from, const std::string& to) {
+    Run c = run_pejit(base + "--epochs 2 --resume " + from + " --save " + to);
+    REQUIRE_MESSAGE(c.code == 0, c.err);
+    auto ja = json_lines(a.out), jc = json_lines(c.out);
+    REQUIRE(ja.size() == 2);
+    REQUIRE(jc.size() == 1);
+    return ja[1]["loss"] == jc[0]["loss"] &&
+           bits(pejit::checkpoint::load(two)) == bits(pejit::checkpoint::load(to));
+  };
+  CHECK(resume(one, more)); // the epoch-2 loss and every parameter and state, bit for bit
+  // A checkpoint from before the random state was kept: a run from its start is assumed.
+  auto old = p1;
+  old.training->values.erase("random_seed");
+  old.training->values.erase("random_step");
+  std::string old_path = tmp("paper_d1_old.ckpt");
+  pejit::checkpoint::save(old_path, old);
+  CHECK(resume(old_path, tmp("paper_d11_old.ckpt")));
+  // The masks matter: resumed at another random step, the run is another one.
+  auto off = p1;
+  off.training->values["random_step"] = "0";
+  std::string off_path = tmp("paper_d1_off.ckpt");
+  pejit::checkpoint::save(off_path, off);
+  CHECK_FALSE(resume(off_path, tmp("paper_d11_off.ckpt")));
+  off.training->values["random_step"] = "x";
+  pejit::checkpoint::save(off_path, off);
+  Run bad = run_pejit(base + "--epochs 2 --resume " + off_path);
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("training.random_step: 'x' is not a count") != std::string::npos);
+}
+
+TEST_CASE("cli --kernel-cache: a second train and an eval link the kernels the first compiled") {
+  std::string data = write_file("paper_kc.txt", kSst);
+  std::string dir = tmp("paper_kcache");
+  std::string base = "train " + kModel + " --data " + data + " --json --mode specialized ";
+  Run a = run_pejit(base + "--kernel-cache " + dir + " --save " + tmp("paper_kc.ckpt"));
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  Run b = run_pejit(base + "--kernel-cache " + dir + " --kernel-cache-max-mb 64");
+  REQUIRE_MESSAGE(b.code == 0, b.err);
+  auto ja = json_lines(a.out), jb = json_lines(b.out);
+  REQUIRE(ja.size() == 1);
+  REQUIRE(jb.size() == 1);
+  CHECK(ja[0]["kernels_compiled"].get<int>() > 0);
+  CHECK(ja[0]["kernels_cached"] == 0);
+  CHECK(jb[0]["kernels_compiled"] == 0);
+  CHECK(jb[0]["kernels_cached"] == ja[0]["kernels_compiled"]);
+  CHECK(jb[0]["loss"] == ja[0]["loss"]);
+  // eval runs the forward kernels, which training compiled.
+  Run e = run_pejit("eval " + kModel + " --params " + tmp("paper_kc.ckpt") + " --data " + data +
+                    " --json --mode specialized --kernel-cache " + dir);
+  REQUIRE_MESSAGE(e.code == 0, e.err);
+  auto je = json_lines(e.out);
+  REQUIRE(je.size() == 1);
+  CHECK(je[0]["kernels_compiled"] == 0);
+  CHECK(je[0]["kernels_cached"].get<int>() > 0);
+  // Without the flag nothing is cached.
+  Run c = run_pejit(base);
+  REQUIRE(c.code == 0);
+  CHECK(json_lines(c.out)[0]["kernels_cached"] == 0);
+  Run bad = run_pejit(base + "--kernel-cache " + data);
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("kernel cache directory '" + data + "'") != std::string::npos);
+  // Two runs at once on a fresh directory: both write every entry; the entries are whole (a
+  // third run links every kernel) and the losses equal.
+  std::string shared = tmp("paper_kcache_shared");
+  std::string one = std::string(PEJIT_BINARY_DIR "/pejit ") + base + "--kernel-cache " + shared;
+  std::string both = "(" + one + " > " + tmp("kc1.out") + " 2>/dev/null & " + one + " > " +
+                     tmp("kc2.out") + " 2>/dev/null & wait)";
+  REQUIRE(std::system(both.c_str()) == 0);
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return json_lines(ss.str());
+  };
+  auto j1 = read(tmp("kc1.out")), j2 = read(tmp("kc2.out"));
+  REQUIRE(j1.size() == 1);
+  REQUIRE(j2.size() == 1);
+  CHECK(j1[0]["loss"] == ja[0]["loss"]);
+  CHECK(j2[0]["loss"] == ja[0]["loss"]);
+  Run third = run_pejit(base + "--kernel-cache " + shared);
+  REQUIRE(third.code == 0);
+  CHECK(json_lines(third.out)[0]["kernels_compiled"] == 0);
+  CHECK(json_lines(third.out)[0]["kernels_cached"] == ja[0]["kernels_compiled"]);
+  Run zero = run_pejit(base + "--kernel-cache " + dir + " --kernel-cache-max-mb 0");
+  CHECK(zero.code != 0);
+  CHECK(zero.err.find("--kernel-cache-max-mb") != std::string::npos);
+}

@@ -387,6 +387,7 @@ entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) 
     REQUIRE(saved.training);
     CHECK(saved.training->epoch == 0);
     CHECK(saved.training->batch == 6);
+    CHECK(saved.training->values.at("random_step") == "6"); // batch 6 draws again on resume
     // Exactly the state after the 6 good batches: a run of those alone ends there too.
     REQUIRE(with({"--epochs", "1", "--limit", "60", "--save", six}).code == 0);
     CHECK(param_bytes(out) == param_bytes(six));
