@@ -14,6 +14,7 @@
 #include "src/types/check.h"
 #include "tests/support/batches.h"
 #include "tests/support/compare.h"
+#include "tests/support/plan_check.h"
 
 #include <doctest/doctest.h>
 
@@ -25,57 +26,14 @@ namespace {
 
 const std::string kChildSum = PEJIT_SOURCE_DIR "/examples/childsum/childsum.pe";
 
-struct Model {
-  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
-  interp::DimBindings dims;
-  interp::Params params;
-  explicit Model(int64_t vocab) {
-    Diagnostics d;
-    REQUIRE_MESSAGE(types::add_file(*m, kChildSum, d).ok, d.render());
-    dims = interp::bind_dims(*m, {{"V", vocab}});
-    params = interp::init_params(*m, dims, 9);
-  }
-};
+using test::Exec;
 
-enum class Exec { Interpreter, Graphs, GraphsJit };
-const char* exec_name(Exec e) {
-  return e == Exec::Interpreter ? "interpreter" : e == Exec::Graphs ? "graphs" : "graphs+jit";
-}
-jit::KernelCache& shared_kernels() {
-  static jit::Jit jit;
-  static jit::KernelCache cache(jit, 512);
-  return cache;
-}
-
-// Generic path vs plan: loss and every gradient, on every executor configuration.
-void check_same(Model& md, const interp::Value& batch) {
-  specializer::TemplateTable tt;
-  auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-  REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
-  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
-  interp::Interpreter in(md.m, md.dims);
-  auto ref = in.value_and_grad("loss", {batch}, md.params);
-  for (Exec mode : {Exec::Interpreter, Exec::Graphs, Exec::GraphsJit}) {
-    CAPTURE(exec_name(mode));
-    runtime::ExecOptions o;
-    o.graphs = mode != Exec::Interpreter;
-    o.kernels = mode == Exec::GraphsJit ? &shared_kernels() : nullptr;
-    runtime::PlanExecutor ex(md.m, md.dims, o);
-    auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
-    CHECK(test::loss_close(got.loss, ref.loss));
-    auto fwd = ex.run(plan, pe.residual, tt, md.params);
-    REQUIRE(fwd.size() == 1);
-    CHECK(test::loss_close(fwd[0].item_f32(), ref.loss));
-    for (size_t p = 0; p < md.params.values.size(); ++p) {
-      CAPTURE(md.params.names[p]);
-      const Shape& s = md.params.values[p].shape();
-      // Every parameter is used on n-ary data: U_f by the forget gates, U_iou by the nodes.
-      CHECK_FALSE(ref.grads[p].empty());
-      CHECK(got.grads[p].empty() == ref.grads[p].empty());
-      test::check_close(got.grads[p].to_dense(s), ref.grads[p].to_dense(s), md.params.names[p]);
-    }
-    const auto& st = ex.stats();
-    CHECK(st.groups_row_by_row == 0);
+// Generic path vs plan on every executor configuration (on n-ary data every parameter is
+// used: U_f by the forget gates, U_iou by the nodes), and where the groups ran.
+void check_same(test::FileModel& md, const interp::Value& batch) {
+  for (const auto& [mode, st] : test::check_plan_matches_generic(md, batch)) {
+    std::string exec = test::exec_name(mode);
+    CAPTURE(exec);
     for (const auto& why : st.row_by_row_reasons)
       MESSAGE("row by row: " << why);
     for (const auto& why : st.graph_fallbacks)
@@ -117,21 +75,21 @@ TEST_SUITE("examples") {
         CAPTURE(data::shape_name(shape));
         data::Vocab vocab;
         auto trees = data::gen_sst(16, 13, shape, vocab, arity);
-        Model md(static_cast<int64_t>(vocab.size()));
+        test::FileModel md(kChildSum, static_cast<int64_t>(vocab.size()));
         check_same(md, test::tree_batch(*md.m, trees));
       }
     }
     // Single-word sentences only (no forget gate, no U), and unary chains.
     data::Vocab vocab;
     auto ts = data::parse_trees("(1 a)\n(3 b)\n(2 (4 (1 c)) (0 d) (3 e))\n", "t.txt", vocab);
-    Model md(static_cast<int64_t>(vocab.size()));
+    test::FileModel md(kChildSum, static_cast<int64_t>(vocab.size()));
     check_same(md, test::tree_batch(*md.m, ts));
   }
 
   TEST_CASE("child-sum TreeLSTM: the generic loss is Tai et al.'s section 3.1 by hand") {
     data::Vocab vocab;
     auto ts = data::parse_trees("(3 (1 a) (4 b) (0 c))\n", "t.txt", vocab);
-    Model md(static_cast<int64_t>(vocab.size()));
+    test::FileModel md(kChildSum, static_cast<int64_t>(vocab.size()));
     interp::Interpreter in(md.m, md.dims);
     auto ref = in.value_and_grad("loss", {test::tree_batch(*md.m, ts)}, md.params);
     auto P = [&](const char* n) -> const Tensor& {

@@ -14,6 +14,7 @@
 #include "src/types/check.h"
 #include "tests/support/batches.h"
 #include "tests/support/compare.h"
+#include "tests/support/plan_check.h"
 
 #include <doctest/doctest.h>
 
@@ -23,57 +24,13 @@ using namespace pejit;
 
 namespace {
 
-struct Model {
-  std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
-  interp::DimBindings dims;
-  interp::Params params;
-  Model(const std::string& file, int64_t vocab) {
-    Diagnostics d;
-    REQUIRE_MESSAGE(types::add_file(*m, file, d).ok, d.render());
-    dims = interp::bind_dims(*m, {{"V", vocab}});
-    params = interp::init_params(*m, dims, 9);
-  }
-};
+using test::Exec;
 
-enum class Exec { Interpreter, Graphs, GraphsJit };
-const char* exec_name(Exec e) {
-  return e == Exec::Interpreter ? "interpreter" : e == Exec::Graphs ? "graphs" : "graphs+jit";
-}
-jit::KernelCache& shared_kernels() {
-  static jit::Jit jit;
-  static jit::KernelCache cache(jit, 512);
-  return cache;
-}
-
-// Generic path vs plan: loss and every gradient, on every executor configuration.
-void check_same(Model& md, const interp::Value& batch) {
-  specializer::TemplateTable tt;
-  auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-  REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
-  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
-  interp::Interpreter in(md.m, md.dims);
-  auto ref = in.value_and_grad("loss", {batch}, md.params);
-  for (Exec mode : {Exec::Interpreter, Exec::Graphs, Exec::GraphsJit}) {
-    std::string exec = exec_name(mode);
+// Generic path vs plan on every executor configuration, and where each template ran.
+void check_same(test::FileModel& md, const interp::Value& batch) {
+  for (const auto& [mode, st] : test::check_plan_matches_generic(md, batch)) {
+    std::string exec = test::exec_name(mode);
     CAPTURE(exec);
-    runtime::ExecOptions o;
-    o.graphs = mode != Exec::Interpreter;
-    o.kernels = mode == Exec::GraphsJit ? &shared_kernels() : nullptr;
-    runtime::PlanExecutor ex(md.m, md.dims, o);
-    auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
-    CHECK(test::loss_close(got.loss, ref.loss));
-    auto fwd = ex.run(plan, pe.residual, tt, md.params);
-    REQUIRE(fwd.size() == 1);
-    CHECK(test::loss_close(fwd[0].item_f32(), ref.loss));
-    for (size_t p = 0; p < md.params.values.size(); ++p) {
-      CAPTURE(md.params.names[p]);
-      const Shape& s = md.params.values[p].shape();
-      CHECK_FALSE(ref.grads[p].empty()); // the batches use every parameter
-      CHECK(got.grads[p].empty() == ref.grads[p].empty());
-      test::check_close(got.grads[p].to_dense(s), ref.grads[p].to_dense(s), md.params.names[p]);
-    }
-    const auto& st = ex.stats();
-    CHECK(st.groups_row_by_row == 0);
     if (mode == Exec::Interpreter) {
       CHECK(st.groups_on_graphs == 0);
       CHECK(st.groups_interpreted > 0);
@@ -104,12 +61,12 @@ void check_model(const std::string& file, size_t arity, const char* extra) {
     CAPTURE(data::shape_name(shape));
     data::Vocab vocab;
     auto trees = data::gen_sst(16, 13, shape, vocab, arity);
-    Model md(file, static_cast<int64_t>(vocab.size()));
+    test::FileModel md(file, static_cast<int64_t>(vocab.size()));
     check_same(md, test::tree_batch(*md.m, trees));
   }
   data::Vocab vocab;
   auto ts = data::parse_trees(extra, "t.txt", vocab);
-  Model md(file, static_cast<int64_t>(vocab.size()));
+  test::FileModel md(file, static_cast<int64_t>(vocab.size()));
   check_same(md, test::tree_batch(*md.m, ts));
 }
 
