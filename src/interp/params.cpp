@@ -143,15 +143,15 @@ void check_value(const Value& root, const ir::Type& root_type, const ir::Module&
     const std::string* field; // or the ADT field's name
     bool list;
   };
-  struct Todo {
+  struct Pending {
     const Value* v;
     const ir::Type* t;
     Met step;
   };
   std::vector<Met> met;
-  std::vector<Todo> todo{{&root, &root_type, {SIZE_MAX, 0, nullptr, false}}};
+  std::vector<Pending> todo{{&root, &root_type, {SIZE_MAX, 0, nullptr, false}}};
   while (!todo.empty()) {
-    Todo it = todo.back();
+    Pending it = todo.back();
     todo.pop_back();
     const Value& v = *it.v;
     const ir::Type& t = *it.t;

@@ -4,55 +4,21 @@
 // of the other kind of model is refused; `--init` from a checkpoint with another vocabulary
 // says so and keeps the checkpoint's words' rows.
 #include "runtime/checkpoint/checkpoint.h"
+#include "tests/cli/cli_util.h"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string tmp(const std::string& name) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("pejit_data_cli_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
-
-// Runs the pejit binary with `args` (a shell-quoted string); captures stdout and stderr.
-Run run_pejit(const std::string& args) {
-  static int n = 0;
-  std::string err = tmp("err" + std::to_string(n++));
-  std::string cmd = std::string(PEJIT_BINARY_DIR "/pejit ") + args + " 2>" + err;
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t k;
-  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0)
-    r.out.append(buf.data(), k);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream e(err);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  return r;
-}
+using pejit::cli_test::Run;
+using pejit::cli_test::run_pejit;
+using pejit::cli_test::tmp;
 
 std::string write(const std::string& name, const std::string& text) {
   std::string path = tmp(name);
