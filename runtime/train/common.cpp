@@ -122,16 +122,7 @@ Dataset read_dataset_for_init(const std::string& path, data::Vocab& vocab, size_
     ++tokens;
     fresh += w >= static_cast<int32_t>(ckpt_words);
   };
-  if (ds.is_trees) {
-    for (const auto& t : ds.trees)
-      for (const auto& n : t.nodes)
-        if (n.children.empty())
-          count(n.word);
-  } else {
-    for (const auto& s : ds.sents)
-      for (int32_t w : s)
-        count(w);
-  }
+  ds.for_each_token(count);
   if (fresh > 0) {
     char share[32];
     std::snprintf(share, sizeof share, "%.1f%%",

@@ -81,6 +81,19 @@ struct Dataset {
   int64_t nodes(size_t i) const;
   /// Keeps the first n examples (n <= 0: all).
   void limit(int64_t n);
+  /// Calls f(word id) for every token: each leaf of each tree, each word of each sentence.
+  template <class F> void for_each_token(F&& f) const {
+    if (is_trees) {
+      for (const auto& t : trees)
+        for (const auto& n : t.nodes)
+          if (n.children.empty())
+            f(n.word);
+    } else {
+      for (const auto& s : sents)
+        for (int32_t w : s)
+          f(w);
+    }
+  }
 };
 
 /// Reads trees (the batch element is an ADT) or sentences (List[i32[]]) from `path`; `grow`

@@ -171,16 +171,7 @@ EmbeddingReport load_embeddings(Session& session, const std::string& param, cons
     ++r.tokens;
     r.covered += w >= 0 && w < rows && seen[static_cast<size_t>(w)];
   };
-  if (ds.is_trees) {
-    for (const auto& t : ds.trees)
-      for (const auto& n : t.nodes)
-        if (n.children.empty())
-          count(n.word);
-  } else {
-    for (const auto& s : ds.sents)
-      for (int32_t w : s)
-        count(w);
-  }
+  ds.for_each_token(count);
   return r;
 }
 

@@ -3,6 +3,7 @@
 // batch; --save-best keeps the best epoch and --patience stops; --resume continues a run bit
 // for bit. The binary is run as a child process (fork/exec) so that it can be signalled.
 #include "runtime/checkpoint/checkpoint.h"
+#include "tests/support/nan_model.h"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -325,29 +326,7 @@ TEST_SUITE("cli") {
   TEST_CASE("train: a NaN loss at batch N saves the parameters before batch N, exit 1") {
     // A model whose loss is NaN when a word's embedding overflows exp (inf - inf).
     std::string model = tmp("nan.pe");
-    std::ofstream(model) << R"(
-type Tree = Leaf(word: i32[], label: i32[])
-          | Node(left: Tree, right: Tree, label: i32[])
-dim V = 100
-param emb   : f32[V, 8] = normal(0.0, 0.1)
-param W_out : f32[8, 5] = xavier
-fn enc(t: Tree) -> (f32[8], f32[]) {
-  match t {
-    Leaf(w, y) => {
-      let x = take(emb, w);
-      let h = tanh(x) * (exp(x) - exp(x) + 1.0);
-      (h, cross_entropy(h @ W_out, y))
-    }
-    Node(l, r, y) => {
-      let (hl, ll) = enc(l);
-      let (hr, lr) = enc(r);
-      let h = tanh(hl + hr);
-      (h, ll + lr + cross_entropy(h @ W_out, y))
-    }
-  }
-}
-entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) }
-)";
+    std::ofstream(model) << pejit::test::nan_model(100, 8);
     // 100 trees; tree 63 (batch 6 of 10) holds the word "boom".
     std::string data = tmp("nan.txt");
     {

@@ -1,6 +1,7 @@
 // The Session's training state for exact resumes (save_training, load_training) and its
 // refusal to update from a non-finite loss, through the public API only.
 #include "pejit/pejit.h"
+#include "tests/support/nan_model.h"
 
 #include <doctest/doctest.h>
 
@@ -13,31 +14,8 @@
 
 namespace {
 
-// A small tree model whose loss is NaN for a word whose embedding makes exp overflow
-// (exp(x) - exp(x) is then inf - inf), and finite otherwise.
-const char* kNanModel = R"(
-type Tree = Leaf(word: i32[], label: i32[])
-          | Node(left: Tree, right: Tree, label: i32[])
-dim V = 8
-param emb   : f32[V, 4] = normal(0.0, 0.1)
-param W_out : f32[4, 5] = xavier
-fn enc(t: Tree) -> (f32[4], f32[]) {
-  match t {
-    Leaf(w, y) => {
-      let x = take(emb, w);
-      let h = tanh(x) * (exp(x) - exp(x) + 1.0);
-      (h, cross_entropy(h @ W_out, y))
-    }
-    Node(l, r, y) => {
-      let (hl, ll) = enc(l);
-      let (hr, lr) = enc(r);
-      let h = tanh(hl + hr);
-      (h, ll + lr + cross_entropy(h @ W_out, y))
-    }
-  }
-}
-entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) }
-)";
+// The NaN model (tests/support/nan_model.h) over 8 words of width 4.
+const std::string kNanModel = pejit::test::nan_model(8, 4);
 
 pejit::Value tree(const pejit::Session& s, int a, int b) {
   auto leaf = [&](int w) {
