@@ -73,6 +73,12 @@ py::dict stats_dict(PySession& ps) {
   d["plan_hits"] = s.plan_hits;
   d["plan_misses"] = s.plan_misses;
   d["kernels"] = ps.s.kernels().size();
+  d["jit_batches"] = s.jit_batches;
+  d["jit_seconds"] = s.jit_seconds;
+  d["interpreted_groups"] = s.interpreted_groups;
+  d["interpreted_seconds"] = s.interpreted_seconds;
+  d["kernels_compiled"] = s.kernels_compiled;
+  d["kernels_cached"] = s.kernels_cached;
   d["rank"] = s.rank;
   d["ranks"] = s.ranks;
   d["grad_reductions"] = s.grad_reductions;

@@ -181,3 +181,21 @@ def test_numpy_arrays_and_lists_become_tensors(pejit):
         s.run("logits", [np.zeros((2, 2))])
     with pytest.raises(pejit.Error):
         s.run("logits", [np.zeros(5)])
+
+
+def test_stats_say_where_the_time_went(pejit):
+    # Specialized: planned batches on JIT kernels (time in the batching interpreter counted
+    # apart); the generic path has neither.
+    t = [("Node", ("Leaf", 3, 1), ("Leaf", 4, 2), 4)]
+    s = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20}, mode="specialized")
+    for _ in range(3):
+        s.step("loss", t)
+    st = s.stats()
+    assert st["jit_batches"] > 0 and st["kernels_compiled"] > 0 and st["kernels_cached"] == 0
+    assert st["interpreted_groups"] >= 0 and st["interpreted_seconds"] >= 0
+    assert st["jit_seconds"] > 0
+    g = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20}, mode="generic")
+    g.step("loss", t)
+    gst = g.stats()
+    assert gst["jit_batches"] == 0 and gst["interpreted_groups"] == 0
+    assert gst["ranks"] == 1 and gst["rank"] == 0

@@ -72,8 +72,6 @@ int count_of(int64_t n) {
 }
 } // namespace
 
-struct Comm::Impl {};
-
 struct Comm::Stream::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   std::vector<MPI_Request> reqs;
@@ -209,7 +207,6 @@ bool built_with_mpi() {
   return false;
 }
 
-struct Comm::Impl {};
 struct Comm::Stream::Impl {};
 
 Comm::Comm() = default;

@@ -66,12 +66,9 @@ public:
   /// A new stream (MPI_Comm_dup of the world: collective, call it on every rank together).
   std::unique_ptr<Stream> stream();
 
-  struct Impl;
-
 private:
   Comm();
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<Impl> impl_;
 };
 
 } // namespace pejit::runtime::dist
