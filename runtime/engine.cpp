@@ -133,7 +133,9 @@ struct Engine::Impl {
                               opt.plan_probation_entries}) {
     if (faults && runners && faults->corrupt_kernel_ir())
       runners->inject_compile_failure(true);
-    if (opt.mode == Mode::Auto)
+    // Both planned modes plan ahead in the background; auto also runs a plan on reference
+    // kernels while its kernels compile, specialized compiles them before the plan's first run.
+    if (opt.mode != Mode::Generic)
       pipeline = std::make_unique<Pipeline>(
           opt.lookahead, [this](const std::string& entry, const Value& batch) {
             on_stack_for(batch, this->opt.max_depth, [&] { plan_ahead(entry, batch); });

@@ -447,11 +447,11 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
 
   std::vector<EpochStats> all;
   // Batches are encoded once, `lookahead` ahead of training, and handed to the session's
-  // pipeline (auto mode). Without a pipeline each is encoded just before its step: encoded
-  // ahead, its values would be out of the caches when the step walks them (the skeleton key,
-  // the scan).
+  // pipeline (auto and specialized mode). Without a pipeline (generic) each is encoded just
+  // before its step: encoded ahead, its values would be out of the caches when the step walks
+  // them (the skeleton key, the scan).
   const size_t look =
-      parse_mode(so.mode) == Mode::Auto ? static_cast<size_t>(std::max(1, so.lookahead)) : 0;
+      parse_mode(so.mode) != Mode::Generic ? static_cast<size_t>(std::max(1, so.lookahead)) : 0;
   int ep = start_epoch;
   for (; ep < opt.epochs; ++ep) {
     const std::vector<size_t>& order = batch_order.next_epoch(run.shuffle);

@@ -61,7 +61,10 @@ interp::Params train(Setup& s, runtime::Mode mode, optim::Kind kind, int steps,
   // initial accumulator keeps the update a smooth function of the gradient.
   oo.adagrad_init = 0.1f;
   optim::Optimizer opt(oo);
-  engine.prefetch("loss", s.batches);
+  // Auto plans ahead; the other modes plan each batch at its step, so that the tests below
+  // can count plans made and reused (specialized mode's planning ahead has its own test).
+  if (mode == runtime::Mode::Auto)
+    engine.prefetch("loss", s.batches);
   for (int i = 0; i < steps; ++i) {
     auto g =
         engine.value_and_grad("loss", s.batches[static_cast<size_t>(i) % s.batches.size()], params);
@@ -230,6 +233,26 @@ TEST_SUITE("engine") {
       engine.value_and_grad("loss", b, params);
     CHECK(engine.stats().plan_hits == 3);
     CHECK(engine.stats().plan_misses == 0);
+  }
+
+  TEST_CASE("specialized mode plans prefetched batches in the background too") {
+    Setup s(3);
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Specialized;
+    runtime::Engine engine(s.m, s.dims, eo);
+    engine.prefetch("loss", s.batches);
+    engine.drain();
+    CHECK(engine.stats().plans_prefetched == 3);
+    interp::Params params = interp::init_params(*s.m, s.dims, 1);
+    interp::Interpreter in(s.m, s.dims);
+    for (const auto& b : s.batches) {
+      auto g = engine.value_and_grad("loss", b, params);
+      auto ref = in.value_and_grad("loss", {b}, params);
+      CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+    }
+    CHECK(engine.stats().plan_hits == 3);
+    CHECK(engine.stats().plan_misses == 0);
+    CHECK(engine.stats().specialized_batches == 3);
   }
 
   TEST_CASE("failures in PE, planning or plan execution leave training on the generic path") {
