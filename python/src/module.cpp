@@ -21,8 +21,13 @@ SessionOptions make_options(const std::map<std::string, int64_t>& dims, uint64_t
                             const std::string& optimizer, float lr, float weight_decay, float clip,
                             const std::string& mode, int lookahead, bool merge_equal,
                             const std::string& schedules, int threads,
-                            const std::string& distributed) {
+                            const std::string& distributed, const std::string& kernel_cache_dir,
+                            double kernel_cache_max_mb) {
   SessionOptions o;
+  if (kernel_cache_max_mb <= 0)
+    throw Error("kernel_cache_max_mb must be positive, got " + std::to_string(kernel_cache_max_mb));
+  o.compile.kernel_cache_dir = kernel_cache_dir;
+  o.compile.kernel_cache_max_bytes = static_cast<uint64_t>(kernel_cache_max_mb * 1024.0 * 1024.0);
   o.threads = threads;
   o.distributed = distributed;
   o.dims = dims;
@@ -139,25 +144,30 @@ PYBIND11_MODULE(_pejit, m) {
           [](const std::string& path, const std::map<std::string, int64_t>& dims, uint64_t seed,
              const std::string& optimizer, float lr, float weight_decay, float clip,
              const std::string& mode, int lookahead, bool merge_equal,
-             const std::string& schedules, int threads, const std::string& distributed) {
+             const std::string& schedules, int threads, const std::string& distributed,
+             const std::string& kernel_cache_dir, double kernel_cache_max_mb) {
             auto o = make_options(dims, seed, optimizer, lr, weight_decay, clip, mode, lookahead,
-                                  merge_equal, schedules, threads, distributed);
+                                  merge_equal, schedules, threads, distributed, kernel_cache_dir,
+                                  kernel_cache_max_mb);
             return std::make_unique<PySession>(Session::from_file(path, o));
           },
           py::arg("path"), py::arg("dims") = std::map<std::string, int64_t>{}, py::arg("seed") = 1,
           py::arg("optimizer") = "adagrad", py::arg("lr") = 0.05f, py::arg("weight_decay") = 0.0f,
           py::arg("clip") = 0.0f, py::arg("mode") = "auto", py::arg("lookahead") = 8,
           py::arg("merge_equal") = true, py::arg("schedules") = "", py::arg("threads") = 0,
-          py::arg("distributed") = "off")
+          py::arg("distributed") = "off", py::arg("kernel_cache_dir") = "",
+          py::arg("kernel_cache_max_mb") = 256.0)
       .def_static(
           "from_source",
           [](const std::string& text, const std::string& name,
              const std::map<std::string, int64_t>& dims, uint64_t seed,
              const std::string& optimizer, float lr, float weight_decay, float clip,
              const std::string& mode, int lookahead, bool merge_equal,
-             const std::string& schedules, int threads, const std::string& distributed) {
+             const std::string& schedules, int threads, const std::string& distributed,
+             const std::string& kernel_cache_dir, double kernel_cache_max_mb) {
             auto o = make_options(dims, seed, optimizer, lr, weight_decay, clip, mode, lookahead,
-                                  merge_equal, schedules, threads, distributed);
+                                  merge_equal, schedules, threads, distributed, kernel_cache_dir,
+                                  kernel_cache_max_mb);
             return std::make_unique<PySession>(Session::from_source(text, name, o));
           },
           py::arg("text"), py::arg("name") = "<python>",
@@ -165,7 +175,8 @@ PYBIND11_MODULE(_pejit, m) {
           py::arg("optimizer") = "adagrad", py::arg("lr") = 0.05f, py::arg("weight_decay") = 0.0f,
           py::arg("clip") = 0.0f, py::arg("mode") = "auto", py::arg("lookahead") = 8,
           py::arg("merge_equal") = true, py::arg("schedules") = "", py::arg("threads") = 0,
-          py::arg("distributed") = "off")
+          py::arg("distributed") = "off", py::arg("kernel_cache_dir") = "",
+          py::arg("kernel_cache_max_mb") = 256.0)
       .def(
           "make",
           [](PySession& ps, const std::string& ctor, py::sequence fields) {

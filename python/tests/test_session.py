@@ -199,3 +199,25 @@ def test_stats_say_where_the_time_went(pejit):
     gst = g.stats()
     assert gst["jit_batches"] == 0 and gst["interpreted_groups"] == 0
     assert gst["ranks"] == 1 and gst["rank"] == 0
+
+
+def test_kernel_cache_dir_links_kernels_a_second_session_needs(pejit, tmp_path):
+    # Nothing is cached unless asked; with a directory, a second session links the kernels the
+    # first compiled (the same losses), and a bad bound is refused.
+    t = [("Node", ("Leaf", 3, 1), ("Leaf", 4, 2), 4)]
+    cache = tmp_path / "kernels"
+
+    def run():
+        s = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20}, seed=3,
+                                      mode="specialized", kernel_cache_dir=str(cache))
+        return [s.step("loss", t) for _ in range(2)], s.stats()
+
+    first, st1 = run()
+    assert st1["kernels_compiled"] > 0 and st1["kernels_cached"] == 0
+    assert any(cache.iterdir())
+    second, st2 = run()
+    assert st2["kernels_cached"] > 0 and st2["kernels_compiled"] == 0
+    assert first == second
+    with pytest.raises(pejit.Error, match="kernel_cache_max_mb"):
+        pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20},
+                                  kernel_cache_dir=str(cache), kernel_cache_max_mb=0)
