@@ -423,6 +423,7 @@ std::vector<EngineKernel> Engine::kernels() const {
       e.schedule = k->schedule;
       e.schedule_source = k->schedule_source;
       e.compile_ms = k->compile_ms;
+      e.cached = k->loaded;
       std::visit([&](const auto& f) { e.spec = f.spec; }, k->family);
       out.push_back(std::move(e));
     }

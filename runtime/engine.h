@@ -111,6 +111,7 @@ struct EngineKernel {
   std::string schedule;        ///< "default", "v16x2" (elementwise), "6x4" (gemm block), ...
   std::string schedule_source; ///< "default", "given" or "tuned FILE entry N"
   double compile_ms = 0;
+  bool cached = false; ///< linked from the kernel cache directory, not compiled
   /// What was compiled (its schedule resolved), of its family: elementwise, GEMM, or row
   /// reduction and loss.
   std::variant<jit::KernelSpec, jit::GemmSpec, jit::ReduceSpec> spec;

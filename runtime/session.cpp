@@ -683,7 +683,8 @@ SessionStats Session::stats() const {
 std::vector<KernelInfo> Session::kernels() const {
   std::vector<KernelInfo> out;
   for (const auto& k : impl_->engine->kernels())
-    out.push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms});
+    out.push_back({k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms,
+                   k.cached});
   return out;
 }
 

@@ -110,6 +110,9 @@ struct KernelInfo {
   std::string schedule_source; ///< "default", "given" or "tuned FILE entry N"
   uint64_t ir_hash = 0;        ///< FNV-1a of the optimized LLVM IR that was linked
   double compile_ms = 0;
+  /// Linked from CompileOptions::kernel_cache_dir instead of compiled (its compile_ms is the
+  /// load's).
+  bool cached = false;
 };
 
 struct SessionOptions {

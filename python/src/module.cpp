@@ -394,6 +394,7 @@ PYBIND11_MODULE(_pejit, m) {
           d["schedule_source"] = k.schedule_source;
           d["ir_hash"] = k.ir_hash;
           d["compile_ms"] = k.compile_ms;
+          d["cached"] = k.cached;
           out.append(d);
         }
         return out;

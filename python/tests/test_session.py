@@ -210,13 +210,15 @@ def test_kernel_cache_dir_links_kernels_a_second_session_needs(pejit, tmp_path):
     def run():
         s = pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20}, seed=3,
                                       mode="specialized", kernel_cache_dir=str(cache))
-        return [s.step("loss", t) for _ in range(2)], s.stats()
+        return [s.step("loss", t) for _ in range(2)], dict(s.stats(), flags=[k["cached"] for k in s.kernels()])
 
     first, st1 = run()
     assert st1["kernels_compiled"] > 0 and st1["kernels_cached"] == 0
+    assert st1["flags"] and not any(st1["flags"])
     assert any(cache.iterdir())
     second, st2 = run()
     assert st2["kernels_cached"] > 0 and st2["kernels_compiled"] == 0
+    assert st2["flags"] and all(st2["flags"])
     assert first == second
     with pytest.raises(pejit.Error, match="kernel_cache_max_mb"):
         pejit.Session.from_source(SMALL_MODEL, "small.pe", dims={"V": 20},

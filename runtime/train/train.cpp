@@ -178,6 +178,7 @@ std::string EpochStats::json() const {
                               {"schedule", k.schedule},
                               {"schedule_source", k.schedule_source},
                               {"compile_ms", k.compile_ms},
+                              {"cached", k.cached},
                               {"ir_hash", fmt::format("{:016x}", k.ir_hash)}});
   }
   return j.dump();
@@ -574,7 +575,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
       st.kernels.emplace();
       for (const auto& k : session.kernels())
         st.kernels->push_back(
-            {k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms});
+            {k.signature, k.schedule, k.schedule_source, k.ir_hash, k.compile_ms, k.cached});
     }
     if (opt.json)
       out << st.json() << "\n" << std::flush;

@@ -74,7 +74,8 @@ struct KernelProvenance {
   std::string signature; ///< the kernel cache's key
   std::string schedule, schedule_source;
   uint64_t ir_hash = 0;  ///< jit::ir_text_hash of its optimized IR
-  double compile_ms = 0; ///< lowering + O3 + code generation + link
+  double compile_ms = 0; ///< lowering + O3 + code generation + link (or the load, if cached)
+  bool cached = false;   ///< linked from the kernel cache directory
 };
 
 struct EpochStats {

@@ -376,6 +376,13 @@ TEST_CASE("cli --kernel-cache: a second train and an eval link the kernels the f
   CHECK(jb[0]["kernels_compiled"] == 0);
   CHECK(jb[0]["kernels_cached"] == ja[0]["kernels_compiled"]);
   CHECK(jb[0]["loss"] == ja[0]["loss"]);
+  // Each kernel of the last epoch says whether it was linked from the directory.
+  REQUIRE(!ja[0]["kernels"].empty());
+  for (const auto& k : ja[0]["kernels"])
+    CHECK(k["cached"] == false);
+  REQUIRE(!jb[0]["kernels"].empty());
+  for (const auto& k : jb[0]["kernels"])
+    CHECK(k["cached"] == true);
   // eval runs the forward kernels, which training compiled.
   Run e = run_pejit("eval " + kModel + " --params " + tmp("paper_kc.ckpt") + " --data " + data +
                     " --json --mode specialized --kernel-cache " + dir);

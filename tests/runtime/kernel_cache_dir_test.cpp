@@ -26,6 +26,7 @@ const std::string kModel = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
 struct Run {
   std::vector<float> losses, params;
   SessionStats stats;
+  int64_t flagged_cached = 0; ///< kernels whose KernelInfo::cached is set
 };
 
 // Four steps on two batches of a TreeLSTM, specialized (kernels compiled before each batch).
@@ -54,6 +55,8 @@ Run train(const std::string& cache_dir, uint64_t max_bytes = 256u << 20) {
     r.params.insert(r.params.end(), p.begin(), p.end());
   }
   r.stats = s.stats();
+  for (const auto& k : s.kernels())
+    r.flagged_cached += k.cached ? 1 : 0;
   return r;
 }
 
@@ -91,6 +94,7 @@ TEST_CASE("kernel cache directory: a second session links every kernel, the same
   const int64_t n = first.stats.kernels_compiled;
   CHECK(n == plain.stats.kernels_compiled);
   CHECK(first.stats.kernels_cached == 0);
+  CHECK(first.flagged_cached == 0);
   CHECK(test::same_bits(first.losses, plain.losses));
   CHECK(test::same_bits(first.params, plain.params));
   const std::vector<fs::path> files = entries(dir);
@@ -99,6 +103,7 @@ TEST_CASE("kernel cache directory: a second session links every kernel, the same
   const Run second = train(dir.string());
   CHECK(second.stats.kernels_compiled == 0);
   CHECK(second.stats.kernels_cached == n);
+  CHECK(second.flagged_cached == n); // each kernel says it was linked
   CHECK(test::same_bits(second.losses, first.losses));
   CHECK(test::same_bits(second.params, first.params));
 
@@ -112,6 +117,7 @@ TEST_CASE("kernel cache directory: a second session links every kernel, the same
   const Run repaired = train(dir.string());
   CHECK(repaired.stats.kernels_compiled == 2);
   CHECK(repaired.stats.kernels_cached == n - 2);
+  CHECK(repaired.flagged_cached == n - 2);
   CHECK(test::same_bits(repaired.losses, first.losses));
   CHECK(test::same_bits(repaired.params, first.params));
   CHECK(slurp(files[0]) == good0);
