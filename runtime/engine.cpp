@@ -239,7 +239,15 @@ struct Engine::Impl {
     } catch (const std::exception& ex) {
       // A failure while running the plan (a bug, or memory): this batch runs generic, counted.
       why = std::string("plan execution failed: ") + ex.what();
-      return run_generic();
+      if (opt.mode != Mode::Specialized)
+        return run_generic();
+      // Strict mode stops. The generic path runs the batch first, so that a fault of the
+      // data (a bad label) is reported as the generic path reports it, with its location;
+      // a plan that fails where the generic path does not is what stops the run.
+      run_generic();
+      throw Error("--mode specialized: the plan of a batch of entry '" + entry +
+                  "' failed while running: " + ex.what() +
+                  " (the generic path ran that batch; --mode auto falls back to it)");
     }
     auto t1 = Clock::now();
     // Its kernels compile in the background (auto mode) if nobody has asked for them yet.

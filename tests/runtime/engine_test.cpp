@@ -278,6 +278,24 @@ TEST_SUITE("engine") {
     }
   }
 
+  TEST_CASE("specialized mode stops when a plan fails while running") {
+    Setup s(2);
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Specialized;
+    runtime::Engine engine(s.m, s.dims, eo, std::make_shared<FailAt>(Stage::Execute));
+    interp::Params params = interp::init_params(*s.m, s.dims, 1);
+    try {
+      engine.value_and_grad("loss", s.batches[0], params);
+      FAIL("a plan that failed while running was not reported");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("--mode specialized") != std::string::npos);
+      CHECK(what.find("failed while running: injected failure in plan execution") !=
+            std::string::npos);
+    }
+    CHECK(engine.stats().specialized_batches == 0);
+  }
+
   TEST_CASE("the fault hooks are called where a batch is partially evaluated, planned and run") {
     Setup s(3);
     auto hooks = std::make_shared<CountCalls>();
