@@ -14,12 +14,13 @@
 #     -e EPOCHS   epochs per run (default 3)
 #     -m MODE     --mode of pejit train (default specialized)
 #     -c CPUS     taskset CPU list for every run (default: the whole affinity mask)
+#     -M MODEL    the model (default examples/treelstm/treelstm.pe)
 #     -x "FLAGS"  more flags for pejit train
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pejit="" data=../shared/data/sst/train.txt counts="" batches=25 rounds=3 epochs=3
-mode=specialized cpus="" extra=""
-while getopts "p:d:t:B:n:e:m:c:x:h" o; do
+mode=specialized cpus="" extra="" model=examples/treelstm/treelstm.pe
+while getopts "p:d:t:B:n:e:m:c:M:x:h" o; do
   case $o in
   p) pejit=$OPTARG ;;
   d) data=$OPTARG ;;
@@ -29,8 +30,9 @@ while getopts "p:d:t:B:n:e:m:c:x:h" o; do
   e) epochs=$OPTARG ;;
   m) mode=$OPTARG ;;
   c) cpus=$OPTARG ;;
+  M) model=$OPTARG ;;
   x) extra=$OPTARG ;;
-  *) sed -n 2,17p "$0"; exit 2 ;;
+  *) sed -n 2,18p "$0"; exit 2 ;;
   esac
 done
 if [ -z "$pejit" ]; then
@@ -56,7 +58,6 @@ if [ ! -f "$data" ]; then
   data=$out/sst_like.txt
   "$pejit" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
 fi
-model=examples/treelstm/treelstm.pe
 
 # The median over epochs 1.. of one run's trees_per_s (its --json lines on stdout).
 steady() {
@@ -80,7 +81,7 @@ run() { # THREADS BATCH OUTFILE
 }
 
 echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  pejit=$pejit"
-echo "data=$data mode=$mode cpus=$cpus threads: $counts  batches: $batches  rounds=$rounds epochs=$epochs"
+echo "model=$model data=$data mode=$mode cpus=$cpus threads: $counts  batches: $batches  rounds=$rounds epochs=$epochs"
 same=1
 for b in $batches; do
   declare -A ratios=()
