@@ -219,40 +219,29 @@ TEST_SUITE("engine") {
     }
   }
 
-  TEST_CASE("the pipeline publishes prefetched plans, the cache reuses them") {
+  TEST_CASE("the pipeline publishes prefetched plans, the cache reuses them (both planned "
+            "modes)") {
     Setup s(3);
-    runtime::EngineOptions eo;
-    eo.mode = runtime::Mode::Auto;
-    runtime::Engine engine(s.m, s.dims, eo);
-    engine.prefetch("loss", s.batches);
-    engine.drain();
-    CHECK(engine.stats().plans_prefetched == 3);
-    CHECK(engine.cached_plans("loss") == 3);
-    interp::Params params = interp::init_params(*s.m, s.dims, 1);
-    for (const auto& b : s.batches)
-      engine.value_and_grad("loss", b, params);
-    CHECK(engine.stats().plan_hits == 3);
-    CHECK(engine.stats().plan_misses == 0);
-  }
-
-  TEST_CASE("specialized mode plans prefetched batches in the background too") {
-    Setup s(3);
-    runtime::EngineOptions eo;
-    eo.mode = runtime::Mode::Specialized;
-    runtime::Engine engine(s.m, s.dims, eo);
-    engine.prefetch("loss", s.batches);
-    engine.drain();
-    CHECK(engine.stats().plans_prefetched == 3);
-    interp::Params params = interp::init_params(*s.m, s.dims, 1);
     interp::Interpreter in(s.m, s.dims);
-    for (const auto& b : s.batches) {
-      auto g = engine.value_and_grad("loss", b, params);
-      auto ref = in.value_and_grad("loss", {b}, params);
-      CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+    for (auto mode : {runtime::Mode::Auto, runtime::Mode::Specialized}) {
+      CAPTURE(static_cast<int>(mode));
+      runtime::EngineOptions eo;
+      eo.mode = mode;
+      runtime::Engine engine(s.m, s.dims, eo);
+      engine.prefetch("loss", s.batches);
+      engine.drain();
+      CHECK(engine.stats().plans_prefetched == 3);
+      CHECK(engine.cached_plans("loss") == 3);
+      interp::Params params = interp::init_params(*s.m, s.dims, 1);
+      for (const auto& b : s.batches) {
+        auto g = engine.value_and_grad("loss", b, params);
+        auto ref = in.value_and_grad("loss", {b}, params);
+        CHECK(std::fabs(g.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+      }
+      CHECK(engine.stats().plan_hits == 3);
+      CHECK(engine.stats().plan_misses == 0);
+      CHECK(engine.stats().specialized_batches == 3);
     }
-    CHECK(engine.stats().plan_hits == 3);
-    CHECK(engine.stats().plan_misses == 0);
-    CHECK(engine.stats().specialized_batches == 3);
   }
 
   TEST_CASE("failures in PE, planning or plan execution leave training on the generic path") {
