@@ -251,19 +251,10 @@ public:
         Value t = eval(p.tuple, fr);
         return t.items()[static_cast<size_t>(p.index)];
       }
-      case ExprKind::Let: {
-        const auto& l = e->cast<Let>();
-        eval_let_value(l, fr);
-        cur = &l.body;
-        continue;
-      }
-      case ExprKind::If: {
-        const auto& i = e->cast<If>();
-        cur = eval(i.cond, fr).as_bool() ? &i.then_e : &i.else_e;
-        continue;
-      }
+      case ExprKind::Let:
+      case ExprKind::If:
       case ExprKind::Match:
-        cur = &select_arm(e->cast<Match>(), fr);
+        cur = &tail_of(e, fr);
         continue;
       case ExprKind::Lambda: {
         const auto& l = e->cast<Lambda>();
@@ -302,6 +293,27 @@ public:
   // returning a tuple binds the call's results without building the tuple: a backend with
   // call_flat (the partial evaluator) gives them for a template call, and an inlined body
   // leaves them in a pooled vector (eval_into).
+  // What a let, an if or a match continues with: the let's value bound, the condition or the
+  // scrutinee evaluated. eval() and eval_into() loop through these tail positions instead of
+  // recursing, so that depth costs no native stack.
+  const Expr& tail_of(const Expr& e, const Frame& fr) {
+    switch (e->kind) {
+    case ExprKind::Let: {
+      const auto& l = e->cast<Let>();
+      eval_let_value(l, fr);
+      return l.body;
+    }
+    case ExprKind::If: {
+      const auto& i = e->cast<If>();
+      return eval(i.cond, fr).as_bool() ? i.then_e : i.else_e;
+    }
+    case ExprKind::Match:
+      return select_arm(e->cast<Match>(), fr);
+    default:
+      throw InternalError("tail_of: not a let, if or match");
+    }
+  }
+
   void eval_let_value(const Let& l, const Frame& fr) {
     if (l.pattern.kind == Pattern::Kind::Tuple && l.value->kind == ExprKind::Call &&
         let_call_tuple(l, fr))

@@ -165,19 +165,10 @@ inline void Evaluator<Backend>::eval_into(const Expr& e0, const Frame& fr, Value
         out.push_back(eval(x, fr));
       return;
     }
-    case ExprKind::Let: {
-      const auto& l = e->cast<Let>();
-      eval_let_value(l, fr);
-      cur = &l.body;
-      continue;
-    }
-    case ExprKind::If: {
-      const auto& i = e->cast<If>();
-      cur = eval(i.cond, fr).as_bool() ? &i.then_e : &i.else_e;
-      continue;
-    }
+    case ExprKind::Let:
+    case ExprKind::If:
     case ExprKind::Match:
-      cur = &select_arm(e->cast<Match>(), fr);
+      cur = &tail_of(e, fr);
       continue;
     default:
       break;
