@@ -9,6 +9,8 @@
 #include "src/types/check.h"
 #include "src/util/check.h"
 
+#include "tests/support/errors.h"
+
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -19,19 +21,8 @@ using namespace pejit;
 
 namespace {
 
-/// The whole message of the Error `fn` throws, or "" if none.
-template <class Fn> std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
+using test::error_of;
+using test::first_line;
 
 std::shared_ptr<ir::Module> load(const std::string& path, const std::string& extra = "") {
   auto m = std::make_shared<ir::Module>();

@@ -8,6 +8,8 @@
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
 
+#include "tests/support/errors.h"
+
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -18,18 +20,8 @@ using namespace pejit;
 
 namespace {
 
-template <class Fn> std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
+using test::error_of;
+using test::first_line;
 
 std::shared_ptr<ir::Module> module_of(const std::string& src, const std::string& name) {
   auto m = std::make_shared<ir::Module>();
