@@ -107,6 +107,36 @@ bool same_bits(const Step& a, const Step& b) {
   return same;
 }
 
+// The three planned paths of one batch: reference kernels, JIT kernels, the batching
+// interpreter.
+struct Paths {
+  runtime::PlanExecutor graphs, jit, interp;
+  Step g, j, i;
+};
+
+// Runs `b` at `rs` on the three paths and checks each against the generic step `ref`, and the
+// reference and JIT kernels for the same bits.
+std::unique_ptr<Paths> run_paths(const Planned& b, const interp::RandomState& rs,
+                                 const Step& ref) {
+  runtime::ExecOptions graphs, jit, interp_path;
+  jit.kernels = &kernel_cache();
+  interp_path.graphs = false;
+  auto p = std::unique_ptr<Paths>(new Paths{{b.m, b.dims, graphs},
+                                            {b.m, b.dims, jit},
+                                            {b.m, b.dims, interp_path},
+                                            {},
+                                            {},
+                                            {}});
+  p->g = plan_step(p->graphs, b, rs);
+  p->j = plan_step(p->jit, b, rs);
+  p->i = plan_step(p->interp, b, rs);
+  check_close(p->g, ref, b.params);
+  check_close(p->j, ref, b.params);
+  check_close(p->i, ref, b.params);
+  CHECK(same_bits(p->g, p->j));
+  return p;
+}
+
 } // namespace
 
 TEST_SUITE("runtime") {
@@ -118,19 +148,11 @@ TEST_SUITE("runtime") {
     const interp::RandomState rs{1234, 7, true};
     Step ref = generic_step(b, rs);
 
-    runtime::ExecOptions graphs, jit, interp_path;
-    jit.kernels = &kernel_cache();
-    interp_path.graphs = false;
-    runtime::PlanExecutor on_graphs(b.m, b.dims, graphs), on_jit(b.m, b.dims, jit),
-        on_interp(b.m, b.dims, interp_path);
-    Step g = plan_step(on_graphs, b, rs), j = plan_step(on_jit, b, rs),
-         i = plan_step(on_interp, b, rs);
-    check_close(g, ref, b.params);
-    check_close(j, ref, b.params);
-    check_close(i, ref, b.params);
     // Reference and JIT kernels: the same bits, as without dropout.
-    CHECK(same_bits(g, j));
-    for (auto* ex : {&on_graphs, &on_jit, &on_interp}) {
+    auto p = run_paths(b, rs, ref);
+    auto &on_graphs = p->graphs, &on_jit = p->jit;
+    const Step& j = p->j;
+    for (auto* ex : {&p->graphs, &p->jit, &p->interp}) {
       CHECK(ex->stats().groups_row_by_row == 0);
       CHECK(ex->stats().graph_fallbacks.empty());
     }
@@ -179,18 +201,8 @@ TEST_SUITE("runtime") {
     Planned b("random_ops.pe", 20, 45, program);
     const interp::RandomState rs{31, 2, true};
     Step ref = generic_step(b, rs);
-    runtime::ExecOptions graphs, jit, interp_path;
-    jit.kernels = &kernel_cache();
-    interp_path.graphs = false;
-    runtime::PlanExecutor on_graphs(b.m, b.dims, graphs), on_jit(b.m, b.dims, jit),
-        on_interp(b.m, b.dims, interp_path);
-    Step g = plan_step(on_graphs, b, rs), j = plan_step(on_jit, b, rs),
-         i = plan_step(on_interp, b, rs);
-    check_close(g, ref, b.params);
-    check_close(j, ref, b.params);
-    check_close(i, ref, b.params);
-    CHECK(same_bits(g, j));
-    CHECK(on_jit.stats().groups_row_by_row == 0);
+    auto p = run_paths(b, rs, ref);
+    CHECK(p->jit.stats().groups_row_by_row == 0);
     // The sources draw in inference too: run() at another step gives another loss.
     interp::Interpreter in(b.m, b.dims);
     in.set_random(rs);
