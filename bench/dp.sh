@@ -35,19 +35,13 @@ while getopts "p:d:N:B:n:e:m:o:h" o; do
   *) sed -n 2,18p "$0"; exit 2 ;;
   esac
 done
-if [ -z "$pejit" ]; then
-  for p in build-bench/pejit build/pejit; do
-    if [ -x "$p" ]; then pejit=$p; break; fi
-  done
-fi
+# shellcheck source=bench/options.sh
+. bench/options.sh
+bench_pejit
 command -v mpirun >/dev/null || { echo "dp.sh: mpirun not found (scripts/setup.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ ! -f "$data" ]; then
-  echo "dp.sh: $data not found; using 8,544 generated SST-like trees" >&2
-  "$pejit" gen sst --trees 8544 --seed 1 -o "$tmp/train.txt"
-  data=$tmp/train.txt
-fi
+bench_gen_data "$pejit" "$tmp"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cpus=$(nproc)
 model=examples/treelstm/treelstm.pe

@@ -1,6 +1,7 @@
-# Options and data shared by bench/epochs.sh and bench/tuned.sh (sourced). The script sets its
+# Options and data shared by the bench scripts (sourced). epochs.sh and tuned.sh set their
 # defaults (build, data, limit, epochs, reps, out) and `usage` (the sed range of its header),
-# then calls `bench_options "$@"` and `bench_data`.
+# then call `bench_options "$@"` and `bench_data`; threads.sh, dp.sh and paired.sh parse their
+# own options and use `bench_pejit` and `bench_gen_data`.
 
 # -b BUILD -d FILE -l LIMIT -e EPOCHS -n REPS -o DIR; anything else prints the usage.
 bench_options() {
@@ -20,8 +21,29 @@ bench_options() {
 
 # Without the data file, 8,544 generated SST-like trees in the output folder instead.
 bench_data() {
+  bench_gen_data "$build/pejit" "$out"
+}
+
+# bench_gen_data PEJIT DIR: when $data is not a file (../shared is optional), $data becomes
+# 8,544 SST-like trees that PEJIT generates into DIR, with a note on stderr.
+bench_gen_data() {
   if [ ! -f "$data" ]; then
-    data=$out/sst_like.txt
-    "$build/pejit" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
+    echo "$(basename "$0"): $data not found; using 8,544 generated SST-like trees" >&2
+    data=$2/sst_like.txt
+    "$1" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
+  fi
+}
+
+# bench_pejit: when $pejit is empty, the first of build-bench/pejit and build/pejit that
+# exists; stops the script when there is none.
+bench_pejit() {
+  if [ -z "$pejit" ]; then
+    for p in build-bench/pejit build/pejit; do
+      if [ -x "$p" ]; then pejit=$p; break; fi
+    done
+  fi
+  if [ -z "$pejit" ] || [ ! -x "$pejit" ]; then
+    echo "$(basename "$0"): no pejit binary (build it, or pass -p PATH)" >&2
+    exit 2
   fi
 }

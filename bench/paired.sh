@@ -29,10 +29,9 @@ while getopts "a:b:d:n:e:m:c:x:h" o; do
 done
 if [ -z "$a" ] || [ -z "$b" ]; then sed -n 2,13p "$0"; exit 2; fi
 out=$(mktemp -d /tmp/pejit-paired.XXXXXX)
-if [ ! -f "$data" ]; then
-  data=$out/sst_like.txt
-  "$a/pejit" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
-fi
+# shellcheck source=bench/options.sh
+. bench/options.sh
+bench_gen_data "$a/pejit" "$out"
 model=examples/treelstm/treelstm.pe
 
 # The median over epochs 1.. of one run's trees_per_s (its --json lines on stdout).

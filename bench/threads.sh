@@ -35,15 +35,9 @@ while getopts "p:d:t:B:n:e:m:c:M:x:h" o; do
   *) sed -n 2,18p "$0"; exit 2 ;;
   esac
 done
-if [ -z "$pejit" ]; then
-  for p in build-bench/pejit build/pejit; do
-    if [ -x "$p" ]; then pejit=$p; break; fi
-  done
-fi
-if [ -z "$pejit" ] || [ ! -x "$pejit" ]; then
-  echo "threads.sh: no pejit binary (build it, or pass -p PATH)" >&2
-  exit 2
-fi
+# shellcheck source=bench/options.sh
+. bench/options.sh
+bench_pejit
 ncpu=$(/usr/bin/python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 if [ -z "$counts" ]; then
   counts="1 2"
@@ -54,10 +48,7 @@ if [ -z "$cpus" ]; then
   cpus=$(/usr/bin/python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')
 fi
 out=$(mktemp -d /tmp/pejit-threads.XXXXXX)
-if [ ! -f "$data" ]; then
-  data=$out/sst_like.txt
-  "$pejit" gen sst --trees 8544 --seed 1 -o "$data" >/dev/null
-fi
+bench_gen_data "$pejit" "$out"
 
 # The median over epochs 1.. of one run's trees_per_s (its --json lines on stdout).
 steady() {
