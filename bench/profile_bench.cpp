@@ -1,13 +1,18 @@
-// Where a specialized training step's time goes, by kernel family, measured in situ: the
-// TreeLSTM on shuffled 25-tree batches, each partially evaluated, planned and run on its
-// template graphs with JIT elementwise kernels (what `pejit train --mode specialized` does,
-// without the plan cache), then an Adagrad step. The plan executor times every launch
-// (ExecOptions::profile); GEMM families report GFLOP/s and the fraction of this machine's
-// SGEMM peak, measured in the same process (the best libxsmm rate over large square shapes).
+// Where a specialized training step's time goes, by kernel family, measured in situ: a tree
+// model (the TreeLSTM unless --model names another) on shuffled 25-tree batches, each
+// partially evaluated, planned and run on its template graphs with JIT elementwise kernels
+// (what `pejit train --mode specialized` does, without the plan cache), then an Adagrad step.
+// The plan executor times every launch (ExecOptions::profile); GEMM families report GFLOP/s
+// and the fraction of this machine's SGEMM peak, measured in the same process (the best
+// libxsmm rate over large square shapes). The last line is the model's roofline: the useful
+// GEMM FLOPs per tree and per step, and the whole step's rate (those FLOPs over the step's
+// time, planning and the optimizer included) as a fraction of that peak.
 //
-//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--ab-panels | --ab-core | --ab-wgrad |
-//                        --no-merge]
+//   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--model FILE.pe]
+//                       [--ab-panels | --ab-core | --ab-wgrad | --no-merge]
 //
+// The model needs a `Tree` type and a `loss` entry over List[Tree] (every tree model in
+// examples/; the child-sum TreeLSTM wants n-ary data: `pejit gen sst --arity K`).
 // Equal instances are merged before planning, as the engine does (--no-merge: not).
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
@@ -43,6 +48,8 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <string>
+#include <vector>
 
 using namespace pejit;
 using Clock = std::chrono::steady_clock;
@@ -74,20 +81,30 @@ double sgemm_peak() {
 
 int main(int argc, char** argv) {
   pejit::keep_freed_memory(); // as `pejit` does (include/pejit/pejit.h)
-  std::string data = argc > 1 ? argv[1] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
-  size_t limit = argc > 2 ? std::stoul(argv[2]) : 2000;
-  int epochs = argc > 3 ? std::stoi(argv[3]) : 2;
-  const std::string ab_mode = argc > 4 ? argv[4] : "";
+  std::vector<std::string> pos;
+  std::string ab_mode, model = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else if (a == "--ab-panels" || a == "--ab-core" || a == "--ab-wgrad" || a == "--no-merge")
+      ab_mode = a;
+    else if (a.rfind("--", 0) != 0 && pos.size() < 3)
+      pos.push_back(a);
+    else {
+      std::fprintf(stderr, "pejit_profile_bench: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  std::string data = !pos.empty() ? pos[0] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
+  size_t limit = pos.size() > 1 ? std::stoul(pos[1]) : 2000;
+  int epochs = pos.size() > 2 ? std::stoi(pos[2]) : 2;
   const bool ab_wgrad = ab_mode == "--ab-wgrad";
   const bool ab = ab_mode == "--ab-panels" || ab_mode == "--ab-core" || ab_wgrad;
   const bool merge = ab_mode != "--no-merge";
-  if (argc > 4 && !ab && merge) {
-    std::fprintf(stderr, "pejit_profile_bench: unknown option %s\n", argv[4]);
-    return 2;
-  }
   auto m = std::make_shared<ir::Module>();
   Diagnostics d;
-  if (!types::add_file(*m, PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", d).ok) {
+  if (!types::add_file(*m, model, d).ok) {
     std::fputs(d.render().c_str(), stderr);
     return 2;
   }
@@ -207,6 +224,17 @@ int main(int argc, char** argv) {
   }
   std::printf("%-28s %9s %11.3f %7.1f%%\n", "(not in a family)", "",
               1e3 * (run_s - profiled) / nbatches, 100 * (run_s - profiled) / run_s);
+  // The roofline: every GEMM family's FLOPs (the useful work: what the model's products
+  // compute, forward and backward) over the whole step's time.
+  double gemm_flops = 0;
+  for (size_t f = 0; f < all.size(); ++f)
+    gemm_flops += all[f].flops - first[f].flops;
+  const double no_plan_s = total_s - plan_s; // the engine's pipeline plans in the background
+  std::printf("roofline %s: %.2f MFLOP per tree, %.1f MFLOP per step; the step runs at %.1f "
+              "GFLOP/s = %.0f%% of the SGEMM peak (%.0f%% without the inline planning)\n",
+              std::filesystem::path(model).filename().c_str(), gemm_flops / trees_n / 1e6,
+              gemm_flops / nbatches / 1e6, gemm_flops / total_s / 1e9,
+              100 * gemm_flops / total_s / 1e9 / peak, 100 * gemm_flops / no_plan_s / 1e9 / peak);
   if (ab && !ab_on.empty()) {
     std::vector<double> ratio;
     for (size_t i = 0; i < ab_on.size(); ++i)
