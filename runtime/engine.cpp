@@ -14,6 +14,7 @@
 #include "runtime/engine_stats.h"
 #include "runtime/fault_hooks.h"
 #include "runtime/grad_ready.h"
+#include "runtime/parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_cache.h"
 #include "runtime/plan_executor.h"
@@ -125,7 +126,9 @@ struct Engine::Impl {
         kernels(
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
-        runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get()) : nullptr),
+        runners(opt.graphs ? std::make_unique<RunnerCache>(
+                                 m, dims, kernels.get(), opt.workers && opt.workers->threads() > 1)
+                           : nullptr),
         exec(m, dims, exec_options(opt, kernels.get(), runners.get())),
         trace(!opt.trace_file.empty()),
         specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),

@@ -404,6 +404,12 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
                               st.vals[static_cast<size_t>(n.operands[0])],
                               pg.weight_grad >= 0
                                   ? weight_grad_kernels_[static_cast<size_t>(pg.weight_grad)]
+                                  : nullptr,
+                              pg.weight_grad >= 0 &&
+                                      static_cast<size_t>(pg.weight_grad) <
+                                          weight_grad_blocks_.size() &&
+                                      weight_grad_blocks_[static_cast<size_t>(pg.weight_grad)].block
+                                  ? &weight_grad_blocks_[static_cast<size_t>(pg.weight_grad)]
                                   : nullptr});
       continue;
     }

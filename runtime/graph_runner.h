@@ -59,12 +59,23 @@ class GraphRunner {
 public:
   /// A weight gradient left to the caller: param += a^T · gy, summed with the other groups'
   /// (a: [rows, K], gy: [rows, M]), so that each weight gets one GEMM over all its rows.
+  /// A weight gradient's TN kernel cut by columns of dW, for several workers: `block` computes
+  /// kBlockCols columns of the whole gradient (its B and C rows are the whole width apart),
+  /// `tail` the last n % kBlockCols (null when none). Every element is the same chain of FMAs
+  /// over the rows as in the whole kernel, so the blocks give its bits.
+  struct WeightGradBlocks {
+    static constexpr int64_t kBlockCols = 128;
+    std::shared_ptr<const jit::CachedKernel> block, tail;
+  };
+
   struct DeferredGemm {
     int param = -1;
     Tensor a, gy;
     /// The compiled TN kernel (GemmSpec::stretches) for this weight's shape; null until
     /// compiled (or without the JIT).
     std::shared_ptr<const jit::CachedKernel> kernel;
+    /// Its column blocks (compile(..., blocks)); null when not compiled.
+    const WeightGradBlocks* blocks = nullptr;
   };
 
   /// Node values of one group's forward, kept for its backward.
@@ -103,7 +114,10 @@ public:
   /// Compiles every elementwise run and row reduction through `cache` (a miss compiles; a hit
   /// reuses). Throws pejit::Error on a compile failure (`inject_failure`: a test's invalid IR),
   /// leaving the runs that did compile in place.
-  void compile(jit::KernelCache& cache, bool inject_failure = false);
+  /// `weight_grad_blocks`: also the column-block kernels of each weight gradient at least two
+  /// blocks wide (WeightGradBlocks), for runs that split them across workers.
+  void compile(jit::KernelCache& cache, bool inject_failure = false,
+               bool weight_grad_blocks = false);
   bool compiled() const; ///< every run and row reduction has its kernel
 
   /// One elementwise run: which kernel it is part of, its spec, and the schedule it got.
@@ -188,6 +202,7 @@ private:
   /// weight_grads entry; null until compile().
   std::vector<std::shared_ptr<const jit::CachedKernel>> run_kernels_, reduce_kernels_,
       weight_grad_kernels_;
+  std::vector<WeightGradBlocks> weight_grad_blocks_; ///< by weight_grads entry
 };
 
 } // namespace pejit::runtime

@@ -47,7 +47,8 @@ GraphRunner::GraphRunner(const GraphRunner&) = default;
 
 GraphRunner::~GraphRunner() = default;
 
-void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure) {
+void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure,
+                          bool weight_grad_blocks) {
   for_each_run(program(), [&](const ElementwiseRun& r, bool, size_t) {
     jit::KernelSpec s = r.spec;
     s.inject_invalid_ir = inject_failure;
@@ -57,6 +58,25 @@ void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure) {
     reduce_kernels_[i] = cache.get_reduce(program().reductions[i].spec);
   for (size_t i = 0; i < program().weight_grads.size(); ++i)
     weight_grad_kernels_[i] = cache.get_gemm(program().weight_grads[i].spec);
+  if (!weight_grad_blocks)
+    return;
+  weight_grad_blocks_.resize(program().weight_grads.size());
+  constexpr int64_t cols = WeightGradBlocks::kBlockCols;
+  for (size_t i = 0; i < program().weight_grads.size(); ++i) {
+    const jit::GemmSpec& whole = program().weight_grads[i].spec;
+    if (whole.n < 2 * cols || whole.ldb != 0 || whole.ldc != 0)
+      continue;
+    auto part = [&](int64_t n) {
+      jit::GemmSpec s = whole;
+      s.n = n;
+      s.ldb = s.ldc = whole.n;
+      return cache.get_gemm(s);
+    };
+    WeightGradBlocks& b = weight_grad_blocks_[i];
+    b.block = part(cols);
+    if (whole.n % cols != 0)
+      b.tail = part(whole.n % cols);
+  }
 }
 
 bool GraphRunner::compiled() const {

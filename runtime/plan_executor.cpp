@@ -435,7 +435,9 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
   if (options.graphs) {
     impl_->runners = options.runners;
     if (impl_->runners == nullptr) {
-      impl_->own_runners = std::make_unique<RunnerCache>(impl_->m, impl_->dims, options.kernels);
+      impl_->own_runners =
+          std::make_unique<RunnerCache>(impl_->m, impl_->dims, options.kernels,
+                                        options.workers && options.workers->threads() > 1);
       impl_->runners = impl_->own_runners.get();
     }
   }

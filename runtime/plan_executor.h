@@ -61,6 +61,8 @@ struct PlanStats {
   /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.
   int64_t lazy_gathers = 0;
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
+  /// Column blocks those GEMMs were cut into for the workers (0: each ran whole).
+  int64_t weight_grad_blocks = 0;
   int64_t jit_weight_grads = 0;  ///< of those, run on a generated TN kernel
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;

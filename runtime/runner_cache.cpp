@@ -7,8 +7,9 @@
 namespace pejit::runtime {
 
 RunnerCache::RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
-                         jit::KernelCache* kernels)
-    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels) {}
+                         jit::KernelCache* kernels, bool weight_grad_blocks)
+    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels),
+      weight_grad_blocks_(weight_grad_blocks) {}
 
 std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template& t, bool compile,
                                                     std::string* why) {
@@ -51,7 +52,7 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template&
   if (e.runner && want_compile && !e.compiled) {
     auto c = std::make_shared<GraphRunner>(*e.runner);
     try {
-      c->compile(*kernels_, inject_);
+      c->compile(*kernels_, inject_, weight_grad_blocks_);
       e.runner = std::move(c);
       e.compiled = true;
     } catch (const std::exception& ex) {

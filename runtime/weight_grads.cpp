@@ -26,6 +26,28 @@ const jit::CachedKernel* DeferredWeightGrads::jit_kernel(int p, int64_t k, int64
   return g;
 }
 
+const GraphRunner::WeightGradBlocks* DeferredWeightGrads::blocks_of(int p) const {
+  const GraphRunner::WeightGradBlocks* b = nullptr;
+  for (const auto& d : deferred_)
+    if (d.param == p) {
+      if (d.blocks == nullptr || !d.blocks->block || (b != nullptr && d.blocks != b &&
+                                                     (d.blocks->block != b->block ||
+                                                      d.blocks->tail != b->tail)))
+        return nullptr;
+      b = d.blocks;
+    }
+  return b;
+}
+
+void DeferredWeightGrads::run_block(const Job& j, const jit::CachedKernel& kernel, int64_t c0,
+                                    std::vector<jit::GemmStretch>& parts, float* c,
+                                    bool accumulate) {
+  parts.clear();
+  for (const auto& s : j.parts)
+    parts.push_back({s.a, s.b + c0, s.k});
+  kernel.gemm().stretches(parts.data(), static_cast<int64_t>(parts.size()), c + c0, accumulate);
+}
+
 void DeferredWeightGrads::run_job(Job& j, std::vector<interp::ParamGrad>& grads, bool jit) const {
   auto& dst = grads[static_cast<size_t>(j.param)].dense;
   float beta = dst.defined() ? 1.0f : 0.0f;
@@ -79,7 +101,59 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
   // times each GEMM on the calling thread.
   const bool split = workers != nullptr && workers->threads() > 1 && !profile && njobs > 1 &&
                      work >= 2 * workers->policy().min_block_work;
-  if (split) {
+  // With the column-block kernels compiled (RunnerCache with several threads), a weight's
+  // gradient is cut by columns, so that the largest weight no longer bounds the split; each
+  // element is still one chain over every row, the whole kernel's bits.
+  blocks_.clear();
+  for (size_t i = 0; split && jit && i < njobs; ++i) {
+    Job& j = jobs_[i];
+    const auto* wb = blocks_of(j.param);
+    if (wb == nullptr || jit_kernel(j.param, j.k, j.m) == nullptr)
+      continue;
+    const int64_t cols = GraphRunner::WeightGradBlocks::kBlockCols;
+    for (int64_t c0 = 0; c0 < j.m; c0 += cols) {
+      const jit::CachedKernel* k = j.m - c0 >= cols ? wb->block.get() : wb->tail.get();
+      if (k == nullptr)
+        break;
+      blocks_.push_back(Block{i, c0, k, {}});
+    }
+  }
+  if (split && !blocks_.empty()) {
+    // The jobs cut into blocks, and the others whole; destinations made here, before the
+    // workers write them.
+    std::vector<char> cut(njobs, 0);
+    for (const Block& b : blocks_)
+      cut[b.job] = 1;
+    std::vector<char> accumulate(njobs, 0);
+    for (size_t i = 0; i < njobs; ++i) {
+      if (!cut[i])
+        continue;
+      Job& j = jobs_[i];
+      auto& dst = grads[static_cast<size_t>(j.param)].dense;
+      accumulate[i] = dst.defined() ? 1 : 0;
+      if (!dst.defined())
+        dst = Tensor::empty(DType::F32, Shape{j.k, j.m});
+      j.jit = true;
+    }
+    std::vector<size_t> whole;
+    for (size_t i = 0; i < njobs; ++i)
+      if (!cut[i])
+        whole.push_back(i);
+    const int64_t nb = static_cast<int64_t>(blocks_.size());
+    stats.weight_grad_blocks += nb;
+    workers->for_blocks(nb + static_cast<int64_t>(whole.size()), [&](int64_t t) {
+      if (t >= nb) {
+        run_job(jobs_[whole[static_cast<size_t>(t - nb)]], grads, jit);
+        return;
+      }
+      Block& b = blocks_[static_cast<size_t>(t)];
+      const Job& j = jobs_[b.job];
+      run_block(j, *b.kernel, b.c0, b.parts, grads[static_cast<size_t>(j.param)].dense.f32(),
+                accumulate[b.job] != 0);
+    });
+    for (size_t i = 0; ready != nullptr && i < njobs; ++i)
+      ready->ready(static_cast<size_t>(jobs_[i].param), grads[static_cast<size_t>(jobs_[i].param)]);
+  } else if (split) {
     workers->for_blocks(static_cast<int64_t>(njobs),
                         [&](int64_t i) { run_job(jobs_[static_cast<size_t>(i)], grads, jit); });
     for (size_t i = 0; ready != nullptr && i < njobs; ++i)

@@ -34,6 +34,8 @@ private:
   /// The generated TN kernel for param p's dW [k, m] when every group that deferred one has
   /// it compiled and it fits; else null.
   const jit::CachedKernel* jit_kernel(int p, int64_t k, int64_t m) const;
+  /// Param p's column-block kernels when every group that deferred one has them; else null.
+  const GraphRunner::WeightGradBlocks* blocks_of(int p) const;
 
   /// One weight's GEMM: its parts (every group's rows) and whether it ran on its JIT kernel.
   struct Job {
@@ -44,6 +46,19 @@ private:
     bool jit = false;
   };
   void run_job(Job& j, std::vector<interp::ParamGrad>& grads, bool jit) const;
+  /// Columns [c0, c0 + n) of job j's gradient on `kernel` (a column block of its TN kernel);
+  /// `parts` is this block's own copy of the stretches (moved to column c0).
+  static void run_block(const Job& j, const jit::CachedKernel& kernel, int64_t c0,
+                        std::vector<jit::GemmStretch>& parts, float* c, bool accumulate);
+
+  /// One column block of a job, for the workers.
+  struct Block {
+    size_t job = 0;
+    int64_t c0 = 0;
+    const jit::CachedKernel* kernel = nullptr;
+    std::vector<jit::GemmStretch> parts;
+  };
+  std::vector<Block> blocks_; // reused across runs
 
   std::vector<GraphRunner::DeferredGemm> deferred_;
   std::vector<Job> jobs_; // reused across runs

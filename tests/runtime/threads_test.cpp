@@ -9,7 +9,11 @@
 #include "runtime/parallel.h"
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
+#include "jit/jit.h"
+#include "jit/kernel_cache.h"
+#include "runtime/plan_executor.h"
 #include "tests/support/compare.h"
+#include "tests/support/planned_batch.h"
 #include "tests/support/tensors.h"
 
 #include "pejit/pejit.h"
@@ -140,6 +144,37 @@ TEST_SUITE("threads") {
       Run r = train(s, runtime::Mode::Specialized, true, t, optim::Kind::Adagrad, 3);
       CHECK((t == 1 ? r.splits == 0 : r.splits > 0));
       check_same(base, r);
+    }
+  }
+
+  TEST_CASE("weight gradients cut by columns across workers: the whole kernel's bits") {
+    // The TreeLSTM's U [300, 750] and W_leaf [300, 450] are at least two column blocks wide:
+    // with several threads their TN kernels run as column blocks on the workers.
+    test::PlannedBatch b(12, 5);
+    jit::Jit jit;
+    jit::KernelCache cache(jit, 256);
+    auto run = [&](int threads) {
+      runtime::ExecOptions eo;
+      eo.kernels = &cache;
+      auto workers = std::make_shared<runtime::Workers>(threads, runtime::SplitPolicy{1});
+      eo.workers = workers.get();
+      runtime::PlanExecutor ex(b.m, b.dims, eo);
+      auto g = ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
+      std::vector<Tensor> grads;
+      for (size_t p = 0; p < g.grads.size(); ++p)
+        grads.push_back(g.grads[p].to_dense(b.params.values[p].shape()));
+      return std::make_pair(grads, ex.stats());
+    };
+    auto [one, st1] = run(1);
+    CHECK(st1.weight_grad_blocks == 0);
+    for (int t : {2, 3}) {
+      CAPTURE(t);
+      auto [many, st] = run(t);
+      CHECK(st.weight_grad_blocks >= 4 + 6); // W_leaf: 3 blocks and a tail; U: 5 and a tail
+      CHECK(st.jit_weight_grads == st.weight_grad_gemms);
+      REQUIRE(many.size() == one.size());
+      for (size_t p = 0; p < one.size(); ++p)
+        CHECK_MESSAGE(test::same_bits(many[p], one[p]), "gradient " << b.params.names[p]);
     }
   }
 
