@@ -7,6 +7,8 @@
 #include "src/ops/emitter.h"
 #include "src/util/check.h"
 
+#include <variant>
+
 namespace pejit::runtime {
 
 using graph::NodeId;
@@ -66,8 +68,13 @@ void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure,
     const jit::GemmSpec& whole = program().weight_grads[i].spec;
     if (whole.n < 2 * cols || whole.ldb != 0 || whole.ldc != 0)
       continue;
+    // The blocks take the whole kernel's register block (a tuned one too), so that a
+    // schedule chosen for the weight applies to its blocks.
+    const auto* compiled =
+        weight_grad_kernels_[i] ? std::get_if<jit::GemmKernel>(&weight_grad_kernels_[i]->family)
+                                : nullptr;
     auto part = [&](int64_t n) {
-      jit::GemmSpec s = whole;
+      jit::GemmSpec s = compiled != nullptr ? compiled->spec : whole;
       s.n = n;
       s.ldb = s.ldc = whole.n;
       return cache.get_gemm(s);
