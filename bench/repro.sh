@@ -6,18 +6,22 @@
 # over several seeds; prints the best-by-dev and final dev root accuracy, mean and spread.
 #
 #   bench/repro.sh [--epochs N] [--seeds N] [--data DIR] [--out DIR] [--tasks "fine binary"]
-#                  [--limit N] [--build DIR] [--no-peer] [--dry]
+#                  [--limit N] [--build DIR] [--weight-decay WD] [--param-decay NAME=WD]...
+#                  [--no-peer] [--dry]
 #
 # --data DIR holds train.txt and dev.txt (and test.txt, scored with the best-by-dev weights
 # when present); default ../shared/data/sst. Without it, generated SST-like trees (a warning).
-# --limit N: the first N training trees. --dry prints the commands only. pejit runs on core 0
-# and the peer on core 1 at the same time (one thread each): the measure is accuracy, not time.
+# --limit N: the first N training trees. --weight-decay (default 1e-4) and --param-decay
+# (repeatable, e.g. emb=0) go to both sides as pejit train reads them. --dry prints the
+# commands only. pejit runs on core 0 and the peer on core 1 at the same time (one thread
+# each, whichever core is free takes the next run): the measure is accuracy, not time.
 # A run whose output is complete in --out is not run again (rerun with the same --out to go on).
+# pejit's runs share a kernel cache in --out (the same results, less compiling).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 epochs=10 seeds=5 data=../shared/data/sst out="" tasks="fine binary" limit=0 build=build
-peer=1 dry=0
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+peer=1 dry=0 wd=1e-4 pdecay=()
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
   --epochs) epochs=$2; shift 2 ;;
@@ -27,6 +31,8 @@ while [ $# -gt 0 ]; do
   --tasks) tasks=$2; shift 2 ;;
   --limit) limit=$2; shift 2 ;;
   --build) build=$2; shift 2 ;;
+  --weight-decay) wd=$2; shift 2 ;;
+  --param-decay) pdecay+=(--param-decay "$2"); shift 2 ;;
   --no-peer) peer=0; shift ;;
   --dry) dry=1; shift ;;
   *) usage ;;
@@ -49,10 +55,13 @@ if [ ! -f "$data/train.txt" ] || [ ! -f "$data/dev.txt" ]; then
     "the accuracies say nothing about SST" >&2
   data=$out/generated
   mkdir -p "$data"
+  # 2,000 training trees and 500 each for dev and test; fewer with a small --limit
+  n=2000 m=500
+  if [ "$limit" -gt 0 ] && [ "$limit" -lt "$n" ]; then n=$limit m=$(( limit < 100 ? 100 : limit )); fi
   [ -f "$data/test.txt" ] || {
-    "$pejit" gen sst --trees 2000 --seed 1 -o "$data/train.txt" >/dev/null
-    "$pejit" gen sst --trees 500 --seed 2 -o "$data/dev.txt" >/dev/null
-    "$pejit" gen sst --trees 500 --seed 3 -o "$data/test.txt" >/dev/null
+    "$pejit" gen sst --trees "$n" --seed 1 -o "$data/train.txt" >/dev/null
+    "$pejit" gen sst --trees "$m" --seed 2 -o "$data/dev.txt" >/dev/null
+    "$pejit" gen sst --trees "$m" --seed 3 -o "$data/test.txt" >/dev/null
   }
 fi
 test_file=""
@@ -63,7 +72,8 @@ if [ "$peer" = 1 ] && ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 
 # The setup, the same on both sides.
-common=(--epochs "$epochs" --batch 25 --lr 0.05 --weight-decay 1e-4 --limit "$limit")
+common=(--epochs "$epochs" --batch 25 --lr 0.05 --weight-decay "$wd" ${pdecay[@]+"${pdecay[@]}"}
+  --limit "$limit")
 model() { case $1 in fine) echo examples/treelstm/treelstm_dropout.pe ;;
                      binary) echo examples/treelstm/treelstm_binary_dropout.pe ;; esac; }
 run() { # run FILE CMD...: CMD's stdout to FILE (stderr to FILE.err), unless --dry
@@ -76,49 +86,58 @@ run() { # run FILE CMD...: CMD's stdout to FILE (stderr to FILE.err), unless --d
     echo "repro.sh: FAILED ($f.err): $*" >&2
   fi
 }
-pejit_runs() {
+pejit_job() { # pejit_job CORE TASK SEED
+  local f=$out/$2-pejit-s$3
+  if [ ! -s "$f.jsonl" ]; then
+    run "$f.jsonl" taskset -c "$1" "$pejit" train "$(model "$2")" --data "$data/train.txt" \
+      --dev "$data/dev.txt" --labels "$2" --seed "$3" "${common[@]}" --optimizer adagrad \
+      --threads 1 --no-train-eval --json --save "$f.ckpt" --save-best dev_root_acc \
+      --kernel-cache "$out/kernels"
+  fi
+  if [ -n "$test_file" ] && [ -s "$f.jsonl" ] && [ ! -s "$f.test.json" ]; then
+    run "$f.test.json" taskset -c "$1" "$pejit" eval "$(model "$2")" --params "$f.ckpt" \
+      --data "$test_file" --labels "$2" --threads 1 --json --kernel-cache "$out/kernels"
+  fi
+}
+peer_job() { # peer_job CORE TASK SEED; the timed inference pass on dev (the smaller set)
+  local f=$out/$2-peer-s$3
+  [ -s "$f.jsonl" ] && return 0
+  run "$f.jsonl" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
+    OMP_NUM_THREADS=1 taskset -c "$1" /usr/bin/python3 bench/torch/treelstm_torch.py \
+    --style batched --threads 1 --train "$data/train.txt" --dev "$data/dev.txt" \
+    ${test_file:+--test "$test_file"} --labels "$2" --seed "$3" "${common[@]}" \
+    --dropout 0.5 --dev-scores --infer-on dev --json
+}
+# Two workers, one per core, take the next job not yet claimed (a lock directory per job), so
+# a core that finishes its faster runs takes the slower side's.
+systems="pejit"
+[ "$peer" = 1 ] && systems="pejit peer"
+worker() { # worker CORE
+  local s t y
   for s in $(seq 1 "$seeds"); do
     for t in $tasks; do
-      local f=$out/$t-pejit-s$s
-      if [ ! -s "$f.jsonl" ]; then
-        run "$f.jsonl" taskset -c 0 "$pejit" train "$(model "$t")" --data "$data/train.txt" \
-          --dev "$data/dev.txt" --labels "$t" --seed "$s" "${common[@]}" --optimizer adagrad \
-          --threads 1 --no-train-eval --json --save "$f.ckpt" --save-best dev_root_acc
-      fi
-      if [ -n "$test_file" ] && [ ! -s "$f.test.json" ]; then
-        run "$f.test.json" taskset -c 0 "$pejit" eval "$(model "$t")" --params "$f.ckpt" \
-          --data "$test_file" --labels "$t" --threads 1 --json
-      fi
+      for y in $systems; do
+        mkdir "$out/locks/$t-$y-s$s" 2>/dev/null || continue
+        "${y}_job" "$1" "$t" "$s"
+      done
     done
   done
 }
-peer_runs() {
-  for s in $(seq 1 "$seeds"); do
-    for t in $tasks; do
-      local f=$out/$t-peer-s$s
-      [ -s "$f.jsonl" ] && continue
-      run "$f.jsonl" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
-        OMP_NUM_THREADS=1 taskset -c 1 /usr/bin/python3 bench/torch/treelstm_torch.py \
-        --style batched --threads 1 --train "$data/train.txt" --dev "$data/dev.txt" \
-        ${test_file:+--test "$test_file"} --labels "$t" --seed "$s" "${common[@]}" \
-        --dropout 0.5 --dev-scores --json
-    done
-  done
-}
-
 echo "repro.sh: $(date -u +%FT%TZ) data $data, $epochs epochs, seeds 1..$seeds, tasks $tasks," \
-  "out $out, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" >&2
+  "weight decay $wd${pdecay[*]:+ ${pdecay[*]}}, out $out, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" >&2
 status=0
-if [ "$peer" = 1 ]; then
-  peer_runs &
-  ppid_=$!
+rm -rf "$out/locks"
+mkdir -p "$out/locks"
+if [ "$dry" = 1 ]; then
+  worker 0
+  rm -rf "$out/locks"
+  exit 0
 fi
-pejit_runs || status=$?
-if [ "$peer" = 1 ]; then wait "$ppid_" || status=$?; fi
-[ "$dry" = 1 ] && exit 0
-if [ "$status" != 0 ]; then
-  echo "repro.sh: a run failed (its .err file in $out says why)" >&2
-fi
+worker 1 &
+w1=$!
+worker 0 || status=$?
+wait "$w1" || status=$?
+rm -rf "$out/locks"
 
 /usr/bin/python3 - "$out" "$seeds" "$epochs" "$tasks" "$peer" <<'EOF' || status=1
 # The table: per task and system, over seeds, the best-by-dev epoch's dev root accuracy (the

@@ -44,21 +44,37 @@ def map_binary(trees):
                   "nodes unlabeled" % (len(kept), len(trees), dropped, unlabelled))
 
 
-def apply_weight_decay(P, wd):
+def parse_param_decay(items):
+    """`--param-decay NAME=WD` items (as pejit's) -> {name: wd}."""
+    out = {}
+    for it in items or []:
+        name, eq, val = it.partition("=")
+        if not eq or name not in peer.PARAM_NAMES:
+            raise ValueError("--param-decay %r: expected NAME=WD with NAME one of %s"
+                             % (it, ", ".join(peer.PARAM_NAMES)))
+        out[name] = float(val)
+        if not out[name] >= 0:
+            raise ValueError("--param-decay %r: the decay must be >= 0" % it)
+    return out
+
+
+def apply_weight_decay(P, wd, per_param=None):
     """g += wd * p before the step, as torch.optim.Adagrad(weight_decay=wd) does for a dense
     gradient, and as pejit does for a row-sparse one (the embedding's): on the rows the batch
-    touched only (torch's Adagrad refuses weight decay with sparse gradients)."""
-    for _, p in P.named():
+    touched only (torch's Adagrad refuses weight decay with sparse gradients). per_param:
+    {name: wd} in place of wd for those parameters (pejit's --param-decay)."""
+    for name, p in P.named():
         g = p.grad
-        if g is None:
+        wd_ = (per_param or {}).get(name, wd)
+        if g is None or wd_ == 0:
             continue
         if g.is_sparse:
             g = g.coalesce()
             rows = g.indices()[0]
-            vals = g.values() + wd * p.detach().index_select(0, rows)
+            vals = g.values() + wd_ * p.detach().index_select(0, rows)
             p.grad = torch.sparse_coo_tensor(g.indices(), vals, g.shape).coalesce()
         else:
-            g.add_(p.detach(), alpha=wd)
+            g.add_(p.detach(), alpha=wd_)
 
 
 def scores(P, trees, batch=25):
@@ -173,6 +189,11 @@ def paper_check(args):
                  torch.allclose(P.U.grad, g_U + wd * P.U.detach(), atol=0, rtol=1e-6),
                  "weight decay: dense grads + wd*p, embedding rows touched only (%d of %d)"
                  % (len(touched), len(vocab)))
+    g_out = P.W_out.grad.clone()
+    apply_weight_decay(P, wd, parse_param_decay(["emb=0", "W_out=2"]))
+    ok &= _check(torch.equal(P.emb.weight.grad.coalesce().to_dense(), got) and
+                 torch.allclose(P.W_out.grad, g_out + 2 * P.W_out.detach(), atol=0, rtol=1e-6),
+                 "--param-decay emb=0 W_out=2: the embedding undecayed, W_out by 2")
 
     # best by dev: strictly better only
     b = BestByDev()

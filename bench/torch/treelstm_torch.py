@@ -524,6 +524,7 @@ def cmd_train(args):
     if args.dropout:
         lf = functools.partial(lf, drop=args.dropout)
     best = paper.BestByDev()
+    decay = paper.parse_param_decay(args.param_decay)
     rng = np.random.RandomState(args.seed)
     infer_set = dev if (args.infer_on == "dev" and dev) else train
     for epoch in range(1, args.epochs + 1):
@@ -536,8 +537,8 @@ def cmd_train(args):
             opt.zero_grad(set_to_none=True)
             loss, nlab = lf(P, b)
             loss.backward()
-            if args.weight_decay:
-                paper.apply_weight_decay(P, args.weight_decay)
+            if args.weight_decay or decay:
+                paper.apply_weight_decay(P, args.weight_decay, decay)
             opt.step()
             total_loss += loss.item()
             total_nodes += nlab
@@ -567,7 +568,8 @@ def cmd_train(args):
         }
         if scored:
             rec["dev_root_acc"], rec["dev_node_acc"] = paper.scores(P, dev, args.infer_batch)
-            rec.update(labels=args.labels, dropout=args.dropout, weight_decay=args.weight_decay)
+            rec.update(labels=args.labels, dropout=args.dropout, weight_decay=args.weight_decay,
+                       param_decay=paper.parse_param_decay(args.param_decay))
             best.update(epoch, rec["dev_root_acc"], P, keep_params=bool(test))
         if args.json:
             print(json.dumps(rec), flush=True)
@@ -751,6 +753,8 @@ def main():
                     help="binary: SST binary as pejit's --labels binary (2 classes)")
     ap.add_argument("--weight-decay", type=float, default=0.0,
                     help="L2: g += wd * p; the embedding's touched rows only, as pejit")
+    ap.add_argument("--param-decay", action="append", metavar="NAME=WD",
+                    help="this parameter's weight decay, as pejit's (repeatable)")
     ap.add_argument("--dev-scores", action="store_true",
                     help="per epoch dev_root_acc and dev_node_acc as pejit scores them, and a "
                     "last summary line with the best epoch by dev root accuracy")
