@@ -15,7 +15,8 @@
 # (repeatable, e.g. emb=0) go to both sides as pejit train reads them. --dry prints the
 # commands only. pejit runs on core 0 and the peer on core 1 at the same time (one thread
 # each, whichever core is free takes the next run): the measure is accuracy, not time.
-# A run whose output is complete in --out is not run again (rerun with the same --out to go on).
+# A run whose output is complete in --out is not run again (rerun with the same --out to go
+# on; a longer run found there counts by its first --epochs epochs).
 # pejit's runs share a kernel cache in --out (the same results, less compiling).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -165,14 +166,21 @@ for t in tasks:
             f = os.path.join(out, "%s-%s-s%d" % (t, sysname, s))
             recs = records(f + ".jsonl")
             eps = [r for r in recs if "epoch" in r and "dev_root_acc" in r]
-            if len(eps) != epochs:
+            if len(eps) < epochs:
                 missing.append("%s (%d of %d epochs)" % (f + ".jsonl", len(eps), epochs))
                 continue
+            # A longer run kept in --out counts by its first epochs (the learning rate is
+            # constant: epoch k is the same whatever the run's length); its saved best and
+            # test score are of all its epochs, so they are left out.
+            whole = len(eps) == epochs
+            eps = eps[:epochs]
             accs = [r["dev_root_acc"] for r in eps]
             b = max(range(len(accs)), key=lambda k: (accs[k], -k))
             best.append(accs[b]); final.append(accs[-1]); best_ep.append(b + 1)
             for k, a in enumerate(accs):
                 curve[k].append(a)
+            if not whole:
+                continue
             if sysname == "pejit":
                 tr = records(f + ".test.json")
                 test.append(tr[-1]["root_acc"] if tr else None)
