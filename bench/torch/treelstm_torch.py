@@ -19,6 +19,7 @@ Run with /usr/bin/python3 (Debian PyTorch 1.13); see README.md and run_peer.sh f
 fair environment (docs/benchmarks.md).
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -223,15 +224,15 @@ def write_checkpoint(path, params, vocab):
 # Parameters
 # ----------------------------------------------------------------------------------------
 class TreeLSTMParams(nn.Module):
-    def __init__(self, vocab_size, sparse_emb=True, init=None, dtype=torch.float32):
+    def __init__(self, vocab_size, sparse_emb=True, init=None, dtype=torch.float32, ncls=NCLS):
         super().__init__()
         self.emb = nn.Embedding(vocab_size, EMB, sparse=sparse_emb)
         self.W_leaf = nn.Parameter(torch.empty(EMB, 3 * HID))
         self.b_leaf = nn.Parameter(torch.zeros(3 * HID))
         self.U = nn.Parameter(torch.empty(2 * HID, 5 * HID))
         self.b_node = nn.Parameter(torch.zeros(5 * HID))
-        self.W_out = nn.Parameter(torch.empty(HID, NCLS))
-        self.b_out = nn.Parameter(torch.zeros(NCLS))
+        self.W_out = nn.Parameter(torch.empty(HID, ncls))
+        self.b_out = nn.Parameter(torch.zeros(ncls))
         with torch.no_grad():
             if init is None:
                 nn.init.normal_(self.emb.weight, 0.0, 0.1)
@@ -258,8 +259,9 @@ class TreeLSTMParams(nn.Module):
 # ----------------------------------------------------------------------------------------
 # Naive: recursive per node, per tree
 # ----------------------------------------------------------------------------------------
-def naive_tree(P, t, losses, want_loss=True):
-    """Evaluates tree t recursively; appends per-node losses; returns (h, c) of the root."""
+def naive_tree(P, t, losses, want_loss=True, drop=0.0):
+    """Evaluates tree t recursively; appends per-node losses; returns (h, c) of the root.
+    drop > 0: training dropout on each word vector and on h before the classifier."""
     left, right, lab = t.left, t.right, t.label
     w_t, lab_t = t.w_t, t.lab_t
 
@@ -267,6 +269,8 @@ def naive_tree(P, t, losses, want_loss=True):
         l = left[k]
         if l < 0:
             x = P.emb(w_t[k:k + 1])                              # [1,300]
+            if drop:
+                x = F.dropout(x, drop, True)
             g = torch.addmm(P.b_leaf, x, P.W_leaf)               # [1,450]
             i, o, u = g.chunk(3, 1)
             c = torch.sigmoid(i) * torch.tanh(u)
@@ -279,19 +283,20 @@ def naive_tree(P, t, losses, want_loss=True):
                  + torch.sigmoid(fr) * cr)
         h = torch.sigmoid(o) * torch.tanh(c)
         if want_loss and lab[k] >= 0:
-            logits = torch.addmm(P.b_out, h, P.W_out)
+            hd = F.dropout(h, drop, True) if drop else h    # the parent reads h undropped
+            logits = torch.addmm(P.b_out, hd, P.W_out)
             losses.append(F.cross_entropy(logits, lab_t[k:k + 1], reduction="sum"))
         return h, c
 
     return rec(t.n - 1)
 
 
-def naive_loss(P, trees):
+def naive_loss(P, trees, drop=0.0):
     total = None
     nlab = 0
     for t in trees:
         losses = []
-        naive_tree(P, t, losses)
+        naive_tree(P, t, losses, drop=drop)
         nlab += len(losses)
         if losses:
             s = torch.stack(losses).sum()
@@ -360,8 +365,10 @@ def make_plan(trees, with_labels=True):
     return plan
 
 
-def _leaf_cell(P, words):
+def _leaf_cell(P, words, drop=0.0):
     x = P.emb(words)                                          # [n0,300]
+    if drop:
+        x = F.dropout(x, drop, True)
     g = torch.addmm(P.b_leaf, x, P.W_leaf)                    # [n0,450]
     # split (not slicing): one SplitBackward (a cat) instead of a zero-fill+copy per slice
     gs, gu = g.split([2 * HID, HID], 1)
@@ -384,9 +391,10 @@ def _node_cell(P, hc, cc, n):
 GATHER = "buffer"
 
 
-def batched_states(P, plan):
-    """Returns H: all nodes' h, [N,150], in plan position order (by height)."""
-    h, c = _leaf_cell(P, plan.leaf_words)
+def batched_states(P, plan, drop=0.0):
+    """Returns H: all nodes' h, [N,150], in plan position order (by height).
+    drop > 0: training dropout on the word vectors."""
+    h, c = _leaf_cell(P, plan.leaf_words, drop)
     if GATHER == "buffer":
         # one [N,150] buffer per state, written level by level in place (DGL frame style)
         H = h.new_empty((plan.n, HID))
@@ -416,12 +424,14 @@ def batched_states(P, plan):
     return Hs[0] if len(Hs) == 1 else torch.cat(Hs, 0)
 
 
-def batched_loss(P, trees, plan=None):
+def batched_loss(P, trees, plan=None, drop=0.0):
     if plan is None:
         plan = make_plan(trees)
-    H = batched_states(P, plan)
+    H = batched_states(P, plan, drop)
     if not plan.all_labelled:
         H = H.index_select(0, plan.lab_pos)
+    if drop:
+        H = F.dropout(H, drop, True)      # before the classifier only: parents read H undropped
     logits = torch.addmm(P.b_out, H, P.W_out)
     loss = F.cross_entropy(logits, plan.labels, reduction="sum")
     return loss, int(plan.labels.shape[0])
@@ -495,13 +505,26 @@ def setup_data(args, need_train=True):
 
 
 def cmd_train(args):
+    import treelstm_paper as paper       # the paper setup: --labels, --weight-decay, --dev-scores
     torch.manual_seed(args.seed)
     init, vocab, train, dev, load_s = setup_data(args)
+    test = []
+    if args.test:
+        test = load_trees(args.test)
+        attach_ids(test, vocab)
+    train, dev, test, ncls = paper.prepare(args, train, dev, test)
     if not train:
         sys.exit("no training trees (--train)")
-    P = TreeLSTMParams(len(vocab), sparse_emb=bool(args.sparse_emb), init=init)
+    scored = args.dev_scores or bool(test)
+    if scored and not dev:
+        sys.exit("--dev-scores and --test need --dev")
+    P = TreeLSTMParams(len(vocab), sparse_emb=bool(args.sparse_emb), init=init, ncls=ncls)
     opt = torch.optim.Adagrad(P.parameters(), lr=args.lr)
     lf = loss_fn(args.style)
+    if args.dropout:
+        lf = functools.partial(lf, drop=args.dropout)
+    best = paper.BestByDev()
+    decay = paper.parse_param_decay(args.param_decay)
     rng = np.random.RandomState(args.seed)
     infer_set = dev if (args.infer_on == "dev" and dev) else train
     for epoch in range(1, args.epochs + 1):
@@ -514,6 +537,8 @@ def cmd_train(args):
             opt.zero_grad(set_to_none=True)
             loss, nlab = lf(P, b)
             loss.backward()
+            if args.weight_decay or decay:
+                paper.apply_weight_decay(P, args.weight_decay, decay)
             opt.step()
             total_loss += loss.item()
             total_nodes += nlab
@@ -541,6 +566,11 @@ def cmd_train(args):
             "sparse_emb": bool(args.sparse_emb), "load_seconds": round(load_s, 4),
             "process_age_at_train_end_s": round(age_at_train_end, 3),
         }
+        if scored:
+            rec["dev_root_acc"], rec["dev_node_acc"] = paper.scores(P, dev, args.infer_batch)
+            rec.update(labels=args.labels, dropout=args.dropout, weight_decay=args.weight_decay,
+                       param_decay=paper.parse_param_decay(args.param_decay))
+            best.update(epoch, rec["dev_root_acc"], P, keep_params=bool(test))
         if args.json:
             print(json.dumps(rec), flush=True)
         else:
@@ -549,6 +579,15 @@ def cmd_train(args):
                       epoch, args.style, rec["train_trees_per_s"], train_s,
                       rec["infer_trees_per_s"], rec["loss_per_node"], acc, rec["acc_on"]),
                   flush=True)
+    if scored:
+        summary = {"summary": True, "epochs": args.epochs, "best_epoch": best.epoch,
+                   "best_dev_root_acc": best.acc}
+        if test:
+            P.load_state_dict(best.state)
+            summary["test_trees"] = len(test)
+            summary["test_root_acc"], summary["test_node_acc"] = paper.scores(
+                P, test, args.infer_batch)
+        print(json.dumps(summary), flush=True)
 
 
 def cmd_loss_only(args):
@@ -706,6 +745,26 @@ def main():
     ap.add_argument("--sparse-emb", type=int, default=1, choices=[0, 1],
                     help="sparse embedding gradients (default 1)")
     ap.add_argument("--checkpoint", help="pejit checkpoint: initial weights and vocabulary")
+    # the paper setup (treelstm_paper.py); the defaults leave the benchmark peer as it was
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="training dropout on the word vectors and before the classifier, "
+                    "as examples/treelstm/treelstm_dropout.pe (default 0: off)")
+    ap.add_argument("--labels", choices=["fine", "binary"], default="fine",
+                    help="binary: SST binary as pejit's --labels binary (2 classes)")
+    ap.add_argument("--weight-decay", type=float, default=0.0,
+                    help="L2: g += wd * p; the embedding's touched rows only, as pejit")
+    ap.add_argument("--param-decay", action="append", metavar="NAME=WD",
+                    help="this parameter's weight decay, as pejit's (repeatable)")
+    ap.add_argument("--dev-scores", action="store_true",
+                    help="per epoch dev_root_acc and dev_node_acc as pejit scores them, and a "
+                    "last summary line with the best epoch by dev root accuracy")
+    ap.add_argument("--test", help="with --dev: score this set with the best epoch's weights "
+                    "(in the summary line; implies --dev-scores)")
+    ap.add_argument("--paper-check", action="store_true",
+                    help="check the paper setup (exit 0 = PASS); with --pejit BIN and "
+                    "--model-dir DIR also against pejit eval")
+    ap.add_argument("--pejit", help="pejit binary for --paper-check")
+    ap.add_argument("--model-dir", help="examples/treelstm for --paper-check")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--loss-only", action="store_true")
     ap.add_argument("--batch-index", type=int, default=0)
@@ -723,7 +782,10 @@ def main():
         pass
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
 
-    if args.self_check:
+    if args.paper_check:
+        import treelstm_paper
+        treelstm_paper.paper_check(args)
+    elif args.self_check:
         cmd_self_check(args)
     elif args.loss_only:
         cmd_loss_only(args)
