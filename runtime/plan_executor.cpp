@@ -231,9 +231,15 @@ struct PlanExecutor::Impl {
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
+    // A parameter the template reads itself (Template::param_args) is no argument of its graph.
     bool shared_args = false;
-    for (const auto& arg : g.args)
-      shared_args = shared_args || arg.shared;
+    for (size_t a = 0; a < g.args.size(); ++a) {
+      const bool bound = a < t.param_args.size() && t.param_args[a] >= 0;
+      PEJIT_CHECK(!bound || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Param &&
+                             g.args[a].shared_ref.index == t.param_args[a]))
+          << t.name << ": argument " << a << " is not the parameter its template reads";
+      shared_args = shared_args || (g.args[a].shared && !bound);
+    }
     gs.graph = shared_args ? nullptr : runner(t, stats);
     if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
       std::string why = t.name + (shared_args ? ": an argument shared by every row (template "
