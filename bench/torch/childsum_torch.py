@@ -43,7 +43,7 @@ import peer_common as pc  # noqa: E402
 
 EMB, HID, NCLS = pc.EMB, pc.HID, pc.NCLS
 
-SHAPES = {"emb": None, "W_iou": (EMB, 3 * HID), "U_iou": (HID, 3 * HID), "b_iou": (3 * HID,),
+SHAPES = {"emb": (0, EMB), "W_iou": (EMB, 3 * HID), "U_iou": (HID, 3 * HID), "b_iou": (3 * HID,),
           "U_f": (HID, HID), "b_f": (HID,), "W_out": (HID, NCLS), "b_out": (NCLS,)}
 
 
@@ -155,8 +155,6 @@ class ChildSum(pc.Peer):
         "(3 (3 (2 one) (2 two)) (2 (2 three) (2 four) (2 five)) (1 six))",
     ]
 
-
-SHAPES["emb"] = (0, EMB)  # rows: the vocabulary (the Params module sizes it)
 
 if __name__ == "__main__":
     pc.main(ChildSum(), __doc__)

@@ -186,8 +186,9 @@ def write_checkpoint(path, params, vocab, names):
 
 
 class Params(nn.Module):
-    """The model's parameters by pejit name: `shapes` (name -> shape, in checkpoint order),
-    `emb` an nn.Embedding (sparse gradients by default), initialized as the .pe file says
+    """The model's parameters by pejit name: `shapes` (name -> shape, in checkpoint order;
+    the embedding's rows are the vocabulary's), `emb` an nn.Embedding (sparse gradients by
+    default), initialized as the .pe file says
     (normal(0, 0.1) embedding, xavier matrices, zero biases) or from `init`."""
 
     def __init__(self, shapes, vocab_size, sparse_emb=True, init=None, dtype=torch.float32):
