@@ -46,7 +46,7 @@ ExecLayout make_layout(const specializer::Plan& plan) {
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const Group& g = plan.groups[gi];
     auto& G = L.groups[gi];
-    G.rows = g.tmpl == Instance::kSumN ? 1 : static_cast<int64_t>(g.instances.size());
+    G.rows = static_cast<int64_t>(g.instances.size());
     G.results.resize(g.results.size());
     for (size_t k = 0; k < g.results.size(); ++k) {
       G.results[k].row_elems = numel_of(g.results[k].dims);
@@ -111,17 +111,23 @@ ExecLayout make_layout(const specializer::Plan& plan) {
     for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
       const Group& g = plan.groups[gi];
       const auto& G = L.groups[gi];
+      const bool sum = g.tmpl == Instance::kSumN;
+      size_t seg = 0; // a sum's row whose terms args[a] is among
       for (size_t a = 0; a < g.args.size(); ++a) {
         const auto& ga = g.args[a];
+        if (sum)
+          while (seg + 1 < g.segments.size() && static_cast<size_t>(g.segments[seg + 1]) <= a)
+            ++seg;
         if (ga.shared || ga.sig.dtype != DType::F32)
           continue;
         for (size_t i = 0; i < ga.rows.size(); ++i) {
           const RowRef& rr = ga.rows[i];
           if (rr.kind != Ref::Kind::Inst)
             continue;
-          int64_t src = g.tmpl == Instance::kSumN
-                            ? G.results[0].seed_off
-                            : G.args[a].grad_off + static_cast<int64_t>(i) * G.args[a].row_elems;
+          // A sum's term reads the seed of its row as it is.
+          int64_t src =
+              sum ? G.results[0].seed_off + static_cast<int64_t>(seg) * G.results[0].row_elems
+                  : G.args[a].grad_off + static_cast<int64_t>(i) * G.args[a].row_elems;
           f(L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)], rr.row,
             src);
         }

@@ -299,6 +299,10 @@ void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
                                compute(e.node);
                              return 0;
                            },
+                           [&](const specializer::RowGather& r) -> size_t {
+                             gather_rows(r.node, st, stats);
+                             return 0;
+                           },
                            [&](const specializer::ReferenceNode& r) -> size_t {
                              compute(r.node);
                              return 0;
@@ -306,6 +310,19 @@ void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
                        },
                        k.steps[i]);
   }
+}
+
+void GraphRunner::gather_rows(NodeId id, State& st, GraphRunStats& stats) const {
+  const Node& n = tg_.g.node(id);
+  Tensor& v = st.vals[static_cast<size_t>(id)];
+  if (!v.defined()) // not a result the caller gave a block for
+    v = Tensor::empty(n.type.dtype, with_rows(st.rows, n.type.dims));
+  auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
+  kernels::take_into(st.vals[static_cast<size_t>(n.operands[0])],
+                     st.vals[static_cast<size_t>(n.operands[1])], v);
+  if (stats.profile)
+    record(stats.time, Family::Gathers, t0);
+  stats.row_gathers++;
 }
 
 void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const interp::Params& params,
@@ -344,6 +361,13 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
     for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
       fill_arg(id, st);
   bind(tg_.fwd_outputs, results, st);
+  // A lookup whose rows are a result writes them into the caller's block (RowGather).
+  for (const specializer::RowGather& r : result_gathers_) {
+    Tensor& dest = results[static_cast<size_t>(r.result)];
+    const graph::ShapeType& t = g.node(r.node).type;
+    if (dest.defined() && dest.dtype() == t.dtype && dest.numel() == rows * t.numel())
+      st.vals[static_cast<size_t>(r.node)] = dest.reshaped(with_rows(rows, t.dims));
+  }
   for (const specializer::KernelSteps& k : p.fwd)
     run_kernel(k, st, stats);
   for (size_t k = 0; k < tg_.fwd_outputs.size(); ++k) {

@@ -51,6 +51,7 @@ struct GraphRunStats {
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) run on JIT kernels
+  int64_t row_gathers = 0;    ///< lookups of per-row ids in a shared table (RowGather)
   bool profile = false;       ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
@@ -175,6 +176,8 @@ private:
   using Run = specializer::ElementwiseRun;
   Tensor eval(graph::NodeId id, State& st) const;
   void run_kernel(const specializer::KernelSteps& k, State& st, GraphRunStats& stats) const;
+  /// A RowGather: take node `id`'s rows into its value (the caller's block when bound).
+  void gather_rows(graph::NodeId id, State& st, GraphRunStats& stats) const;
   /// Computes node `id` on compiled row-reduction kernel `index` into st.vals; false (nothing
   /// done) when it is not compiled yet, or the kernel reports a bad label (the reference
   /// kernel then runs and reports it).
@@ -203,6 +206,8 @@ private:
   std::vector<std::shared_ptr<const jit::CachedKernel>> run_kernels_, reduce_kernels_,
       weight_grad_kernels_;
   std::vector<WeightGradBlocks> weight_grad_blocks_; ///< by weight_grads entry
+  /// The program's forward RowGathers whose rows are a result (written into its block).
+  std::vector<specializer::RowGather> result_gathers_;
 };
 
 } // namespace pejit::runtime

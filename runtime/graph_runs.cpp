@@ -43,6 +43,10 @@ GraphRunner::GraphRunner(specializer::TemplateGraph tg) : tg_(std::move(tg)) {
   run_kernels_.resize(program().run_count);
   reduce_kernels_.resize(program().reductions.size());
   weight_grad_kernels_.resize(program().weight_grads.size());
+  for (const specializer::KernelSteps& k : program().fwd)
+    for (const specializer::KernelStep& s : k.steps)
+      if (const auto* r = std::get_if<specializer::RowGather>(&s); r != nullptr && r->result >= 0)
+        result_gathers_.push_back(*r);
 }
 
 GraphRunner::GraphRunner(const GraphRunner&) = default;

@@ -201,18 +201,24 @@ struct PlanExecutor::Impl {
     return outs;
   }
 
-  void run_sum(const ExecLayout& L, const ExecLayout::Group& G, const specializer::Residual& r,
-               const interp::Params& params) {
+  // A segment sum: row k of the result is the sum of its terms, in order (each a row anywhere).
+  void run_sum(const ExecLayout& L, const ExecLayout::Group& G, const Group& g,
+               const specializer::Residual& r, const interp::Params& params) {
     const auto& R = G.results[0];
-    float* acc = reinterpret_cast<float*>(at(R.off));
     const size_t n = static_cast<size_t>(R.row_elems);
-    for (size_t a = 0; a < G.args.size(); ++a) {
-      const float* t = reinterpret_cast<const float*>(ptr(L.rows(G.args[a])[0], r, params));
-      if (a == 0)
-        std::memcpy(acc, t, n * 4);
-      else
-        for (size_t i = 0; i < n; ++i)
-          acc[i] += t[i];
+    const size_t sums = g.segments.empty() ? 1 : g.segments.size() - 1; // none: one row of all
+    for (size_t k = 0; k < sums; ++k) {
+      float* acc = reinterpret_cast<float*>(at(R.off + static_cast<int64_t>(k) * R.row_elems));
+      const size_t b = g.segments.empty() ? 0 : static_cast<size_t>(g.segments[k]);
+      const size_t e = g.segments.empty() ? G.args.size() : static_cast<size_t>(g.segments[k + 1]);
+      for (size_t a = b; a < e; ++a) {
+        const float* t = reinterpret_cast<const float*>(ptr(L.rows(G.args[a])[0], r, params));
+        if (a == b)
+          std::memcpy(acc, t, n * 4);
+        else
+          for (size_t i = 0; i < n; ++i)
+            acc[i] += t[i];
+      }
     }
   }
 
@@ -221,7 +227,7 @@ struct PlanExecutor::Impl {
                  PlanStats& stats) {
     const ExecLayout::Group& G = L.groups[gi];
     if (g.tmpl == Instance::kSumN) {
-      run_sum(L, G, r, params);
+      run_sum(L, G, g, r, params);
       stats.groups_batched++;
       return;
     }
@@ -231,9 +237,15 @@ struct PlanExecutor::Impl {
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
+    // A parameter the template reads itself (Template::param_args) is no argument of its graph.
     bool shared_args = false;
-    for (const auto& arg : g.args)
-      shared_args = shared_args || arg.shared;
+    for (size_t a = 0; a < g.args.size(); ++a) {
+      const bool bound = a < t.param_args.size() && t.param_args[a] >= 0;
+      PEJIT_CHECK(!bound || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Param &&
+                             g.args[a].shared_ref.index == t.param_args[a]))
+          << t.name << ": argument " << a << " is not the parameter its template reads";
+      shared_args = shared_args || (g.args[a].shared && !bound);
+    }
     gs.graph = shared_args ? nullptr : runner(t, stats);
     if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
       std::string why = t.name + (shared_args ? ": an argument shared by every row (template "

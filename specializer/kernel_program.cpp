@@ -134,6 +134,11 @@ std::string print_kernel_program(const TemplateGraph& tg, const KernelProgram& p
                   return fmt::format("sparse embedding grad %{} (rows and ids{})", e.node,
                                      e.dense ? ", also dense" : "");
                 },
+                [&](const RowGather& r) {
+                  return fmt::format("row gather %{} by ids{}", r.node,
+                                     r.result >= 0 ? fmt::format(" (into result {})", r.result)
+                                                   : std::string());
+                },
                 [&](const ReferenceNode& r) { return "ref " + graph::print_node(g, r.node); },
             },
             step);

@@ -111,6 +111,15 @@ struct SparseEmbeddingGrad {
   bool dense = false;
 };
 
+/// A take of per-row ids from a table shared by all rows (the embedding lookup): one row
+/// copy per id, written straight into the caller's block of template result `result` when
+/// the rows are that result (-1: into the node's own value). Its backward is the row-sparse
+/// gradient (SparseEmbeddingGrad).
+struct RowGather {
+  graph::NodeId node = graph::kNoNode;
+  int64_t result = -1;
+};
+
 /// Any other node: its reference kernel on all rows of the group.
 struct ReferenceNode {
   graph::NodeId node = graph::kNoNode;
@@ -118,8 +127,9 @@ struct ReferenceNode {
 
 /// One step of a kernel. A closed set: a new family is a compile error wherever a visitor
 /// does not handle it.
-using KernelStep = std::variant<ElementwiseRun, RowGemm, GatherConcat, InPlaceView, RowReduction,
-                                Loss, DeferredWeightGrad, SparseEmbeddingGrad, ReferenceNode>;
+using KernelStep =
+    std::variant<ElementwiseRun, RowGemm, GatherConcat, InPlaceView, RowReduction, Loss,
+                 DeferredWeightGrad, SparseEmbeddingGrad, RowGather, ReferenceNode>;
 
 /// The steps of one fused kernel of the template graph, in order.
 struct KernelSteps {

@@ -38,7 +38,10 @@ namespace pejit::specializer::pe {
     case ir::TypeKind::Tensor:
       if (is_const(a) || rv(a).sum >= 0)
         return drop_frame(frame);
-      fkey_.push_back(rv(a).sig);
+      // A parameter is keyed as itself: an op on it makes another template than on a per-row
+      // value (Template::param_args), so a replay must not mix the two.
+      fkey_.push_back(rv(a).ref.kind == Ref::Kind::Param ? -1 - int64_t{rv(a).ref.index}
+                                                         : int64_t{rv(a).sig});
       frames_.push_back(FrameArg{rv(a).ref, 0, false});
       break;
     default: {

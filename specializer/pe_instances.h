@@ -31,8 +31,21 @@ inline Value PeBackend::op(ops::OpId id, const ops::Attr& attr, const Value* arg
   key_.push_back(static_cast<int64_t>(id));
   key_.push_back(static_cast<int64_t>(attr.ints.size()));
   key_.insert(key_.end(), attr.ints.begin(), attr.ints.end());
-  for (size_t i = 0; i < n; ++i)
-    key_.push_back(sig(args[i]));
+  // A parameter operand beside per-row ones is read by the template itself (Template::
+  // param_args): keyed by the parameter, -1 - its index (a signature id is never negative).
+  auto param_of = [&](size_t i) {
+    if (is_const(args[i]))
+      return -1;
+    const RVal& v = rv(args[i]);
+    return v.sum < 0 && v.ref.kind == Ref::Kind::Param ? v.ref.index : -1;
+  };
+  bool per_row = false;
+  for (size_t i = 0; i < n && !per_row; ++i)
+    per_row = param_of(i) < 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t p = per_row ? param_of(i) : -1;
+    key_.push_back(p >= 0 ? -1 - p : sig(args[i]));
+  }
   int32_t e = memo_.keys.find(key_);
   if (e < 0) {
     Template t;
@@ -43,6 +56,10 @@ inline Value PeBackend::op(ops::OpId id, const ops::Attr& attr, const Value* arg
     for (size_t i = 0; i < n; ++i) {
       t.args.push_back(memo_.sigs[static_cast<size_t>(sig(args[i]))]);
       types.push_back(type_of(t.args.back()));
+      if (const int32_t p = per_row ? param_of(i) : -1; p >= 0) {
+        t.param_args.resize(n, -1);
+        t.param_args[i] = p;
+      }
     }
     auto r = ops::op_result_type(id, types, attr);
     PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id)

@@ -23,7 +23,8 @@ int64_t shared_code(const Ref& r) {
 // allocates only what the Plan keeps.
 struct Scratch {
   std::vector<uint8_t> flags;
-  std::vector<int32_t> level, latest, next_variant, perm, new_id, counts, heads;
+  std::vector<int32_t> level, latest, next_variant, perm, new_id, counts, heads, sum_heads;
+  std::vector<const TensorSig*> sum_kinds;
   std::vector<Group> groups;
 };
 
@@ -33,7 +34,7 @@ struct Scratch {
 // table lookup per instance, indexed by (level, template) only (no instance's final level
 // exceeds the live instances' highest ASAP level, see below): instances of one template at
 // one level whose shared arguments differ are told apart by walking that key's few groups.
-// A SumN instance is its own group.
+// SumN instances are grouped by (level, sum signature) through a table of their own.
 Plan make_plan(const Residual& r, const TemplateTable& templates) {
   const size_t n = r.instances.size();
   const Instance* insts = r.instances.data();
@@ -95,6 +96,26 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   const size_t num_levels = static_cast<size_t>(max_level) + 1;
   sc.heads.assign(num_levels * num_tmpl, -1);
   int32_t* const heads = sc.heads.data();
+  // The SumN group of each (level, sum signature), by the signatures met so far (a few: a
+  // node's state, the loss); a sum is at most at max_level + 1 (one past its highest term),
+  // or, feeding no template, at its latest level.
+  const size_t sum_levels = num_levels + 1;
+  std::vector<const TensorSig*>& sum_kinds = sc.sum_kinds;
+  sum_kinds.clear();
+  sc.sum_heads.clear();
+  auto sum_slot_of = [&](const Instance& inst, int32_t lv) -> int32_t* {
+    if (lv < 0 || static_cast<size_t>(lv) >= sum_levels)
+      return nullptr;
+    const TensorSig& sig = r.sum_sigs[static_cast<size_t>(inst.sum_sig)];
+    size_t k = 0;
+    while (k < sum_kinds.size() && !(*sum_kinds[k] == sig))
+      ++k;
+    if (k == sum_kinds.size()) {
+      sum_kinds.push_back(&sig);
+      sc.sum_heads.resize(sc.sum_heads.size() + sum_levels, -1);
+    }
+    return &sc.sum_heads[k * sum_levels + static_cast<size_t>(lv)];
+  };
   std::vector<Group>& groups = sc.groups;
   groups.clear();
   // Per group: the next group of its (level, template), and its instances so far.
@@ -123,6 +144,9 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
     // its shared arguments.
     int32_t gid = -1, head = -1;
     int32_t* head_slot = nullptr;
+    int32_t* sum_slot = sum ? sum_slot_of(inst, level[i]) : nullptr;
+    if (sum_slot != nullptr)
+      gid = *sum_slot;
     if (!sum) {
       PEJIT_CHECK(static_cast<size_t>(level[i]) < num_levels &&
                   static_cast<size_t>(inst.tmpl) < num_tmpl)
@@ -161,6 +185,8 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
       }
       next_variant.push_back(-1);
       counts.push_back(0);
+      if (sum_slot != nullptr)
+        *sum_slot = gid;
       if (!sum) {
         if (head < 0) {
           *head_slot = gid;
@@ -215,19 +241,28 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   for (auto& g : p.groups) {
     if (g.tmpl == Instance::kSumN) {
       // One argument of one row per term (hundreds for a batch's loss), all of the sum's
-      // signature: a scalar's empty dims are not copied term by term.
-      const Instance& inst = insts[static_cast<size_t>(g.instances[0])];
-      const TensorSig& sig = r.sum_sigs[static_cast<size_t>(inst.sum_sig)];
-      auto args = args_of(static_cast<size_t>(g.instances[0]));
-      g.args.resize(args.size());
-      for (size_t a = 0; a < args.size(); ++a) {
-        GroupArg& ga = g.args[a];
-        ga.sig.dtype = sig.dtype;
-        if (!sig.dims.empty())
-          ga.sig.dims = sig.dims;
-        ga.rows.resize(1);
-        ga.rows[0] = row_ref(args[a]);
+      // signature: a scalar's empty dims are not copied term by term. Row k's terms follow
+      // row k - 1's.
+      const Instance& first = insts[static_cast<size_t>(g.instances[0])];
+      const TensorSig& sig = r.sum_sigs[static_cast<size_t>(first.sum_sig)];
+      size_t terms = 0;
+      for (int32_t i : g.instances)
+        terms += insts[static_cast<size_t>(i)].num_args;
+      g.args.resize(terms);
+      g.segments.resize(g.instances.size() + 1);
+      size_t at = 0;
+      for (size_t k = 0; k < g.instances.size(); ++k) {
+        g.segments[k] = static_cast<int32_t>(at);
+        for (const Ref& a : args_of(static_cast<size_t>(g.instances[k]))) {
+          GroupArg& ga = g.args[at++];
+          ga.sig.dtype = sig.dtype;
+          if (!sig.dims.empty())
+            ga.sig.dims = sig.dims;
+          ga.rows.resize(1);
+          ga.rows[0] = row_ref(a);
+        }
       }
+      g.segments.back() = static_cast<int32_t>(at);
       continue;
     }
     const int32_t* rows_of = g.instances.data();

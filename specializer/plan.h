@@ -9,7 +9,8 @@
 // an instance none of whose results feeds another template call (only SumN instances or the
 // entry's outputs) is then placed at the last level, the end of its [earliest, latest]
 // window. Groups are keyed by (level, template, which arguments are shared and by what), in
-// level order; SumN instances are their own groups after their terms.
+// level order; SumN instances are grouped by (level, signature), one row per sum whatever its
+// number of terms (a segment sum), after their terms.
 #pragma once
 
 #include "specializer/residual.h"
@@ -104,6 +105,10 @@ struct Group {
   std::vector<int32_t> instances; ///< row i computes instances[i]
   std::vector<GroupArg> args;     ///< template arguments; for SumN: one arg per term (1 row)
   std::vector<TensorSig> results; ///< per-row result signatures
+  /// SumN: row i is the sum of the terms args[segments[i], segments[i + 1]) (a segment sum
+  /// over the level's sums of one signature: a node's children's states, each node a row);
+  /// empty: one row, the sum of every argument.
+  std::vector<int32_t> segments;
 };
 
 struct Plan {

@@ -58,6 +58,10 @@ std::string Template::key() const {
       num(a);
     }
   }
+  for (auto p : param_args) {
+    k += " =";
+    num(p);
+  }
   k += " (";
   for (const auto& a : args) { // TensorSig::str(), then a comma
     k += dtype_name(a.dtype);
@@ -85,6 +89,9 @@ uint64_t Template::hash() const {
   for (auto s : statics)
     mix(static_cast<uint64_t>(s));
   mix(0xfe);
+  for (auto p : param_args)
+    mix(static_cast<uint64_t>(p));
+  mix(0xfc);
   for (const auto& a : args) {
     mix(static_cast<uint64_t>(a.dtype));
     for (auto d : a.dims)
@@ -96,7 +103,7 @@ uint64_t Template::hash() const {
 
 bool Template::same_as(const Template& o) const {
   return kind == o.kind && fn == o.fn && (kind != Kind::Op || (op == o.op && attr == o.attr)) &&
-         statics == o.statics && args == o.args;
+         statics == o.statics && args == o.args && param_args == o.param_args;
 }
 
 int32_t TemplateTable::intern(Template t) {

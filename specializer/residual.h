@@ -70,6 +70,11 @@ struct Template {
   std::vector<TensorSig> args;  ///< its tensor parameters, in order
   std::vector<TensorSig> results;
   std::string name; ///< "cell", "leaf", "op.take", ...
+  /// Op: per argument, the module parameter that argument always is (-1: any value), empty
+  /// when none is. An op on a parameter and per-row values (the embedding lookup
+  /// `take(emb, w)`) reads the parameter in its template graph, as a function body does,
+  /// instead of taking it as an argument shared by every row; the instances still list it.
+  std::vector<int32_t> param_args;
 
   /// Equal templates have equal keys.
   std::string key() const;

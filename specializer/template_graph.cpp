@@ -180,14 +180,29 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
   ops::register_kernels();
   TemplateGraph tg;
   tg.name = t.name;
+  auto bound = [&](size_t i) { return i < t.param_args.size() ? t.param_args[i] : -1; };
   for (size_t i = 0; i < t.args.size(); ++i)
-    add_slot(tg, InputSlot{InputSlot::Role::Arg, static_cast<int>(i), shape_type(t.args[i])});
+    add_slot(tg,
+             InputSlot{InputSlot::Role::Arg, static_cast<int>(i), shape_type(t.args[i]), bound(i)});
   std::vector<NodeId> arg_nodes;
   for (size_t i = 0; i < t.args.size(); ++i)
-    arg_nodes.push_back(tg.g.input(static_cast<uint32_t>(i), shape_type(t.args[i])));
+    arg_nodes.push_back(
+        bound(i) >= 0 ? kNoNode : tg.g.input(static_cast<uint32_t>(i), shape_type(t.args[i])));
 
   std::vector<NodeId> results;
   if (t.kind == Template::Kind::Op) {
+    // An operand that is always one parameter reads it, as a function body does (one slot
+    // per parameter, after the arguments).
+    for (size_t i = 0; i < t.args.size(); ++i)
+      if (const int p = bound(i); p >= 0) {
+        uint32_t slot = static_cast<uint32_t>(tg.slots.size());
+        for (uint32_t s = 0; s < tg.slots.size(); ++s)
+          if (tg.slots[s].role == InputSlot::Role::Param && tg.slots[s].index == p)
+            slot = s;
+        if (slot == tg.slots.size())
+          add_slot(tg, InputSlot{InputSlot::Role::Param, p, shape_type(t.args[i])});
+        arg_nodes[i] = tg.g.input(slot, shape_type(t.args[i]));
+      }
     results = tg.g.op_results(t.op, arg_nodes, t.attr);
   } else {
     if (t.fn < 0 || static_cast<size_t>(t.fn) >= m.fns().size())
@@ -257,7 +272,7 @@ void add_backward(TemplateGraph& tg) {
   for (uint32_t s = 0; s < tg.slots.size(); ++s) {
     const InputSlot& in = tg.slots[s];
     bool want = in.type.dtype == DType::F32 &&
-                (in.role == InputSlot::Role::Arg ||
+                ((in.role == InputSlot::Role::Arg && in.bound_param < 0) ||
                  (in.role == InputSlot::Role::Param && passes::find_input(tg.g, s) != kNoNode));
     if (!want)
       continue;

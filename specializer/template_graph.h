@@ -44,6 +44,9 @@ struct InputSlot {
   Role role = Role::Arg;
   int index = -1; ///< Arg: argument; Param: module parameter; Seed: result; Const: -1
   graph::ShapeType type;
+  /// Arg: the module parameter the argument always is (Template::param_args), read through
+  /// a Param slot instead; the argument itself is unread and gets no gradient. -1: none.
+  int bound_param = -1;
 };
 
 struct TemplateGraph {

@@ -111,6 +111,11 @@ private:
                   jit::SegmentSumSpec{last_dim(g_, e.node)});
               return 0;
             },
+            [&](const specializer::RowGather& r) -> size_t {
+              add(fmt::format("host{}", r.node), fmt::format("row gather %{}", r.node),
+                  HostOnly{graph::print_node(g_, r.node)});
+              return 0;
+            },
             [&](const specializer::ReferenceNode& r) -> size_t {
               reference(r.node, written);
               return 0;

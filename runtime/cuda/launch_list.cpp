@@ -161,7 +161,7 @@ private:
       if (grp.tmpl < 0) { // a loss sum: its terms' elements, summed (forward only)
         if (forward)
           for (const auto& r : lg.results)
-            simple(pass, level, g, "sumn_w1", r.row_elems);
+            simple(pass, level, g, "sumn_w1", lg.rows * r.row_elems);
         continue;
       }
       if (forward) {

@@ -161,6 +161,15 @@ KernelStep node_step(const Lowering& l, NodeId id, const std::vector<int64_t>& c
   }
   if (is_rows_gemm(l, id))
     return RowGemm{id, n.kind == Kind::Grad, core_run[i]};
+  if (n.kind == Kind::Op && n.op() == OpId::Take && l.cls(id) == RowClass::Rows &&
+      l.cls(n.operands[0]) == RowClass::Shared) {
+    // The lookup's rows go straight into the caller's block when they are one result.
+    const auto& outs = l.tg.fwd_outputs;
+    int64_t result = -1;
+    if (std::count(outs.begin(), outs.end(), id) == 1)
+      result = std::find(outs.begin(), outs.end(), id) - outs.begin();
+    return RowGather{id, result};
+  }
   return ReferenceNode{id};
 }
 

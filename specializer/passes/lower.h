@@ -19,8 +19,12 @@
 // - Weight gradients x^T·gy that are a parameter's whole gradient are deferrable: a caller
 //   sums every group's rows in one TN GEMM per weight. The embedding gradient (a TakeGrad of
 //   per-row ids) stays row-sparse.
-// Not handled (not supported): arguments shared by all rows of a group, matmuls whose per-row
-// operand is a matrix, take from a per-row table, gathers/scatters inside a template.
+// - A take of per-row ids from a shared table (the embedding lookup, in a function body or as
+//   the op template `take(emb, w)`, whose table is a parameter it reads: Template::param_args)
+//   is a row gather, written straight into the caller's block when it is a result.
+// Not handled (not supported): arguments shared by all rows of a group other than a
+// parameter an op template reads, matmuls whose per-row operand is a matrix, take from a
+// per-row table, gathers/scatters inside a template.
 #pragma once
 
 #include "specializer/kernel_program.h"

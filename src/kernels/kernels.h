@@ -118,6 +118,9 @@ Tensor transpose(const Tensor& x);
 /// Gathers rows: table [V, D...], idx i32 of any shape -> idx.shape ++ [D...]. An id outside
 /// [0, V) throws pejit::Error.
 Tensor take(const Tensor& table, const Tensor& idx);
+/// take(table, idx) written into `out` (of take's result size and the table's dtype: a
+/// caller's block), the same rows and errors.
+void take_into(const Tensor& table, const Tensor& idx, Tensor& out);
 
 /// Gradient of take: rows[i] belongs to row indices[i] of a [num_rows, D...] table; indices may
 /// repeat unless coalesced.

@@ -140,20 +140,30 @@ Tensor take(const Tensor& table, const Tensor& idx) {
     throw Error("take: undefined table");
   if (!idx.defined() || idx.dtype() != DType::I32)
     throw Error("take: indices must be i32");
-  int64_t d = row_elems(table.shape(), "take");
-  int64_t v = table.dim(0);
-  const int32_t* ip = idx.i32();
-  check_ids(ip, idx.numel(), v, "take");
   Shape out = idx.shape();
   for (size_t k = 1; k < table.rank(); ++k)
     out.push_back(table.shape()[k]);
   Tensor y = Tensor::empty(table.dtype(), out);
+  take_into(table, idx, y);
+  return y;
+}
+
+void take_into(const Tensor& table, const Tensor& idx, Tensor& out) {
+  if (!table.defined())
+    throw Error("take: undefined table");
+  if (!idx.defined() || idx.dtype() != DType::I32)
+    throw Error("take: indices must be i32");
+  int64_t d = row_elems(table.shape(), "take");
+  int64_t v = table.dim(0);
+  const int32_t* ip = idx.i32();
+  check_ids(ip, idx.numel(), v, "take");
+  PEJIT_CHECK(out.defined() && out.dtype() == table.dtype() && out.numel() == idx.numel() * d)
+      << "take_into: the output block does not fit the rows";
   size_t row = static_cast<size_t>(d) * 4;
   const char* src = bytes(table);
-  char* dst = bytes(y);
+  char* dst = bytes(out);
   for (int64_t i = 0; i < idx.numel(); ++i)
     std::memcpy(dst + i * row, src + ip[i] * row, row);
-  return y;
 }
 
 RowSparse take_backward(const Tensor& idx, const Tensor& gy, const Shape& table_shape) {

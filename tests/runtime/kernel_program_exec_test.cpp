@@ -2,11 +2,14 @@
 // kernels and on its compiled program (the epilogue's panel kernel with its GEMM core, the
 // backward chain feeding dY·W^T, the bias gradient's row sum) gives the same results and
 // gradients, the compiled steps are the ones launched, and an argument the caller leaves
-// ungathered (lazy_arg) is gathered by the panel core.
+// ungathered (lazy_arg) is gathered by the panel core. The embedding lookup's op template
+// (take from a parameter by per-row ids) gathers its rows straight into the caller's block,
+// and its gradient is the seed rows with their ids, never a dense table.
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
 #include "runtime/graph_runner.h"
 #include "src/types/check.h"
+#include "src/util/check.h"
 
 #include <doctest/doctest.h>
 
@@ -24,6 +27,10 @@ fn cell(hl: f32[4], hr: f32[4], c: f32[4]) -> (f32[4], f32[4]) {
   let c2 = sigmoid(i) * tanh(u) + sigmoid(f) * c;
   (sigmoid(c2) * tanh(c2), c2)
 }
+)";
+
+const char* kLookupSrc = R"(param W : f32[8, 12] = xavier
+param E : f32[10, 4] = normal(0.0, 1.0)
 )";
 
 struct Run {
@@ -122,5 +129,63 @@ TEST_SUITE("runtime") {
         check_close(b.grads[p].dense, a.grads[p].dense);
       }
     }
+  }
+
+  TEST_CASE("graph runner: the lookup gathers into the caller's block, its gradient row-sparse") {
+    auto m = std::make_shared<ir::Module>();
+    Diagnostics d;
+    REQUIRE_MESSAGE(types::add_source(*m, kLookupSrc, "lookup.pe", d).ok, d.render());
+    interp::DimBindings dims = interp::bind_dims(*m, {});
+    interp::Params params = interp::init_params(*m, dims, 3);
+    const int e = m->param_index("E");
+    specializer::Template t;
+    t.kind = specializer::Template::Kind::Op;
+    t.op = ops::OpId::Take;
+    t.name = "op.take";
+    t.args = {{DType::F32, {10, 4}}, {DType::I32, {}}};
+    t.param_args = {e, -1};
+    t.results = {{DType::F32, {4}}};
+    runtime::GraphRunner r(specializer::compile_template(*m, dims, t));
+    REQUIRE_MESSAGE(r.supported(), r.why());
+
+    const std::vector<int32_t> ids = {3, 0, 3, 9, 1, 3, 7};
+    Tensor idx = Tensor::empty(DType::I32, Shape{kRows});
+    std::copy(ids.begin(), ids.end(), idx.i32());
+    std::vector<Tensor> args = {Tensor(), idx}; // the table is no argument
+    std::vector<Tensor> results = {Tensor::empty(DType::F32, Shape{kRows, 4})};
+    runtime::GraphRunner::State st;
+    runtime::GraphRunStats stats;
+    r.forward(kRows, args, params, results, st, stats);
+    CHECK(stats.row_gathers == 1);
+    CHECK(stats.ref_nodes == 0); // a gather, no reference kernel
+    CHECK(st.vals[static_cast<size_t>(r.graph().fwd_outputs[0])].raw() == results[0].raw());
+    const Tensor& table = params.values[static_cast<size_t>(e)];
+    for (int64_t i = 0; i < kRows; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        CHECK(results[0].f32()[i * 4 + j] == table.f32()[ids[static_cast<size_t>(i)] * 4 + j]);
+
+    std::mt19937 rng(5);
+    std::vector<Tensor> seeds = {random_rows(rng)};
+    std::vector<Tensor> arg_grads(2);
+    std::vector<interp::ParamGrad> grads(params.values.size());
+    r.backward(seeds, params, arg_grads, grads, st, stats);
+    for (size_t p = 0; p < grads.size(); ++p) {
+      CAPTURE(p);
+      CHECK(!grads[p].dense.defined()); // never a dense [10, 4] gradient
+      CHECK(grads[p].sparse.size() == (p == static_cast<size_t>(e) ? 1u : 0u));
+    }
+    const kernels::RowSparse& g = grads[static_cast<size_t>(e)].sparse.at(0);
+    CHECK(g.num_rows == 10);
+    REQUIRE(g.indices.numel() == kRows);
+    for (int64_t i = 0; i < kRows; ++i) {
+      CHECK(g.indices.i32()[i] == ids[static_cast<size_t>(i)]);
+      for (int64_t j = 0; j < 4; ++j)
+        CHECK(g.rows.f32()[i * 4 + j] == seeds[0].f32()[i * 4 + j]);
+    }
+
+    // An id outside the table is an error, as on the generic path.
+    idx.i32()[2] = 10;
+    runtime::GraphRunner::State bad;
+    CHECK_THROWS_AS(r.forward(kRows, args, params, results, bad, stats), pejit::Error);
   }
 }

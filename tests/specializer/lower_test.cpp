@@ -220,6 +220,47 @@ TEST_SUITE("specializer") {
     CHECK(print_kernel_program(tg, tg.program).find("not supported") != std::string::npos);
   }
 
+  TEST_CASE("lower: a lookup op template on a parameter is a row gather into its result, its "
+            "gradient row-sparse") {
+    Fixture f;
+    // take(E, w) outside any function: its table is the parameter E (Template::param_args).
+    Template t;
+    t.kind = Template::Kind::Op;
+    t.op = ops::OpId::Take;
+    t.name = "op.take";
+    t.args = {{DType::F32, {10, 4}}, {DType::I32, {}}};
+    t.param_args = {f.m->param_index("E"), -1};
+    t.results = {kVec4};
+    for (bool kernels : {true, false}) {
+      CAPTURE(kernels);
+      TemplateOptions opt;
+      opt.lower.kernels = kernels;
+      TemplateGraph tg = compile_template(*f.m, f.dims, t, opt);
+      REQUIRE_MESSAGE(tg.program.supported(), tg.program.why);
+      CHECK(tg.args[0] == graph::kNoNode); // the table is read as the parameter
+      CHECK(tg.bwd_arg_grads[0] == graph::kNoNode);
+      REQUIRE(tg.param_index.size() == 1);
+      CHECK(tg.param_index[0] == f.m->param_index("E"));
+      auto gathers = steps_of<RowGather>(tg.program.fwd);
+      REQUIRE(gathers.size() == 1);
+      CHECK(gathers[0]->node == tg.fwd_outputs[0]);
+      CHECK(gathers[0]->result == 0);
+      CHECK(steps_of<ReferenceNode>(tg.program.fwd).empty());
+      auto sparse = steps_of<SparseEmbeddingGrad>(tg.program.bwd);
+      REQUIRE(sparse.size() == 1);
+      CHECK(!sparse[0]->dense); // never densified
+      REQUIRE(tg.program.param_grads.size() == 1);
+      CHECK(tg.program.param_grads[0].how == ParamGradStep::How::Sparse);
+      CHECK(print_kernel_program(tg, tg.program).find("row gather %") != std::string::npos);
+    }
+    // The same op on a table that is not a parameter stays unsupported.
+    Template u = t;
+    u.param_args.clear();
+    CHECK(u.key() != t.key());
+    TemplateGraph ug = compile_template(*f.m, f.dims, u);
+    CHECK(ug.program.why.find("take from a per-row table") != std::string::npos);
+  }
+
   TEST_CASE("lower runs in the template pipeline: --dump-after lower prints the program") {
     Fixture f;
     std::ostringstream os;

@@ -1,6 +1,6 @@
 // Plans on reference kernels against the generic path (docs/architecture.md: loss within a relative
 // 1e-5, every gradient within 1e-4 * max|ref| + 1e-6), on the examples and on trees of every
-// shape; and the structure of the batching schedule.
+// shape; and the structure of the batching schedule (the child-sum sums: segment sums).
 #include "jit/kernel_cache.h"
 #include "pejit/error.h"
 #include "runtime/data/synthetic.h"
@@ -449,5 +449,38 @@ TEST_SUITE("specializer") {
       CHECK(groups["op.take"] == 1);
       CHECK(groups["op.cross_entropy"] == 1);
     }
+  }
+
+  TEST_CASE("plan: the child-sum TreeLSTM's sums over children are one segment sum per level and "
+            "signature") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 17, data::Shape::Sst, vocab, 4);
+    Model md(PEJIT_SOURCE_DIR "/examples/childsum/childsum.pe",
+             {{"V", static_cast<int64_t>(vocab.size())}});
+    specializer::Plan plan;
+    specializer::TemplateTable tt;
+    check_same(md, test::tree_batch(*md.m, trees), &plan, &tt);
+    // (level, signature) of every SumN group: each at most once; its rows are its sums, each
+    // a segment of its terms.
+    std::set<std::pair<int32_t, std::vector<int64_t>>> seen;
+    size_t sum_groups = 0, sum_rows = 0, nodes = 0;
+    for (const auto& g : plan.groups) {
+      if (g.tmpl != specializer::Instance::kSumN) {
+        nodes += tt.at(g.tmpl).name == "node" ? g.instances.size() : 0;
+        continue;
+      }
+      ++sum_groups;
+      sum_rows += g.instances.size();
+      CHECK(seen.insert({g.level, g.results.at(0).dims}).second);
+      REQUIRE(g.segments.size() == g.instances.size() + 1);
+      CHECK(g.segments.front() == 0);
+      CHECK(static_cast<size_t>(g.segments.back()) == g.args.size());
+      for (size_t k = 0; k + 1 < g.segments.size(); ++k)
+        CHECK(g.segments[k] < g.segments[k + 1]);
+    }
+    // The sums of every internal node (its children's h, their gated c), in a few groups.
+    CHECK(sum_rows >= nodes);
+    CHECK(sum_groups <= 2 * static_cast<size_t>(plan.levels) + 1);
+    CHECK(sum_groups * 4 < sum_rows);
   }
 }

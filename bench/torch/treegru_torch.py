@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""PyTorch peer of examples/treegru/treegru.pe: a binary Tree-GRU on SST-shaped trees.
+
+Two styles on one parameter module (peer_common.Params, pejit's parameter names):
+  naive    recursive per-node evaluation, one tree at a time (how users write it);
+  batched  level-batched over the whole minibatch (DGL / TF-Fold style): nodes ordered by
+           height; all leaves in one embedding lookup and one GEMM; per level one index_select
+           of the children's [hl | hr] rows from an [N,150] buffer written in place level by
+           level, one GEMM for the update and reset gates, one for the candidate, gates
+           split with `split`; one classifier GEMM + cross_entropy over all labelled nodes.
+
+Model (vectors are rows, x @ W; H = 150):
+  leaf w:      (z, g) = split2(emb[w] @ W_leaf + b_leaf); h = sig(z) * tanh(g)
+  node (l, r): (z, rl, rr) = split3([hl, hr] @ U_zr + b_zr)
+               cand = tanh([sig(rl) * hl, sig(rr) * hr] @ U_h + b_h); u = sig(z)
+               h = (1 - u) * (hl + hr) + u * cand
+  every labelled node: loss += cross_entropy(h @ W_out + b_out, label)  (SUM)
+  Adagrad lr 0.05, batches of 25 trees, shuffled per epoch; sparse embedding gradients.
+
+  treegru_torch.py --train FILE [--epochs N] [--style naive|batched] [--json] ...
+  treegru_torch.py --self-check [--data FILE] [--pejit build/pejit]
+  treegru_torch.py --write-checkpoint OUT --train FILE
+
+--self-check: as childsum_torch.py's (naive vs batched: loss, every gradient, root
+predictions, checkpoint round trip; with --pejit, pejit's `eval` loss per node on the same
+checkpoint and trees). Exit status 0 = PASS. Run with /usr/bin/python3 (PyTorch 1.13);
+fairness as bench/torch/README.md (run_peer.sh's environment).
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common as pc  # noqa: E402
+
+EMB, HID, NCLS = pc.EMB, pc.HID, pc.NCLS
+
+SHAPES = {"emb": (0, EMB), "W_leaf": (EMB, 2 * HID), "b_leaf": (2 * HID,),
+          "U_zr": (2 * HID, 3 * HID), "b_zr": (3 * HID,), "U_h": (2 * HID, HID), "b_h": (HID,),
+          "W_out": (HID, NCLS), "b_out": (NCLS,)}
+
+
+def _leaf(P, x):
+    z, g = torch.addmm(P.b_leaf, x, P.W_leaf).split([HID, HID], 1)
+    return torch.sigmoid(z) * torch.tanh(g)
+
+
+def _cell(P, hc, hsum):
+    """hc: [n, 300] = [hl | hr]; hsum = hl + hr."""
+    z, r = torch.addmm(P.b_zr, hc, P.U_zr).split([HID, 2 * HID], 1)
+    cand = torch.tanh(torch.addmm(P.b_h, torch.sigmoid(r) * hc, P.U_h))
+    u = torch.sigmoid(z)
+    return (1.0 - u) * hsum + u * cand
+
+
+# ----------------------------------------------------------------------------------------
+# naive: one node at a time
+# ----------------------------------------------------------------------------------------
+def naive_tree(P, t, each):
+    h = [None] * t.n
+    for v in range(t.n):  # post-order: children first
+        kids = t.kids(v)
+        if len(kids) == 0:
+            h[v] = _leaf(P, P.emb(torch.tensor([int(t.words[v])])))
+        else:
+            hl, hr = h[kids[0]], h[kids[1]]
+            h[v] = _cell(P, torch.cat([hl, hr], 1), hl + hr)
+        each(v, h[v])
+    return h
+
+
+def naive_loss(P, trees):
+    total, nlab = None, 0
+    for t in trees:
+        terms = []
+
+        def each(v, hv):
+            if t.label[v] >= 0:
+                terms.append(F.cross_entropy(torch.addmm(P.b_out, hv, P.W_out),
+                                             torch.tensor([int(t.label[v])]), reduction="sum"))
+
+        naive_tree(P, t, each)
+        nlab += len(terms)
+        for x in terms:
+            total = x if total is None else total + x
+    return total, nlab
+
+
+# ----------------------------------------------------------------------------------------
+# batched: one level at a time over the whole minibatch
+# ----------------------------------------------------------------------------------------
+def batched_states(P, L):
+    """All nodes' h, [N,150], in level-plan position order."""
+    h = _leaf(P, P.emb(L.leaf_words))
+    H = h.new_empty((L.n, HID))
+    H[:h.shape[0]] = h
+    for start, n, kids, _, binary in L.levels:
+        if not binary:
+            raise ValueError("the Tree-GRU takes binary trees")
+        hc = H.index_select(0, kids).view(n, 2 * HID)  # [hl | hr]
+        hl, hr = hc.split([HID, HID], 1)
+        H[start:start + n] = _cell(P, hc, hl + hr)
+    return H
+
+
+def batched_loss(P, trees):
+    L = pc.make_levels(trees)
+    H = batched_states(P, L)
+    if not L.all_labelled:
+        H = H.index_select(0, L.lab_pos)
+    loss = F.cross_entropy(torch.addmm(P.b_out, H, P.W_out), L.labels, reduction="sum")
+    return loss, int(L.labels.shape[0])
+
+
+def predict_roots(P, trees, style):
+    if style == "naive":
+        out = []
+        for t in trees:
+            h = naive_tree(P, t, lambda v, hv: None)
+            out.append(int(torch.argmax(torch.addmm(P.b_out, h[t.n - 1], P.W_out), 1)))
+        return out
+    L = pc.make_levels(trees, with_labels=False)
+    H = batched_states(P, L).index_select(0, L.roots)
+    return torch.argmax(torch.addmm(P.b_out, H, P.W_out), 1).tolist()
+
+
+class TreeGru(pc.Peer):
+    name = "treegru"
+    shapes = SHAPES
+    max_kids = 2
+    naive_loss = staticmethod(naive_loss)
+    batched_loss = staticmethod(batched_loss)
+    predict_roots = staticmethod(predict_roots)
+    model_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                              "examples", "treegru", "treegru.pe")
+    tiny = [
+        "(3 (2 The) (4 (2 Rock) (2 is)))",
+        "(1 (2 (2 a) (1 bad)) (2 (2 movie) (- .)))",
+        "(- (2 (3 (2 very) (3 good)) (2 film)) (2 (2 ,) (4 (2 really) (4 (2 is) (3 great)))))",
+        "(0 (1 awful) (2 stuff))",
+        "(2 solo)",
+        "(4 (4 (4 (3 (2 (2 deep) (2 left)) (2 spine)) (2 of)) (2 words)) (3 here))",
+    ]
+
+
+if __name__ == "__main__":
+    pc.main(TreeGru(), __doc__)
