@@ -342,6 +342,7 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   });
   rs.step++;
   I.generic.set_random(rs);
+  I.stats.grad_batch();
   return g;
 }
 

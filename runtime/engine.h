@@ -72,6 +72,7 @@ struct EngineOptions {
 struct EngineStats {
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0;
+  int64_t grad_batches = 0;           ///< of those batches, the ones run by value_and_grad
   double plan_seconds = 0;            ///< PE + planning done inline
   double background_plan_seconds = 0; ///< PE + planning done by the pipeline
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;

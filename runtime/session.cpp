@@ -635,6 +635,7 @@ SessionStats Session::stats() const {
   out.specialized_batches = s.specialized_batches;
   out.generic_seconds = s.generic_seconds;
   out.specialized_seconds = s.specialized_seconds;
+  out.grad_batches = s.grad_batches;
   out.plan_hits = s.plan_hits;
   out.plan_misses = s.plan_misses;
   out.plans_prefetched = s.plans_prefetched;
