@@ -198,6 +198,18 @@ Encoder::Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem,
     trees->allow_unlabeled = allow_unlabeled;
   }
   check(ds);
+  if (trees) {
+    // The data's word ids and labels (-1: unlabeled) as shared tensors; a value past the
+    // bound (an odd label) gets its own, so that the table stays the vocabulary's size.
+    constexpr int32_t kBound = 1 << 22;
+    int32_t hi = 0;
+    for (const auto& t : ds.trees)
+      for (const auto& n : t.nodes)
+        for (int32_t v : {n.word, n.label})
+          if (v < kBound)
+            hi = std::max(hi, v + 1);
+    trees->share_scalars(-1, hi);
+  }
 }
 
 void Encoder::check(const Dataset& ds) const {

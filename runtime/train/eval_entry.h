@@ -23,8 +23,7 @@ struct EvalEntry {
 /// when the model has no `infer_nodes`) under a name no definition of `m` has, with copies of
 /// the two entries' bodies as functions (entries cannot be called). Nothing is added, and
 /// EvalEntry::name is empty, when the model has no `loss` entry of one argument, no prediction
-/// entry, or the two take different types. Throws pejit::Error if the definitions do not
-/// check (a bug: they are the model's own).
+/// entry, or the two take different types (or, should it happen, the copies do not check).
 EvalEntry add_eval_entry(ir::Module& m);
 
 } // namespace pejit::runtime

@@ -66,7 +66,8 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   const LabelScheme labels = parse_labels(opt.labels);
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
-  data::Vocab vocab = data::Vocab::from_words(checkpoint::load(opt.params).vocab);
+  const checkpoint::Checkpoint ck = checkpoint::load(opt.params);
+  data::Vocab vocab = data::Vocab::from_words(ck.vocab);
   Dataset ds = read_dataset(opt.data, vocab, false, elem);
   if (labels != LabelScheme::Fine)
     err << describe(apply_labels(ds, labels, opt.data), opt.data) << "\n";
@@ -75,9 +76,8 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
     so.dims[name] = size;
   const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims), labels == LabelScheme::Binary);
   const EvalEntry fused = opt.one_pass && ds.is_trees ? add_eval_entry(*m) : EvalEntry{};
-  Session session = SessionAccess::from_module(m, so);
-  // The parameters only: evaluation takes no step, whatever optimizer wrote the checkpoint.
-  session.load_params(opt.params);
+  // The checkpoint's parameters only: evaluation takes no step, whatever optimizer wrote it.
+  Session session = SessionAccess::from_module(m, so, &ck, opt.params);
   warn_schedules(so, err);
   EvalStats st;
   Scores s;
