@@ -125,7 +125,8 @@ struct Engine::Impl {
         kernels(
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
-        runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get()) : nullptr),
+        runners(opt.graphs ? std::make_unique<RunnerCache>(m, dims, kernels.get(), opt.inference)
+                           : nullptr),
         exec(m, dims, exec_options(opt, kernels.get(), runners.get())),
         trace(!opt.trace_file.empty()),
         specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),

@@ -67,6 +67,9 @@ struct EngineOptions {
   /// The threads a planned batch's work is split across (runtime/parallel.h: the same bits
   /// for any count); null: the calling thread alone.
   std::shared_ptr<const Workers> workers;
+  /// The engine runs inference (run()) only, as evaluation does: templates compile their
+  /// forward kernels alone. value_and_grad still works, its backward on reference kernels.
+  bool inference = false;
 };
 
 struct EngineStats {

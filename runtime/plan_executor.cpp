@@ -302,6 +302,7 @@ struct PlanExecutor::Impl {
       gs.gst.panels = opt.panels;
       gs.gst.jit_gemm = opt.jit_gemm;
       gs.gst.workers = opt.workers;
+      gs.gst.inference = !train;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       merge(stats, rs);
       stats.groups_on_graphs++;

@@ -7,8 +7,8 @@
 namespace pejit::runtime {
 
 RunnerCache::RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
-                         jit::KernelCache* kernels)
-    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels) {}
+                         jit::KernelCache* kernels, bool forward_only)
+    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels), forward_only_(forward_only) {}
 
 std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template& t, bool compile,
                                                     std::string* why) {
@@ -45,13 +45,14 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template&
     } catch (const std::exception& ex) {
       e.why = ex.what();
     }
-    e.compiled = e.runner && e.runner->compiled(); // nothing to compile
+    // Nothing to compile.
+    e.compiled = e.runner && (forward_only_ ? e.runner->forward_compiled() : e.runner->compiled());
   }
   std::string failure;
   if (e.runner && want_compile && !e.compiled) {
     auto c = std::make_shared<GraphRunner>(*e.runner);
     try {
-      c->compile(*kernels_, inject_);
+      c->compile(*kernels_, inject_, forward_only_);
       e.runner = std::move(c);
       e.compiled = true;
     } catch (const std::exception& ex) {

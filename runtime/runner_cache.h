@@ -23,8 +23,10 @@ namespace pejit::runtime {
 /// batched rule for some node, or tracing failed).
 class RunnerCache {
 public:
+  /// `forward_only`: compile the forward kernels alone (GraphRunner::compile), for an engine
+  /// that only runs inference.
   RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
-              jit::KernelCache* kernels);
+              jit::KernelCache* kernels, bool forward_only = false);
 
   /// The runner to use for `t` now; builds its graph on a miss, and compiles it first when
   /// `compile` (else it runs on reference kernels until prepare() or a compiling get()).
@@ -50,6 +52,7 @@ private:
   std::shared_ptr<const ir::Module> m_;
   interp::DimBindings dims_;
   jit::KernelCache* kernels_;
+  bool forward_only_ = false;
   bool inject_ = false;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> map_;

@@ -291,7 +291,7 @@ interp::Params zero_params(const ir::Module& m, const interp::DimBindings& dims)
 Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
                                             const SessionOptions& opt,
                                             const checkpoint::Checkpoint* params,
-                                            const std::string& params_path) {
+                                            const std::string& params_path, bool inference) {
   runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   check_distributed(opt.distributed);
   runtime::EngineOptions eo;
@@ -303,6 +303,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   eo.jit = opt.compile.jit;
   eo.kernel_cache_dir = opt.compile.kernel_cache_dir;
   eo.kernel_cache_max_bytes = opt.compile.kernel_cache_max_bytes;
+  eo.inference = inference;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
   if (opt.threads < 0)

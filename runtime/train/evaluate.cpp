@@ -77,7 +77,8 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims), labels == LabelScheme::Binary);
   const EvalEntry fused = opt.one_pass && ds.is_trees ? add_eval_entry(*m) : EvalEntry{};
   // The checkpoint's parameters only: evaluation takes no step, whatever optimizer wrote it.
-  Session session = SessionAccess::from_module(m, so, &ck, opt.params);
+  // Inference only: the templates compile their forward kernels alone.
+  Session session = SessionAccess::from_module(m, so, &ck, opt.params, true);
   warn_schedules(so, err);
   EvalStats st;
   Scores s;

@@ -64,10 +64,13 @@ TEST_SUITE("cli") {
   TEST_CASE("eval: one pass per batch, no gradients, the scores of the two entries run apart") {
     std::string data = tmp("eval_data.txt"), ck = tmp("eval.ckpt");
     REQUIRE(run_pejit("gen sst --trees 230 --seed 31 -o " + data).code == 0);
-    Run t = run_pejit("train " + kModel + " --data " + data +
-                      " --epochs 1 --json --no-train-eval --batch 25 --save " + ck);
+    Run t =
+        run_pejit("train " + kModel + " --data " + data +
+                  " --epochs 1 --json --no-train-eval --batch 25 --mode specialized --save " + ck);
     INFO(t.err);
     REQUIRE(t.code == 0);
+    auto tj = json_lines(t.out);
+    REQUIRE(tj.size() == 1);
     const std::string common = kModel + " --params " + ck + " --data " + data;
 
     // The reference: loss and infer_nodes run one after the other on the generic path.
@@ -92,6 +95,11 @@ TEST_SUITE("cli") {
     nlohmann::json spec = eval_json(common + " --batch 100 --mode specialized");
     CHECK(spec["passes"] == 3);
     same_scores(spec, ref, 230);
+    // Inference compiles the forward kernels alone: fewer kernels than training compiles for
+    // the loss entry (its forward and backward), though eval's entry holds the predictions'
+    // templates besides the loss's.
+    CHECK(spec["kernels_compiled"].get<int>() > 0);
+    CHECK(spec["kernels_compiled"].get<int>() < tj[0]["kernels_compiled"].get<int>());
     nlohmann::json gen = eval_json(common + " --batch 100 --mode generic");
     CHECK(gen["passes"] == 3);
     same_scores(gen, ref, 230);
