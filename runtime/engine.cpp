@@ -127,7 +127,10 @@ struct Engine::Impl {
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
         runners(opt.graphs ? std::make_unique<RunnerCache>(
-                                 m, dims, kernels.get(), opt.workers && opt.workers->threads() > 1)
+                                 m, dims, kernels.get(),
+                                 GraphRunner::CompileScope{
+                                     opt.inference, !opt.inference && opt.workers &&
+                                                        opt.workers->threads() > 1})
                            : nullptr),
         exec(m, dims, exec_options(opt, kernels.get(), runners.get())),
         trace(!opt.trace_file.empty()),
@@ -355,6 +358,7 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   });
   rs.step++;
   I.generic.set_random(rs);
+  I.stats.grad_batch();
   return g;
 }
 

@@ -67,11 +67,15 @@ struct EngineOptions {
   /// The threads a planned batch's work is split across (runtime/parallel.h: the same bits
   /// for any count); null: the calling thread alone.
   std::shared_ptr<const Workers> workers;
+  /// The engine runs inference (run()) only, as evaluation does: templates compile their
+  /// forward kernels alone. value_and_grad still works, its backward on reference kernels.
+  bool inference = false;
 };
 
 struct EngineStats {
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0;
+  int64_t grad_batches = 0;           ///< of those batches, the ones run by value_and_grad
   double plan_seconds = 0;            ///< PE + planning done inline
   double background_plan_seconds = 0; ///< PE + planning done by the pipeline
   int64_t plan_hits = 0, plan_misses = 0, plans_prefetched = 0, plan_evictions = 0;

@@ -36,6 +36,11 @@ void StatsRecorder::fallback(const std::string& entry, const std::string& why) {
   last_explain_[entry] = why;
 }
 
+void StatsRecorder::grad_batch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.grad_batches++;
+}
+
 void StatsRecorder::generic_batch(Clock::time_point t0, Clock::time_point t1) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.generic_batches++;

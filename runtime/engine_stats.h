@@ -26,6 +26,8 @@ public:
   void plan_miss(double plan_seconds);
   /// The pipeline published a plan made in `seconds`.
   void plan_prefetched(double seconds);
+  /// A batch ran with gradients (value_and_grad).
+  void grad_batch();
   /// A batch of `entry` will run generic because of `why`; explain(entry) returns it.
   void fallback(const std::string& entry, const std::string& why);
   /// A batch ran on the generic interpreter from `t0` to `t1`.

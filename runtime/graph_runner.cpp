@@ -332,7 +332,8 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
   st.rows = rows;
   st.vals.assign(g.size(), Tensor());
   const specializer::KernelProgram& p = program();
-  st.views = p.kernels && !tg_.fwd_kernels.empty() && compiled();
+  st.views =
+      p.kernels && !tg_.fwd_kernels.empty() && (st.inference ? forward_compiled() : compiled());
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
     if (n.kind == Kind::Const) {

@@ -104,6 +104,8 @@ public:
     /// The threads a compiled run or per-row reduction may split its rows across (in blocks
     /// of whole panels: the same bits for any thread count); null: the calling thread only.
     const Workers* workers = nullptr;
+    /// No backward follows this forward (inference): its views need the forward kernels only.
+    bool inference = false;
   };
 
   /// Executes `tg.program` (made by the template pipeline's lower pass); its kernel steps
@@ -115,11 +117,17 @@ public:
   /// Compiles every elementwise run and row reduction through `cache` (a miss compiles; a hit
   /// reuses). Throws pejit::Error on a compile failure (`inject_failure`: a test's invalid IR),
   /// leaving the runs that did compile in place.
-  /// `weight_grad_blocks`: also the column-block kernels of each weight gradient at least two
-  /// blocks wide (WeightGradBlocks), for runs that split them across workers.
-  void compile(jit::KernelCache& cache, bool inject_failure = false,
-               bool weight_grad_blocks = false);
-  bool compiled() const; ///< every run and row reduction has its kernel
+  struct CompileScope {
+    /// The forward kernels' runs and reductions alone (inference; a backward then runs on
+    /// reference kernels).
+    bool forward_only = false;
+    /// Also the column-block kernels of each weight gradient at least two blocks wide
+    /// (WeightGradBlocks), for runs that split them across workers.
+    bool weight_grad_blocks = false;
+  };
+  void compile(jit::KernelCache& cache, bool inject_failure = false, CompileScope scope = {});
+  bool compiled() const;         ///< every run and row reduction has its kernel
+  bool forward_compiled() const; ///< every run and reduction of the forward kernels has its kernel
 
   /// One elementwise run: which kernel it is part of, its spec, and the schedule it got.
   struct KernelRun {

@@ -53,18 +53,39 @@ GraphRunner::GraphRunner(const GraphRunner&) = default;
 
 GraphRunner::~GraphRunner() = default;
 
-void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure,
-                          bool weight_grad_blocks) {
-  for_each_run(program(), [&](const ElementwiseRun& r, bool, size_t) {
+namespace {
+// Whether reduction i of `p` is one its forward kernels use (a loss or a row reduction there).
+std::vector<bool> forward_reductions(const specializer::KernelProgram& p) {
+  std::vector<bool> fwd(p.reductions.size(), false);
+  for (const auto& k : p.fwd)
+    for (const KernelStep& s : k.steps) {
+      if (const auto* r = std::get_if<specializer::RowReduction>(&s))
+        fwd[r->index] = true;
+      if (const auto* l = std::get_if<specializer::Loss>(&s))
+        fwd[l->index] = true;
+    }
+  return fwd;
+}
+} // namespace
+
+void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure, CompileScope scope) {
+  const bool forward_only = scope.forward_only;
+  for_each_run(program(), [&](const ElementwiseRun& r, bool forward, size_t) {
+    if (forward_only && !forward)
+      return;
     jit::KernelSpec s = r.spec;
     s.inject_invalid_ir = inject_failure;
     run_kernels_[r.index] = cache.get(s);
   });
+  const std::vector<bool> fwd = forward_reductions(program());
   for (size_t i = 0; i < program().reductions.size(); ++i)
-    reduce_kernels_[i] = cache.get_reduce(program().reductions[i].spec);
+    if (!forward_only || fwd[i])
+      reduce_kernels_[i] = cache.get_reduce(program().reductions[i].spec);
+  if (forward_only)
+    return;
   for (size_t i = 0; i < program().weight_grads.size(); ++i)
     weight_grad_kernels_[i] = cache.get_gemm(program().weight_grads[i].spec);
-  if (!weight_grad_blocks)
+  if (!scope.weight_grad_blocks)
     return;
   weight_grad_blocks_.resize(program().weight_grads.size());
   constexpr int64_t cols = WeightGradBlocks::kBlockCols;
@@ -96,6 +117,17 @@ bool GraphRunner::compiled() const {
       if (!k)
         return false;
   return true;
+}
+
+bool GraphRunner::forward_compiled() const {
+  bool all = true;
+  for_each_run(program(), [&](const ElementwiseRun& r, bool forward, size_t) {
+    all = all && (!forward || run_kernels_[r.index] != nullptr);
+  });
+  const std::vector<bool> fwd = forward_reductions(program());
+  for (size_t i = 0; i < fwd.size(); ++i)
+    all = all && (!fwd[i] || reduce_kernels_[i] != nullptr);
+  return all;
 }
 
 std::vector<GraphRunner::KernelRun> GraphRunner::jit_runs() const {

@@ -314,6 +314,7 @@ struct PlanExecutor::Impl {
       gs.gst.panels = opt.panels;
       gs.gst.jit_gemm = opt.jit_gemm;
       gs.gst.workers = opt.workers;
+      gs.gst.inference = !train;
       gs.graph->forward(rows, xs, params, results, gs.gst, rs);
       merge(stats, rs);
       stats.groups_on_graphs++;
@@ -449,7 +450,8 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
     if (impl_->runners == nullptr) {
       impl_->own_runners =
           std::make_unique<RunnerCache>(impl_->m, impl_->dims, options.kernels,
-                                        options.workers && options.workers->threads() > 1);
+                                        GraphRunner::CompileScope{
+                                            false, options.workers && options.workers->threads() > 1});
       impl_->runners = impl_->own_runners.get();
     }
   }

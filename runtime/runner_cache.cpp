@@ -7,9 +7,8 @@
 namespace pejit::runtime {
 
 RunnerCache::RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
-                         jit::KernelCache* kernels, bool weight_grad_blocks)
-    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels),
-      weight_grad_blocks_(weight_grad_blocks) {}
+                         jit::KernelCache* kernels, GraphRunner::CompileScope scope)
+    : m_(std::move(m)), dims_(std::move(dims)), kernels_(kernels), scope_(scope) {}
 
 std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template& t, bool compile,
                                                     std::string* why) {
@@ -46,13 +45,15 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template&
     } catch (const std::exception& ex) {
       e.why = ex.what();
     }
-    e.compiled = e.runner && e.runner->compiled(); // nothing to compile
+    // Nothing to compile.
+    e.compiled =
+        e.runner && (scope_.forward_only ? e.runner->forward_compiled() : e.runner->compiled());
   }
   std::string failure;
   if (e.runner && want_compile && !e.compiled) {
     auto c = std::make_shared<GraphRunner>(*e.runner);
     try {
-      c->compile(*kernels_, inject_, weight_grad_blocks_);
+      c->compile(*kernels_, inject_, scope_);
       e.runner = std::move(c);
       e.compiled = true;
     } catch (const std::exception& ex) {

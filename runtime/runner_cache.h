@@ -23,10 +23,11 @@ namespace pejit::runtime {
 /// batched rule for some node, or tracing failed).
 class RunnerCache {
 public:
-  /// `weight_grad_blocks`: runners compile their weight gradients' column blocks too (the
-  /// steps split across more than one thread).
+  /// `scope`: what a compiling get() compiles (GraphRunner::compile): the forward kernels
+  /// alone for an engine that only runs inference; the weight gradients' column blocks too
+  /// when steps split across more than one thread.
   RunnerCache(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
-              jit::KernelCache* kernels, bool weight_grad_blocks = false);
+              jit::KernelCache* kernels, GraphRunner::CompileScope scope = {});
 
   /// The runner to use for `t` now; builds its graph on a miss, and compiles it first when
   /// `compile` (else it runs on reference kernels until prepare() or a compiling get()).
@@ -52,7 +53,7 @@ private:
   std::shared_ptr<const ir::Module> m_;
   interp::DimBindings dims_;
   jit::KernelCache* kernels_;
-  bool weight_grad_blocks_ = false;
+  GraphRunner::CompileScope scope_;
   bool inject_ = false;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> map_;

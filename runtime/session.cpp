@@ -272,10 +272,26 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
+namespace {
+void take_params(interp::Params& params, const checkpoint::Checkpoint& ck, const std::string& path);
+
+// Every parameter of the module, zero, at its shape: the checkpoint's values replace them.
+interp::Params zero_params(const ir::Module& m, const interp::DimBindings& dims) {
+  interp::Params p;
+  for (const auto& d : m.params()) {
+    p.names.push_back(d->name);
+    p.values.push_back(Tensor::zeros(DType::F32, interp::concrete_shape(d->type, dims)));
+  }
+  return p;
+}
+} // namespace
+
 // The one place where SessionOptions become the engine's and the optimizer's options (the
 // CLI's train and eval come through here too).
 Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
-                                            const SessionOptions& opt) {
+                                            const SessionOptions& opt,
+                                            const checkpoint::Checkpoint* params,
+                                            const std::string& params_path, bool inference) {
   runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   check_distributed(opt.distributed);
   runtime::EngineOptions eo;
@@ -287,6 +303,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   eo.jit = opt.compile.jit;
   eo.kernel_cache_dir = opt.compile.kernel_cache_dir;
   eo.kernel_cache_max_bytes = opt.compile.kernel_cache_max_bytes;
+  eo.inference = inference;
   if (opt.compile.schedules)
     eo.schedules = opt.compile.schedules->impl().db;
   if (opt.threads < 0)
@@ -298,7 +315,12 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   impl->opt = opt;
   impl->module = std::move(m);
   impl->dims = interp::bind_dims(*impl->module, opt.dims);
-  impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
+  if (params != nullptr) {
+    impl->params = zero_params(*impl->module, impl->dims);
+    take_params(impl->params, *params, params_path);
+  } else {
+    impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
+  }
   impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
   if (opt.distributed == "mpi" ||
       (opt.distributed == "auto" && runtime::dist::detect_launch().size > 1)) {
@@ -635,6 +657,7 @@ SessionStats Session::stats() const {
   out.specialized_batches = s.specialized_batches;
   out.generic_seconds = s.generic_seconds;
   out.specialized_seconds = s.specialized_seconds;
+  out.grad_batches = s.grad_batches;
   out.plan_hits = s.plan_hits;
   out.plan_misses = s.plan_misses;
   out.plans_prefetched = s.plans_prefetched;

@@ -14,12 +14,21 @@
 namespace pejit::optim {
 class Optimizer;
 }
+namespace pejit::checkpoint {
+struct Checkpoint;
+}
 
 namespace pejit::runtime {
 
 struct SessionAccess {
   /// A session over a module already checked (Session::from_source parses, then calls this).
-  static Session from_module(std::shared_ptr<ir::Module> m, const SessionOptions& opt);
+  /// With `params`, its parameters are the checkpoint's (read from `params_path`), not drawn
+  /// from their initializers: what evaluation, which loads them anyway, needs. Throws
+  /// pejit::Error as Session::load_params does. `inference`: the session will only run()
+  /// (EngineOptions::inference: forward kernels alone are compiled).
+  static Session from_module(std::shared_ptr<ir::Module> m, const SessionOptions& opt,
+                             const checkpoint::Checkpoint* params = nullptr,
+                             const std::string& params_path = {}, bool inference = false);
   static const ir::Module& module(const Session& s);
   /// The session's own optimizer, for the trainer's schedule and per-parameter options.
   static optim::Optimizer& optimizer(Session& s);

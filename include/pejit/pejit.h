@@ -174,6 +174,8 @@ private:
 struct SessionStats {
   int64_t generic_batches = 0, specialized_batches = 0;
   double generic_seconds = 0, specialized_seconds = 0;
+  /// Of those batches, the ones run with gradients (step(); run() computes none).
+  int64_t grad_batches = 0;
   /// Batches that found their plan made (by an earlier batch of the same skeleton and, with
   /// merge_equal, the same repeated payloads), and plans made.
   int64_t plan_hits = 0, plan_misses = 0;

@@ -216,10 +216,20 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
   app.add_option("model", a.model, "model program (.pe)")->required();
   app.add_option("--params", a.params, "checkpoint written by `pejit train --save`")->required();
   app.add_option("--data", a.data, "data to evaluate")->required();
-  app.add_option("--batch", a.batch)->capture_default_str();
+  app.add_option("--batch", a.batch,
+                 "trees per batch (one pass each: the loss and every prediction)")
+      ->capture_default_str();
   app.add_option("--limit", a.limit)->capture_default_str();
   add_labels_option(app, a.labels);
   app.add_flag("--json", a.json, "one JSON object on stdout");
+  app.add_flag("!--two-pass", a.one_pass,
+               "run the loss entry and the prediction entry separately on each batch (the same "
+               "scores; for comparisons)");
+  app.add_option("--rounds", a.rounds,
+                 "evaluate the data this many times in one session (timing: later rounds find "
+                 "their plans and kernels made); round_seconds in --json")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_session_options(app, a.session);
   app.add_option("--tuned", a.tuned,
                  "tuned schedule database (`pejit tune`); without it every kernel gets its "

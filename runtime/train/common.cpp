@@ -198,6 +198,18 @@ Encoder::Encoder(const ir::Module& m, const Dataset& ds, const ir::Type& elem,
     trees->allow_unlabeled = allow_unlabeled;
   }
   check(ds);
+  if (trees) {
+    // The data's word ids and labels (-1: unlabeled) as shared tensors; a value past the
+    // bound (an odd label) gets its own, so that the table stays the vocabulary's size.
+    constexpr int32_t kBound = 1 << 22;
+    int32_t hi = 0;
+    for (const auto& t : ds.trees)
+      for (const auto& n : t.nodes)
+        for (int32_t v : {n.word, n.label})
+          if (v < kBound)
+            hi = std::max(hi, v + 1);
+    trees->share_scalars(-1, hi);
+  }
 }
 
 void Encoder::check(const Dataset& ds) const {
@@ -284,12 +296,54 @@ void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t l
 }
 
 namespace {
+// Adds the all-node (and root) accuracy of trees b..e-1 given infer_nodes' predictions.
+void score_nodes(const Value& preds, const Dataset& ds, size_t b, size_t e, Scores& s) {
+  for (size_t i = b; i < e; ++i) {
+    const auto& t = ds.trees[i];
+    const Value& p = preds.list_at(i - b);
+    if (p.list_size() != t.nodes.size())
+      throw Error("infer_nodes returned " + std::to_string(p.list_size()) +
+                  " predictions for a tree of " + std::to_string(t.nodes.size()) + " nodes");
+    for (size_t n = 0; n < t.nodes.size(); ++n) {
+      if (t.nodes[n].label < 0)
+        continue;
+      bool ok = p.list_at(n).as_tensor().item_i32() == t.nodes[n].label;
+      s.node_ok += ok;
+      s.labeled += 1;
+      if (static_cast<int32_t>(n) == t.root()) {
+        s.root_ok += ok;
+        s.roots += 1;
+      }
+    }
+  }
+}
+
+// Adds the root accuracy of trees b..e-1 given infer's predictions.
+void score_roots(const Value& preds, const Dataset& ds, size_t b, size_t e, Scores& s) {
+  for (size_t i = b; i < e; ++i) {
+    const auto& t = ds.trees[i];
+    int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
+    if (y < 0)
+      continue;
+    s.root_ok += preds.list_at(i - b).as_tensor().item_i32() == y;
+    s.roots += 1;
+  }
+}
+
+// Trees of the first batch whose root predictions check infer_nodes' order (check_node_order):
+// a small batch of their own, so that the check costs little whatever the batch size.
+constexpr size_t kOrderCheckTrees = 25;
+
 // The scores of the batches of `ds` this rank evaluates: every ranks()-th from its rank on.
-Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
+Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int batch,
+                   const EvalEntry& fused) {
   Scores s;
   const ir::Module& m = SessionAccess::module(session);
   const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
   const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;
+  // One pass per batch where the session has the one-pass entry (and the data are trees: a
+  // sentence model is scored by its loss alone).
+  const bool one_pass = !fused.name.empty() && ds.is_trees;
   std::vector<size_t> idx(ds.size());
   std::iota(idx.begin(), idx.end(), 0);
   const auto step = static_cast<size_t>(batch) * static_cast<size_t>(session.ranks());
@@ -297,8 +351,18 @@ Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int 
        b += step) {
     size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
     pejit::Value v = SessionAccess::wrap(enc.batch(ds, idx, b, e));
+    pejit::Value out; // holds what `preds` refers to
+    const Value* preds = nullptr;
     try {
-      s.loss += session.run("loss", v).item_f32();
+      if (one_pass) {
+        out = session.run(fused.name, v);
+        const Value& both = SessionAccess::unwrap(out);
+        s.loss += both.items()[0].as_tensor().item_f32();
+        preds = &both.items()[1];
+      } else {
+        s.loss += session.run("loss", v).item_f32();
+      }
+      s.passes += 1;
     } catch (const Error&) {
       rethrow_located(ds, idx, b, e);
     }
@@ -306,55 +370,39 @@ Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int 
       s.nodes += ds.nodes(i);
     if (!ds.is_trees)
       continue;
-    if (has_nodes) {
-      pejit::Value out = session.run("infer_nodes", v);
-      const Value& preds = SessionAccess::unwrap(out);
-      if (b == 0 && has_infer)
-        check_node_order(session.run("infer", v), preds, ds, e);
-      for (size_t i = b; i < e; ++i) {
-        const auto& t = ds.trees[i];
-        const Value& p = preds.list_at(i - b);
-        if (p.list_size() != t.nodes.size())
-          throw Error("infer_nodes returned " + std::to_string(p.list_size()) +
-                      " predictions for a tree of " + std::to_string(t.nodes.size()) + " nodes");
-        for (size_t n = 0; n < t.nodes.size(); ++n) {
-          if (t.nodes[n].label < 0)
-            continue;
-          bool ok = p.list_at(n).as_tensor().item_i32() == t.nodes[n].label;
-          s.node_ok += ok;
-          s.labeled += 1;
-          if (static_cast<int32_t>(n) == t.root()) {
-            s.root_ok += ok;
-            s.roots += 1;
-          }
-        }
+    const std::string pred_entry = one_pass ? fused.preds : has_nodes ? "infer_nodes" : "infer";
+    if (!one_pass && (has_nodes || has_infer)) {
+      out = session.run(pred_entry, v);
+      preds = &SessionAccess::unwrap(out);
+      s.passes += 1;
+    }
+    if (preds == nullptr)
+      continue;
+    if (pred_entry == "infer_nodes") {
+      if (b == 0 && has_infer) {
+        const size_t n = std::min(e, kOrderCheckTrees);
+        pejit::Value head = n == e ? v : SessionAccess::wrap(enc.batch(ds, idx, 0, n));
+        check_node_order(session.run("infer", head), *preds, ds, n);
       }
-    } else if (has_infer) {
-      pejit::Value out = session.run("infer", v);
-      const Value& preds = SessionAccess::unwrap(out);
-      for (size_t i = b; i < e; ++i) {
-        const auto& t = ds.trees[i];
-        int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
-        if (y < 0)
-          continue;
-        s.root_ok += preds.list_at(i - b).as_tensor().item_i32() == y;
-        s.roots += 1;
-      }
+      score_nodes(*preds, ds, b, e, s);
+    } else {
+      score_roots(*preds, ds, b, e, s);
     }
   }
   return s;
 }
 } // namespace
 
-Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch) {
+Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch,
+             const EvalEntry& fused) {
   if (session.ranks() == 1)
-    return score_shard(session, ds, enc, batch);
+    return score_shard(session, ds, enc, batch, fused);
   // Data parallel: each rank its share of the batches, the counts summed in rank order (the
   // same on every rank), and a failure on one rank ends the evaluation on all of them.
   Scores s;
   double failed = 0;
   try {
-    s = score_shard(session, ds, enc, batch);
+    s = score_shard(session, ds, enc, batch, fused);
   } catch (const Error& e) {
     std::fprintf(stderr, "pejit: rank %d of %d: error: %s\n", session.rank(), session.ranks(),
                  e.what());
@@ -364,6 +412,7 @@ Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch)
                                    static_cast<double>(s.root_ok), static_cast<double>(s.roots),
                                    static_cast<double>(s.node_ok), static_cast<double>(s.labeled)});
   Scores sum;
+  sum.passes = s.passes;
   for (size_t r = 0; r < all.size(); ++r) {
     const auto& x = all[r];
     if (x[0] != 0)

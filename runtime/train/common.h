@@ -7,6 +7,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/tree_io.h"
 #include "runtime/train/encode.h"
+#include "runtime/train/eval_entry.h"
 #include "src/interp/params.h"
 #include "src/ir/module.h"
 
@@ -148,11 +149,16 @@ struct Encoder {
 struct Scores {
   double loss = 0;
   int64_t nodes = 0, root_ok = 0, roots = 0, node_ok = 0, labeled = 0;
+  /// Entry runs over the data (this rank's): one per batch with the one-pass entry, else one
+  /// per batch and entry. The first batch's order check of infer_nodes is not counted.
+  int64_t passes = 0;
 };
 
 /// Loss and accuracy over a data set (the entries `loss`, and `infer_nodes` or `infer` when
 /// the model has them), without gradients, on the session (plans where its mode allows, the
-/// generic path otherwise).
-Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch);
+/// generic path otherwise). With `fused` (add_eval_entry on the session's module) a batch of
+/// trees runs that one entry instead: one pass for the loss and the predictions.
+Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch,
+             const EvalEntry& fused = {});
 
 } // namespace pejit::runtime

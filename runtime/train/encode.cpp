@@ -271,10 +271,10 @@ Value TreeEncoder::encode(const data::ParseTree& t) const {
     for (FieldKind k : map.fields) {
       switch (k) {
       case FieldKind::Word:
-        fields.push_back(Value::tensor(Tensor::scalar_i32(node.word)));
+        fields.push_back(Value::tensor(scalar(node.word)));
         break;
       case FieldKind::Label:
-        fields.push_back(Value::tensor(Tensor::scalar_i32(node.label)));
+        fields.push_back(Value::tensor(scalar(node.label)));
         break;
       case FieldKind::Child:
         fields.push_back(std::move(vals[static_cast<size_t>(node.children[child++])]));
@@ -304,10 +304,22 @@ Value TreeEncoder::encode(const data::ParseTree& t) const {
       fields.push_back(std::move(root));
     } else {
       check_label(t, t.root(), wrapper_, true, false);
-      fields.push_back(Value::tensor(Tensor::scalar_i32(t.nodes.back().label)));
+      fields.push_back(Value::tensor(scalar(t.nodes.back().label)));
     }
   }
   return Value::adt(wrapper_.tag, std::move(fields));
+}
+
+void TreeEncoder::share_scalars(int32_t lo, int32_t hi) {
+  scalars_.clear();
+  scalars_lo_ = lo;
+  for (int32_t v = lo; v < hi; ++v)
+    scalars_.push_back(Tensor::scalar_i32(v));
+}
+
+Tensor TreeEncoder::scalar(int32_t v) const {
+  const auto i = static_cast<size_t>(static_cast<int64_t>(v) - scalars_lo_);
+  return i < scalars_.size() ? scalars_[i] : Tensor::scalar_i32(v);
 }
 
 Value encode_sentence(const std::vector<int32_t>& words) {

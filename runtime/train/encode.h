@@ -48,6 +48,12 @@ public:
   /// predict` (data without labels). A model that trains on such data ignores labels < 0.
   bool allow_unlabeled = false;
 
+  /// From now on, the word ids and labels in [lo, hi) encode as one shared scalar tensor per
+  /// value instead of a new one per field: a batch's values are read, never written (a kernel
+  /// that would work in place on a tensor copies one that is shared), and a batch of thousands
+  /// of nodes then allocates no tensor. Not thread-safe; encode() is, after it.
+  void share_scalars(int32_t lo, int32_t hi);
+
 private:
   enum class FieldKind : uint8_t { Word, Label, Child, Children, Tree, RootLabel };
   struct CtorMap {
@@ -62,6 +68,9 @@ private:
   Span decl_;       ///< the tree type's declaration, for the note of an arity error
   CtorMap wrapper_; ///< tag >= 0: the batch element wraps a tree and its root label
   std::string adt_;
+  std::vector<Tensor> scalars_; ///< share_scalars(): the tensor of value scalars_lo_ + i
+  int64_t scalars_lo_ = 0;
+  Tensor scalar(int32_t v) const;
   /// The constructor for a node of `children` children, or null when none takes it.
   const CtorMap* map_for(size_t children) const;
   /// The constructor for node n, after checking its arity, word and label.

@@ -1,5 +1,6 @@
 // `pejit eval`: the scores of saved parameters on a data set, on a public Session (the same
-// scoring pass as training's per-epoch accuracy, common.h).
+// scoring as training's per-epoch accuracy, common.h), one pass per batch: the loss and every
+// prediction from one entry (eval_entry.h).
 #include "runtime/train/trainer.h"
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -16,6 +17,16 @@
 
 namespace pejit::runtime {
 
+namespace {
+// The entries the two-pass scoring runs (score()): "loss+infer_nodes", "loss+infer", "loss".
+std::string describe_entries(const ir::Module& m) {
+  for (const char* e : {"infer_nodes", "infer"})
+    if (m.fn(e) != nullptr && m.fn(e)->is_entry)
+      return std::string("loss+") + e;
+  return "loss";
+}
+} // namespace
+
 std::string EvalStats::json() const {
   auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
   nlohmann::json j;
@@ -26,6 +37,11 @@ std::string EvalStats::json() const {
   j["node_acc"] = num(node_acc);
   j["seconds"] = seconds;
   j["trees_per_s"] = trees_per_s;
+  j["round_seconds"] = round_seconds;
+  j["passes"] = passes;
+  j["grad_batches"] = grad_batches;
+  j["entry"] = entry;
+  j["plan_seconds"] = plan_seconds;
   j["specialized_batches"] = specialized_batches;
   j["generic_batches"] = generic_batches;
   j["specialized_seconds"] = specialized_seconds;
@@ -42,13 +58,16 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   (void)parse_mode(opt.session.mode); // a bad mode fails before anything is read
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  if (opt.rounds < 1)
+    throw Error("--rounds must be >= 1");
   SessionOptions so = opt.session;
   if (!opt.tuned.empty())
     so.compile.schedules = ScheduleDB::load(opt.tuned);
   const LabelScheme labels = parse_labels(opt.labels);
   auto m = load_model(opt.model);
   ir::Type elem = batch_element_type(*m, "loss");
-  data::Vocab vocab = data::Vocab::from_words(checkpoint::load(opt.params).vocab);
+  const checkpoint::Checkpoint ck = checkpoint::load(opt.params);
+  data::Vocab vocab = data::Vocab::from_words(ck.vocab);
   Dataset ds = read_dataset(opt.data, vocab, false, elem);
   if (labels != LabelScheme::Fine)
     err << describe(apply_labels(ds, labels, opt.data), opt.data) << "\n";
@@ -56,16 +75,27 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
   const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims), labels == LabelScheme::Binary);
-  Session session = SessionAccess::from_module(m, so);
-  // The parameters only: evaluation takes no step, whatever optimizer wrote the checkpoint.
-  session.load_params(opt.params);
+  const EvalEntry fused = opt.one_pass && ds.is_trees ? add_eval_entry(*m) : EvalEntry{};
+  // The checkpoint's parameters only: evaluation takes no step, whatever optimizer wrote it.
+  // Inference only: the templates compile their forward kernels alone.
+  Session session = SessionAccess::from_module(m, so, &ck, opt.params, true);
   warn_schedules(so, err);
-  auto t0 = Clock::now();
-  Scores s = score(session, ds, enc, opt.batch);
   EvalStats st;
+  Scores s;
+  for (int r = 0; r < opt.rounds; ++r) {
+    auto t0 = Clock::now();
+    s = score(session, ds, enc, opt.batch, fused);
+    st.round_seconds.push_back(secs(t0, Clock::now()));
+  }
   st.device = cuda::parse_device(opt.session.device).name();
-  st.seconds = secs(t0, Clock::now());
+  st.seconds = st.round_seconds.front();
+  st.passes = s.passes;
+  st.entry = !fused.name.empty() ? fused.name
+             : !ds.is_trees      ? "loss"
+                                 : describe_entries(SessionAccess::module(session));
   SessionStats ss = session.stats();
+  st.grad_batches = ss.grad_batches;
+  st.plan_seconds = ss.plan_seconds + ss.background_plan_seconds;
   st.specialized_batches = ss.specialized_batches;
   st.generic_batches = ss.generic_batches;
   st.specialized_seconds = ss.specialized_seconds;

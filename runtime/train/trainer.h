@@ -137,9 +137,16 @@ struct EvalOptions {
   std::string model;
   std::string params;
   std::string data;
-  int batch = 25;
+  int batch = 500; ///< trees per batch: large, for fewer plans and more merged instances
   int64_t limit = 0;
   bool json = false;
+  /// One pass per batch for the loss and the predictions (add_eval_entry); false: the loss
+  /// entry and the prediction entry each run on every batch (for comparisons).
+  bool one_pass = true;
+  /// Evaluate the data this many times in the one session (the scores are the same each
+  /// round): the first round plans and compiles, the later ones find their plans and kernels
+  /// made, as the dev set's evaluation after each training epoch does. Timing; `round_seconds`.
+  int rounds = 1;
   std::string tuned;           ///< a tuned schedule database; empty: defaults
   std::string labels = "fine"; ///< "fine" or "binary" (labels.h)
   /// The session evaluated on: its mode, JIT and merging. evaluate() sets its dims and
@@ -150,7 +157,14 @@ struct EvalOptions {
 struct EvalStats {
   int64_t trees = 0, nodes = 0;
   double loss_per_node = NAN, root_acc = NAN, node_acc = NAN;
+  /// The first round's (planning and compiling included); trees_per_s is trees / seconds.
   double seconds = 0, trees_per_s = 0;
+  std::vector<double> round_seconds; ///< every round's, the first included
+  /// Entry runs per round (one per batch with the one-pass entry), and the batches that ran
+  /// with gradients (Session::step: none in evaluation) over all rounds.
+  int64_t passes = 0, grad_batches = 0;
+  std::string entry;       ///< the entry scored in one pass, or "loss+infer_nodes" (two passes)
+  double plan_seconds = 0; ///< partial evaluation and planning, all rounds (SessionStats)
   int64_t specialized_batches = 0, generic_batches = 0;
   double specialized_seconds = 0, generic_seconds = 0, jit_seconds = 0;
   int64_t kernels_compiled = 0, kernels_cached = 0; ///< as SessionStats

@@ -391,10 +391,10 @@ TEST_SUITE("cli") {
     for (size_t i = 1; i < js.size(); ++i)
       if (js[i]["dev_loss"].get<double>() < js[arg]["dev_loss"].get<double>())
         arg = i;
-    // The best epoch's model is at --save: evaluated, it gives that epoch's dev loss; the last
-    // state is beside it.
-    Ran ev = run_pejit(
-        {"eval", kModel, "--params", best, "--data", dev, "--mode", "specialized", "--json"});
+    // The best epoch's model is at --save: evaluated in training's batches, it gives that
+    // epoch's dev loss; the last state is beside it.
+    Ran ev = run_pejit({"eval", kModel, "--params", best, "--data", dev, "--mode", "specialized",
+                        "--json", "--batch", "25"});
     REQUIRE(ev.code == 0);
     auto je = json_lines(ev.out);
     REQUIRE(je.size() == 1);

@@ -3,8 +3,8 @@
 // all rows at once. Results, the loss and the parameter gradients agree with the interpreter
 // row by row, the argument gradients with the template graph evaluated one row at a time, on
 // reference and on JIT kernels (a loss: with the same bits on both); a runner is deterministic
-// and a copy gives its bits; a graph with a node it has no batched rule for is refused, with
-// the node and why.
+// and a copy gives its bits; a forward-only compile gives a full compile's forward bits; a graph
+// with a node it has no batched rule for is refused, with the node and why.
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
 #include "runtime/graph_runner.h"
@@ -394,6 +394,56 @@ TEST_SUITE("runtime") {
             test::check_close(row(f.arg_grads[k], i), row(a.arg_grads[k], i), "d/arg");
         }
       }
+    }
+  }
+
+  TEST_CASE("GraphRunner: a forward-only compile (inference) runs the forward on its kernels "
+            "with the bits of a full compile, and the backward still runs") {
+    Program p;
+    auto hidden = p.tmpl("hidden", {f32({6}), f32({4})}, {f32({4}), f32({4})});
+    auto score = p.tmpl("score", {f32({4}), i32({})}, {f32({})});
+    std::mt19937 rng(31);
+    for (const auto* t : {&hidden, &score}) {
+      CAPTURE(t->name);
+      std::vector<Tensor> args, seeds;
+      for (const auto& s : t->args)
+        args.push_back(random_rows(s, kRows, rng));
+      for (const auto& s : t->results)
+        seeds.push_back(random_rows(s, kRows, rng));
+      runtime::RunnerCache fwd_cache(p.m, p.dims, &shared_kernels(),
+                                      runtime::GraphRunner::CompileScope{.forward_only = true});
+      auto fwd = fwd_cache.get(*t, true);
+      auto full = make_runner(p.m, p.dims, *t, &shared_kernels());
+      REQUIRE(fwd != nullptr);
+      REQUIRE(full != nullptr);
+      CHECK(fwd->forward_compiled());
+      CHECK_FALSE(fwd->compiled()); // its backward runs have no kernel
+      CHECK(full->compiled());
+      for (const auto& run : fwd->jit_runs())
+        CHECK(run.schedule.empty() == !run.forward);
+      // Inference: the forward alone, with the views a compiled forward allows.
+      std::vector<Tensor> got, want;
+      for (const auto& s : t->results) {
+        got.push_back(Tensor::zeros(s.dtype, with_rows(kRows, s.dims)));
+        want.push_back(Tensor::zeros(s.dtype, with_rows(kRows, s.dims)));
+      }
+      GraphRunner::State a, b;
+      a.inference = b.inference = true;
+      runtime::GraphRunStats sa, sb;
+      fwd->forward(kRows, args, p.params, got, a, sa);
+      full->forward(kRows, args, p.params, want, b, sb);
+      CHECK(sa.ref_nodes == sb.ref_nodes);
+      CHECK(sa.jit_launches == sb.jit_launches);
+      for (size_t k = 0; k < got.size(); ++k)
+        CHECK(test::same_bits(got[k], want[k]));
+      // Training on a forward-only runner: its backward on reference kernels, up to rounding.
+      Outcome o = run_rows(*fwd, *t, kRows, args, seeds, p.params);
+      Outcome w = run_rows(*full, *t, kRows, args, seeds, p.params);
+      for (size_t k = 0; k < o.results.size(); ++k)
+        CHECK(test::same_bits(o.results[k], w.results[k]));
+      for (size_t k = 0; k < o.arg_grads.size(); ++k)
+        if (w.arg_grads[k].defined())
+          test::check_close(o.arg_grads[k], w.arg_grads[k], "d/arg");
     }
   }
 

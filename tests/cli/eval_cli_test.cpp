@@ -1,0 +1,175 @@
+// `pejit eval`'s one-pass scoring: the loss and every prediction from one entry per batch
+// (runtime/train/eval_entry.h), no gradients, the same scores as the two entries run apart on
+// the generic path; --rounds; and the entry's name kept clear of the model's definitions.
+#include "runtime/train/eval_entry.h"
+#include "src/types/check.h"
+#include "tests/cli/cli_util.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+using namespace pejit::cli_test;
+
+namespace {
+
+// The example model cut before its `// (h, c, predictions` block: loss and infer, no
+// infer_nodes; or before `entry infer`: loss alone.
+std::string model_upto(const std::string& marker, const std::string& name) {
+  std::ifstream in(kModel);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  size_t at = text.find(marker);
+  REQUIRE(at != std::string::npos);
+  std::string path = tmp(name);
+  std::ofstream(path) << text.substr(0, at);
+  return path;
+}
+
+nlohmann::json eval_json(const std::string& args) {
+  Run r = run_pejit("eval " + args + " --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto js = json_lines(r.out);
+  REQUIRE(js.size() == 1);
+  return js[0];
+}
+
+// The scores of two evaluations agree as the plans and the generic path do: the loss to f32
+// rounding, an accuracy to the odd argmax that a rounding-level difference flips.
+void same_scores(const nlohmann::json& a, const nlohmann::json& b, int trees) {
+  CHECK(a["trees"] == b["trees"]);
+  CHECK(a["nodes"] == b["nodes"]);
+  CHECK(a["loss"].get<double>() == doctest::Approx(b["loss"].get<double>()).epsilon(1e-5));
+  if (a["root_acc"].is_null() || b["root_acc"].is_null()) {
+    CHECK(a["root_acc"].is_null() == b["root_acc"].is_null());
+  } else {
+    CHECK(std::fabs(a["root_acc"].get<double>() - b["root_acc"].get<double>()) <=
+          1.0 / trees + 1e-9);
+  }
+  if (a["node_acc"].is_null() || b["node_acc"].is_null()) {
+    CHECK(a["node_acc"].is_null() == b["node_acc"].is_null());
+  } else {
+    CHECK(std::fabs(a["node_acc"].get<double>() - b["node_acc"].get<double>()) <= 0.002);
+  }
+}
+
+} // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("eval: one pass per batch, no gradients, the scores of the two entries run apart") {
+    std::string data = tmp("eval_data.txt"), ck = tmp("eval.ckpt");
+    REQUIRE(run_pejit("gen sst --trees 230 --seed 31 -o " + data).code == 0);
+    Run t =
+        run_pejit("train " + kModel + " --data " + data +
+                  " --epochs 1 --json --no-train-eval --batch 25 --mode specialized --save " + ck);
+    INFO(t.err);
+    REQUIRE(t.code == 0);
+    auto tj = json_lines(t.out);
+    REQUIRE(tj.size() == 1);
+    const std::string common = kModel + " --params " + ck + " --data " + data;
+
+    // The reference: loss and infer_nodes run one after the other on the generic path.
+    nlohmann::json ref = eval_json(common + " --two-pass --mode generic --batch 25");
+    CHECK(ref["entry"] == "loss+infer_nodes");
+    CHECK(ref["passes"] == 2 * 10);
+    CHECK(ref["grad_batches"] == 0);
+    CHECK(ref["specialized_batches"] == 0);
+
+    // The default: one entry per batch, planned (JIT kernels in auto mode), no step.
+    nlohmann::json one = eval_json(common + " --batch 100");
+    CHECK(one["entry"].get<std::string>().starts_with("__eval"));
+    CHECK(one["passes"] == 3); // 100 + 100 + 30 trees
+    CHECK(one["grad_batches"] == 0);
+    CHECK(one["generic_batches"] == 0);
+    // The order check of infer_nodes runs `infer` on a few trees of the first batch: 3 + 1.
+    CHECK(one["specialized_batches"] == 4);
+    same_scores(one, ref, 230);
+
+    // Specialized mode (kernels compiled before the first run) and the generic path agree
+    // with it too; so does the two-pass path on plans.
+    nlohmann::json spec = eval_json(common + " --batch 100 --mode specialized");
+    CHECK(spec["passes"] == 3);
+    same_scores(spec, ref, 230);
+    // Inference compiles the forward kernels alone: fewer kernels than training compiles for
+    // the loss entry (its forward and backward), though eval's entry holds the predictions'
+    // templates besides the loss's.
+    CHECK(spec["kernels_compiled"].get<int>() > 0);
+    CHECK(spec["kernels_compiled"].get<int>() < tj[0]["kernels_compiled"].get<int>());
+    nlohmann::json gen = eval_json(common + " --batch 100 --mode generic");
+    CHECK(gen["passes"] == 3);
+    same_scores(gen, ref, 230);
+    nlohmann::json two = eval_json(common + " --batch 100 --two-pass");
+    CHECK(two["passes"] == 6);
+    same_scores(two, ref, 230);
+
+    // --rounds: every round the same scores; seconds per round, passes per round.
+    nlohmann::json rounds = eval_json(common + " --batch 100 --rounds 3");
+    REQUIRE(rounds["round_seconds"].size() == 3);
+    CHECK(rounds["seconds"] == rounds["round_seconds"][0]);
+    CHECK(rounds["passes"] == 3);
+    CHECK(rounds["grad_batches"] == 0);
+    CHECK(rounds["specialized_batches"] == 3 * 3 + 3);
+    CHECK(rounds["loss"] == one["loss"]);
+    CHECK(rounds["node_acc"] == one["node_acc"]);
+    CHECK(run_pejit("eval " + common + " --rounds 0").code != 0);
+  }
+
+  TEST_CASE("eval: one pass with infer when the model has no infer_nodes, the loss alone "
+            "without either") {
+    std::string data = tmp("eval_roots.txt"), ck = tmp("eval_roots.ckpt");
+    REQUIRE(run_pejit("gen sst --trees 120 --seed 32 -o " + data).code == 0);
+    REQUIRE(run_pejit("train " + kModel + " --data " + data +
+                      " --epochs 1 --no-train-eval --mode generic --save " + ck)
+                .code == 0);
+    const std::string roots = model_upto("// (h, c, predictions", "roots_only.pe");
+    const std::string loss_only = model_upto("entry infer(", "loss_only.pe");
+    const std::string tail = " --params " + ck + " --data " + data + " --batch 50";
+
+    nlohmann::json ref = eval_json(roots + tail + " --two-pass --mode generic");
+    CHECK(ref["entry"] == "loss+infer");
+    CHECK(ref["passes"] == 6);
+    nlohmann::json one = eval_json(roots + tail);
+    CHECK(one["entry"].get<std::string>().starts_with("__eval"));
+    CHECK(one["passes"] == 3);
+    CHECK(one["node_acc"].is_null());
+    CHECK(!one["root_acc"].is_null());
+    same_scores(one, ref, 120);
+
+    nlohmann::json alone = eval_json(loss_only + tail);
+    CHECK(alone["entry"] == "loss");
+    CHECK(alone["passes"] == 3);
+    CHECK(alone["root_acc"].is_null());
+    CHECK(alone["loss"].get<double>() == doctest::Approx(one["loss"].get<double>()).epsilon(1e-5));
+  }
+
+  TEST_CASE("add_eval_entry: a name no definition has, both results, nothing without a loss") {
+    std::ifstream in(kModel);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    pejit::ir::Module m;
+    pejit::Diagnostics d;
+    // The model already uses the first names the entry would take.
+    std::string text = ss.str() + "\nfn __eval(x: f32[]) -> f32[] { x }\n"
+                                  "fn __eval2_preds(x: f32[]) -> f32[] { x }\n";
+    REQUIRE(pejit::types::add_source(m, text, "model.pe", d).ok);
+    pejit::runtime::EvalEntry e = pejit::runtime::add_eval_entry(m);
+    CHECK(e.name == "__eval3");
+    CHECK(e.preds == "infer_nodes");
+    const pejit::ir::FnDecl* f = m.fn(e.name);
+    REQUIRE(f != nullptr);
+    CHECK(f->is_entry);
+    CHECK(pejit::ir::type_str(f->ret) == "(f32[], List[List[i32[]]])");
+    // The model's own entries are untouched.
+    CHECK(m.fn("loss")->is_entry);
+    CHECK(m.fn("infer_nodes")->is_entry);
+
+    pejit::ir::Module none;
+    REQUIRE(pejit::types::add_source(none, "entry infer(x: f32[]) -> f32[] { x }\n", "n.pe", d).ok);
+    CHECK(pejit::runtime::add_eval_entry(none).name.empty());
+  }
+}
