@@ -56,6 +56,16 @@ struct GraphRunStats {
   Profile time{};
 };
 
+/// What GraphRunner::compile compiles besides the kernels every run needs.
+struct CompileScope {
+  /// The forward kernels' runs and reductions alone (inference; a backward then runs on
+  /// reference kernels).
+  bool forward_only = false;
+  /// Also the column-block kernels of each weight gradient at least two blocks wide
+  /// (GraphRunner::WeightGradBlocks), for runs that split them across workers.
+  bool weight_grad_blocks = false;
+};
+
 class GraphRunner {
 public:
   /// A weight gradient left to the caller: param += a^T · gy, summed with the other groups'
@@ -117,14 +127,7 @@ public:
   /// Compiles every elementwise run and row reduction through `cache` (a miss compiles; a hit
   /// reuses). Throws pejit::Error on a compile failure (`inject_failure`: a test's invalid IR),
   /// leaving the runs that did compile in place.
-  struct CompileScope {
-    /// The forward kernels' runs and reductions alone (inference; a backward then runs on
-    /// reference kernels).
-    bool forward_only = false;
-    /// Also the column-block kernels of each weight gradient at least two blocks wide
-    /// (WeightGradBlocks), for runs that split them across workers.
-    bool weight_grad_blocks = false;
-  };
+  using CompileScope = runtime::CompileScope;
   void compile(jit::KernelCache& cache, bool inject_failure = false, CompileScope scope = {});
   bool compiled() const;         ///< every run and row reduction has its kernel
   bool forward_compiled() const; ///< every run and reduction of the forward kernels has its kernel

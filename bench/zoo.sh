@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The zoo on one core (issue 19): for each tree model of examples/, its useful GEMM FLOPs per
+# tree and the step's rate against the SGEMM peak measured in the same process
+# (pejit_profile_bench --model: the roofline line), and for the models with a PyTorch peer
+# (TreeLSTM, child-sum TreeLSTM, Tree-GRU) pejit's steady training trees/s against the peer's
+# level-batched style, paired (pejit, then the peer, on the same core, per round).
+#
+#   bench/zoo.sh [-b BUILD] [-d FILE] [-l LIMIT] [-n ROUNDS] [-a ARITY]
+#     -b BUILD   the build (default build-bench, else build)
+#     -d FILE    binary training trees (default ../shared/data/sst/train.txt, else generated)
+#     -l LIMIT   trees per run (default 2000)
+#     -n ROUNDS  paired rounds (default 3)
+#     -a ARITY   the child-sum model's n-ary trees: `pejit gen sst --arity ARITY` (default 4)
+# Timing needs a quiet host.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="" data=../shared/data/sst/train.txt limit=2000 rounds=3 arity=4
+while getopts "b:d:l:n:a:h" o; do
+  case $o in
+  b) build=$OPTARG ;;
+  d) data=$OPTARG ;;
+  l) limit=$OPTARG ;;
+  n) rounds=$OPTARG ;;
+  a) arity=$OPTARG ;;
+  *) sed -n 2,14p "$0"; exit 2 ;;
+  esac
+done
+if [ -z "$build" ]; then
+  for b in build-bench build; do
+    if [ -x "$b/pejit" ]; then build=$b; break; fi
+  done
+fi
+pejit=$build/pejit
+# shellcheck source=bench/options.sh
+. bench/options.sh
+bench_pejit
+out=$(mktemp -d /tmp/pejit-zoo.XXXXXX)
+bench_gen_data "$pejit" "$out"
+nary=$out/nary.txt
+"$pejit" gen sst --trees "$limit" --arity "$arity" --seed 1 -o "$nary" >/dev/null
+py=/usr/bin/python3
+echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  pejit=$pejit data=$data limit=$limit"
+
+echo "== roofline (one core; useful GEMM FLOPs; the step's rate over the SGEMM peak)"
+for m in treelstm/treelstm treegru/treegru recnn/recnn nary_treelstm/nary_treelstm \
+  childsum/childsum; do
+  d=$data
+  [ "$m" = childsum/childsum ] && d=$nary
+  taskset -c 0 "$build/pejit_profile_bench" "$d" "$limit" 3 --model "examples/$m.pe" | tail -1
+done
+
+steady() { # median over epochs 1.. of pejit's --json trees_per_s
+  $py -c '
+import json, statistics, sys
+xs = [json.loads(l)["trees_per_s"] for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"{statistics.median(xs[1:]):.1f}")' "$1"
+}
+peer() { # the peer's last epoch's train_trees_per_s
+  $py -c '
+import json, sys
+js = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"{js[-1][\"train_trees_per_s\"]:.1f}")' "$1"
+}
+
+echo "== pejit --mode specialized --threads 1 against the level-batched peer (one core)"
+for spec in treelstm:treelstm_torch.py:$data treegru:treegru_torch.py:$data \
+  childsum:childsum_torch.py:$nary; do
+  IFS=: read -r name script d <<<"$spec"
+  ratios=""
+  for i in $(seq 1 "$rounds"); do
+    taskset -c 0 "$pejit" train "examples/$name/$name.pe" --data "$d" --limit "$limit" \
+      --epochs 3 --mode specialized --threads 1 --json --no-train-eval --progress 0 \
+      >"$out/$name.$i.json" 2>/dev/null
+    OMP_NUM_THREADS=1 taskset -c 0 $py "bench/torch/$script" --style batched --train "$d" \
+      --limit "$limit" --epochs 2 --threads 1 --json >"$out/$name.peer.$i.json" 2>/dev/null
+    p=$(steady "$out/$name.$i.json")
+    q=$(peer "$out/$name.peer.$i.json")
+    r=$($py -c "print(f'{$p / $q:.2f}')")
+    ratios="$ratios $r"
+    echo "$name round $i: pejit $p trees/s, peer $q trees/s, x$r"
+  done
+  # shellcheck disable=SC2086
+  $py -c 'import statistics, sys; r = [float(x) for x in sys.argv[2:]]; print(f"{sys.argv[1]}: median x{statistics.median(r):.2f} (min {min(r):.2f}, max {max(r):.2f})")' "$name" $ratios
+done
+echo "raw outputs: $out"
