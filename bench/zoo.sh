@@ -59,7 +59,7 @@ peer() { # the peer's last epoch's train_trees_per_s
   $py -c '
 import json, sys
 js = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print(f"{js[-1][\"train_trees_per_s\"]:.1f}")' "$1"
+print("%.1f" % js[-1]["train_trees_per_s"])' "$1"
 }
 
 echo "== pejit --mode specialized --threads 1 against the level-batched peer (one core)"
