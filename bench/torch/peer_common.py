@@ -222,6 +222,26 @@ class Params(nn.Module):
 # ----------------------------------------------------------------------------------------
 # The level plan of a minibatch
 # ----------------------------------------------------------------------------------------
+def naive_loss(P, trees, naive_tree):
+    """The summed cross-entropy of every labelled node, one tree at a time: naive_tree(P, t,
+    each) walks t children first and calls each(v, h_v) per node; returns (loss, labels)."""
+    total, nlab = None, 0
+    for t in trees:
+        terms = []
+
+        def each(v, hv):
+            if t.label[v] >= 0:
+                terms.append(nn.functional.cross_entropy(
+                    torch.addmm(P.b_out, hv, P.W_out), torch.tensor([int(t.label[v])]),
+                    reduction="sum"))
+
+        naive_tree(P, t, each)
+        nlab += len(terms)
+        for x in terms:
+            total = x if total is None else total + x
+    return total, nlab
+
+
 class Levels:
     """Nodes of the whole batch ordered by height (leaves first): `leaf_words`; per level
     above the leaves (start position, node count, children's positions flat, each child's

@@ -72,20 +72,7 @@ def naive_tree(P, t, each):
 
 
 def naive_loss(P, trees):
-    total, nlab = None, 0
-    for t in trees:
-        terms = []
-
-        def each(v, hv):
-            if t.label[v] >= 0:
-                terms.append(F.cross_entropy(torch.addmm(P.b_out, hv, P.W_out),
-                                             torch.tensor([int(t.label[v])]), reduction="sum"))
-
-        naive_tree(P, t, each)
-        nlab += len(terms)
-        for x in terms:
-            total = x if total is None else total + x
-    return total, nlab
+    return pc.naive_loss(P, trees, naive_tree)
 
 
 # ----------------------------------------------------------------------------------------

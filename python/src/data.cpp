@@ -128,39 +128,18 @@ py::dict score(PySession& ps, const PyDataset& ds, int batch) {
         nodes += ds.nodes(i);
       if (!ds.is_trees)
         continue;
+      runtime::Scores part;
       if (has_nodes) {
         Value out = ps.s.run("infer_nodes", v); // holds what preds refers to
-        const interp::Value& preds = SessionAccess::unwrap(out);
-        for (size_t i = b; i < e; ++i) {
-          const auto& t = ds.trees[i];
-          const interp::Value& p = preds.list_at(i - b);
-          if (p.list_size() != t.nodes.size())
-            throw Error("infer_nodes returned " + std::to_string(p.list_size()) +
-                        " predictions for a tree of " + std::to_string(t.nodes.size()) + " nodes");
-          for (size_t n = 0; n < t.nodes.size(); ++n) {
-            if (t.nodes[n].label < 0)
-              continue;
-            bool ok = p.list_at(n).as_tensor().item_i32() == t.nodes[n].label;
-            node_ok += ok;
-            labeled += 1;
-            if (static_cast<int32_t>(n) == t.root()) {
-              root_ok += ok;
-              roots += 1;
-            }
-          }
-        }
+        runtime::score_nodes(SessionAccess::unwrap(out), ds.trees, b, e, part);
       } else if (has_infer) {
-        Value out = ps.s.run("infer", v); // holds what preds refers to
-        const interp::Value& preds = SessionAccess::unwrap(out);
-        for (size_t i = b; i < e; ++i) {
-          const auto& t = ds.trees[i];
-          int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
-          if (y < 0)
-            continue;
-          root_ok += preds.list_at(i - b).as_tensor().item_i32() == y;
-          roots += 1;
-        }
+        Value out = ps.s.run("infer", v);
+        runtime::score_roots(SessionAccess::unwrap(out), ds.trees, b, e, part);
       }
+      node_ok += part.node_ok;
+      labeled += part.labeled;
+      root_ok += part.root_ok;
+      roots += part.roots;
     }
   }
   auto ratio = [](int64_t a, int64_t b) -> py::object {

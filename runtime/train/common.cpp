@@ -295,11 +295,10 @@ void rethrow_located(const Dataset& ds, const std::vector<size_t>& idx, size_t l
   }
 }
 
-namespace {
-// Adds the all-node (and root) accuracy of trees b..e-1 given infer_nodes' predictions.
-void score_nodes(const Value& preds, const Dataset& ds, size_t b, size_t e, Scores& s) {
+void score_nodes(const interp::Value& preds, const std::vector<data::ParseTree>& trees, size_t b,
+                 size_t e, Scores& s) {
   for (size_t i = b; i < e; ++i) {
-    const auto& t = ds.trees[i];
+    const auto& t = trees[i];
     const Value& p = preds.list_at(i - b);
     if (p.list_size() != t.nodes.size())
       throw Error("infer_nodes returned " + std::to_string(p.list_size()) +
@@ -318,10 +317,10 @@ void score_nodes(const Value& preds, const Dataset& ds, size_t b, size_t e, Scor
   }
 }
 
-// Adds the root accuracy of trees b..e-1 given infer's predictions.
-void score_roots(const Value& preds, const Dataset& ds, size_t b, size_t e, Scores& s) {
+void score_roots(const interp::Value& preds, const std::vector<data::ParseTree>& trees, size_t b,
+                 size_t e, Scores& s) {
   for (size_t i = b; i < e; ++i) {
-    const auto& t = ds.trees[i];
+    const auto& t = trees[i];
     int32_t y = t.nodes[static_cast<size_t>(t.root())].label;
     if (y < 0)
       continue;
@@ -329,6 +328,8 @@ void score_roots(const Value& preds, const Dataset& ds, size_t b, size_t e, Scor
     s.roots += 1;
   }
 }
+
+namespace {
 
 // Trees of the first batch whose root predictions check infer_nodes' order (check_node_order):
 // a small batch of their own, so that the check costs little whatever the batch size.
@@ -384,9 +385,9 @@ Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int 
         pejit::Value head = n == e ? v : SessionAccess::wrap(enc.batch(ds, idx, 0, n));
         check_node_order(session.run("infer", head), *preds, ds, n);
       }
-      score_nodes(*preds, ds, b, e, s);
+      score_nodes(*preds, ds.trees, b, e, s);
     } else {
-      score_roots(*preds, ds, b, e, s);
+      score_roots(*preds, ds.trees, b, e, s);
     }
   }
   return s;

@@ -154,6 +154,15 @@ struct Scores {
   int64_t passes = 0;
 };
 
+/// Adds to `s` the all-node and root accuracy of trees[b..e) given infer_nodes' predictions
+/// for them (a list per tree, children before parents; a count that does not match the tree's
+/// nodes is an error).
+void score_nodes(const interp::Value& preds, const std::vector<data::ParseTree>& trees, size_t b,
+                 size_t e, Scores& s);
+/// Adds to `s` the root accuracy of trees[b..e) given infer's predictions for them.
+void score_roots(const interp::Value& preds, const std::vector<data::ParseTree>& trees, size_t b,
+                 size_t e, Scores& s);
+
 /// Loss and accuracy over a data set (the entries `loss`, and `infer_nodes` or `infer` when
 /// the model has them), without gradients, on the session (plans where its mode allows, the
 /// generic path otherwise). With `fused` (add_eval_entry on the session's module) a batch of
