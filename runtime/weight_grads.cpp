@@ -111,12 +111,10 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
     if (wb == nullptr || jit_kernel(j.param, j.k, j.m) == nullptr)
       continue;
     const int64_t cols = GraphRunner::WeightGradBlocks::kBlockCols;
-    for (int64_t c0 = 0; c0 < j.m; c0 += cols) {
-      const jit::CachedKernel* k = j.m - c0 >= cols ? wb->block.get() : wb->tail.get();
-      if (k == nullptr)
-        break;
-      blocks_.push_back(Block{i, c0, k, {}});
-    }
+    if (j.m % cols != 0 && !wb->tail)
+      continue; // every column has a kernel, or the weight runs whole
+    for (int64_t c0 = 0; c0 < j.m; c0 += cols)
+      blocks_.push_back(Block{i, c0, j.m - c0 >= cols ? wb->block.get() : wb->tail.get(), {}});
   }
   if (split && !blocks_.empty()) {
     // The jobs cut into blocks, and the others whole; destinations made here, before the
