@@ -151,11 +151,16 @@ TEST_SUITE("threads") {
     // The TreeLSTM's U [300, 750] and W_leaf [300, 450] are at least two column blocks wide:
     // with several threads their TN kernels run as column blocks on the workers.
     test::PlannedBatch b(12, 5);
-    jit::Jit jit;
-    jit::KernelCache cache(jit, 256);
+    // One JIT for the rest of the run, never destroyed: under ThreadSanitizer, tearing down an
+    // ORC LLJIT whose kernels ran on other threads was reported as an unlock of a destroyed
+    // mutex inside the uninstrumented libLLVM and libstdc++.
+    static jit::KernelCache* cache = [] {
+      static auto* jit = new jit::Jit;
+      return new jit::KernelCache(*jit, 256);
+    }();
     auto run = [&](int threads) {
       runtime::ExecOptions eo;
-      eo.kernels = &cache;
+      eo.kernels = cache;
       auto workers = std::make_shared<runtime::Workers>(threads, runtime::SplitPolicy{1});
       eo.workers = workers.get();
       runtime::PlanExecutor ex(b.m, b.dims, eo);
