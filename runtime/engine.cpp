@@ -126,12 +126,12 @@ struct Engine::Impl {
         kernels(
             jit ? std::make_unique<jit::KernelCache>(*jit, opt.kernel_cache_entries, opt.schedules)
                 : nullptr),
-        runners(opt.graphs ? std::make_unique<RunnerCache>(
-                                 m, dims, kernels.get(),
-                                 GraphRunner::CompileScope{
-                                     opt.inference, !opt.inference && opt.workers &&
-                                                        opt.workers->threads() > 1})
-                           : nullptr),
+        runners(opt.graphs
+                    ? std::make_unique<RunnerCache>(
+                          m, dims, kernels.get(),
+                          GraphRunner::CompileScope{opt.inference, !opt.inference && opt.workers &&
+                                                                       opt.workers->threads() > 1})
+                    : nullptr),
         exec(m, dims, exec_options(opt, kernels.get(), runners.get())),
         trace(!opt.trace_file.empty()),
         specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),
@@ -388,6 +388,13 @@ Value Engine::run(const std::string& entry, const Value& batch, const interp::Pa
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
   if (impl_->pipeline)
     impl_->pipeline->prefetch(entry, std::move(batches));
+}
+
+void Engine::later(std::function<void()> task) {
+  if (impl_->pipeline)
+    impl_->pipeline->background(std::move(task));
+  else
+    task();
 }
 
 void Engine::drain() {

@@ -17,6 +17,7 @@
 #include "src/interp/interpreter.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -155,6 +156,10 @@ public:
   void prefetch(const std::string& entry, std::vector<interp::Value> batches);
   /// Waits until the pipeline has planned (and compiled) everything handed to it. Call it
   /// before changing the module's definitions: background work reads them.
+  /// Runs `task` on the planning pipeline's threads when there is a pipeline (after what is
+  /// queued there), else now: work the training thread need not wait for, such as freeing a
+  /// stepped batch's values.
+  void later(std::function<void()> task);
   void drain();
 
   /// Drops every cached plan and refusal of these entries (after their definitions changed).

@@ -51,15 +51,30 @@ struct GemmPanel : jit::PanelCore {
 
 // B = w (forward x·W, w [k,n]) or w^T (dX = dY·W^T, w [n,k]) packed once per plan run, kept
 // in `cache` under w's address + 2 or + 1 bytes (the key matmul_packed_wt uses for W^T);
-// without a cache, into `local`.
-const float* packed_weight(const Tensor& w, bool transposed,
-                           std::unordered_map<const void*, Tensor>* cache, Tensor& local) {
+// without a cache, into `local`. With workers, its column panels are shared out: packing is
+// a copy (a transpose for W^T) that the calling thread would otherwise do alone while the
+// others wait for the level that needs it.
+const float* packed_weight(const Tensor& w, bool transposed, PackedWeights* cache, Tensor& local,
+                           const Workers* workers) {
   const int64_t k = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
-  Tensor& p =
-      cache != nullptr ? (*cache)[static_cast<const char*>(w.raw()) + (transposed ? 1 : 2)] : local;
+  const void* key = static_cast<const char*>(w.raw()) + (transposed ? 1 : 2);
+  Tensor& p = cache != nullptr ? cache->at(key) : local;
   if (!p.defined()) {
-    p = Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
-    kernels::pack_b(transposed, k, n, w.f32(), transposed ? k : n, p.f32());
+    p = cache != nullptr ? cache->buffer(key, kernels::packed_size(k, n))
+                         : Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
+    const int64_t panels = kernels::packed_panels(n);
+    // A panel costs about k * kPackedWidth copies; min_block_work of them make a block.
+    const int64_t per =
+        workers != nullptr ? workers->block_rows(panels, k * kernels::kPackedWidth) : panels;
+    if (per >= panels) {
+      kernels::pack_b(transposed, k, n, w.f32(), transposed ? k : n, p.f32());
+    } else {
+      float* dst = p.f32();
+      workers->for_blocks((panels + per - 1) / per, [&](int64_t b) {
+        kernels::pack_b_panels(transposed, k, n, w.f32(), transposed ? k : n, dst, b * per,
+                               std::min(panels, (b + 1) * per));
+      });
+    }
   }
   return p.f32();
 }
@@ -174,7 +189,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
   auto set_core = [&](const Tensor& a, const Tensor& w, bool transposed, Tensor& c) {
     core.fn = &GemmPanel::run;
     core.gemm_a = a.f32();
-    core.packed = packed_weight(w, transposed, st.transposed, local);
+    core.packed = packed_weight(w, transposed, st.transposed, local, st.workers);
     core.gemm_c = c.f32();
     core.n = c.dim(1);
     core.k = a.dim(1);

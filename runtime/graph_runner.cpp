@@ -2,6 +2,7 @@
 #include "runtime/graph_runner.h"
 
 #include "runtime/graph_runs.h"
+#include "runtime/parallel.h"
 
 #include "jit/kernel_cache.h"
 #include "src/kernels/kernels.h"
@@ -57,19 +58,45 @@ Tensor run_op(OpId o, std::vector<Tensor> args, const ops::Attr& attr, uint32_t 
 // dX = dY · W^T for a weight W [N,K] that every group of a plan run multiplies by: W^T is
 // packed once per run (kernels::pack_b transposes while packing) and kept in `packed` under
 // W's address + 1 byte (never dereferenced; the address itself keys the plain W^T that other
-// shapes use); the map is cleared when the parameters may change.
-Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w,
-                        std::unordered_map<const void*, Tensor>& packed) {
+// shapes use); it is invalidated when the parameters may change. With workers, blocks of
+// rows go to them (each row's sums are its own: the same bits).
+Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed,
+                        const Workers* workers) {
   const int64_t k = w.dim(1), n = w.dim(0);
-  Tensor& p = packed[static_cast<const char*>(w.raw()) + 1];
+  const void* key = static_cast<const char*>(w.raw()) + 1;
+  Tensor& p = packed.at(key);
   if (!p.defined()) {
-    p = Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
+    p = packed.buffer(key, kernels::packed_size(k, n));
     kernels::pack_b(true, k, n, w.f32(), k, p.f32());
   }
-  return kernels::matmul_packed(gy, p, n);
+  const int64_t rows = gy.dim(0);
+  const int64_t step =
+      workers != nullptr ? workers->block_rows(rows, 2 * n * k, SplitPolicy::kRowGranule) : rows;
+  if (step >= rows)
+    return kernels::matmul_packed(gy, p, n);
+  Tensor y = Tensor::empty(DType::F32, Shape{rows, n});
+  workers->for_blocks((rows + step - 1) / step, [&](int64_t b) {
+    const int64_t r0 = b * step;
+    kernels::sgemm_packed(std::min(step, rows - r0), n, k, gy.f32() + r0 * k, k, p.f32(), 0.0f,
+                          y.f32() + r0 * n, n);
+  });
+  return y;
 }
 
 } // namespace
+
+Tensor PackedWeights::buffer(const void* key, int64_t floats) {
+  auto it = spare_.find(key);
+  if (it != spare_.end() && it->second.numel() == floats && it->second.unique())
+    return std::move(it->second);
+  return Tensor::empty(DType::F32, Shape{floats});
+}
+
+void PackedWeights::invalidate() {
+  // Only the last run's buffers are kept: a weight that moved leaves nothing behind.
+  spare_ = std::move(now_);
+  now_.clear();
+}
 
 Tensor GraphRunner::eval(NodeId id, State& st) const {
   const graph::Graph& g = tg_.g;
@@ -218,9 +245,9 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
         in[0].dim(1) == in[2].dim(1) && in[0].dtype() == DType::F32 && in[2].dtype() == DType::F32)
       // A GEMM without a transposed operand, on W^T packed once per run for every group,
       // instead of transposing W for each level's small GEMM.
-      return matmul_packed_wt(in[0], in[2], *st.transposed);
+      return matmul_packed_wt(in[0], in[2], *st.transposed, st.workers);
     if (st.transposed != nullptr && in[2].rank() == 2) {
-      Tensor& wt = (*st.transposed)[in[2].raw()];
+      Tensor& wt = st.transposed->at(in[2].raw());
       if (!wt.defined())
         wt = run_op(OpId::Transpose, {in[2]}, {});
       return run_op(OpId::MatMul, {in[0], wt}, {});
@@ -425,17 +452,16 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     const Tensor& table = params.values[static_cast<size_t>(pg.param)];
     if (st.deferred != nullptr && pg.how == How::Deferred) {
       const Node& n = g.node(o);
-      st.deferred->push_back({pg.param, st.vals[static_cast<size_t>(n.operands[1])],
-                              st.vals[static_cast<size_t>(n.operands[0])],
-                              pg.weight_grad >= 0
-                                  ? weight_grad_kernels_[static_cast<size_t>(pg.weight_grad)]
-                                  : nullptr,
-                              pg.weight_grad >= 0 &&
-                                      static_cast<size_t>(pg.weight_grad) <
-                                          weight_grad_blocks_.size() &&
-                                      weight_grad_blocks_[static_cast<size_t>(pg.weight_grad)].block
-                                  ? &weight_grad_blocks_[static_cast<size_t>(pg.weight_grad)]
-                                  : nullptr});
+      st.deferred->push_back(
+          {pg.param, st.vals[static_cast<size_t>(n.operands[1])],
+           st.vals[static_cast<size_t>(n.operands[0])],
+           pg.weight_grad >= 0 ? weight_grad_kernels_[static_cast<size_t>(pg.weight_grad)]
+                               : nullptr,
+           pg.weight_grad >= 0 &&
+                   static_cast<size_t>(pg.weight_grad) < weight_grad_blocks_.size() &&
+                   weight_grad_blocks_[static_cast<size_t>(pg.weight_grad)].block
+               ? &weight_grad_blocks_[static_cast<size_t>(pg.weight_grad)]
+               : nullptr});
       continue;
     }
     if (pg.how == How::Sparse) {

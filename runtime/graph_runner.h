@@ -66,6 +66,23 @@ struct CompileScope {
   bool weight_grad_blocks = false;
 };
 
+/// The shared matrices of one plan run in the forms its GEMMs read (packed, transposed), by
+/// the weight's data address plus a tag byte. The weights change between runs, so each run
+/// packs again; the buffers are kept for the next run, which packs into the same memory
+/// instead of fresh pages.
+class PackedWeights {
+public:
+  /// The form under `key` for this run (undefined until made this run).
+  Tensor& at(const void* key) { return now_[key]; }
+  /// A buffer of `floats` floats for `key`: the last run's under the same key, when it fits.
+  Tensor buffer(const void* key, int64_t floats);
+  /// The parameters may change: nothing made so far is valid; its buffers stay for reuse.
+  void invalidate();
+
+private:
+  std::unordered_map<const void*, Tensor> now_, spare_;
+};
+
 class GraphRunner {
 public:
   /// A weight gradient left to the caller: param += a^T · gy, summed with the other groups'
@@ -95,9 +112,9 @@ public:
     int64_t rows = 0;
     /// Where weight gradients go instead of being computed per group (null: computed here).
     std::vector<DeferredGemm>* deferred = nullptr;
-    /// Transposed shared matrices by data address, valid while the parameters do not change
-    /// (one run of a plan); null: transpose per use.
-    std::unordered_map<const void*, Tensor>* transposed = nullptr;
+    /// Packed and transposed shared matrices by data address, valid while the parameters do
+    /// not change (one run of a plan); null: transpose per use.
+    PackedWeights* transposed = nullptr;
     /// Every run has its kernel: the splits that the runs read in place are not computed.
     bool views = false;
     /// Runs that have a GEMM core compute it per row panel (false: the GEMM runs whole, on

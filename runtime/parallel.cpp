@@ -59,14 +59,25 @@ Workers::~Workers() = default;
 
 int64_t Workers::block_rows(int64_t rows, int64_t row_cost, int64_t align) const {
   align = std::max<int64_t>(1, align);
-  if (threads_ <= 1 || rows <= align)
+  if (threads_ <= 1 || rows <= 1)
     return rows;
-  auto up = [align](int64_t r) { return (r + align - 1) / align * align; };
   const int64_t cost = std::max<int64_t>(1, row_cost);
+  const int64_t least = (policy_.min_block_work + cost - 1) / cost; // rows worth a hand-off
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t per_thread = std::min<int64_t>(4, rows / (align * threads_));
+  if (per_thread < 4) {
+    // A small level (a tree's top levels): as many even blocks as threads, or two or three
+    // each, of any row count. Blocks that start at `align` would leave the work uneven (8 + 2
+    // rows) or whole on the calling thread (up to `align` rows) while the others wait.
+    const int64_t step =
+        std::max(least, ceil_div(rows, threads_ * std::max<int64_t>(1, per_thread)));
+    return std::min(step, rows);
+  }
+  auto up = [align](int64_t r) { return (r + align - 1) / align * align; };
   // Enough rows for the least work worth a hand-off; and at most 4 blocks per thread, so that
-  // an uneven block costs little and the per-block overhead stays small.
-  int64_t step = up((policy_.min_block_work + cost - 1) / cost);
-  step = std::max(step, up((rows + 4 * threads_ - 1) / (4 * threads_)));
+  // an uneven block costs little and the per-block overhead stays small; blocks start at
+  // multiples of `align`.
+  const int64_t step = std::max(up(least), up(ceil_div(rows, 4 * threads_)));
   return std::min(step, rows);
 }
 

@@ -8,12 +8,12 @@
 #include "runtime/runner_cache.h"
 #include "runtime/weight_grads.h"
 
+#include "jit/kernel_cache.h"
+#include "specializer/template_graph.h"
 #include "src/interp/evaluator.h"
 #include "src/interp/recorded_op.h"
-#include "jit/kernel_cache.h"
 #include "src/kernels/kernels.h"
 #include "src/ops/emitter.h"
-#include "specializer/template_graph.h"
 #include "src/util/check.h"
 
 #include <algorithm>
@@ -76,9 +76,9 @@ struct PlanExecutor::Impl {
   // Template graphs: the engine's shared cache, or this executor's own.
   std::unique_ptr<RunnerCache> own_runners;
   RunnerCache* runners = nullptr;
-  std::unordered_set<std::string> reported;           // templates whose fallback is in PlanStats
-  std::unordered_map<const void*, Tensor> transposed; // W^T per weight, for one run
-  DeferredWeightGrads weight_grads;                    // weight gradients of one run
+  std::unordered_set<std::string> reported; // templates whose fallback is in PlanStats
+  PackedWeights transposed;                 // W and W^T packed per weight, for one run
+  DeferredWeightGrads weight_grads;         // weight gradients of one run
 
   // ExecOptions::profile: the time since t0 (and GEMM flops) go to family f.
   ProfileClock::time_point tick() const {
@@ -129,7 +129,8 @@ struct PlanExecutor::Impl {
 
   char* at(int64_t off) { return static_cast<char*>(arena.raw()) + off * 4; }
 
-  const char* ptr(const RowSource& s, const specializer::Residual& r, const interp::Params& params) {
+  const char* ptr(const RowSource& s, const specializer::Residual& r,
+                  const interp::Params& params) {
     switch (s.kind) {
     case Ref::Kind::Inst:
       return at(s.off);
@@ -176,7 +177,8 @@ struct PlanExecutor::Impl {
 
   // One template call on `args` (its tensor arguments): the op, or the function's body with
   // its static Int/Bool arguments in place; the results flattened.
-  std::vector<Value> call_template(const specializer::Template& t, BatchBackend& be, const Values& args) {
+  std::vector<Value> call_template(const specializer::Template& t, BatchBackend& be,
+                                   const Values& args) {
     std::vector<Value> outs;
     if (t.kind == specializer::Template::Kind::Op) {
       Values multi;
@@ -388,15 +390,16 @@ struct PlanExecutor::Impl {
 
   // The forward of every group, in plan order, with the arena sized for it (and for the
   // backward when `train`); returns the layout used (`own`, made here, when none was given).
-  const ExecLayout* forward(const specializer::Plan& plan, const ExecLayout* layout, ExecLayout& own,
-                            const specializer::Residual& r, const specializer::TemplateTable& tt,
-                            const interp::Params& params, bool train, PlanStats& stats) {
+  const ExecLayout* forward(const specializer::Plan& plan, const ExecLayout* layout,
+                            ExecLayout& own, const specializer::Residual& r,
+                            const specializer::TemplateTable& tt, const interp::Params& params,
+                            bool train, PlanStats& stats) {
     if (layout == nullptr) {
       own = make_layout(plan);
       layout = &own;
     }
     reserve(train ? layout->total_elems : layout->forward_elems);
-    transposed.clear(); // the parameters may have changed since the last run
+    transposed.invalidate(); // the parameters may have changed since the last run
     weight_grads.clear();
     if (st.size() < plan.groups.size())
       st.resize(plan.groups.size());
@@ -448,10 +451,9 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
   if (options.graphs) {
     impl_->runners = options.runners;
     if (impl_->runners == nullptr) {
-      impl_->own_runners =
-          std::make_unique<RunnerCache>(impl_->m, impl_->dims, options.kernels,
-                                        GraphRunner::CompileScope{
-                                            false, options.workers && options.workers->threads() > 1});
+      impl_->own_runners = std::make_unique<RunnerCache>(
+          impl_->m, impl_->dims, options.kernels,
+          GraphRunner::CompileScope{false, options.workers && options.workers->threads() > 1});
       impl_->runners = impl_->own_runners.get();
     }
   }
@@ -462,8 +464,8 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindi
 PlanExecutor::~PlanExecutor() = default;
 
 std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const specializer::Residual& r,
-                                      const specializer::TemplateTable& tt, const interp::Params& params,
-                                      const ExecLayout* layout) {
+                                      const specializer::TemplateTable& tt,
+                                      const interp::Params& params, const ExecLayout* layout) {
   ExecLayout own;
   layout = impl_->forward(plan, layout, own, r, tt, params, false, stats_);
   Impl& I = *impl_;
@@ -493,12 +495,10 @@ std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const speci
   return out;
 }
 
-interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::Plan& plan,
-                                                            const specializer::Residual& r,
-                                                            const specializer::TemplateTable& tt,
-                                                            const interp::Params& params,
-                                                            const ExecLayout* layout,
-                                                            GradReady* ready) {
+interp::Interpreter::Gradients
+PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
+                             const specializer::TemplateTable& tt, const interp::Params& params,
+                             const ExecLayout* layout, GradReady* ready) {
   ExecLayout own;
   layout = impl_->forward(plan, layout, own, r, tt, params, true, stats_);
   Impl& I = *impl_;
@@ -626,7 +626,7 @@ interp::Interpreter::Gradients PlanExecutor::value_and_grad(const specializer::P
   }
   I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile, I.opt.workers,
                      ready);
-  I.transposed.clear();
+  I.transposed.invalidate();
   return out;
 }
 

@@ -107,6 +107,14 @@ optim::Optimizer& runtime::SessionAccess::optimizer(Session& s) {
   return *s.impl_->optimizer;
 }
 
+void runtime::SessionAccess::retire(Session& s, Value& v) {
+  Value last = v;
+  v = Value();
+  // The caller's reference is gone: the task below releases the last one, unless the caller
+  // holds another copy (then it only drops a count).
+  s.impl_->engine->later([last]() mutable { last = Value(); });
+}
+
 Value runtime::SessionAccess::wrap(interp::Value v) {
   return detail::wrap(std::move(v));
 }

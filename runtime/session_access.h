@@ -32,6 +32,10 @@ struct SessionAccess {
   static const ir::Module& module(const Session& s);
   /// The session's own optimizer, for the trainer's schedule and per-parameter options.
   static optim::Optimizer& optimizer(Session& s);
+  /// Drops `v` (a batch the caller has stepped) and frees its contents off the calling thread
+  /// where the session has a pipeline (Engine::later): freeing a batch's many small values
+  /// is serial work that need not delay the next step.
+  static void retire(Session& s, Value& v);
   static Value wrap(interp::Value v);
   static const interp::Value& unwrap(const Value& v);
 };

@@ -223,8 +223,7 @@ bool finite_params(const Session& s) {
 
 } // namespace
 
-std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
-                              std::ostream& err_to) {
+std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std::ostream& err_to) {
   (void)parse_mode(opt.session.mode); // a bad mode fails before anything is read
   // Data parallel (docs/distributed.md): rank 0 alone reports and writes checkpoints; every
   // rank trains its slice of each batch. Errors are still reported by each rank (the CLI).
@@ -464,22 +463,37 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
     int64_t trees_here = 0; // stepped by this process (a resumed epoch began elsewhere)
     auto last_print = Clock::now();
     SessionStats before = session.stats();
-    std::deque<pejit::Value> ahead;
-    size_t encoded = first;
+    // Encoded batches not yet stepped (front: the next), and whether each has rows on this rank.
+    std::deque<std::pair<pejit::Value, bool>> ahead;
+    size_t encoded = first, prefetched = first;
     std::vector<pejit::Value> fresh;
-    auto encode_ahead = [&](size_t upto) {
-      fresh.clear();
+    auto encode_upto = [&](size_t upto) {
       for (; encoded < std::min(upto, nb); ++encoded) {
         size_t lo = encoded * bs;
         size_t hi = std::min(n, lo + bs);
         auto [first_here, end_here] = session.slice(hi - lo); // this rank's part
-        ahead.push_back(
-            SessionAccess::wrap(enc.batch(train_ds, order, lo + first_here, lo + end_here)));
-        if (end_here > first_here)
-          fresh.push_back(ahead.back());
+        ahead.emplace_back(
+            SessionAccess::wrap(enc.batch(train_ds, order, lo + first_here, lo + end_here)),
+            end_here > first_here);
       }
-      session.prefetch("loss", fresh);
     };
+    // Hands batches [prefetched, upto) to the pipeline; they are encoded already.
+    auto prefetch_upto = [&](size_t upto) {
+      fresh.clear();
+      for (; prefetched < std::min(upto, encoded); ++prefetched) {
+        const auto& [v, has_rows] = ahead[prefetched - (encoded - ahead.size())];
+        if (has_rows)
+          fresh.push_back(v);
+      }
+      if (!fresh.empty())
+        session.prefetch("loss", fresh);
+    };
+    // The pipeline plans batch b + look + 1 from the end of step b, while this thread encodes
+    // the batch after it: a batch is encoded one step before it is handed over, so that its
+    // planning runs beside this thread's serial work (encoding, bookkeeping, the start of
+    // the next step) rather than beside the first levels of the next step, which then lack
+    // their second worker. (Without a pipeline, look is 0 and nothing is prefetched.)
+    const size_t encode_lead = look > 0 ? look + 2 : 1;
     for (size_t b = first; b < nb; ++b) {
       stop_if_signalled(ep, b);
       size_t lo = b * bs;
@@ -487,14 +501,17 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
       float loss = 0;
       auto t0 = Clock::now();
       try {
-        encode_ahead(b + 1 + look);
-        pejit::Value v = std::move(ahead.front());
+        encode_upto(b + encode_lead);
+        if (look > 0)
+          prefetch_upto(b + 1 + look);
+        pejit::Value v = std::move(ahead.front().first);
         ahead.pop_front();
         if (!optim_text.empty()) // the schedule's factor at this batch of the run
           SessionAccess::optimizer(session).set_lr_scale(static_cast<float>(schedule.factor(
               static_cast<int64_t>(ep) * static_cast<int64_t>(nb) + static_cast<int64_t>(b))));
         t0 = Clock::now();
         loss = session.step("loss", v);
+        SessionAccess::retire(session, v);
       } catch (const Error&) {
         // The step made no update: the parameters are those before this batch.
         if (progress)
@@ -508,6 +525,10 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to,
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
       st.seconds += dt;
+      if (look > 0) { // the next batch to plan, then the one after it to encode
+        prefetch_upto(b + 2 + look);
+        encode_upto(b + 1 + encode_lead);
+      }
       if (opt.explain) {
         std::string why = session.explain("loss");
         if (!why.empty())

@@ -307,7 +307,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const fl
       for (int64_t bi = 0; bi < nblocks; ++bi) {
         const int64_t i0 = m * bi / nblocks, mi = m * (bi + 1) / nblocks - i0;
         kTable<TA>[static_cast<size_t>(mi - 1)][static_cast<size_t>(nv - 1)](
-            &st, 1, TA ? i0 : i0 * lda, lda, 0, ldb, c + i0 * ldc + j, ldc, beta0 && q == 0, last);
+            &st, 1, TA ? i0 : i0 * lda, lda, 0, ldb, c + i0 * ldc + j, ldc, beta0&& q == 0, last);
       }
     }
   }
@@ -473,14 +473,22 @@ int64_t packed_size(int64_t k, int64_t n) {
 }
 
 void pack_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed) {
-  PEJIT_CHECK(k >= 0 && n >= 0 && ldb >= (trans_b ? k : n)) << "pack_b: bad sizes";
-  const int64_t whole = trans_b ? 0 : n / kPackedWidth; // panels copied row by row below
+  pack_b_panels(trans_b, k, n, b, ldb, packed, 0, packed_panels(n));
+}
+
+void pack_b_panels(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed,
+                   int64_t first, int64_t last) {
+  PEJIT_CHECK(k >= 0 && n >= 0 && ldb >= (trans_b ? k : n) && 0 <= first && first <= last &&
+              last <= packed_panels(n))
+      << "pack_b: bad sizes";
+  // Whole panels not transposed are copied row by row below; the rest panel by panel.
+  const int64_t whole = trans_b ? first : std::max(first, std::min(last, n / kPackedWidth));
   // B's rows in order (read sequentially), each cut into its whole panels' rows.
-  for (int64_t p = 0; p < k && whole > 0; ++p)
-    for (int64_t jp = 0; jp < whole; ++jp)
+  for (int64_t p = 0; p < k && whole > first; ++p)
+    for (int64_t jp = first; jp < whole; ++jp)
       std::memcpy(packed + jp * kPackedWidth * k + p * kPackedWidth,
                   b + p * ldb + jp * kPackedWidth, kPackedWidth * sizeof(float));
-  for (int64_t j = whole * kPackedWidth; j < n; j += kPackedWidth) {
+  for (int64_t j = whole * kPackedWidth; j < std::min(n, last * kPackedWidth); j += kPackedWidth) {
     const int64_t nj = std::min(kPackedWidth, n - j);
     float* panel = packed + j * k;
     if (trans_b)

@@ -28,6 +28,15 @@ int64_t packed_size(int64_t k, int64_t n);
 /// Packs B = op(b) [k,n]: b is [k,n] (ldb between rows), or with trans_b b is [n,k] and is
 /// transposed while packing.
 void pack_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed);
+/// pack_b's panels [first, last) alone (panels of kPackedWidth columns; the last may be
+/// partial): what one worker packs when a weight's packing is shared out. Each panel is
+/// written by one call, and the panels together are pack_b's output exactly.
+void pack_b_panels(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb, float* packed,
+                   int64_t first, int64_t last);
+/// The panels pack_b writes for n columns.
+inline int64_t packed_panels(int64_t n) {
+  return (n + kPackedWidth - 1) / kPackedWidth;
+}
 /// C = A·B (beta 0, C not read) or C += A·B (beta 1); A [m,k] row-major, B from pack_b. The
 /// same sums in the same order as sgemm(false, false, ...) on the unpacked B where the AVX-512
 /// kernels run (bit for bit), the same up to rounding elsewhere.

@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -183,6 +185,41 @@ TEST_SUITE("kernels") {
     sgemm_packed(1, 2, 0, none.data(), 1, none.data(), 0.0f, c.data(), 2); // k == 0: C = 0
     CHECK(c == std::vector<float>{0, 0});
     CHECK_THROWS(sgemm_packed(1, 2, 0, none.data(), 1, none.data(), 0.5f, c.data(), 2));
+  }
+
+  TEST_CASE("packed right operand in panel ranges: pack_b_panels gives pack_b's floats") {
+    // What several workers pack together: each range alone, then all of them, equal pack_b's
+    // output float for float (whole panels, the partial last one, transposed or not).
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+    for (int tb = 0; tb < 2; ++tb)
+      for (auto [k, n, pad] : {std::array<int64_t, 3>{300, 750, 0},
+                               {750, 300, 3},
+                               {7, 33, 1},
+                               {5, 5, 0},
+                               {150, 64, 2},
+                               {1, 1, 0}}) {
+        const int64_t ldb = (tb ? k : n) + pad;
+        std::vector<float> b(static_cast<size_t>((tb ? n : k) * ldb));
+        for (float& x : b)
+          x = val(rng);
+        const auto size = static_cast<size_t>(packed_size(k, n));
+        std::vector<float> whole(size), parts(size, -7.0f);
+        pack_b(tb != 0, k, n, b.data(), ldb, whole.data());
+        const int64_t panels = packed_panels(n);
+        CHECK(static_cast<int64_t>(size) == panels * kPackedWidth * k);
+        for (int64_t per : {int64_t{1}, int64_t{2}, int64_t{3}, panels}) {
+          std::fill(parts.begin(), parts.end(), -7.0f);
+          for (int64_t p = 0; p < panels; p += per)
+            pack_b_panels(tb != 0, k, n, b.data(), ldb, parts.data(), p, std::min(panels, p + per));
+          CAPTURE(k);
+          CAPTURE(n);
+          CAPTURE(per);
+          CHECK(parts == whole);
+        }
+        CHECK_THROWS(pack_b_panels(tb != 0, k, n, b.data(), ldb, parts.data(), 0, panels + 1));
+        CHECK_THROWS(pack_b_panels(tb != 0, k, n, b.data(), ldb, parts.data(), 1, 0));
+      }
   }
 
   TEST_CASE("weight gradient over unstacked rows: sgemm_tn_stretches") {

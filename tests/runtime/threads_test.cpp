@@ -3,15 +3,15 @@
 // and in auto mode: every step's loss and gradients, the final parameters, an evaluation's
 // losses. The split policy is set so that everything that can split does (each of these runs
 // is checked to have split), and a session with the default policy gives the same bits too.
+#include "jit/jit.h"
+#include "jit/kernel_cache.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/engine.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/parallel.h"
+#include "runtime/plan_executor.h"
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
-#include "jit/jit.h"
-#include "jit/kernel_cache.h"
-#include "runtime/plan_executor.h"
 #include "tests/support/compare.h"
 #include "tests/support/planned_batch.h"
 #include "tests/support/tensors.h"
@@ -107,14 +107,24 @@ void check_same(const Run& a, const Run& b) {
 } // namespace
 
 TEST_SUITE("threads") {
-  TEST_CASE("workers: every block once, blocks of whole panels, one thread never splits") {
+  TEST_CASE("workers: every block once, blocks of whole panels, small levels even, one thread "
+            "never splits") {
     runtime::Workers one(1, runtime::SplitPolicy{1});
     CHECK(one.block_rows(1000, 1000, 8) == 1000);
     runtime::Workers eight(8, runtime::SplitPolicy{1});
     // At most 4 blocks per thread, each a multiple of the panel.
     CHECK(eight.block_rows(1000, 1000, 8) == 32);
-    CHECK(eight.block_rows(8, 1000, 8) == 8); // one panel: nothing to split
-    runtime::Workers coarse(8);               // the default policy: a block is worth a hand-off
+    CHECK(eight.block_rows(1, 1000, 8) == 1); // one row: nothing to split
+    // Fewer rows than 4 panels per thread: even blocks of any row count, one to four per
+    // thread (not one panel-sized block and a sliver, or a level left to one thread).
+    CHECK(eight.block_rows(8, 1000, 8) == 1);
+    runtime::Workers two(2, runtime::SplitPolicy{1});
+    CHECK(two.block_rows(7, 1000, 8) == 4);   // 4 + 3
+    CHECK(two.block_rows(10, 1000, 8) == 5);  // 5 + 5, not 8 + 2
+    CHECK(two.block_rows(40, 1000, 8) == 10); // two each, not 8 8 8 8 8
+    CHECK(two.block_rows(64, 1000, 8) == 8);  // 4 panels each: whole panels again
+    CHECK(two.block_rows(104, 1000, 8) == 16);
+    runtime::Workers coarse(8); // the default policy: a block is worth a hand-off
     CHECK(coarse.block_rows(1, 1 << 20) == 1);
     CHECK(coarse.block_rows(458, 450 * 2 * 150, 8) < 458);
     CHECK(coarse.block_rows(64, 10, 8) == 64); // too little work per row
@@ -294,5 +304,4 @@ TEST_SUITE("threads_blocks") {
         CHECK_MESSAGE(test::same_bits(many[p], one[p]), "gradient " << b.params.names[p]);
     }
   }
-
 }
