@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """The PyTorch peers' --self-check (peer_common.py's driver, treelstm_torch.py): the naive
 recursive style against the level-batched one on the same weights (loss, every gradient, root
 predictions), a checkpoint round trip, and pejit's own loss through `pejit eval`.

@@ -2,9 +2,10 @@
 """What the PyTorch peers share (treelstm_torch.py, childsum_torch.py, treegru_torch.py): n-ary
 SST trees in post-order arrays, the vocabulary, pejit checkpoints, the level plan of a minibatch
 (nodes by height, children as positions) and the classifier over its states, and the driver:
-the options, the timed training epoch and its JSON record, --self-check (the naive recursive
-style against the level-batched one, and against pejit's own loss through `pejit eval`), and
---write-checkpoint. A peer module supplies its parameter shapes and its two styles (a Peer).
+the options, the timed training epoch and its JSON record, and --write-checkpoint; --self-check
+(the naive recursive style against the level-batched one, and against pejit's own loss through
+`pejit eval`) is peer_check.py. A peer module supplies its parameter shapes and its two styles
+(a Peer).
 
 Run with /usr/bin/python3 (Debian PyTorch 1.13); fairness rules as bench/torch/README.md.
 """

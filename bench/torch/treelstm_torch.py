@@ -44,6 +44,7 @@ def shapes(ncls=NCLS):
 
 
 def TreeLSTMParams(vocab_size, sparse_emb=True, init=None, dtype=torch.float32, ncls=NCLS):
+    """The parameter module (peer_common.Params) of the TreeLSTM with ncls classes."""
     return pc.Params(shapes(ncls), vocab_size, sparse_emb=sparse_emb, init=init, dtype=dtype)
 
 
