@@ -1,7 +1,7 @@
 # Options and data shared by the bench scripts (sourced). epochs.sh and tuned.sh set their
 # defaults (build, data, limit, epochs, reps, out) and `usage` (the sed range of its header),
 # then call `bench_options "$@"` and `bench_data`; threads.sh, dp.sh and paired.sh parse their
-# own options and use `bench_pejit` and `bench_gen_data`.
+# own options and use `bench_pejit` and `bench_gen_data`; zoo.sh gives bench_pejit its -b BUILD.
 
 # -b BUILD -d FILE -l LIMIT -e EPOCHS -n REPS -o DIR; anything else prints the usage.
 bench_options() {
@@ -34,16 +34,23 @@ bench_gen_data() {
   fi
 }
 
-# bench_pejit: when $pejit is empty, the first of build-bench/pejit and build/pejit that
-# exists; stops the script when there is none.
+# bench_pejit [BUILD]: when $pejit is empty, BUILD/pejit, or without BUILD the first of
+# build-bench/pejit and build/pejit that exists; stops the script when there is none.
+# shellcheck disable=SC2120 # BUILD is optional
 bench_pejit() {
-  if [ -z "$pejit" ]; then
+  if [ -z "$pejit" ] && [ -n "${1:-}" ]; then
+    pejit=$1/pejit
+  elif [ -z "$pejit" ]; then
     for p in build-bench/pejit build/pejit; do
       if [ -x "$p" ]; then pejit=$p; break; fi
     done
   fi
   if [ -z "$pejit" ] || [ ! -x "$pejit" ]; then
-    echo "$(basename "$0"): no pejit binary (build it, or pass -p PATH)" >&2
+    if [ -n "${1:-}" ]; then
+      echo "$(basename "$0"): no pejit binary in $1 (build it there, or pass another build)" >&2
+    else
+      echo "$(basename "$0"): no pejit binary (build it, or pass -p PATH)" >&2
+    fi
     exit 2
   fi
 }

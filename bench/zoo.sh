@@ -25,15 +25,11 @@ while getopts "b:d:l:n:a:h" o; do
   *) sed -n 2,14p "$0"; exit 2 ;;
   esac
 done
-if [ -z "$build" ]; then
-  for b in build-bench build; do
-    if [ -x "$b/pejit" ]; then build=$b; break; fi
-  done
-fi
-pejit=$build/pejit
 # shellcheck source=bench/options.sh
 . bench/options.sh
-bench_pejit
+pejit=""
+bench_pejit "$build"
+build=$(dirname "$pejit") # pejit_profile_bench's too
 out=$(mktemp -d /tmp/pejit-zoo.XXXXXX)
 bench_gen_data "$pejit" "$out"
 nary=$out/nary.txt

@@ -7,6 +7,17 @@ namespace pejit {
 using runtime::detail::unwrap;
 using runtime::detail::wrap;
 
+namespace {
+
+// The doubles <-> bytes copies of gather_ranks' allgather: an empty vector's data() may be null,
+// and memcpy from or to null is undefined even for no bytes.
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0)
+    std::memcpy(dst, src, bytes);
+}
+
+} // namespace
+
 SessionStats Session::stats() const {
   auto s = impl_->engine->stats();
   SessionStats out;
@@ -45,8 +56,8 @@ SessionStats Session::stats() const {
   out.fallbacks = s.fallbacks;
   if (impl_->reducer) {
     const auto& d = impl_->reducer->stats();
-    out.rank = impl_->comm->rank();
-    out.ranks = impl_->comm->size();
+    out.rank = rank();
+    out.ranks = ranks();
     out.grad_reductions = d.reductions;
     out.reductions_overlapped = d.overlapped;
     out.comm_wait_seconds = d.wait_seconds;
@@ -85,13 +96,11 @@ std::vector<std::vector<double>> Session::gather_ranks(const std::vector<double>
   if (impl_->comm == nullptr)
     return {values};
   std::string mine(values.size() * sizeof(double), '\0');
-  if (!values.empty())
-    std::memcpy(mine.data(), values.data(), mine.size());
+  copy_bytes(mine.data(), values.data(), mine.size());
   std::vector<std::vector<double>> out;
   for (const auto& b : impl_->comm->allgather(mine)) {
     std::vector<double> v(b.size() / sizeof(double));
-    if (!v.empty())
-      std::memcpy(v.data(), b.data(), v.size() * sizeof(double));
+    copy_bytes(v.data(), b.data(), v.size() * sizeof(double));
     out.push_back(std::move(v));
   }
   return out;

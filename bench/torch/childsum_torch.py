@@ -36,7 +36,6 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_common as pc  # noqa: E402
@@ -79,10 +78,6 @@ def naive_tree(P, t, logits_of):
     return h
 
 
-def naive_loss(P, trees):
-    return pc.naive_loss(P, trees, naive_tree)
-
-
 # ----------------------------------------------------------------------------------------
 # batched: one level at a time over the whole minibatch
 # ----------------------------------------------------------------------------------------
@@ -102,34 +97,12 @@ def batched_states(P, L):
     return S[:, :HID]
 
 
-def batched_loss(P, trees):
-    L = pc.make_levels(trees)
-    H = batched_states(P, L)
-    if not L.all_labelled:
-        H = H.index_select(0, L.lab_pos)
-    loss = F.cross_entropy(torch.addmm(P.b_out, H, P.W_out), L.labels, reduction="sum")
-    return loss, int(L.labels.shape[0])
-
-
-def predict_roots(P, trees, style):
-    if style == "naive":
-        out = []
-        for t in trees:
-            h = naive_tree(P, t, lambda v, hv: None)
-            out.append(int(torch.argmax(torch.addmm(P.b_out, h[t.n - 1], P.W_out), 1)))
-        return out
-    L = pc.make_levels(trees, with_labels=False)
-    H = batched_states(P, L).index_select(0, L.roots)
-    return torch.argmax(torch.addmm(P.b_out, H, P.W_out), 1).tolist()
-
-
 class ChildSum(pc.Peer):
     name = "childsum"
     shapes = SHAPES
     max_kids = None
-    naive_loss = staticmethod(naive_loss)
-    batched_loss = staticmethod(batched_loss)
-    predict_roots = staticmethod(predict_roots)
+    naive_tree = staticmethod(naive_tree)
+    batched_states = staticmethod(batched_states)
     model_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                               "examples", "childsum", "childsum.pe")
     tiny = [

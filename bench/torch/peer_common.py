@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""What the zoo's PyTorch peers share (childsum_torch.py, treegru_torch.py): n-ary SST trees in
-post-order arrays, the vocabulary, pejit checkpoints, the level plan of a minibatch (nodes by
-height, children as positions), and the driver: training, --self-check (the naive recursive
-style against the level-batched one, and against pejit's own loss through `pejit eval`), and
---write-checkpoint. A peer module supplies its parameter module and its two styles.
+"""What the PyTorch peers share (treelstm_torch.py, childsum_torch.py, treegru_torch.py): n-ary
+SST trees in post-order arrays, the vocabulary, pejit checkpoints, the level plan of a minibatch
+(nodes by height, children as positions) and the classifier over its states, and the driver:
+the options, the timed training epoch and its JSON record, and --write-checkpoint; --self-check
+(the naive recursive style against the level-batched one, and against pejit's own loss through
+`pejit eval`) is peer_check.py. A peer module supplies its parameter shapes and its two styles
+(a Peer).
 
 Run with /usr/bin/python3 (Debian PyTorch 1.13); fairness rules as bench/torch/README.md.
 """
@@ -11,9 +13,7 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -45,7 +45,10 @@ _TOK = re.compile(r"\(|\)|[^\s()]+")
 
 
 class Tree:
-    __slots__ = ("tokens", "label", "kid_ptr", "kid_idx", "height", "words", "n")
+    # left/right, w_t/lab_t: a binary peer's child arrays and per-tree tensors for its naive
+    # style (treelstm_torch.py sets them).
+    __slots__ = ("tokens", "label", "kid_ptr", "kid_idx", "height", "words", "n",
+                 "left", "right", "w_t", "lab_t")
 
     def __init__(self, tokens, kids, label):
         self.tokens = tokens                       # token per node (None: internal)
@@ -67,8 +70,9 @@ class Tree:
         return self.kid_idx[self.kid_ptr[v]:self.kid_ptr[v + 1]]
 
 
-def parse_tree(line, max_kids=None):
-    """`(label token)` leaves, `(label child ...)` nodes of any arity; `-` means no label."""
+def parse_tree(line, max_kids=None, min_kids=1):
+    """`(label token)` leaves, `(label child ...)` nodes of min_kids to max_kids children (None:
+    any number); `-` means no label."""
     toks = _TOK.findall(line)
     tokens, kids, label = [], [], []
     stack, result, pos = [], None, 0
@@ -97,8 +101,8 @@ def parse_tree(line, max_kids=None):
         elif t == ")":
             lab, ks = stack.pop()
             pos += 1
-            if not ks or (max_kids is not None and len(ks) > max_kids):
-                raise ValueError("node with %d children: %r" % (len(ks), line[:80]))
+            if len(ks) < max(1, min_kids) or (max_kids is not None and len(ks) > max_kids):
+                raise ValueError("internal node with %d children: %r" % (len(ks), line[:80]))
             idx = len(tokens)
             tokens.append(None)
             kids.append(ks)
@@ -114,17 +118,17 @@ def parse_tree(line, max_kids=None):
     return Tree(tokens, kids, label)
 
 
-def load_trees(path, limit=None, max_kids=None):
+def load_trees(path, limit=None, max_kids=None, min_kids=1):
+    """The first `limit` trees of the file (all of them when limit is None or <= 0)."""
     trees = []
     with open(path) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
-            trees.append(parse_tree(line, max_kids))
-            if limit:
-                if len(trees) >= limit:
-                    break
+            trees.append(parse_tree(line, max_kids, min_kids))
+            if limit is not None and limit > 0 and len(trees) >= limit:
+                break
     return trees
 
 
@@ -149,18 +153,28 @@ def attach_ids(trees, vocab):
 # Checkpoints (pejit format: one JSON line + '\n' + blob of little-endian f32, offsets % 64 == 0)
 # ----------------------------------------------------------------------------------------
 def read_checkpoint(path, names):
+    """(params by name, vocabulary); every one of `names` must be there."""
     with open(path, "rb") as f:
         raw = f.read()
     nl = raw.index(b"\n")
     header = json.loads(raw[:nl].decode("utf-8"))
-    if header.get("format") != "pejit-checkpoint":
-        raise ValueError("%s: not a pejit-checkpoint" % path)
-    base, params = nl + 1, {}
+    if header.get("format") != "pejit-checkpoint" or header.get("version") not in (1, 2):
+        raise ValueError("%s: not a pejit-checkpoint of version 1 or 2" % path)
+    base = nl + 1
+    blob_len = len(raw) - base
+    if "data_bytes" in header and header["data_bytes"] > blob_len:
+        raise ValueError("%s: truncated blob (%d < %d)" % (path, blob_len, header["data_bytes"]))
+    params = {}
     for p in header["params"]:
+        if p.get("dtype", "f32") != "f32":
+            raise ValueError("unsupported dtype %r" % p.get("dtype"))
         shape = [int(s) for s in p["shape"]]
         count = int(np.prod(shape)) if shape else 1
-        arr = np.frombuffer(raw, dtype="<f4", count=count, offset=base + int(p["offset"]))
-        params[p["name"]] = torch.from_numpy(arr.reshape(shape).astype(np.float32))
+        off = int(p["offset"])
+        if off + 4 * count > blob_len:
+            raise ValueError("param %s runs past the blob" % p["name"])
+        arr = np.frombuffer(raw, dtype="<f4", count=count, offset=base + off).reshape(shape)
+        params[p["name"]] = torch.from_numpy(arr.astype(np.float32))
     missing = [n for n in names if n not in params]
     if missing:
         raise ValueError("checkpoint lacks params %s" % missing)
@@ -168,6 +182,7 @@ def read_checkpoint(path, names):
 
 
 def write_checkpoint(path, params, vocab, names):
+    """params: name -> tensor (any float dtype; written as f32), written in `names` order."""
     entries, chunks, off = [], [], 0
     for name in names:
         a = np.ascontiguousarray(params[name].detach().cpu().numpy().astype("<f4"))
@@ -289,6 +304,25 @@ def make_levels(trees, with_labels=True):
     return L
 
 
+def labelled_loss(P, H, L, drop=0.0):
+    """The summed cross-entropy of the labelled nodes of states H (rows in L's position
+    order), and their count. drop > 0: training dropout before the classifier only (parents
+    have read H undropped)."""
+    if not L.all_labelled:
+        H = H.index_select(0, L.lab_pos)
+    if drop:
+        H = nn.functional.dropout(H, drop, True)
+    logits = torch.addmm(P.b_out, H, P.W_out)
+    loss = nn.functional.cross_entropy(logits, L.labels, reduction="sum")
+    return loss, int(L.labels.shape[0])
+
+
+def root_predictions(P, H, L):
+    """The classifier's argmax at the roots of states H (rows in L's position order)."""
+    logits = torch.addmm(P.b_out, H.index_select(0, L.roots), P.W_out)
+    return torch.argmax(logits, 1).tolist()
+
+
 # ----------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------
@@ -309,9 +343,37 @@ def grads_of(P):
 
 
 class Peer:
-    """A model: `name`, `shapes`, `max_kids`, `naive_loss(P, trees)`, `batched_loss(P, trees)`
-    (each -> (summed loss, labelled nodes)), `predict_roots(P, trees, style)`, `tiny` (trees
-    for the self-check) and `model_file` (the .pe file, for --pejit)."""
+    """A model: `name`, `shapes`, `max_kids` / `min_kids` (children per inner node), `tiny`
+    (trees for the self-check), `model_file` (the .pe file, for --pejit), and its two styles:
+    `naive_tree(P, t, each)` (h of every node of t, children first, each(v, h_v) per node) and
+    `batched_states(P, L)` (every node's h in L's position order), from which the defaults
+    below make `naive_loss(P, trees)`, `batched_loss(P, trees)` (each -> (summed loss,
+    labelled nodes)) and `predict_roots(P, trees, style)`."""
+    max_kids = None
+    min_kids = 1
+
+    def load(self, path, limit=None):
+        return load_trees(path, limit, self.max_kids, self.min_kids)
+
+    def attach(self, trees, vocab):
+        attach_ids(trees, vocab)
+
+    def naive_loss(self, P, trees):
+        return naive_loss(P, trees, self.naive_tree)
+
+    def batched_loss(self, P, trees):
+        L = make_levels(trees)
+        return labelled_loss(P, self.batched_states(P, L), L)
+
+    def predict_roots(self, P, trees, style):
+        if style == "naive":
+            out = []
+            for t in trees:
+                h = self.naive_tree(P, t, lambda v, hv: None)
+                out.append(int(torch.argmax(torch.addmm(P.b_out, h[t.n - 1], P.W_out), 1)))
+            return out
+        L = make_levels(trees, with_labels=False)
+        return root_predictions(P, self.batched_states(P, L), L)
 
 
 def loss_and_grads(peer, style, init, vocab_size, trees, sparse_emb=True):
@@ -322,168 +384,133 @@ def loss_and_grads(peer, style, init, vocab_size, trees, sparse_emb=True):
     return float(loss), nlab, grads_of(P)
 
 
-def cmd_train(peer, args):
-    torch.manual_seed(args.seed)
+def setup_data(peer, args, dev=None):
+    """(initial params or None, vocabulary, training trees, dev trees, seconds): the vocabulary
+    is the --checkpoint's, else the training trees' (first occurrence order, 0 = <unk>)."""
     t_load = time.perf_counter()
-    init, vocab = (None, None)
+    init, vocab = None, None
     if args.checkpoint:
         init, vocab = read_checkpoint(args.checkpoint, list(peer.shapes))
-    train = load_trees(args.train, args.limit, peer.max_kids)
+    train = peer.load(args.train, args.limit) if args.train else []
     if vocab is None:
         vocab = build_vocab(train)
-    attach_ids(train, vocab)
-    load_s = time.perf_counter() - t_load
+    peer.attach(train, vocab)
+    dev_trees = []
+    if dev:
+        dev_trees = peer.load(dev)
+        peer.attach(dev_trees, vocab)
+    return init, vocab, train, dev_trees, time.perf_counter() - t_load
+
+
+def timed_epoch(P, opt, loss_fn, batches, before_step=None):
+    """One training epoch: per batch zero_grad, loss, backward, before_step(P) (when given),
+    Adagrad step. Returns (summed loss, labelled nodes, seconds of the loop)."""
+    total, nodes = 0.0, 0
+    t0 = time.perf_counter()
+    for b in batches:
+        opt.zero_grad(set_to_none=True)
+        loss, nlab = loss_fn(P, b)
+        loss.backward()
+        if before_step is not None:
+            before_step(P)
+        opt.step()
+        total += loss.item()
+        nodes += nlab
+    return total, nodes, time.perf_counter() - t0
+
+
+def rate(what, trees, seconds):
+    """The JSON record's `WHAT_trees`, `WHAT_seconds`, `WHAT_trees_per_s`."""
+    return {what + "_trees": trees, what + "_seconds": round(seconds, 4),
+            what + "_trees_per_s": round(trees / seconds, 2)}
+
+
+def run_fields(args, load_s, age_s):
+    """The JSON record's closing fields: the run's settings and its load and process times."""
+    return {"threads": torch.get_num_threads(), "batch": args.batch,
+            "sparse_emb": bool(args.sparse_emb), "load_seconds": round(load_s, 4),
+            "process_age_at_train_end_s": round(age_s, 3)}
+
+
+def emit(args, rec, text):
+    """One epoch's record: a JSON line with --json, else the text line."""
+    print(json.dumps(rec) if args.json else text, flush=True)
+
+
+def cmd_train(peer, args):
+    torch.manual_seed(args.seed)
+    init, vocab, train, _, load_s = setup_data(peer, args)
     P = Params(peer.shapes, len(vocab), sparse_emb=bool(args.sparse_emb), init=init)
     opt = torch.optim.Adagrad(P.parameters(), lr=args.lr)
     lf = peer.naive_loss if args.style == "naive" else peer.batched_loss
     rng = np.random.RandomState(args.seed)
     for epoch in range(1, args.epochs + 1):
         perm = rng.permutation(len(train))
-        total, nodes = 0.0, 0
-        t0 = time.perf_counter()
-        for b in batches_of([train[k] for k in perm], args.batch):
-            opt.zero_grad(set_to_none=True)
-            loss, nlab = lf(P, b)
-            loss.backward()
-            opt.step()
-            total += loss.item()
-            nodes += nlab
-        train_s = time.perf_counter() - t0
+        total, nodes, train_s = timed_epoch(P, opt, lf,
+                                            batches_of([train[k] for k in perm], args.batch))
         rec = {"epoch": epoch, "model": peer.name, "style": args.style,
-               "train_trees": len(train), "train_seconds": round(train_s, 4),
-               "train_trees_per_s": round(len(train) / train_s, 2),
-               "loss_per_node": total / max(1, nodes), "threads": torch.get_num_threads(),
-               "batch": args.batch, "sparse_emb": bool(args.sparse_emb),
-               "load_seconds": round(load_s, 4),
-               "process_age_at_train_end_s": round(process_age_s(), 3)}
-        if args.json:
-            print(json.dumps(rec), flush=True)
-        else:
-            print("epoch %d %s %s: train %.1f trees/s (%.2fs), loss/node %.4f" % (
-                epoch, peer.name, args.style, rec["train_trees_per_s"], train_s,
-                rec["loss_per_node"]), flush=True)
+               **rate("train", len(train), train_s), "loss_per_node": total / max(1, nodes),
+               **run_fields(args, load_s, process_age_s())}
+        emit(args, rec, "epoch %d %s %s: train %.1f trees/s (%.2fs), loss/node %.4f" % (
+            epoch, peer.name, args.style, rec["train_trees_per_s"], train_s,
+            rec["loss_per_node"]))
 
 
-def pejit_loss_per_node(args, peer, ck, data):
-    """pejit's loss per labelled node of `data` on checkpoint `ck` (`pejit eval --json`)."""
-    out = subprocess.run([args.pejit, "eval", args.model or peer.model_file, "--params", ck,
-                          "--data", data, "--batch", str(args.batch), "--json"],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError("pejit eval failed: %s" % out.stderr.strip())
-    return json.loads(out.stdout.strip().splitlines()[-1])["loss"]
-
-
-def cmd_self_check(peer, args):
+def write_fresh_checkpoint(peer, args, vocab, shapes=None):
+    """--write-checkpoint: weights initialized from --seed, the given vocabulary."""
     torch.manual_seed(args.seed)
-    d = tempfile.mkdtemp(prefix=peer.name + "_check_")
-    if args.data:
-        trees = load_trees(args.data, args.limit or 60, peer.max_kids)
-        src = args.data
-    else:
-        src = os.path.join(d, "tiny.txt")
-        with open(src, "w") as f:
-            f.write("\n".join(peer.tiny * 5 + ["(1 (2 zyzzyva) (1 (2 qwerty) (0 xyzzy)))"]) + "\n")
-        trees = load_trees(src, None, peer.max_kids)
-    vocab = build_vocab(trees[:-1])  # the last tree's words stay <unk> (id 0)
-    attach_ids(trees, vocab)
-    init_mod = Params(peer.shapes, len(vocab), sparse_emb=False)
-    with torch.no_grad():  # non-zero biases: their paths and gradients are exercised
-        for n, p in init_mod.named():
-            if p.dim() == 1:
-                p.normal_(0, 0.1)
-    init = {n: p.detach().clone() for n, p in init_mod.named()}
-    ck = os.path.join(d, "ck.bin")
-    write_checkpoint(ck, init, vocab, list(peer.shapes))
-    init2, vocab2 = read_checkpoint(ck, list(peer.shapes))
-    all_ok = vocab2 == vocab and all(torch.equal(init[n], init2[n]) for n in peer.shapes)
-    print("%d trees, vocab %d; checkpoint round trip: %s" % (len(trees), len(vocab),
-                                                             "ok" if all_ok else "FAIL"))
-    batches = batches_of(trees, args.batch)[:3]
-    for bi, b in enumerate(batches):
-        ln, nn_, gn = loss_and_grads(peer, "naive", init2, len(vocab), b)
-        for sparse in (True, False):
-            lb, nb, gb = loss_and_grads(peer, "batched", init2, len(vocab), b, sparse)
-            rel = abs(ln - lb) / max(abs(ln), 1e-30)
-            good = rel <= 1e-5 and nn_ == nb
-            for n in peer.shapes:
-                tol = 1e-4 * float(gn[n].abs().max()) + 1e-6
-                good = good and float((gn[n] - gb[n]).abs().max()) <= tol
-            print("batch %d (%d trees, %d labelled nodes) sparse_emb=%d: loss naive %.6f "
-                  "batched %.6f rel %.2g -> %s" % (bi, len(b), nn_, sparse, ln, lb, rel,
-                                                   "ok" if good else "FAIL"))
-            all_ok = all_ok and good
-        P = Params(peer.shapes, len(vocab), init=init2)
-        with torch.no_grad():
-            if peer.predict_roots(P, b, "naive") != peer.predict_roots(P, b, "batched"):
-                print("batch %d: root predictions differ: FAIL" % bi)
-                all_ok = False
-    if args.pejit:
-        # pejit's loss on the same weights and trees: those whose words are all in the
-        # vocabulary (pejit would grow it) and whose nodes are all labelled.
-        with open(src) as f:
-            lines = [ln for ln in (x.strip() for x in f) if ln][:len(trees)]
-        keep = [k for k in range(len(trees) - 1) if (trees[k].label >= 0).all()]
-        data = os.path.join(d, "check.txt")
-        with open(data, "w") as f:
-            f.write("\n".join(lines[k] for k in keep) + "\n")
-        total, nodes = 0.0, 0
-        for b in batches_of([trees[k] for k in keep], args.batch):
-            loss, nlab, _ = loss_and_grads(peer, "batched", init2, len(vocab), b)
-            total += loss
-            nodes += nlab
-        ours = total / max(1, nodes)
-        theirs = pejit_loss_per_node(args, peer, ck, data)
-        rel = abs(ours - theirs) / max(abs(theirs), 1e-30)
-        good = rel <= 1e-5
-        print("pejit eval: loss/node %.7f, peer %.7f, rel %.2g -> %s"
-              % (theirs, ours, rel, "ok" if good else "FAIL"))
-        all_ok = all_ok and good
-    print("self-check of %s on %s: %s" % (peer.name, src, "PASS" if all_ok else "FAIL"))
-    sys.exit(0 if all_ok else 1)
-
-
-def cmd_write_checkpoint(peer, args):
-    torch.manual_seed(args.seed)
-    vocab = build_vocab(load_trees(args.train, args.limit, peer.max_kids))
-    P = Params(peer.shapes, len(vocab), sparse_emb=False)
-    write_checkpoint(args.write_checkpoint, dict(P.named()), vocab, list(peer.shapes))
+    shapes = shapes or peer.shapes
+    P = Params(shapes, len(vocab), sparse_emb=False)
+    write_checkpoint(args.write_checkpoint, dict(P.named()), vocab, list(shapes))
     print(json.dumps({"checkpoint": args.write_checkpoint, "vocab": len(vocab),
                       "seed": args.seed}))
 
 
-def main(peer, doc):
-    ap = argparse.ArgumentParser(description=doc,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_args(ap):
+    """The options of a training run that every peer takes."""
     ap.add_argument("--train")
-    ap.add_argument("--data", help="data file for --self-check (default: a tiny generated one)")
     ap.add_argument("--style", choices=["naive", "batched"], default="batched")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=25)
-    ap.add_argument("--limit", type=int, default=0, help="use only the first N trees")
+    ap.add_argument("--limit", type=int, default=0, help="use only the first N training trees")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--sparse-emb", type=int, default=1, choices=[0, 1])
+    ap.add_argument("--sparse-emb", type=int, default=1, choices=[0, 1],
+                    help="sparse embedding gradients (default 1)")
     ap.add_argument("--checkpoint", help="pejit checkpoint: initial weights and vocabulary")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--self-check", action="store_true")
-    ap.add_argument("--pejit", help="with --self-check: the pejit binary whose loss to match")
-    ap.add_argument("--model", help="with --pejit: the .pe file (default: the example's)")
-    ap.add_argument("--write-checkpoint", metavar="OUT")
-    args = ap.parse_args()
+    ap.add_argument("--write-checkpoint", metavar="OUT",
+                    help="write a fresh checkpoint (vocab from --train, init from --seed)")
+
+
+def setup_torch(args):
+    """--threads torch threads, one inter-op thread; deep trees recurse in the naive style."""
     torch.set_num_threads(max(1, args.threads))
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
+
+
+def main(peer, doc):
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_args(ap)
+    ap.add_argument("--data", help="data file for --self-check (default: a tiny generated one)")
+    ap.add_argument("--pejit", help="with --self-check: the pejit binary whose loss to match")
+    ap.add_argument("--model", help="with --pejit: the .pe file (default: the example's)")
+    args = ap.parse_args()
+    setup_torch(args)
     if args.self_check:
-        cmd_self_check(peer, args)
+        import peer_check
+        peer_check.cmd_self_check(peer, args)
     elif args.write_checkpoint:
         if not args.train:
             ap.error("--write-checkpoint needs --train (its vocabulary)")
-        cmd_write_checkpoint(peer, args)
+        write_fresh_checkpoint(peer, args, build_vocab(peer.load(args.train, args.limit)))
     else:
         if not args.train:
             ap.error("--train is required")

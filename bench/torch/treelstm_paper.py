@@ -13,8 +13,8 @@ import tempfile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+import peer_common as pc
 import treelstm_torch as peer
 
 
@@ -83,8 +83,8 @@ def scores(P, trees, batch=25):
     leaves included. NaN for a set with no labelled root / node."""
     root_ok = roots = node_ok = labelled = 0
     with torch.no_grad():
-        for b in peer.batches_of(trees, batch):
-            plan = peer.make_plan(b)
+        for b in pc.batches_of(trees, batch):
+            plan = pc.make_levels(b)
             H = peer.batched_states(P, plan)
             pred = torch.argmax(torch.addmm(P.b_out, H, P.W_out), 1)
             lab_pred = pred if plan.all_labelled else pred.index_select(0, plan.lab_pos)
@@ -144,7 +144,7 @@ def paper_check(args):
     with open(src, "w") as f:
         f.write("\n".join(peer.TINY * 4) + "\n")
     trees = peer.load_trees(src)
-    vocab = peer.build_vocab(trees)
+    vocab = pc.build_vocab(trees)
     peer.attach_ids(trees, vocab)
     ok = True
 
@@ -210,13 +210,13 @@ def paper_check(args):
 def _against_pejit(args, d, src):
     """The same binary weights scored by `pejit eval --labels binary` and by scores()."""
     trees = peer.load_trees(src)
-    vocab = peer.build_vocab(trees)
+    vocab = pc.build_vocab(trees)
     P = peer.TreeLSTMParams(len(vocab), sparse_emb=False, ncls=2)
     with torch.no_grad():
         for n in ("b_leaf", "b_node", "b_out"):
             P.param(n).normal_(0, 0.5)
     ck = os.path.join(d, "binary.ckpt")
-    peer.write_checkpoint(ck, {n: p for n, p in P.named()}, vocab)
+    pc.write_checkpoint(ck, dict(P.named()), vocab, peer.PARAM_NAMES)
     model = os.path.join(args.model_dir, "treelstm_binary.pe")
     r = subprocess.run([args.pejit, "eval", model, "--params", ck, "--data", src, "--labels",
                         "binary", "--json", "--threads", "1"], capture_output=True, text=True)
