@@ -107,6 +107,19 @@ optim::Optimizer& runtime::SessionAccess::optimizer(Session& s) {
   return *s.impl_->optimizer;
 }
 
+std::shared_ptr<const runtime::BatchFacts> runtime::SessionAccess::facts(const Session& s,
+                                                                         const Value& batch) {
+  return std::make_shared<const BatchFacts>(s.impl_->engine->facts(detail::unwrap(batch)));
+}
+
+Value runtime::SessionAccess::run(Session& s, const std::string& entry, const Value& batch,
+                                  const BatchFacts& facts) {
+  Value out =
+      detail::wrap(s.impl_->engine->run(entry, detail::unwrap(batch), s.impl_->params, &facts));
+  s.impl_->account(entry);
+  return out;
+}
+
 Value runtime::SessionAccess::wrap(interp::Value v) {
   return detail::wrap(std::move(v));
 }

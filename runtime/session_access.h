@@ -17,6 +17,9 @@ class Optimizer;
 namespace pejit::checkpoint {
 struct Checkpoint;
 }
+namespace pejit::runtime {
+struct BatchFacts;
+}
 
 namespace pejit::runtime {
 
@@ -32,6 +35,12 @@ struct SessionAccess {
   static const ir::Module& module(const Session& s);
   /// The session's own optimizer, for the trainer's schedule and per-parameter options.
   static optim::Optimizer& optimizer(Session& s);
+  /// What running `batch` finds by walking it (runtime/engine.h BatchFacts), for a batch run
+  /// many times on this session: run() with them skips those walks.
+  static std::shared_ptr<const BatchFacts> facts(const Session& s, const Value& batch);
+  /// Session::run on `batch`, whose facts() these are.
+  static Value run(Session& s, const std::string& entry, const Value& batch,
+                   const BatchFacts& facts);
   static Value wrap(interp::Value v);
   static const interp::Value& unwrap(const Value& v);
 };

@@ -365,6 +365,20 @@ EvalSet::EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank, int
   }
   kept_.resize(bounds_.size());
   held_.assign(bounds_.size(), false);
+  facts_.resize(bounds_.size());
+}
+
+pejit::Value EvalSet::run(Session& session, const std::string& entry, size_t i,
+                          const pejit::Value& v) {
+  if (!held_[i])
+    return session.run(entry, v);
+  if (facts_of_ == nullptr)
+    facts_of_ = &session;
+  if (facts_of_ != &session)
+    throw Error("internal: an evaluation set's batches were run on another session");
+  if (!facts_[i])
+    facts_[i] = SessionAccess::facts(session, v);
+  return SessionAccess::run(session, entry, v, *facts_[i]);
 }
 
 pejit::Value EvalSet::batch(size_t i) {
@@ -401,12 +415,12 @@ Scores score_shard(Session& session, EvalSet& set) {
     const Value* preds = nullptr;
     try {
       if (one_pass) {
-        out = session.run(fused.name, v);
+        out = set.run(session, fused.name, k, v);
         const Value& both = SessionAccess::unwrap(out);
         s.loss += both.items()[0].as_tensor().item_f32();
         preds = &both.items()[1];
       } else {
-        s.loss += session.run("loss", v).item_f32();
+        s.loss += set.run(session, "loss", k, v).item_f32();
       }
       s.passes += 1;
     } catch (const Error&) {
@@ -420,7 +434,7 @@ Scores score_shard(Session& session, EvalSet& set) {
     if (!ds.is_trees)
       continue;
     if (!one_pass && (has_nodes || has_infer)) {
-      out = session.run(pred_entry, v);
+      out = set.run(session, pred_entry, k, v);
       preds = &SessionAccess::unwrap(out);
       s.passes += 1;
     }

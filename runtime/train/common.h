@@ -23,6 +23,8 @@
 
 namespace pejit::runtime {
 
+struct BatchFacts;
+
 using Clock = std::chrono::steady_clock;
 
 inline double secs(Clock::time_point a, Clock::time_point b) {
@@ -172,7 +174,7 @@ void score_roots(const interp::Value& preds, const std::vector<data::ParseTree>&
 class EvalSet {
 public:
   /// The default bound on the nodes kept encoded: all of SST's training set, several times.
-  static constexpr int64_t kMaxNodes = int64_t{8} << 20;
+  static constexpr int64_t kMaxNodes = int64_t{2} << 20;
 
   EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank = 0, int ranks = 1,
           EvalEntry fused = {}, int64_t max_nodes = kMaxNodes);
@@ -186,6 +188,10 @@ public:
   size_t end(size_t i) const { return bounds_[i].second; }
   /// Batch i, encoded (kept from an earlier call where the bound allowed).
   pejit::Value batch(size_t i);
+  /// Session::run of `entry` on batch i, `v` (batch(i)). A kept batch runs with what walking
+  /// it finds (its nesting depth, plan key and payloads: SessionAccess::facts), found on its
+  /// first run and kept with it; the set must then be run on that one session.
+  pejit::Value run(Session& session, const std::string& entry, size_t i, const pejit::Value& v);
   /// The nodes that carry a loss in batch i (Dataset::nodes summed).
   int64_t nodes(size_t i) const { return nodes_[i]; }
   /// Batches encoded so far, over all scorings: batches() after any number of them when every
@@ -202,7 +208,9 @@ private:
   std::vector<int64_t> nodes_;
   std::vector<pejit::Value> kept_; // batch i when held[i]
   std::vector<bool> held_;
-  std::vector<bool> keep_;  // within the bound
+  std::vector<std::shared_ptr<const BatchFacts>> facts_; // of kept batches, once run
+  const Session* facts_of_ = nullptr;                    // the session they were found on
+  std::vector<bool> keep_;                               // within the bound
   std::vector<size_t> idx_; // 0, 1, ..., size - 1 (Encoder::batch's index)
   int64_t encoded_ = 0;
 };

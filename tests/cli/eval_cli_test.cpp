@@ -1,6 +1,7 @@
 // `pejit eval`'s one-pass scoring: the loss and every prediction from one entry per batch
 // (runtime/train/eval_entry.h), no gradients, the same scores as the two entries run apart on
 // the generic path; --rounds; and the entry's name kept clear of the model's definitions.
+#include "runtime/session_access.h"
 #include "runtime/train/common.h"
 #include "runtime/train/eval_entry.h"
 #include "runtime/train/trainer.h"
@@ -166,6 +167,31 @@ TEST_SUITE("cli") {
     }
     CHECK(&third[0].impl() != &third[1].impl());
     CHECK(bounded.encoded_batches() == 2 + 3);
+
+    // A kept batch runs with the facts found on its first run (depth, plan key, payloads):
+    // the bits of a plain run, and the facts are what the run reads (another batch's facts
+    // of the same shape give that batch's result).
+    pejit::SessionOptions so;
+    so.mode = "specialized";
+    so.compile.jit = false;
+    for (const auto& [name, size] : vocab_dims(*m, vocab))
+      so.dims[name] = size;
+    pejit::Session session = pejit::runtime::SessionAccess::from_module(m, so);
+    EvalSet one(ds, enc, 1);
+    auto loss_of = [](const pejit::Value& v) { return v.item_f32(); };
+    for (size_t i : {size_t{0}, size_t{1}}) {
+      pejit::Value v = one.batch(i);
+      const float plain = loss_of(session.run("loss", v));
+      CHECK(loss_of(one.run(session, "loss", i, v)) == plain); // finds the facts
+      CHECK(loss_of(one.run(session, "loss", i, v)) == plain); // runs with them
+    }
+    // Batch 0 run with batch 1's facts gives batch 1's loss: the run reads the facts, not
+    // the batch (a kept batch is only ever given its own).
+    pejit::Value v0 = one.batch(0), v1 = one.batch(1);
+    const float l0 = loss_of(session.run("loss", v0)), l1 = loss_of(session.run("loss", v1));
+    REQUIRE(l0 != l1);
+    auto f1 = pejit::runtime::SessionAccess::facts(session, v1);
+    CHECK(loss_of(pejit::runtime::SessionAccess::run(session, "loss", v0, *f1)) == l1);
 
     // Rank 1 of 2: every other batch from the second on.
     EvalSet shard(ds, enc, 20, 1, 2);
