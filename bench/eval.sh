@@ -22,6 +22,10 @@
 #                  data, planning included, compiling not
 #   peer           infer_trees_per_s of the peer's second epoch (after a warm-up epoch of
 #                  training on 25 trees; --infer-on dev with the data as its dev set)
+#   peer e2e       trees / the peer's process age at the end of its first inference (its
+#                  process_age_at_train_end_s plus infer_seconds of epoch 1: Python and torch
+#                  start-up, reading the data and weights, the warm-up training on 25 trees and
+#                  the cold inference), what "pejit e2e" counts on pejit's side
 # and the medians over the rounds of each ratio to the peer. Timing needs a quiet host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,14 +93,23 @@ echo "end   $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)"
 import json, os, statistics, sys
 out, reps = sys.argv[1], int(sys.argv[2])
 med = statistics.median
-def one(name):
+def lines(name):
     p = os.path.join(out, name)
     if not os.path.exists(p):
-        return None
-    ls = [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+        return []
+    return [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+def one(name):
+    ls = lines(name)
     return ls[-1] if ls else None
-rows = {k: [] for k in ("e2e", "first", "steady", "warm-k", "peer")}
-print(f"{'round':>5} {'e2e':>9} {'first':>9} {'steady':>9} {'warm-k':>9} {'peer':>9}   trees/s")
+def peer_e2e(name):
+    ls = lines(name)
+    if not ls or "process_age_at_train_end_s" not in ls[0]:
+        return None
+    f = ls[0]
+    return f["infer_trees"] / (f["process_age_at_train_end_s"] + f["infer_seconds"])
+keys = ("e2e", "first", "steady", "warm-k", "peer", "peer-e2e")
+rows = {k: [] for k in keys}
+print(f"{'round':>5} " + " ".join(f"{k:>9}" for k in keys) + "   trees/s")
 for r in range(1, reps + 1):
     e, w, s, k, p = (one(f"{n}.{r}.json") for n in ("e2e", "wall", "steady", "warmk", "peer"))
     if not (e and w and s and k):
@@ -105,7 +118,8 @@ for r in range(1, reps + 1):
     n = e["trees"]
     vals = {"e2e": n / w["wall_s"], "first": e["trees_per_s"],
             "steady": n / med(s["round_seconds"][1:]), "warm-k": k["trees_per_s"],
-            "peer": p["infer_trees_per_s"] if p else None}
+            "peer": p["infer_trees_per_s"] if p else None,
+            "peer-e2e": peer_e2e(f"peer.{r}.json")}
     for key, v in vals.items():
         if v is not None:
             rows[key].append(v)
@@ -115,13 +129,18 @@ for r in range(1, reps + 1):
     rows.setdefault("pairs", []).append(vals)
 pairs = rows.get("pairs", [])
 print(f"{'median':>5} " + " ".join(f"{med(rows[k]):>9.0f}" if rows[k] else f"{'-':>9}"
-                                 for k in ("e2e", "first", "steady", "warm-k", "peer")))
+                                 for k in keys))
 with_peer = [p for p in pairs if p["peer"]]
 if with_peer:
     for key in ("steady", "warm-k", "first", "e2e"):
         rs = [p[key] / p["peer"] for p in with_peer]
         print(f"pejit {key:<6} / peer: median {med(rs):.2f}  (min {min(rs):.2f}, max {max(rs):.2f}, "
               f"{len(rs)} pairs)")
+    with_e2e = [p for p in with_peer if p["peer-e2e"]]
+    if with_e2e:
+        rs = [p["e2e"] / p["peer-e2e"] for p in with_e2e]
+        print(f"pejit e2e    / peer e2e: median {med(rs):.2f}  (min {min(rs):.2f}, "
+              f"max {max(rs):.2f}, {len(rs)} pairs; whole processes, start to first scores)")
 else:
     print("no peer figures (PyTorch missing, or its runs failed)")
 EOF

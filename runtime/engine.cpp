@@ -33,10 +33,13 @@ namespace pejit::runtime {
 namespace {
 // A batch deeper than an ordinary thread's stack holds is keyed, planned, run and freed on a
 // thread whose stack fits its depth (interp/call_limit.h); any other runs here.
-template <class F> decltype(auto) on_stack_for(const interp::Value& batch, int max_depth, F&& fn) {
-  interp::CallLimit limit = interp::CallLimit::of(max_depth, interp::nesting_depth(batch));
+template <class F> decltype(auto) on_stack_for_depth(size_t depth, int max_depth, F&& fn) {
+  interp::CallLimit limit = interp::CallLimit::of(max_depth, depth);
   return interp::with_call_limit(limit,
                                  [&](const interp::CallLimit&) -> decltype(auto) { return fn(); });
+}
+template <class F> decltype(auto) on_stack_for(const interp::Value& batch, int max_depth, F&& fn) {
+  return on_stack_for_depth(interp::nesting_depth(batch), max_depth, std::forward<F>(fn));
 }
 } // namespace
 
@@ -153,12 +156,13 @@ struct Engine::Impl {
   // The plan for `batch`: cached, or made now (counted); null with the reason when the batch
   // must run generic.
   std::shared_ptr<const PlanEntry> plan_for(const std::string& entry, const Value& batch,
-                                            std::string& why) {
+                                            std::string& why, const BatchFacts* facts) {
     if (opt.mode == Mode::Generic) {
       why = "mode generic";
       return nullptr;
     }
-    PlanKey key = specializer.key(entry, batch);
+    PlanKey key = facts ? specializer.key(entry, PlanKey{facts->key_hash, facts->slots})
+                        : specializer.key(entry, batch);
     if (auto e = plans.lookup(key.hash, true)) {
       stats.plan_hit();
       return e;
@@ -192,11 +196,11 @@ struct Engine::Impl {
   // or `generic()`, timed and counted per path (and per kernel tier).
   template <class Planned, class Generic>
   auto dispatch(const std::string& entry, const Value& batch, const char* what,
-                const interp::RandomState& rs, Planned planned, Generic generic_run)
-      -> decltype(generic_run()) {
+                const interp::RandomState& rs, Planned planned, Generic generic_run,
+                const BatchFacts* facts = nullptr) -> decltype(generic_run()) {
     auto t0 = Clock::now();
     std::string why;
-    std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why);
+    std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why, facts);
     auto run_generic = [&] {
       if (opt.mode != Mode::Generic)
         stats.fallback(entry, why);
@@ -229,7 +233,10 @@ struct Engine::Impl {
     // The plan's constants and outputs with this batch's payloads (the executor reads no
     // instance list: the plan has the row maps).
     specializer::Residual with_inputs;
-    specializer::batch_payloads(batch, with_inputs.inputs);
+    if (facts)
+      with_inputs.inputs = facts->payloads;
+    else
+      specializer::batch_payloads(batch, with_inputs.inputs);
     specializer::fill_random_inputs(e->residual, rs, with_inputs.inputs);
     with_inputs.consts = e->residual.consts;
     with_inputs.outputs = e->residual.outputs;
@@ -370,19 +377,31 @@ interp::RandomState Engine::random() const {
   return impl_->generic.random();
 }
 
-Value Engine::run(const std::string& entry, const Value& batch, const interp::Params& params) {
+Value Engine::run(const std::string& entry, const Value& batch, const interp::Params& params,
+                  const BatchFacts* facts) {
   Impl& I = *impl_;
   interp::RandomState rs = I.generic.random(); // inference: dropout off
   rs.train = false;
-  return on_stack_for(batch, I.opt.max_depth, [&] {
+  const size_t depth = facts ? facts->depth : interp::nesting_depth(batch);
+  return on_stack_for_depth(depth, I.opt.max_depth, [&] {
     return I.dispatch(
         entry, batch, "run", rs,
         [&](const PlanEntry& e, const specializer::Residual& r) {
           return specializer::build_result(e.residual.result_shape,
                                            I.exec.run(e.plan, r, *e.templates, params, &e.layout));
         },
-        [&] { return I.generic.run(entry, {batch}, params); });
+        [&] { return I.generic.run(entry, {batch}, params); }, facts);
   });
+}
+
+BatchFacts Engine::facts(const Value& batch) const {
+  BatchFacts f;
+  f.depth = interp::nesting_depth(batch);
+  PlanKey k = impl_->specializer.batch_key(batch);
+  f.key_hash = k.hash;
+  f.slots = std::move(k.slots);
+  specializer::batch_payloads(batch, f.payloads);
+  return f;
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {

@@ -125,6 +125,17 @@ struct EngineKernel {
 class FaultHooks;
 class GradReady;
 
+/// What running a batch finds by walking it, found once for a batch that runs many times (a
+/// data set scored after every epoch): values are immutable, so it stays true while the batch
+/// lives. Engine::facts() makes it; Engine::run() takes it for that very batch, on the engine
+/// that made it, and skips those walks.
+struct BatchFacts {
+  size_t depth = 0;             ///< interp::nesting_depth
+  uint64_t key_hash = 0;        ///< the batch's part of its plan key (skeleton, equal payloads)
+  std::vector<int32_t> slots;   ///< its equal payloads (with merging)
+  std::vector<Tensor> payloads; ///< specializer::batch_payloads
+};
+
 class Engine {
 public:
   /// `faults`: tests only (fault_hooks.h), to make partial evaluation, planning, kernel
@@ -143,7 +154,9 @@ public:
   /// Value of any entry on `batch` without gradients (inference: `infer`, `infer_nodes`, a
   /// loss for evaluation), on the path the mode picks, as value_and_grad does.
   interp::Value run(const std::string& entry, const interp::Value& batch,
-                    const interp::Params& params);
+                    const interp::Params& params, const BatchFacts* facts = nullptr);
+  /// `batch`'s facts, for run() on it again and again.
+  BatchFacts facts(const interp::Value& batch) const;
 
   /// The seed and step that random ops draw with (interp/random.h). value_and_grad is a
   /// training step (dropout on) and then advances the step by one; run is inference (dropout

@@ -115,6 +115,19 @@ void runtime::SessionAccess::retire(Session& s, Value& v) {
   s.impl_->engine->later([last]() mutable { last = Value(); });
 }
 
+std::shared_ptr<const runtime::BatchFacts> runtime::SessionAccess::facts(const Session& s,
+                                                                         const Value& batch) {
+  return std::make_shared<const BatchFacts>(s.impl_->engine->facts(detail::unwrap(batch)));
+}
+
+Value runtime::SessionAccess::run(Session& s, const std::string& entry, const Value& batch,
+                                  const BatchFacts& facts) {
+  Value out =
+      detail::wrap(s.impl_->engine->run(entry, detail::unwrap(batch), s.impl_->params, &facts));
+  s.impl_->account(entry);
+  return out;
+}
+
 Value runtime::SessionAccess::wrap(interp::Value v) {
   return detail::wrap(std::move(v));
 }

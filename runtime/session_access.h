@@ -17,6 +17,9 @@ class Optimizer;
 namespace pejit::checkpoint {
 struct Checkpoint;
 }
+namespace pejit::runtime {
+struct BatchFacts;
+}
 
 namespace pejit::runtime {
 
@@ -36,6 +39,12 @@ struct SessionAccess {
   /// where the session has a pipeline (Engine::later): freeing a batch's many small values
   /// is serial work that need not delay the next step.
   static void retire(Session& s, Value& v);
+  /// What running `batch` finds by walking it (runtime/engine.h BatchFacts), for a batch run
+  /// many times on this session: run() with them skips those walks.
+  static std::shared_ptr<const BatchFacts> facts(const Session& s, const Value& batch);
+  /// Session::run on `batch`, whose facts() these are.
+  static Value run(Session& s, const std::string& entry, const Value& batch,
+                   const BatchFacts& facts);
   static Value wrap(interp::Value v);
   static const interp::Value& unwrap(const Value& v);
 };

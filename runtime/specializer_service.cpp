@@ -45,13 +45,18 @@ SpecializerService::SpecializerService(std::shared_ptr<const ir::Module> m,
     : m_(m), dims_(std::move(dims)), merge_equal_(merge_equal), max_depth_(max_depth),
       faults_(faults), trace_(trace), cones_(std::move(m)) {}
 
-PlanKey SpecializerService::key(const std::string& entry, const interp::Value& batch) {
+PlanKey SpecializerService::batch_key(const interp::Value& batch) const {
   PlanKey k;
   k.hash = specializer::skeleton_hash(batch);
   if (merge_equal_) {
     k.slots = specializer::equal_payload_slots(batch);
     k.hash = mix(k.hash, specializer::payload_pattern_hash(k.slots));
   }
+  return k;
+}
+
+PlanKey SpecializerService::key(const std::string& entry, PlanKey batch_part) {
+  PlanKey k = std::move(batch_part);
   for (char c : entry)
     k.hash = mix(k.hash, static_cast<uint8_t>(c));
   k.hash = mix(k.hash, cones_.of(entry));

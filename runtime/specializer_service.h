@@ -60,7 +60,14 @@ public:
 
   /// The key of `batch`'s plan: its skeleton, the entry, its definitions' cone version and
   /// the dims, and with merge_equal which of its payloads are equal.
-  PlanKey key(const std::string& entry, const interp::Value& batch);
+  PlanKey key(const std::string& entry, const interp::Value& batch) {
+    return key(entry, batch_key(batch));
+  }
+  /// The part of the key that the batch alone gives (its skeleton and equal payloads: what a
+  /// walk of the batch finds), for a batch run many times (Engine::facts).
+  PlanKey batch_key(const interp::Value& batch) const;
+  /// `batch_part` (batch_key's) completed with the entry, its cone version and the dims.
+  PlanKey key(const std::string& entry, PlanKey batch_part);
 
   /// Partially evaluates and plans `batch` (`slots`: its PlanKey's); null with `why` on a
   /// refusal (remembered) or a failure (not remembered). `seconds`: the time it took.

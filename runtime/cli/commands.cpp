@@ -187,6 +187,11 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("!--no-train-eval", a.train_eval, "skip accuracy on the training set");
+  app.add_option("--eval-batch", a.eval_batch,
+                 "trees per batch of the scoring after each epoch (--dev, and the training set "
+                 "unless --no-train-eval), one pass per batch as in `pejit eval`")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--lookahead", a.session.lookahead, "batches the background pipeline plans ahead")
       ->capture_default_str();
   app.add_option("--trace", a.session.trace_file,

@@ -335,55 +335,120 @@ namespace {
 // a small batch of their own, so that the check costs little whatever the batch size.
 constexpr size_t kOrderCheckTrees = 25;
 
-// The scores of the batches of `ds` this rank evaluates: every ranks()-th from its rank on.
-Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int batch,
-                   const EvalEntry& fused) {
+} // namespace
+
+EvalSet::EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank, int ranks,
+                 EvalEntry fused, int64_t max_nodes)
+    : ds_(&ds), enc_(&enc), fused_(std::move(fused)), idx_(ds.size()) {
+  if (batch < 1)
+    throw Error("the evaluation batch must be >= 1");
+  std::iota(idx_.begin(), idx_.end(), 0);
+  // Sentence data are scored by the loss alone: no fused entry for them.
+  if (!ds.is_trees)
+    fused_ = {};
+  const auto bs = static_cast<size_t>(batch);
+  const size_t step = bs * static_cast<size_t>(ranks);
+  int64_t held = 0;
+  for (size_t b = bs * static_cast<size_t>(rank); b < ds.size(); b += step) {
+    const size_t e = std::min(ds.size(), b + bs);
+    int64_t n = 0, size = 0;
+    for (size_t i = b; i < e; ++i) {
+      n += ds.nodes(i);
+      size += ds.is_trees ? static_cast<int64_t>(ds.trees[i].nodes.size())
+                          : static_cast<int64_t>(ds.sents[i].size());
+    }
+    bounds_.emplace_back(b, e);
+    nodes_.push_back(n);
+    keep_.push_back(held + size <= max_nodes);
+    if (keep_.back())
+      held += size;
+  }
+  kept_.resize(bounds_.size());
+  held_.assign(bounds_.size(), false);
+  facts_.resize(bounds_.size());
+}
+
+pejit::Value EvalSet::run(Session& session, const std::string& entry, size_t i,
+                          const pejit::Value& v) {
+  if (!held_[i])
+    return session.run(entry, v);
+  if (facts_of_ == nullptr)
+    facts_of_ = &session;
+  if (facts_of_ != &session)
+    throw Error("internal: an evaluation set's batches were run on another session");
+  if (!facts_[i])
+    facts_[i] = SessionAccess::facts(session, v);
+  return SessionAccess::run(session, entry, v, *facts_[i]);
+}
+
+pejit::Value EvalSet::batch(size_t i) {
+  if (held_[i])
+    return kept_[i];
+  pejit::Value v = SessionAccess::wrap(enc_->batch(*ds_, idx_, begin(i), end(i)));
+  encoded_ += 1;
+  if (keep_[i]) {
+    kept_[i] = v;
+    held_[i] = true;
+  }
+  return v;
+}
+
+namespace {
+
+// The scores of the set's batches (this rank's).
+Scores score_shard(Session& session, EvalSet& set) {
   Scores s;
+  const Dataset& ds = set.data();
+  const EvalEntry& fused = set.fused();
   const ir::Module& m = SessionAccess::module(session);
   const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
   const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;
   // One pass per batch where the session has the one-pass entry (and the data are trees: a
   // sentence model is scored by its loss alone).
-  const bool one_pass = !fused.name.empty() && ds.is_trees;
-  std::vector<size_t> idx(ds.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  const auto step = static_cast<size_t>(batch) * static_cast<size_t>(session.ranks());
-  for (size_t b = static_cast<size_t>(batch) * static_cast<size_t>(session.rank()); b < ds.size();
-       b += step) {
-    size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
-    pejit::Value v = SessionAccess::wrap(enc.batch(ds, idx, b, e));
+  const bool one_pass = !fused.name.empty();
+  const std::string pred_entry = one_pass ? fused.preds : has_nodes ? "infer_nodes" : "infer";
+  std::vector<size_t> idx;
+  for (size_t k = 0; k < set.batches(); ++k) {
+    const size_t b = set.begin(k), e = set.end(k);
+    pejit::Value v = set.batch(k);
     pejit::Value out; // holds what `preds` refers to
     const Value* preds = nullptr;
     try {
       if (one_pass) {
-        out = session.run(fused.name, v);
+        out = set.run(session, fused.name, k, v);
         const Value& both = SessionAccess::unwrap(out);
         s.loss += both.items()[0].as_tensor().item_f32();
         preds = &both.items()[1];
       } else {
-        s.loss += session.run("loss", v).item_f32();
+        s.loss += set.run(session, "loss", k, v).item_f32();
       }
       s.passes += 1;
     } catch (const Error&) {
+      if (idx.empty()) {
+        idx.resize(ds.size());
+        std::iota(idx.begin(), idx.end(), 0);
+      }
       rethrow_located(ds, idx, b, e);
     }
-    for (size_t i = b; i < e; ++i)
-      s.nodes += ds.nodes(i);
+    s.nodes += set.nodes(k);
     if (!ds.is_trees)
       continue;
-    const std::string pred_entry = one_pass ? fused.preds : has_nodes ? "infer_nodes" : "infer";
     if (!one_pass && (has_nodes || has_infer)) {
-      out = session.run(pred_entry, v);
+      out = set.run(session, pred_entry, k, v);
       preds = &SessionAccess::unwrap(out);
       s.passes += 1;
     }
     if (preds == nullptr)
       continue;
     if (pred_entry == "infer_nodes") {
-      if (b == 0 && has_infer) {
+      // Once per set: the trees and the model do not change between its scorings.
+      if (b == 0 && has_infer && !set.order_checked) {
         const size_t n = std::min(e, kOrderCheckTrees);
-        pejit::Value head = n == e ? v : SessionAccess::wrap(enc.batch(ds, idx, 0, n));
-        check_node_order(session.run("infer", head), *preds, ds, n);
+        std::vector<size_t> head(n);
+        std::iota(head.begin(), head.end(), 0);
+        pejit::Value hv = n == e ? v : SessionAccess::wrap(set.encoder().batch(ds, head, 0, n));
+        check_node_order(session.run("infer", hv), *preds, ds, n);
+        set.order_checked = true;
       }
       score_nodes(*preds, ds.trees, b, e, s);
     } else {
@@ -392,18 +457,24 @@ Scores score_shard(Session& session, const Dataset& ds, const Encoder& enc, int 
   }
   return s;
 }
+
 } // namespace
 
 Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch,
              const EvalEntry& fused) {
+  EvalSet set(ds, enc, batch, session.rank(), session.ranks(), fused);
+  return score(session, set);
+}
+
+Scores score(Session& session, EvalSet& set) {
   if (session.ranks() == 1)
-    return score_shard(session, ds, enc, batch, fused);
+    return score_shard(session, set);
   // Data parallel: each rank its share of the batches, the counts summed in rank order (the
   // same on every rank), and a failure on one rank ends the evaluation on all of them.
   Scores s;
   double failed = 0;
   try {
-    s = score_shard(session, ds, enc, batch, fused);
+    s = score_shard(session, set);
   } catch (const Error& e) {
     std::fprintf(stderr, "pejit: rank %d of %d: error: %s\n", session.rank(), session.ranks(),
                  e.what());

@@ -23,6 +23,8 @@
 
 namespace pejit::runtime {
 
+struct BatchFacts;
+
 using Clock = std::chrono::steady_clock;
 
 inline double secs(Clock::time_point a, Clock::time_point b) {
@@ -163,10 +165,64 @@ void score_nodes(const interp::Value& preds, const std::vector<data::ParseTree>&
 void score_roots(const interp::Value& preds, const std::vector<data::ParseTree>& trees, size_t b,
                  size_t e, Scores& s);
 
+/// A data set made ready to be scored again and again (each round of `pejit eval`, the dev set
+/// after each training epoch): split into batches of `batch` examples, this rank's share of
+/// them (every ranks()-th from its rank on), each batch encoded on its first scoring and kept
+/// for the next ones, so that a later scoring runs the entries and counts, nothing else. What
+/// is kept is bounded by `max_nodes` (tree nodes or sentence words, summed): the batches past
+/// it are encoded again on each scoring. `ds` and `enc` must outlive the set.
+class EvalSet {
+public:
+  /// The default bound on the nodes kept encoded: all of SST's training set, several times.
+  static constexpr int64_t kMaxNodes = int64_t{2} << 20;
+
+  EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank = 0, int ranks = 1,
+          EvalEntry fused = {}, int64_t max_nodes = kMaxNodes);
+
+  const Dataset& data() const { return *ds_; }
+  const Encoder& encoder() const { return *enc_; }
+  const EvalEntry& fused() const { return fused_; }
+  /// This rank's batches: examples [begin(i), end(i)) of the data set.
+  size_t batches() const { return bounds_.size(); }
+  size_t begin(size_t i) const { return bounds_[i].first; }
+  size_t end(size_t i) const { return bounds_[i].second; }
+  /// Batch i, encoded (kept from an earlier call where the bound allowed).
+  pejit::Value batch(size_t i);
+  /// Session::run of `entry` on batch i, `v` (batch(i)). A kept batch runs with what walking
+  /// it finds (its nesting depth, plan key and payloads: SessionAccess::facts), found on its
+  /// first run and kept with it; the set must then be run on that one session.
+  pejit::Value run(Session& session, const std::string& entry, size_t i, const pejit::Value& v);
+  /// The nodes that carry a loss in batch i (Dataset::nodes summed).
+  int64_t nodes(size_t i) const { return nodes_[i]; }
+  /// Batches encoded so far, over all scorings: batches() after any number of them when every
+  /// batch is kept.
+  int64_t encoded_batches() const { return encoded_; }
+  /// Whether infer_nodes' order has been checked (check_node_order: once per set).
+  bool order_checked = false;
+
+private:
+  const Dataset* ds_;
+  const Encoder* enc_;
+  EvalEntry fused_;
+  std::vector<std::pair<size_t, size_t>> bounds_;
+  std::vector<int64_t> nodes_;
+  std::vector<pejit::Value> kept_; // batch i when held[i]
+  std::vector<bool> held_;
+  std::vector<std::shared_ptr<const BatchFacts>> facts_; // of kept batches, once run
+  const Session* facts_of_ = nullptr;                    // the session they were found on
+  std::vector<bool> keep_;                               // within the bound
+  std::vector<size_t> idx_; // 0, 1, ..., size - 1 (Encoder::batch's index)
+  int64_t encoded_ = 0;
+};
+
 /// Loss and accuracy over a data set (the entries `loss`, and `infer_nodes` or `infer` when
 /// the model has them), without gradients, on the session (plans where its mode allows, the
-/// generic path otherwise). With `fused` (add_eval_entry on the session's module) a batch of
-/// trees runs that one entry instead: one pass for the loss and the predictions.
+/// generic path otherwise). With the set's fused entry (add_eval_entry on the session's
+/// module) a batch of trees runs that one entry instead: one pass for the loss and the
+/// predictions. The set's rank and ranks must be the session's.
+Scores score(Session& session, EvalSet& set);
+
+/// score() on a set made for this one scoring (nothing kept for another).
 Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch,
              const EvalEntry& fused = {});
 

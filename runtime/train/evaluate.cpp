@@ -40,6 +40,7 @@ std::string EvalStats::json() const {
   j["round_seconds"] = round_seconds;
   j["passes"] = passes;
   j["grad_batches"] = grad_batches;
+  j["encoded_batches"] = encoded_batches;
   j["entry"] = entry;
   j["plan_seconds"] = plan_seconds;
   j["specialized_batches"] = specialized_batches;
@@ -82,11 +83,14 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   warn_schedules(so, err);
   EvalStats st;
   Scores s;
+  // Encoded in the first round, the batches are kept for the next ones.
+  EvalSet set(ds, enc, opt.batch, session.rank(), session.ranks(), fused);
   for (int r = 0; r < opt.rounds; ++r) {
     auto t0 = Clock::now();
-    s = score(session, ds, enc, opt.batch, fused);
+    s = score(session, set);
     st.round_seconds.push_back(secs(t0, Clock::now()));
   }
+  st.encoded_batches = set.encoded_batches();
   st.device = cuda::parse_device(opt.session.device).name();
   st.seconds = st.round_seconds.front();
   st.passes = s.passes;

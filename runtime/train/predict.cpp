@@ -42,7 +42,8 @@ int64_t predict(const PredictOptions& opt, std::ostream& err) {
                              "List[i32[]]`") +
                 ", docs/language.md)");
   ir::Type elem = batch_element_type(*m, entry);
-  data::Vocab vocab = data::Vocab::from_words(checkpoint::load(opt.params).vocab);
+  const checkpoint::Checkpoint ck = checkpoint::load(opt.params);
+  data::Vocab vocab = data::Vocab::from_words(ck.vocab);
   Dataset ds = read_dataset(opt.data, vocab, false, elem);
   if (!ds.is_trees)
     throw Error("predict reads trees (the model's `" + std::string(entry) +
@@ -62,8 +63,8 @@ int64_t predict(const PredictOptions& opt, std::ostream& err) {
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
   const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims), true);
-  Session session = SessionAccess::from_module(m, so);
-  session.load_params(opt.params);
+  // The checkpoint's parameters, read once; inference only: forward kernels alone compile.
+  Session session = SessionAccess::from_module(m, so, &ck, opt.params, true);
   warn_schedules(so, err);
 
   std::string text;
@@ -71,24 +72,31 @@ int64_t predict(const PredictOptions& opt, std::ostream& err) {
   std::iota(idx.begin(), idx.end(), 0);
   for (size_t b = 0; b < ds.size(); b += static_cast<size_t>(opt.batch)) {
     size_t e = std::min(ds.size(), b + static_cast<size_t>(opt.batch));
-    pejit::Value out = session.run(entry, SessionAccess::wrap(enc.batch(ds, idx, b, e)));
-    if (out.size() != e - b)
-      throw Error(std::string(entry) + " returned " + std::to_string(out.size()) +
+    pejit::Value res = session.run(entry, SessionAccess::wrap(enc.batch(ds, idx, b, e)));
+    // Read in place (no public Value per prediction).
+    const interp::Value& out = SessionAccess::unwrap(res);
+    if (out.kind() != interp::Value::Kind::List || out.list_size() != e - b)
+      throw Error(std::string(entry) + " returned " +
+                  (out.kind() == interp::Value::Kind::List ? std::to_string(out.list_size())
+                                                           : std::string("no list of")) +
                   " results for a batch of " + std::to_string(e - b) + " trees");
     for (size_t i = b; i < e; ++i) {
-      pejit::Value p = out.at(i - b);
+      const interp::Value& p = out.list_at(i - b);
       if (!opt.nodes) {
-        text += std::to_string(p.item_i32()) + "\n";
+        text += std::to_string(p.as_tensor().item_i32()) + "\n";
         continue;
       }
       const size_t n = ds.trees[i].nodes.size();
-      if (p.size() != n)
-        throw Error("infer_nodes returned " + std::to_string(p.size()) +
+      if (p.list_size() != n)
+        throw Error("infer_nodes returned " + std::to_string(p.list_size()) +
                     " predictions for the tree of " + opt.data + " line " +
                     std::to_string(ds.trees[i].origin.line) + ", which has " + std::to_string(n) +
                     " nodes");
-      for (size_t k = 0; k < n; ++k)
-        text += (k ? " " : "") + std::to_string(p.at(k).item_i32());
+      for (size_t k = 0; k < n; ++k) {
+        if (k)
+          text += ' ';
+        text += std::to_string(p.list_at(k).as_tensor().item_i32());
+      }
       text += "\n";
     }
   }

@@ -238,6 +238,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     throw Error("--epochs must be >= 1");
   if (opt.batch < 1)
     throw Error("--batch must be >= 1");
+  if (opt.eval_batch < 1)
+    throw Error("--eval-batch must be >= 1");
   if (opt.save_every < 0)
     throw Error("--save-every must be >= 0");
   if (opt.patience < 0)
@@ -364,6 +366,9 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
 
   const std::string emb_param =
       opt.embeddings.empty() ? "" : embedding_param(*m, opt.embeddings_param);
+  // The scoring after each epoch runs one entry per batch for the loss and the predictions.
+  const bool scores = opt.train_eval || !opt.dev.empty();
+  const EvalEntry fused = scores && train_ds.is_trees ? add_eval_entry(*m) : EvalEntry{};
   Session session = SessionAccess::from_module(m, so);
   std::string optim_text;
   const optim::LrSchedule schedule = setup_optimizer(session, opt, optim_text);
@@ -444,6 +449,13 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     save_to(latest, epoch, static_cast<int64_t>(batch));
     return "; the last good state (the parameters before that batch) is saved in " + latest;
   };
+
+  // The sets scored after each epoch, encoded on the first scoring and kept for the next ones.
+  std::optional<EvalSet> train_set, dev_set;
+  if (opt.train_eval)
+    train_set.emplace(train_ds, enc, opt.eval_batch, session.rank(), session.ranks(), fused);
+  if (!opt.dev.empty())
+    dev_set.emplace(dev_ds, enc, opt.eval_batch, session.rank(), session.ranks(), fused);
 
   std::vector<EpochStats> all;
   // Batches are encoded once, `lookahead` ahead of training, and handed to the session's
@@ -582,12 +594,12 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     st.loss_per_node = run.loss_sum / std::max<int64_t>(1, run.nodes);
     st.trees_per_s = trees_here / std::max(st.seconds, 1e-9);
     if (opt.train_eval) {
-      Scores s = score(session, train_ds, enc, opt.batch);
+      Scores s = score(session, *train_set);
       st.root_acc = ratio(s.root_ok, s.roots);
       st.node_acc = ratio(s.node_ok, s.labeled);
     }
     if (!opt.dev.empty()) {
-      Scores s = score(session, dev_ds, enc, opt.batch);
+      Scores s = score(session, *dev_set);
       st.dev_loss_per_node = s.loss / std::max<int64_t>(1, s.nodes);
       st.dev_root_acc = ratio(s.root_ok, s.roots);
       st.dev_node_acc = ratio(s.node_ok, s.labeled);

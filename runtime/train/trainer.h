@@ -47,8 +47,11 @@ struct TrainOptions {
   bool json = false;
   bool explain = false;   ///< say why each batch that ran generic did
   bool train_eval = true; ///< evaluate accuracy on the training set after each epoch
-  int progress = -1;      ///< -1: when stderr is a terminal; 0 off; 1 on
-  std::string tuned;      ///< a tuned schedule database (`pejit tune`); empty: defaults
+  /// Trees per batch of the scoring after each epoch (the dev set, and the training set with
+  /// train_eval): one pass per batch for the loss and the predictions, as `pejit eval` scores.
+  int eval_batch = 500;
+  int progress = -1; ///< -1: when stderr is a terminal; 0 off; 1 on
+  std::string tuned; ///< a tuned schedule database (`pejit tune`); empty: defaults
   /// "fine" (labels as read) or "binary" (SST binary: labels.h), for --data and --dev alike.
   std::string labels = "fine";
   /// Parameters kept fixed (Session::freeze): no update, no optimizer state.
@@ -163,6 +166,9 @@ struct EvalStats {
   /// Entry runs per round (one per batch with the one-pass entry), and the batches that ran
   /// with gradients (Session::step: none in evaluation) over all rounds.
   int64_t passes = 0, grad_batches = 0;
+  /// Batches encoded into values over all rounds: each once, in the first round, while the
+  /// data fit the bound on what is kept (EvalSet).
+  int64_t encoded_batches = 0;
   std::string entry;       ///< the entry scored in one pass, or "loss+infer_nodes" (two passes)
   double plan_seconds = 0; ///< partial evaluation and planning, all rounds (SessionStats)
   int64_t specialized_batches = 0, generic_batches = 0;
@@ -181,7 +187,7 @@ struct PredictOptions {
   std::string data;
   std::string out;    ///< the predictions, one line per tree
   bool nodes = false; ///< every node's prediction (infer_nodes), not only the root's (infer)
-  int batch = 25;
+  int batch = 500;    ///< trees per batch: large, as `pejit eval` scores (EvalOptions::batch)
   int64_t limit = 0;
   std::string tuned;
   SessionOptions session; ///< its mode, JIT and merging; predict() sets the dims

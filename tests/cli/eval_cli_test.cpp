@@ -1,7 +1,10 @@
 // `pejit eval`'s one-pass scoring: the loss and every prediction from one entry per batch
 // (runtime/train/eval_entry.h), no gradients, the same scores as the two entries run apart on
 // the generic path; --rounds; and the entry's name kept clear of the model's definitions.
+#include "runtime/session_access.h"
+#include "runtime/train/common.h"
 #include "runtime/train/eval_entry.h"
+#include "runtime/train/trainer.h"
 #include "src/types/check.h"
 #include "tests/cli/cli_util.h"
 
@@ -84,6 +87,7 @@ TEST_SUITE("cli") {
     nlohmann::json one = eval_json(common + " --batch 100");
     CHECK(one["entry"].get<std::string>().starts_with("__eval"));
     CHECK(one["passes"] == 3); // 100 + 100 + 30 trees
+    CHECK(one["encoded_batches"] == 3);
     CHECK(one["grad_batches"] == 0);
     CHECK(one["generic_batches"] == 0);
     // The order check of infer_nodes runs `infer` on a few trees of the first batch: 3 + 1.
@@ -107,16 +111,93 @@ TEST_SUITE("cli") {
     CHECK(two["passes"] == 6);
     same_scores(two, ref, 230);
 
-    // --rounds: every round the same scores; seconds per round, passes per round.
+    // --rounds: every round the same scores; seconds per round, passes per round. The batches
+    // are encoded in the first round and kept, and infer_nodes' order is checked once.
     nlohmann::json rounds = eval_json(common + " --batch 100 --rounds 3");
     REQUIRE(rounds["round_seconds"].size() == 3);
     CHECK(rounds["seconds"] == rounds["round_seconds"][0]);
     CHECK(rounds["passes"] == 3);
+    CHECK(rounds["encoded_batches"] == 3);
     CHECK(rounds["grad_batches"] == 0);
-    CHECK(rounds["specialized_batches"] == 3 * 3 + 3);
+    CHECK(rounds["specialized_batches"] == 3 * 3 + 1);
     CHECK(rounds["loss"] == one["loss"]);
     CHECK(rounds["node_acc"] == one["node_acc"]);
     CHECK(run_pejit("eval " + common + " --rounds 0").code != 0);
+    // Two passes per batch read the same kept batches.
+    nlohmann::json two_rounds = eval_json(common + " --batch 100 --two-pass --rounds 2");
+    CHECK(two_rounds["encoded_batches"] == 3);
+    CHECK(two_rounds["loss"] == two["loss"]);
+    CHECK(two_rounds["node_acc"] == two["node_acc"]);
+  }
+
+  TEST_CASE("EvalSet: batches encoded once and kept within the bound, the others each time") {
+    using namespace pejit::runtime;
+    std::string data = tmp("evalset_data.txt");
+    REQUIRE(run_pejit("gen sst --trees 50 --seed 33 -o " + data).code == 0);
+    auto m = load_model(kModel);
+    pejit::data::Vocab vocab;
+    Dataset ds = read_dataset(data, vocab, true, batch_element_type(*m, "loss"));
+    REQUIRE(ds.size() == 50);
+    const Encoder enc(*m, ds, batch_element_type(*m, "loss"));
+    int64_t first_two = 0; // the nodes of the first two batches of 20 trees
+    for (size_t i = 0; i < 40; ++i)
+      first_two += static_cast<int64_t>(ds.trees[i].nodes.size());
+
+    // Everything kept: a second pass over the batches encodes nothing, and gives the very
+    // values of the first.
+    EvalSet all(ds, enc, 20);
+    REQUIRE(all.batches() == 3);
+    CHECK(all.end(2) == 50);
+    std::vector<pejit::Value> seen;
+    for (size_t i = 0; i < all.batches(); ++i)
+      seen.push_back(all.batch(i));
+    for (size_t i = 0; i < all.batches(); ++i)
+      CHECK(&all.batch(i).impl() == &seen[i].impl());
+    CHECK(all.encoded_batches() == 3);
+    CHECK(seen[2].size() == 10);
+
+    // A bound that holds the first two batches: the third is encoded on every pass.
+    EvalSet bounded(ds, enc, 20, 0, 1, {}, first_two);
+    std::vector<pejit::Value> third;
+    for (int pass = 0; pass < 3; ++pass) {
+      for (size_t i = 0; i < 2; ++i)
+        CHECK(bounded.batch(i).size() == 20);
+      third.push_back(bounded.batch(2));
+      CHECK(third.back().size() == 10);
+    }
+    CHECK(&third[0].impl() != &third[1].impl());
+    CHECK(bounded.encoded_batches() == 2 + 3);
+
+    // A kept batch runs with the facts found on its first run (depth, plan key, payloads):
+    // the bits of a plain run, and the facts are what the run reads (another batch's facts
+    // of the same shape give that batch's result).
+    pejit::SessionOptions so;
+    so.mode = "specialized";
+    so.compile.jit = false;
+    for (const auto& [name, size] : vocab_dims(*m, vocab))
+      so.dims[name] = size;
+    pejit::Session session = pejit::runtime::SessionAccess::from_module(m, so);
+    EvalSet one(ds, enc, 1);
+    auto loss_of = [](const pejit::Value& v) { return v.item_f32(); };
+    for (size_t i : {size_t{0}, size_t{1}}) {
+      pejit::Value v = one.batch(i);
+      const float plain = loss_of(session.run("loss", v));
+      CHECK(loss_of(one.run(session, "loss", i, v)) == plain); // finds the facts
+      CHECK(loss_of(one.run(session, "loss", i, v)) == plain); // runs with them
+    }
+    // Batch 0 run with batch 1's facts gives batch 1's loss: the run reads the facts, not
+    // the batch (a kept batch is only ever given its own).
+    pejit::Value v0 = one.batch(0), v1 = one.batch(1);
+    const float l0 = loss_of(session.run("loss", v0)), l1 = loss_of(session.run("loss", v1));
+    REQUIRE(l0 != l1);
+    auto f1 = pejit::runtime::SessionAccess::facts(session, v1);
+    CHECK(loss_of(pejit::runtime::SessionAccess::run(session, "loss", v0, *f1)) == l1);
+
+    // Rank 1 of 2: every other batch from the second on.
+    EvalSet shard(ds, enc, 20, 1, 2);
+    REQUIRE(shard.batches() == 1);
+    CHECK(shard.begin(0) == 20);
+    CHECK(shard.nodes(0) == all.nodes(1));
   }
 
   TEST_CASE("eval: one pass with infer when the model has no infer_nodes, the loss alone "

@@ -380,9 +380,9 @@ TEST_SUITE("cli") {
     const std::string& data = gen("tiny.txt", 100, 24);
     const std::string& dev = gen("dev.txt", 100, 22);
     std::string best = tmp("best.ckpt");
-    Ran r =
-        run_pejit({"train", kModel, "--data", data, "--dev", dev, "--epochs", "6", "--lr", "0.3",
-                   "--mode", "specialized", "--json", "--save", best, "--save-best", "dev_loss"});
+    Ran r = run_pejit({"train", kModel, "--data", data, "--dev", dev, "--epochs", "6", "--lr",
+                       "0.3", "--mode", "specialized", "--json", "--save", best, "--save-best",
+                       "dev_loss", "--eval-batch", "40"});
     INFO(r.err);
     REQUIRE(r.code == 0);
     auto js = json_lines(r.out);
@@ -391,10 +391,10 @@ TEST_SUITE("cli") {
     for (size_t i = 1; i < js.size(); ++i)
       if (js[i]["dev_loss"].get<double>() < js[arg]["dev_loss"].get<double>())
         arg = i;
-    // The best epoch's model is at --save: evaluated in training's batches, it gives that
-    // epoch's dev loss; the last state is beside it.
+    // The best epoch's model is at --save: evaluated in the batches of training's scoring
+    // (--eval-batch), it gives that epoch's dev loss; the last state is beside it.
     Ran ev = run_pejit({"eval", kModel, "--params", best, "--data", dev, "--mode", "specialized",
-                        "--json", "--batch", "25"});
+                        "--json", "--batch", "40"});
     REQUIRE(ev.code == 0);
     auto je = json_lines(ev.out);
     REQUIRE(je.size() == 1);
