@@ -26,6 +26,8 @@
 #include "src/util/check.h"
 
 #include <chrono>
+#include <deque>
+#include <mutex>
 #include <optional>
 
 namespace pejit::runtime {
@@ -145,10 +147,11 @@ struct Engine::Impl {
     // Both planned modes plan ahead in the background; auto also runs a plan on reference
     // kernels while its kernels compile, specialized compiles them before the plan's first run.
     if (opt.mode != Mode::Generic)
-      pipeline = std::make_unique<Pipeline>(
-          opt.lookahead, [this](const std::string& entry, const Value& batch) {
-            on_stack_for(batch, this->opt.max_depth, [&] { plan_ahead(entry, batch); });
-          });
+      pipeline = std::make_unique<Pipeline>(opt.lookahead, [this](const std::string& entry,
+                                                                  const Value& batch) {
+        const size_t depth = interp::nesting_depth(batch);
+        on_stack_for_depth(depth, this->opt.max_depth, [&] { plan_ahead(entry, batch, depth); });
+      });
   }
 
   bool compiles() const { return runners && runners->jit(); }
@@ -177,8 +180,17 @@ struct Engine::Impl {
 
   // The pipeline's work for one prefetched batch: plan it unless its plan is cached, publish
   // the plan and compile its kernels (the plan runs on reference kernels meanwhile).
-  void plan_ahead(const std::string& entry, const Value& batch) {
-    PlanKey key = specializer.key(entry, batch);
+  // Its facts (BatchFacts) are kept for the step that runs it (take_facts), which then need
+  // not walk the batch again on the training thread.
+  void plan_ahead(const std::string& entry, const Value& batch, size_t depth) {
+    auto f = std::make_shared<BatchFacts>();
+    f->depth = depth;
+    PlanKey part = specializer.batch_key(batch);
+    f->key_hash = part.hash;
+    f->slots = part.slots;
+    specializer::batch_payloads(batch, f->payloads);
+    keep_facts(batch, f);
+    PlanKey key = specializer.key(entry, std::move(part));
     if (plans.lookup(key.hash, false))
       return;
     std::string why;
@@ -190,6 +202,44 @@ struct Engine::Impl {
     stats.plan_prefetched(s);
     if (!e->compile_requested.exchange(true))
       compile_plan(*e);
+  }
+
+  // Facts of prefetched batches, each with its batch (which keeps the list's elements, whose
+  // address is the key, from being reused while the entry lives); at most kKeptFacts, oldest
+  // dropped.
+  static constexpr size_t kKeptFacts = 64;
+  std::mutex facts_mu;
+  std::deque<std::pair<Value, std::shared_ptr<const BatchFacts>>> kept_facts;
+
+  // The same list: the same elements at the same address (a view of other elements differs).
+  static bool same_list(const Value& a, const Value& b) {
+    return a.list_size() == b.list_size() && &a.list_at(0) == &b.list_at(0);
+  }
+  static bool keyable(const Value& batch) {
+    return batch.kind() == Value::Kind::List && batch.list_size() > 0;
+  }
+
+  void keep_facts(const Value& batch, std::shared_ptr<const BatchFacts> f) {
+    if (!keyable(batch))
+      return;
+    std::lock_guard<std::mutex> lock(facts_mu);
+    if (kept_facts.size() >= kKeptFacts)
+      kept_facts.pop_front();
+    kept_facts.emplace_back(batch, std::move(f));
+  }
+
+  // The facts the pipeline found for this very batch (the same list), taken; else null.
+  std::shared_ptr<const BatchFacts> take_facts(const Value& batch) {
+    if (!keyable(batch))
+      return nullptr;
+    std::lock_guard<std::mutex> lock(facts_mu);
+    for (auto it = kept_facts.begin(); it != kept_facts.end(); ++it)
+      if (same_list(it->first, batch)) {
+        auto f = std::move(it->second);
+        kept_facts.erase(it);
+        return f;
+      }
+    return nullptr;
   }
 
   // One batch of `entry` on the best path: `planned(plan, residual with this batch's payloads)`
@@ -351,7 +401,9 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   Impl& I = *impl_;
   interp::RandomState rs = I.generic.random(); // a training step: dropout on
   rs.train = true;
-  auto g = on_stack_for(batch, I.opt.max_depth, [&] {
+  const std::shared_ptr<const BatchFacts> facts = I.pipeline ? I.take_facts(batch) : nullptr;
+  const size_t depth = facts ? facts->depth : interp::nesting_depth(batch);
+  auto g = on_stack_for_depth(depth, I.opt.max_depth, [&] {
     return I.dispatch(
         entry, batch, "step", rs,
         [&](const PlanEntry& e, const specializer::Residual& r) {
@@ -361,7 +413,8 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
           if (ready != nullptr)
             ready->restart(); // after a failed plan run, what it announced is void
           return I.generic.value_and_grad(entry, {batch}, params);
-        });
+        },
+        facts.get());
   });
   rs.step++;
   I.generic.set_random(rs);

@@ -73,6 +73,7 @@ def train(
     limit=0,
     fixed_batches=False,
     train_eval=True,
+    eval_batch=500,
     merge_equal=True,
     on_epoch=None,
     progress=True,
@@ -82,7 +83,9 @@ def train(
 
     Options are those of `pejit train` (--epochs, --batch, --seed, --lr, --optimizer,
     --weight-decay, --clip, --mode, --lookahead, --limit, --fixed-batches, --no-train-eval,
-    --no-merge, --save). on_epoch(metrics) is called after each epoch with the dict that
+    --eval-batch, --no-merge, --save). The scores after each epoch are taken in batches of
+    eval_batch trees, as the command takes them: the dev loss is a sum of per-batch sums, so
+    its last bits depend on that size. on_epoch(metrics) is called after each epoch with the dict that
     `pejit train --json` prints for it; returning False stops training. progress: a tqdm bar
     (a plain line without tqdm). Returns a History: the list of per-epoch dicts, with
     .session (the trained pejit.Session) and .vocab.
@@ -91,6 +94,8 @@ def train(
         raise _pejit.Error("epochs must be >= 1")
     if batch < 1:
         raise _pejit.Error("batch must be >= 1")
+    if eval_batch < 1:
+        raise _pejit.Error("eval_batch must be >= 1")
     _pejit.keep_freed_memory()  # as the pejit command does at start (process-wide, once)
     info = _pejit.model_info(model, "loss")
     vocab = _pejit.Vocab()
@@ -181,10 +186,10 @@ def train(
             "kernels": after["kernels"],
         }
         if train_eval:
-            sc = _pejit.score(s, train_ds, batch)
+            sc = _pejit.score(s, train_ds, eval_batch)
             m["root_acc"], m["node_acc"] = sc["root_acc"], sc["node_acc"]
         if dev_ds is not None:
-            sc = _pejit.score(s, dev_ds, batch)
+            sc = _pejit.score(s, dev_ds, eval_batch)
             m["dev_loss"] = sc["loss_per_node"]
             m["dev_root_acc"], m["dev_node_acc"] = sc["root_acc"], sc["node_acc"]
         history.append(m)

@@ -14,6 +14,7 @@
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
 #include "runtime/train/embeddings.h"
+#include "runtime/train/feed.h"
 #include "runtime/train/labels.h"
 #include "runtime/train/lifecycle.h"
 #include "runtime/train/optim_setup.h"
@@ -24,7 +25,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <filesystem>
 #include <numeric>
 #include <optional>
@@ -475,37 +475,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     int64_t trees_here = 0; // stepped by this process (a resumed epoch began elsewhere)
     auto last_print = Clock::now();
     SessionStats before = session.stats();
-    // Encoded batches not yet stepped (front: the next), and whether each has rows on this rank.
-    std::deque<std::pair<pejit::Value, bool>> ahead;
-    size_t encoded = first, prefetched = first;
-    std::vector<pejit::Value> fresh;
-    auto encode_upto = [&](size_t upto) {
-      for (; encoded < std::min(upto, nb); ++encoded) {
-        size_t lo = encoded * bs;
-        size_t hi = std::min(n, lo + bs);
-        auto [first_here, end_here] = session.slice(hi - lo); // this rank's part
-        ahead.emplace_back(
-            SessionAccess::wrap(enc.batch(train_ds, order, lo + first_here, lo + end_here)),
-            end_here > first_here);
-      }
-    };
-    // Hands batches [prefetched, upto) to the pipeline; they are encoded already.
-    auto prefetch_upto = [&](size_t upto) {
-      fresh.clear();
-      for (; prefetched < std::min(upto, encoded); ++prefetched) {
-        const auto& [v, has_rows] = ahead[prefetched - (encoded - ahead.size())];
-        if (has_rows)
-          fresh.push_back(v);
-      }
-      if (!fresh.empty())
-        session.prefetch("loss", fresh);
-    };
-    // The pipeline plans batch b + look + 1 from the end of step b, while this thread encodes
-    // the batch after it: a batch is encoded one step before it is handed over, so that its
-    // planning runs beside this thread's serial work (encoding, bookkeeping, the start of
-    // the next step) rather than beside the first levels of the next step, which then lack
-    // their second worker. (Without a pipeline, look is 0 and nothing is prefetched.)
-    const size_t encode_lead = look > 0 ? look + 2 : 1;
+    BatchFeed feed(session, enc, train_ds, order, bs, first, look);
     for (size_t b = first; b < nb; ++b) {
       stop_if_signalled(ep, b);
       size_t lo = b * bs;
@@ -513,11 +483,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
       float loss = 0;
       auto t0 = Clock::now();
       try {
-        encode_upto(b + encode_lead);
-        if (look > 0)
-          prefetch_upto(b + 1 + look);
-        pejit::Value v = std::move(ahead.front().first);
-        ahead.pop_front();
+        pejit::Value v = feed.take(b);
         if (!optim_text.empty()) // the schedule's factor at this batch of the run
           SessionAccess::optimizer(session).set_lr_scale(static_cast<float>(schedule.factor(
               static_cast<int64_t>(ep) * static_cast<int64_t>(nb) + static_cast<int64_t>(b))));
@@ -537,10 +503,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
       auto t1 = Clock::now();
       double dt = secs(t0, t1);
       st.seconds += dt;
-      if (look > 0) { // the next batch to plan, then the one after it to encode
-        prefetch_upto(b + 2 + look);
-        encode_upto(b + 1 + encode_lead);
-      }
+      feed.stepped(b);
       if (opt.explain) {
         std::string why = session.explain("loss");
         if (!why.empty())
