@@ -237,14 +237,18 @@ struct PlanExecutor::Impl {
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
-    // A parameter the template reads itself (Template::param_args) is no argument of its graph.
+    // A parameter or constant the template reads itself (Template::param_args, const_args)
+    // is no argument of its graph.
     bool shared_args = false;
     for (size_t a = 0; a < g.args.size(); ++a) {
       const bool bound = a < t.param_args.size() && t.param_args[a] >= 0;
       PEJIT_CHECK(!bound || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Param &&
                              g.args[a].shared_ref.index == t.param_args[a]))
           << t.name << ": argument " << a << " is not the parameter its template reads";
-      shared_args = shared_args || (g.args[a].shared && !bound);
+      const bool literal = a < t.const_args.size() && t.const_args[a].defined();
+      PEJIT_CHECK(!literal || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Const))
+          << t.name << ": argument " << a << " is not the constant its template reads";
+      shared_args = shared_args || (g.args[a].shared && !bound && !literal);
     }
     gs.graph = shared_args ? nullptr : runner(t, stats);
     if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
