@@ -65,6 +65,11 @@ struct InterpretedTimer {
   }
 };
 
+// A template as reported: its name, and for an op's template the call site it was made for.
+std::string reported_name(const specializer::Template& t) {
+  return t.where.known() ? t.name + " (" + t.where.str() + ")" : t.name;
+}
+
 } // namespace
 
 struct PlanExecutor::Impl {
@@ -103,9 +108,9 @@ struct PlanExecutor::Impl {
       return nullptr;
     std::string why;
     auto r = runners->get(t, opt.compile, &why);
-    if (!r && reported.insert(t.name + ": " + why).second) {
-      stats.graph_fallbacks.push_back(t.name + ": " + why);
-      stats.interpreted_templates.push_back(t.name + ": " + why);
+    if (!r && reported.insert(reported_name(t) + ": " + why).second) {
+      stats.graph_fallbacks.push_back(reported_name(t) + ": " + why);
+      stats.interpreted_templates.push_back(reported_name(t) + ": " + why);
     }
     return r;
   }
@@ -252,9 +257,10 @@ struct PlanExecutor::Impl {
     }
     gs.graph = shared_args ? nullptr : runner(t, stats);
     if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
-      std::string why = t.name + (shared_args ? ": an argument shared by every row (template "
-                                                "graphs take per-row arguments only)"
-                                              : ": template graphs are off");
+      std::string why = reported_name(t) + (shared_args ? ": an argument shared by every row "
+                                                          "(template graphs take per-row "
+                                                          "arguments only)"
+                                                        : ": template graphs are off");
       if (reported.insert(why).second)
         stats.interpreted_templates.push_back(why);
     }

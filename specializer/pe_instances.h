@@ -83,6 +83,7 @@ inline Value PeBackend::op(ops::OpId id, const ops::Attr& attr, const Value* arg
     for (const auto& o : outs)
       t.results.push_back(sig_of(o, dims_));
     t.name = std::string("op.") + ops::op_name(id);
+    t.where = s;
     e = remember(std::move(t));
   }
   push_instance(e, args, n, [](size_t) { return true; });

@@ -15,6 +15,7 @@
 #include "src/interp/value.h"
 #include "src/ops/op.h"
 #include "src/tensor/tensor.h"
+#include "src/util/diagnostics.h"
 
 #include <cstdint>
 #include <cstring>
@@ -82,6 +83,10 @@ struct Template {
   /// it: its template graph reads the constant, which folding and the lowering treat as any
   /// literal, instead of an argument shared by every row. The instances still list it.
   std::vector<Tensor> const_args;
+  /// Op: the call site it was first made for (one template serves every site of its key, so
+  /// this is not part of it), named where it is reported; a function's declaration says where
+  /// its template is. Unknown: none.
+  Span where;
 
   /// Equal templates have equal keys.
   std::string key() const;
