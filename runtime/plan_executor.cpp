@@ -65,6 +65,11 @@ struct InterpretedTimer {
   }
 };
 
+// A template as reported: its name, and for an op's template the call site it was made for.
+std::string reported_name(const specializer::Template& t) {
+  return t.where.known() ? t.name + " (" + t.where.str() + ")" : t.name;
+}
+
 } // namespace
 
 struct PlanExecutor::Impl {
@@ -103,9 +108,9 @@ struct PlanExecutor::Impl {
       return nullptr;
     std::string why;
     auto r = runners->get(t, opt.compile, &why);
-    if (!r && reported.insert(t.name + ": " + why).second) {
-      stats.graph_fallbacks.push_back(t.name + ": " + why);
-      stats.interpreted_templates.push_back(t.name + ": " + why);
+    if (!r && reported.insert(reported_name(t) + ": " + why).second) {
+      stats.graph_fallbacks.push_back(reported_name(t) + ": " + why);
+      stats.interpreted_templates.push_back(reported_name(t) + ": " + why);
     }
     return r;
   }
@@ -239,20 +244,25 @@ struct PlanExecutor::Impl {
     std::vector<Tensor> xs(g.args.size());
     gs.arg_leaf.assign(g.args.size(), -1);
     int32_t nleaves = 0;
-    // A parameter the template reads itself (Template::param_args) is no argument of its graph.
+    // A parameter or constant the template reads itself (Template::param_args, const_args)
+    // is no argument of its graph.
     bool shared_args = false;
     for (size_t a = 0; a < g.args.size(); ++a) {
       const bool bound = a < t.param_args.size() && t.param_args[a] >= 0;
       PEJIT_CHECK(!bound || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Param &&
                              g.args[a].shared_ref.index == t.param_args[a]))
           << t.name << ": argument " << a << " is not the parameter its template reads";
-      shared_args = shared_args || (g.args[a].shared && !bound);
+      const bool literal = a < t.const_args.size() && t.const_args[a].defined();
+      PEJIT_CHECK(!literal || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Const))
+          << t.name << ": argument " << a << " is not the constant its template reads";
+      shared_args = shared_args || (g.args[a].shared && !bound && !literal);
     }
     gs.graph = shared_args ? nullptr : runner(t, stats);
     if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
-      std::string why = t.name + (shared_args ? ": an argument shared by every row (template "
-                                                "graphs take per-row arguments only)"
-                                              : ": template graphs are off");
+      std::string why = reported_name(t) + (shared_args ? ": an argument shared by every row "
+                                                          "(template graphs take per-row "
+                                                          "arguments only)"
+                                                        : ": template graphs are off");
       if (reported.insert(why).second)
         stats.interpreted_templates.push_back(why);
     }

@@ -39,12 +39,22 @@ inline Value PeBackend::op(ops::OpId id, const ops::Attr& attr, const Value* arg
     const RVal& v = rv(args[i]);
     return v.sum < 0 && v.ref.kind == Ref::Kind::Param ? v.ref.index : -1;
   };
+  // A small constant operand is keyed as itself (Template::const_args): INT64_MIN, its id.
+  auto const_of = [&](size_t i) {
+    return is_const(args[i]) ? memo_.const_id(args[i].as_tensor()) : -1;
+  };
   bool per_row = false;
   for (size_t i = 0; i < n && !per_row; ++i)
     per_row = param_of(i) < 0;
   for (size_t i = 0; i < n; ++i) {
     const int32_t p = per_row ? param_of(i) : -1;
-    key_.push_back(p >= 0 ? -1 - p : sig(args[i]));
+    const int32_t c = per_row ? const_of(i) : -1;
+    if (c >= 0) {
+      key_.push_back(INT64_MIN);
+      key_.push_back(c);
+    } else {
+      key_.push_back(p >= 0 ? -1 - p : sig(args[i]));
+    }
   }
   int32_t e = memo_.keys.find(key_);
   if (e < 0) {
@@ -60,6 +70,10 @@ inline Value PeBackend::op(ops::OpId id, const ops::Attr& attr, const Value* arg
         t.param_args.resize(n, -1);
         t.param_args[i] = p;
       }
+      if (const int32_t c = per_row ? const_of(i) : -1; c >= 0) {
+        t.const_args.resize(n);
+        t.const_args[i] = memo_.const_vals[static_cast<size_t>(c)];
+      }
     }
     auto r = ops::op_result_type(id, types, attr);
     PEJIT_CHECK(r.ok()) << "op " << ops::op_name(id)
@@ -69,6 +83,7 @@ inline Value PeBackend::op(ops::OpId id, const ops::Attr& attr, const Value* arg
     for (const auto& o : outs)
       t.results.push_back(sig_of(o, dims_));
     t.name = std::string("op.") + ops::op_name(id);
+    t.where = s;
     e = remember(std::move(t));
   }
   push_instance(e, args, n, [](size_t) { return true; });
@@ -127,8 +142,11 @@ inline int32_t PeBackend::call_instance(const ir::FnDecl& f, int fn_index, const
     case ir::TypeKind::Bool:
       key[2 + i] = a.as_bool() ? 1 : 0;
       break;
-    default:
-      key[2 + i] = sig(a);
+    default: {
+      // A small constant is keyed as itself (Template::const_args): -1 - its id.
+      const int32_t c = is_const(a) ? memo_.const_id(a.as_tensor()) : -1;
+      key[2 + i] = c >= 0 ? -1 - int64_t{c} : sig(a);
+    }
     }
   }
   int32_t e = memo_.keys.find(key_);
@@ -139,10 +157,16 @@ inline int32_t PeBackend::call_instance(const ir::FnDecl& f, int fn_index, const
     t.name = f.name;
     for (size_t i = 0; i < f.params.size(); ++i) {
       auto k = f.params[i].type->kind;
-      if (k == ir::TypeKind::Int || k == ir::TypeKind::Bool)
+      if (k == ir::TypeKind::Int || k == ir::TypeKind::Bool) {
         t.statics.push_back(key_[2 + i]);
-      else
+      } else if (key_[2 + i] < 0) {
+        const Tensor& c = memo_.const_vals[static_cast<size_t>(-1 - key_[2 + i])];
+        t.const_args.resize(t.args.size() + 1);
+        t.const_args.back() = c;
+        t.args.push_back(memo_.sigs[static_cast<size_t>(sig_id(c))]);
+      } else {
         t.args.push_back(memo_.sigs[static_cast<size_t>(key_[2 + i])]);
+      }
     }
     std::vector<ir::Type> outs;
     flatten_type(f.ret, outs);
@@ -150,6 +174,8 @@ inline int32_t PeBackend::call_instance(const ir::FnDecl& f, int fn_index, const
       t.results.push_back(sig_of(o, dims_));
     if (random_ctx()[static_cast<size_t>(fn_index)])
       t.args.push_back(random_key_sig()); // the context's key, the last argument
+    if (!t.const_args.empty())
+      t.const_args.resize(t.args.size());
     e = remember(std::move(t));
   }
   push_instance(e, args.data(), f.params.size(), [&](size_t i) {

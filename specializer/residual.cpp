@@ -6,6 +6,7 @@
 #include "src/util/check.h"
 
 #include <charconv>
+#include <cstring>
 #include <sstream>
 
 namespace pejit::specializer {
@@ -31,6 +32,32 @@ std::string TensorSig::str() const {
   os << "]";
   return os.str();
 }
+
+namespace {
+
+// The bytes of a constant argument (Template::const_args): its signature is in `args`.
+uint64_t const_hash(const Tensor& t) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const unsigned char*>(t.raw());
+  for (size_t i = 0; i < t.nbytes(); ++i)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+bool same_consts(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].defined() != b[i].defined())
+      return false;
+    if (a[i].defined() && (a[i].dtype() != b[i].dtype() || a[i].nbytes() != b[i].nbytes() ||
+                           std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0))
+      return false;
+  }
+  return true;
+}
+
+} // namespace
 
 std::string Template::key() const {
   // Appends, not a stream: the plan executor asks a key per group of every batch.
@@ -62,6 +89,13 @@ std::string Template::key() const {
     k += " =";
     num(p);
   }
+  for (size_t i = 0; i < const_args.size(); ++i)
+    if (const_args[i].defined()) { // the argument's position and its bytes (a few hundred)
+      k += " ~";
+      num(static_cast<int64_t>(i));
+      k += ':';
+      k.append(static_cast<const char*>(const_args[i].raw()), const_args[i].nbytes());
+    }
   k += " (";
   for (const auto& a : args) { // TensorSig::str(), then a comma
     k += dtype_name(a.dtype);
@@ -92,6 +126,9 @@ uint64_t Template::hash() const {
   for (auto p : param_args)
     mix(static_cast<uint64_t>(p));
   mix(0xfc);
+  for (const auto& c : const_args)
+    mix(c.defined() ? const_hash(c) : 0);
+  mix(0xfb);
   for (const auto& a : args) {
     mix(static_cast<uint64_t>(a.dtype));
     for (auto d : a.dims)
@@ -103,7 +140,8 @@ uint64_t Template::hash() const {
 
 bool Template::same_as(const Template& o) const {
   return kind == o.kind && fn == o.fn && (kind != Kind::Op || (op == o.op && attr == o.attr)) &&
-         statics == o.statics && args == o.args && param_args == o.param_args;
+         statics == o.statics && args == o.args && param_args == o.param_args &&
+         same_consts(const_args, o.const_args);
 }
 
 int32_t TemplateTable::intern(Template t) {

@@ -10,13 +10,15 @@
 // values, so two batches with the same skeleton key have equal DAGs.
 #pragma once
 
+#include "specializer/key_map.h"
 #include "src/interp/random.h"
 #include "src/interp/value.h"
 #include "src/ops/op.h"
-#include "specializer/key_map.h"
 #include "src/tensor/tensor.h"
+#include "src/util/diagnostics.h"
 
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <span>
@@ -75,6 +77,16 @@ struct Template {
   /// `take(emb, w)`) reads the parameter in its template graph, as a function body does,
   /// instead of taking it as an argument shared by every row; the instances still list it.
   std::vector<int32_t> param_args;
+  /// Per argument, the constant that argument always is (undefined: any value), empty when
+  /// none is. A call or op that passes a small constant beside per-row values (the zero state
+  /// `step(x, zeros(64), zeros(64))` of a recurrence, `logits(zeros(64))`) is specialized to
+  /// it: its template graph reads the constant, which folding and the lowering treat as any
+  /// literal, instead of an argument shared by every row. The instances still list it.
+  std::vector<Tensor> const_args;
+  /// Op: the call site it was first made for (one template serves every site of its key, so
+  /// this is not part of it), named where it is reported; a function's declaration says where
+  /// its template is. Unknown: none.
+  Span where;
 
   /// Equal templates have equal keys.
   std::string key() const;
@@ -104,6 +116,11 @@ struct PeMemo {
   std::vector<std::pair<std::string, uint64_t>> cones; ///< entry -> cone version
   /// interp::random_functions and random_context_functions of the module (empty: not yet).
   std::vector<bool> random_fns, random_ctx;
+  /// Constants a template is specialized to (Template::const_args), by id: a call's key has
+  /// -1 - id for such an argument. Only constants of at most kMaxConstArgBytes are.
+  static constexpr size_t kMaxConstArgBytes = 4096;
+  KeyMap const_ids; ///< (dtype, dims..., the bytes in 8-byte words) -> id
+  std::vector<Tensor> const_vals;
   /// The largest residual seen: what the next batch reserves.
   size_t hint_instances = 0, hint_args = 0, hint_inputs = 0, hint_rvals = 0, hint_parts = 0;
   /// Memory the partial evaluator reuses from batch to batch (partial_eval.cpp: the vectors
@@ -123,11 +140,28 @@ struct PeMemo {
     Fragments& operator=(const Fragments&) { return *this; }
   } fragments;
 
+  std::vector<int64_t> const_key_; ///< const_id's scratch
+
   void reset(uint64_t new_stamp) {
     *this = PeMemo{}; // keeps scratch and fragments (their assignment does nothing)
     fragments.p.reset();
     stamp = new_stamp;
     valid = true;
+  }
+  /// The id of constant `t` (interned on first sight); -1 when it is too big to specialize to.
+  int32_t const_id(const Tensor& t) {
+    if (t.nbytes() > kMaxConstArgBytes)
+      return -1;
+    const_key_.assign(1, static_cast<int64_t>(t.dtype()));
+    for (auto d : t.shape().dims())
+      const_key_.push_back(d);
+    const size_t at = const_key_.size();
+    const_key_.resize(at + (t.nbytes() + 7) / 8, 0);
+    std::memcpy(const_key_.data() + at, t.raw(), t.nbytes());
+    auto [id, fresh] = const_ids.emplace(const_key_, static_cast<int32_t>(const_vals.size()));
+    if (fresh)
+      const_vals.push_back(t);
+    return id;
   }
   int32_t sig_id(DType dt, std::span<const int64_t> dims) {
     int64_t buf[Shape::kMaxRank + 2];

@@ -181,13 +181,15 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
   TemplateGraph tg;
   tg.name = t.name;
   auto bound = [&](size_t i) { return i < t.param_args.size() ? t.param_args[i] : -1; };
+  auto constant = [&](size_t i) { return i < t.const_args.size() ? t.const_args[i] : Tensor(); };
   for (size_t i = 0; i < t.args.size(); ++i)
-    add_slot(tg,
-             InputSlot{InputSlot::Role::Arg, static_cast<int>(i), shape_type(t.args[i]), bound(i)});
+    add_slot(tg, InputSlot{InputSlot::Role::Arg, static_cast<int>(i), shape_type(t.args[i]),
+                           bound(i), constant(i)});
   std::vector<NodeId> arg_nodes;
   for (size_t i = 0; i < t.args.size(); ++i)
-    arg_nodes.push_back(
-        bound(i) >= 0 ? kNoNode : tg.g.input(static_cast<uint32_t>(i), shape_type(t.args[i])));
+    arg_nodes.push_back(bound(i) >= 0 || constant(i).defined()
+                            ? kNoNode
+                            : tg.g.input(static_cast<uint32_t>(i), shape_type(t.args[i])));
 
   std::vector<NodeId> results;
   if (t.kind == Template::Kind::Op) {
@@ -203,6 +205,11 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
           add_slot(tg, InputSlot{InputSlot::Role::Param, p, shape_type(t.args[i])});
         arg_nodes[i] = tg.g.input(slot, shape_type(t.args[i]));
       }
+    // An operand that is always one constant is that literal, as in a function body.
+    TraceBackend literals(m, dims, tg);
+    for (size_t i = 0; i < t.args.size(); ++i)
+      if (constant(i).defined())
+        arg_nodes[i] = literals.node_of(Value::tensor(constant(i)));
     results = tg.g.op_results(t.op, arg_nodes, t.attr);
   } else {
     if (t.fn < 0 || static_cast<size_t>(t.fn) >= m.fns().size())
@@ -218,8 +225,10 @@ TemplateGraph trace(const ir::Module& m, const interp::DimBindings& dims, const 
       case ir::TypeKind::Bool:
         args.push_back(Value::boolean(t.statics.at(si++) != 0));
         break;
-      case ir::TypeKind::Tensor:
-        args.push_back(Value::tensor(Tensor(), arg_nodes.at(ai++)));
+      case ir::TypeKind::Tensor: // a constant argument is the literal (Template::const_args)
+        args.push_back(constant(ai).defined() ? Value::tensor(constant(ai))
+                                              : Value::tensor(Tensor(), arg_nodes.at(ai)));
+        ++ai;
         break;
       default:
         throw Error("template '" + t.name + "': parameter '" + p.name +
@@ -271,9 +280,10 @@ void add_backward(TemplateGraph& tg) {
   std::vector<NodeId> wrt;
   for (uint32_t s = 0; s < tg.slots.size(); ++s) {
     const InputSlot& in = tg.slots[s];
-    bool want = in.type.dtype == DType::F32 &&
-                ((in.role == InputSlot::Role::Arg && in.bound_param < 0) ||
-                 (in.role == InputSlot::Role::Param && passes::find_input(tg.g, s) != kNoNode));
+    bool want =
+        in.type.dtype == DType::F32 &&
+        ((in.role == InputSlot::Role::Arg && in.bound_param < 0 && !in.bound_const.defined()) ||
+         (in.role == InputSlot::Role::Param && passes::find_input(tg.g, s) != kNoNode));
     if (!want)
       continue;
     tg.grad_slots.push_back(s);

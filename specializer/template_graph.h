@@ -47,6 +47,9 @@ struct InputSlot {
   /// Arg: the module parameter the argument always is (Template::param_args), read through
   /// a Param slot instead; the argument itself is unread and gets no gradient. -1: none.
   int bound_param = -1;
+  /// Arg: the argument is always this constant (Template::const_args), read as a literal
+  /// instead; the argument itself is unread and gets no gradient. Undefined: none.
+  Tensor bound_const{};
 };
 
 struct TemplateGraph {

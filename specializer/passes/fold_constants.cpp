@@ -74,6 +74,9 @@ private:
 
   // An existing node of out_ equal in value to `n` over `ops`, or kNoNode.
   NodeId simplify(const graph::Node& n, const std::vector<NodeId>& ops) {
+    if (n.kind == Kind::Op && n.op() == ops::OpId::MatMul && n.type.dtype == DType::F32 &&
+        (is_const(ops[0], 0.0f) || is_const(ops[1], 0.0f)))
+      return out_.constant(0.0f, n.type.dims); // a zero state @ W (see the design note)
     if (n.kind == Kind::Op && ops.size() == 2) {
       // x op e = x, e op x = x for the op's identity element e (the registry's Identity).
       NodeId a = ops[0], b = ops[1];

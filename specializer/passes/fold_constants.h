@@ -9,8 +9,12 @@
 // Identities that hold exactly are applied to any node: x*1, 1*x, x+0, 0+x, x-0, x/1,
 // sum_n terms that are constant zeros, sum_to_shape / broadcast_to / reshape_like to the
 // operand's own type, and broadcast_to of a constant (a bigger constant). These are what
-// the seeded loss used for AD leaves behind. Not done: x*0 (NaN and Inf do not vanish),
-// reassociation, anything that changes rounding.
+// the seeded loss used for AD leaves behind. One more holds for finite operands: a matmul
+// with a constant zero operand is a zero constant (the zero state of a recurrence, `h0 @ W`
+// with h0 = zeros(H)): a NaN or Inf in the other operand, which would make every product
+// NaN, does not propagate, but a parameter gone non-finite shows in every other use of it.
+// Not done: x*0 elementwise (NaN and Inf do not vanish), reassociation, anything that
+// changes rounding.
 #pragma once
 
 #include "src/graph/graph.h"

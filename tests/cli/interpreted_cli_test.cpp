@@ -1,8 +1,9 @@
 // End-to-end tests of what `pejit train` reports about the batching interpreter: plan groups
 // whose template is not lowered to a kernel program are counted and timed (`--json`:
 // interpreted_groups, interpreted_seconds, and their templates with their functions' source
-// lines and why; jit_seconds leaves them out), and the epoch lines and the summary give the
-// share of training time on JIT kernels beside the share specialized.
+// lines, or an op's with its call's, and why; jit_seconds leaves them out), and the epoch
+// lines and the summary give the share of training time on JIT kernels beside the share
+// specialized.
 #include "tests/cli/cli_util.h"
 
 #include <doctest/doctest.h>
@@ -37,6 +38,30 @@ fn encode(t: Tree) -> (f32[4], f32[]) {
       let (hl, ll) = encode(l);
       let (hr, lr) = encode(r);
       let h = mix(cell(hl, hr), hl);
+      (h, ll + lr + node_loss(h, y))
+    }
+  }
+}
+entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).1, batch)) }
+)";
+
+// The same shape of model with the refused matmul written inline in `encode` (line 15, from
+// column 15): an op's template, which has no function of its own to name.
+const char* kOpInterpreted = R"(type Tree = Leaf(word: i32[], label: i32[])
+          | Node(left: Tree, right: Tree, label: i32[])
+dim V = 100
+param emb   : f32[V, 4] = normal(0.0, 0.1)
+param W     : f32[8, 4] = xavier
+param W_out : f32[4, 5] = xavier
+fn cell(hl: f32[4], hr: f32[4]) -> f32[4] { tanh(concat(hl, hr) @ W) }
+fn node_loss(h: f32[4], y: i32[]) -> f32[] { cross_entropy(h @ W_out, y) }
+fn encode(t: Tree) -> (f32[4], f32[]) {
+  match t {
+    Leaf(w, y) => { let h = take(emb, w); (h, node_loss(h, y)) }
+    Node(l, r, y) => {
+      let (hl, ll) = encode(l);
+      let (hr, lr) = encode(r);
+      let h = cell(hl, hr) @ reshape(concat(hl, hl, hl, hl), 4, 4);
       (h, ll + lr + node_loss(h, y))
     }
   }
@@ -134,6 +159,25 @@ TEST_SUITE("cli") {
     Shares gs = summary_shares(g.err);
     CHECK(gs.jit == 0);
     CHECK(gs.specialized == 0);
+  }
+
+  TEST_CASE("train: an op's template in the batching interpreter is named with the source "
+            "line of the call it was made for") {
+    std::string model = tmp("op_interpreted.pe"), data = tmp("op_interp_train.txt");
+    std::ofstream(model) << kOpInterpreted;
+    REQUIRE(run_pejit("gen sst --trees 100 --seed 3 -o " + data).code == 0);
+    Run r = run_pejit("train " + model + " --data " + data +
+                      " --epochs 1 --batch 25 --json --no-train-eval --mode specialized");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    auto js = json_lines(r.out);
+    REQUIRE(js.size() == 1);
+    const auto& named = js[0]["interpreted_templates"];
+    REQUIRE(named.size() == 1);
+    const std::string op = named[0].get<std::string>();
+    CHECK(op.rfind("op.matmul (" + model + ":15:15): ", 0) == 0);
+    CHECK(op.find("matmul other than per-row vector @ shared matrix") != std::string::npos);
+    CHECK(r.err.find("\n  in the batching interpreter: " + op + "\n") != std::string::npos);
   }
 
   TEST_CASE("train: no group of the TreeLSTM runs in the batching interpreter, the embedding "

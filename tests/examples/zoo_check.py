@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """A zoo model trained the same on both paths: generates trees with `pejit gen sst` (n-ary with
---arity), trains --epochs epochs in generic and in (strict) specialized mode with `--json`,
-and checks that every epoch's loss agrees within --rtol and that the specialized run planned
-every batch. Prints, from the specialized run's JSON, how much of its time ran on JIT kernels
+--arity; plain sentences with --sentences, for the list models), trains --epochs epochs in
+generic and in (strict) specialized mode with `--json`, and checks that every epoch's loss
+agrees within --rtol and that the specialized run planned every batch. Prints, from the specialized run's JSON, how much of its time ran on JIT kernels
 and how much (and how many plan groups) in the batching interpreter. With --interpreted T1,T2
 (comma-separated; "" or "none" for none) it checks that the templates `pejit dump --emit kernels` names
 as running through the batching interpreter are among those (a template that falls back fails
 the check; one that gets lowered does not), and that `--json` counts groups there exactly
 when dump names some.
 
-  zoo_check.py PEJIT MODEL WORKDIR [--arity K] [--trees N] [--epochs N] [--batch N] ...
+  zoo_check.py PEJIT MODEL WORKDIR [--arity K | --sentences] [--trees N] [--epochs N] [--batch N] ...
 
 The tolerance: the generic path and a plan agree on a step's loss within a relative 1e-5 and
 on every gradient within 1e-4 of its size (docs/architecture.md, "Invariants"); over a short
@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--lr", default="0.05")
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--interpreted", default=None)
+    ap.add_argument("--sentences", action="store_true",
+                    help="plain sentences (`pejit gen sst --sentences`) for list models")
     a = ap.parse_args()
 
     os.makedirs(a.workdir, exist_ok=True)
@@ -82,6 +84,8 @@ def main():
     gen = [a.pejit, "gen", "sst", "--trees", str(a.trees), "--seed", "21", "-o", data]
     if a.arity != 2:
         gen[3:3] = ["--arity", str(a.arity)]
+    if a.sentences:
+        gen[3:3] = ["--sentences"]
     run(gen)
 
     runs = {}

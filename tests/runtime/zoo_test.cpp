@@ -1,10 +1,10 @@
-// The zoo's tree models (examples/treelstm, recnn, treegru, nary_treelstm, childsum): their
-// plans match the generic path (docs/architecture.md: loss within a relative 1e-5, every
-// gradient within 1e-4 * max|ref| + 1e-6) on every executor (the batching interpreter, the
-// template graphs on reference kernels, and with JIT-compiled runs), on generated trees of
-// several shapes; every parameter gets a gradient; and on template graphs no group is left
-// to the batching interpreter: the embedding lookup (op.take) is a row gather of the
-// template's kernel program, its gradient row-sparse.
+// The zoo's tree models (examples/treelstm, recnn, treegru, nary_treelstm, childsum) and list
+// models (examples/rnn, and examples/tagger over a tree's words): their plans match the generic
+// path (docs/architecture.md: loss within a relative 1e-5, every gradient within 1e-4 * max|ref| +
+// 1e-6) on every executor (the batching interpreter, the template graphs on reference kernels, and
+// with JIT-compiled runs), on generated trees of several shapes or sentences; every parameter gets
+// a gradient; and on template graphs no group is left to the batching interpreter: the embedding
+// lookup (op.take) is a row gather of the template's kernel program, its gradient row-sparse.
 #include "jit/kernel_cache.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
@@ -71,9 +71,51 @@ void check_model(const std::string& file, size_t arity, const char* extra) {
   check_same(md, test::tree_batch(*md.m, ts));
 }
 
+// Sentences of lengths 0 to 8 over a vocabulary of `vocab` words, as List[List[i32[]]].
+interp::Value sentence_batch(int count, int vocab) {
+  interp::Values sents;
+  for (int s = 0; s < count; ++s) {
+    interp::Values words;
+    for (int w = 0; w < s % 9; ++w)
+      words.push_back(interp::Value::tensor(Tensor::scalar_i32((s * 5 + w * 3) % vocab)));
+    sents.push_back(interp::Value::list(words));
+  }
+  return interp::Value::list(sents);
+}
+
 } // namespace
 
 TEST_SUITE("examples") {
+  TEST_CASE("zoo: the bidirectional LSTM tagger's plans == generic path, none in the "
+            "interpreter") {
+    check_model(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe", 2,
+                "(1 (2 a) (3 b))\n(3 (2 (4 c) (1 d)) (0 e))\n(2 w)\n");
+  }
+
+  TEST_CASE("zoo: the LSTM language model's plans == generic path, none in the interpreter (its "
+            "zero state a constant its templates are specialized to)") {
+    test::FileModel md(PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe", 40);
+    interp::Value batch = sentence_batch(25, 40);
+    check_same(md, batch);
+    // The first step and the first prediction of every sentence take zeros(64): their
+    // templates read it as a literal (Template::const_args), apart from the per-row ones.
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    int literal = 0, per_row = 0;
+    for (size_t i = 0; i < tt.size(); ++i) {
+      const auto& t = tt.at(static_cast<int32_t>(i));
+      if (t.name != "step" && t.name != "logits")
+        continue;
+      bool bound = false;
+      for (const auto& c : t.const_args)
+        bound = bound || c.defined();
+      (bound ? literal : per_row)++;
+    }
+    CHECK(literal == 2);
+    CHECK(per_row == 2);
+  }
+
   TEST_CASE("zoo: the binary TreeLSTM's plans == generic path, none in the interpreter") {
     check_model(PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe", 2,
                 "(1 (2 a) (3 b))\n(3 (2 (4 c) (1 d)) (0 e))\n");

@@ -442,6 +442,44 @@ fn g(x: f32[4]) -> f32[4] { x * concat(zeros(2), ones(2)) }
     check_against_generic(src, md, tmpl("g"), cg, 2);
   }
 
+  TEST_CASE("constant arguments: a template specialized to zeros(4) reads it as a literal, and "
+            "zeros @ W folds away with W") {
+    const char* src = R"(param W : f32[4, 4] = xavier
+fn f(x: f32[4], s: f32[4]) -> f32[4] { x * tanh(s @ W) + s }
+)";
+    Model md(src);
+    auto tmpl = [&](Tensor c) {
+      specializer::Template t;
+      t.fn = md.m->fn_index("f");
+      t.name = "f";
+      t.args = {{DType::F32, {4}}, {DType::F32, {4}}};
+      t.results = {{DType::F32, {4}}};
+      t.const_args = {Tensor(), std::move(c)};
+      return t;
+    };
+    auto zero =
+        specializer::compile_template(*md.m, md.dims, tmpl(Tensor::zeros(DType::F32, Shape{4})));
+    auto one = specializer::compile_template(*md.m, md.dims, tmpl(Tensor::full(Shape{4}, 1.0f)));
+    // The constant argument is unread, and no gradient is asked for it.
+    for (const auto* tg : {&zero, &one}) {
+      CHECK(tg->args[0] != graph::kNoNode);
+      CHECK(tg->args[1] == graph::kNoNode);
+      for (uint32_t slot : tg->grad_slots)
+        CHECK(slot != 1);
+    }
+    // zeros @ W is zero: tanh(0) = 0, x * 0 stays (NaN in x), + 0 goes; W is not read.
+    CHECK(count_ops(zero.g, ops::OpId::MatMul) == 0);
+    CHECK(zero.params.empty());
+    CHECK(count_ops(one.g, ops::OpId::MatMul) == 1);
+    CHECK(one.params.size() == 1);
+    // Two constants are two templates.
+    CHECK(tmpl(Tensor::zeros(DType::F32, Shape{4})).key() !=
+          tmpl(Tensor::full(Shape{4}, 1.0f)).key());
+    CHECK(tmpl(Tensor::zeros(DType::F32, Shape{4}))
+              .same_as(tmpl(Tensor::zeros(DType::F32, Shape{4}))));
+    CHECK(!tmpl(Tensor::zeros(DType::F32, Shape{4})).same_as(tmpl(Tensor::full(Shape{4}, 1.0f))));
+  }
+
   TEST_CASE("dead-code elimination: an unused value and its parameter disappear, CSE merges") {
     const char* src = R"(param W : f32[4, 4] = xavier
 fn f(x: f32[4]) -> f32[4] { let unused = tanh(x @ W); tanh(x * 1.0) + tanh(x) }
