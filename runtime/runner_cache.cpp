@@ -63,9 +63,12 @@ std::shared_ptr<const GraphRunner> RunnerCache::get(const specializer::Template&
   }
   std::lock_guard<std::mutex> lock(mu_);
   Entry& slot = map_[key];
-  if (!slot.compiled && !slot.failed) // another thread may have compiled it meanwhile
+  // Another thread may have compiled it meanwhile, or failed to: then its outcome stands, and
+  // its failure is the one listed (a template is listed once however many threads tried it).
+  const bool ours = !slot.compiled && !slot.failed;
+  if (ours)
     slot = e;
-  if (!failure.empty()) {
+  if (!failure.empty() && ours) {
     failures_.push_back(failure);
     any_failure_ = true;
   }
