@@ -40,9 +40,6 @@ template <class F> decltype(auto) on_stack_for_depth(size_t depth, int max_depth
   return interp::with_call_limit(limit,
                                  [&](const interp::CallLimit&) -> decltype(auto) { return fn(); });
 }
-template <class F> decltype(auto) on_stack_for(const interp::Value& batch, int max_depth, F&& fn) {
-  return on_stack_for_depth(interp::nesting_depth(batch), max_depth, std::forward<F>(fn));
-}
 } // namespace
 
 using Clock = std::chrono::steady_clock;
@@ -183,14 +180,9 @@ struct Engine::Impl {
   // Its facts (BatchFacts) are kept for the step that runs it (take_facts), which then need
   // not walk the batch again on the training thread.
   void plan_ahead(const std::string& entry, const Value& batch, size_t depth) {
-    auto f = std::make_shared<BatchFacts>();
-    f->depth = depth;
-    PlanKey part = specializer.batch_key(batch);
-    f->key_hash = part.hash;
-    f->slots = part.slots;
-    specializer::batch_payloads(batch, f->payloads);
+    auto f = std::make_shared<const BatchFacts>(facts_of(batch, depth));
     keep_facts(batch, f);
-    PlanKey key = specializer.key(entry, std::move(part));
+    PlanKey key = specializer.key(entry, PlanKey{f->key_hash, f->slots});
     if (plans.lookup(key.hash, false))
       return;
     std::string why;
@@ -202,6 +194,17 @@ struct Engine::Impl {
     stats.plan_prefetched(s);
     if (!e->compile_requested.exchange(true))
       compile_plan(*e);
+  }
+
+  // What running `batch` finds by walking it, its depth already known.
+  BatchFacts facts_of(const Value& batch, size_t depth) const {
+    BatchFacts f;
+    f.depth = depth;
+    PlanKey k = specializer.batch_key(batch);
+    f.key_hash = k.hash;
+    f.slots = std::move(k.slots);
+    specializer::batch_payloads(batch, f.payloads);
+    return f;
   }
 
   // Facts of prefetched batches, each with its batch (which keeps the list's elements, whose
@@ -448,13 +451,7 @@ Value Engine::run(const std::string& entry, const Value& batch, const interp::Pa
 }
 
 BatchFacts Engine::facts(const Value& batch) const {
-  BatchFacts f;
-  f.depth = interp::nesting_depth(batch);
-  PlanKey k = impl_->specializer.batch_key(batch);
-  f.key_hash = k.hash;
-  f.slots = std::move(k.slots);
-  specializer::batch_payloads(batch, f.payloads);
-  return f;
+  return impl_->facts_of(batch, interp::nesting_depth(batch));
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
