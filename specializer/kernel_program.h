@@ -76,7 +76,8 @@ struct GatherConcat {
 };
 
 /// A node that the runs read in place once every run has its kernel, not computed then: a
-/// split's part read as columns of its operand, or a bias sum the runs add themselves.
+/// split's part or a slice read as columns of its operand, or a bias sum the runs add
+/// themselves.
 struct InPlaceView {
   graph::NodeId node = graph::kNoNode;
 };

@@ -291,17 +291,52 @@ private:
     return out;
   }
 
+  // The order a kernel's nodes run in: id order, except in a kernel anchored on an input
+  // gradient's GEMM (dY·W^T). There the fusible nodes the GEMM does not need (gate gradients
+  // of other parts, met in id order before it) run after the GEMM and the slices of its
+  // product, next to the nodes that read the product: one elementwise run instead of two,
+  // and the run before the GEMM is then the chain that makes dY alone (a panel kernel's
+  // prologue, lower_panels.cpp).
+  std::vector<NodeId> execution_order(const Group& gr) const {
+    const NodeId a = gr.anchor;
+    if (a == kNoNode || kernel_class(g_.node(a)) != ops::KernelClass::GemmInputGrad)
+      return gr.nodes;
+    std::set<NodeId> mine(gr.nodes.begin(), gr.nodes.end()), cone{a};
+    std::vector<NodeId> work{a};
+    while (!work.empty()) {
+      NodeId n = work.back();
+      work.pop_back();
+      for (NodeId o : g_.node(n).operands)
+        if (mine.count(o) && cone.insert(o).second)
+          work.push_back(o);
+    }
+    std::vector<NodeId> order, moved;
+    size_t i = 0;
+    for (; i < gr.nodes.size() && gr.nodes[i] <= a; ++i)
+      (cone.count(gr.nodes[i]) ? order : moved).push_back(gr.nodes[i]);
+    // The product's own slices and split parts stay right after it.
+    for (; i < gr.nodes.size(); ++i) {
+      const Node& n = g_.node(gr.nodes[i]);
+      if (!is_layout(n) || n.operands.size() != 1 || n.operands[0] != a)
+        break;
+      order.push_back(gr.nodes[i]);
+    }
+    order.insert(order.end(), moved.begin(), moved.end());
+    order.insert(order.end(), gr.nodes.begin() + static_cast<std::ptrdiff_t>(i), gr.nodes.end());
+    return order;
+  }
+
   Kernel describe(const Group& gr) const {
     Kernel kn;
-    kn.nodes = gr.nodes;
+    kn.nodes = execution_order(gr);
     kn.anchor = gr.anchor;
     std::set<NodeId> mine(gr.nodes.begin(), gr.nodes.end());
     std::map<NodeId, std::string> local;
     std::vector<std::string> chain;
     std::set<NodeId> split_seen; // one "splitN" per split application in the chain
     std::string key;
-    for (size_t j = 0; j < gr.nodes.size(); ++j) {
-      NodeId id = gr.nodes[j];
+    for (size_t j = 0; j < kn.nodes.size(); ++j) {
+      NodeId id = kn.nodes[j];
       const Node& n = g_.node(id);
       local[id] = "n" + std::to_string(j);
       std::string nm = name_of(n);

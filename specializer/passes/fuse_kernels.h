@@ -14,7 +14,9 @@
 // (another operand's kernel depends on the chosen one); the operand kernels that are
 // standalone chains are then merged into it when no third kernel lies between them. A node
 // no kernel can take opens a standalone chain. Kernels are returned in a topological order
-// (ties by smallest node id), so the result is deterministic.
+// (ties by smallest node id), so the result is deterministic. Within a kernel, nodes run in
+// id order, except around an input gradient's GEMM: the fusible nodes it does not need run
+// after it (Kernel::nodes).
 // Inputs and constants belong to no kernel: they are buffers and immediates that kernels
 // read. Not done: fusing two anchors (a reduction into a matmul epilogue), recomputation
 // instead of storing, shape-aware cost decisions.
@@ -29,7 +31,9 @@
 namespace pejit::specializer::passes {
 
 struct Kernel {
-  std::vector<graph::NodeId> nodes;      ///< in id order
+  /// In the order they run: id order, but for an input gradient's GEMM (see execution_order
+  /// in fuse_kernels.cpp) the nodes it does not need run after it.
+  std::vector<graph::NodeId> nodes;
   graph::NodeId anchor = graph::kNoNode; ///< kNoNode: a standalone fusible chain
   std::vector<graph::NodeId> inputs;     ///< nodes read from outside (not constants)
   std::vector<graph::NodeId> outputs;    ///< nodes read outside the kernel, or roots

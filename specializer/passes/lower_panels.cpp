@@ -170,14 +170,17 @@ void find_cores(Lowering& l, const std::vector<std::vector<NodeId>>& users,
           r.spec.in_panel[i] = r.inputs[i] == m || r.in_view[i].first == m;
       }
     }
-  // Backward: the dY·W^T (MatMulGradA) whose dY is a concat that the run writes, met next
-  // (in this kernel or at the start of the next) with only such concats between.
+  // Backward: the dY·W^T (MatMulGradA) whose dY is a concat that the run writes, or one of
+  // its outputs, met next (in this kernel or at the start of the next) with only such
+  // concats between.
   for (size_t ki = 0; ki < l.bwd_runs.size(); ++ki)
     for (ElementwiseRun& r : l.bwd_runs[ki]) {
-      std::vector<NodeId> made; // the concats the run writes in place
-      for (auto [dst, off] : r.out_view)
-        if (dst != graph::kNoNode && std::find(made.begin(), made.end(), dst) == made.end())
+      std::vector<NodeId> made; // the concats the run writes in place, and its outputs
+      for (size_t j = 0; j < r.outputs.size(); ++j) {
+        NodeId dst = r.out_view[j].first != graph::kNoNode ? r.out_view[j].first : r.outputs[j];
+        if (std::find(made.begin(), made.end(), dst) == made.end())
           made.push_back(dst);
+      }
       NodeId q = graph::kNoNode;
       bool unique = true;
       for (NodeId d : made)

@@ -121,12 +121,14 @@ void plan_runs(Lowering& l) {
     const Node& n = g.node(id);
     return n.kind == Kind::Op && n.op() == op;
   };
-  // A split's part of a row vector: read in place by the runs.
+  // A split's part of a row vector, or a slice of one (a dY·W^T product's columns per
+  // child): read in place by the runs.
   auto split_view = [&](NodeId p) -> std::pair<NodeId, int64_t> {
-    if (!is_op(p, OpId::Split) || !row_vector(p) || !row_vector(g.node(p).operands[0]))
+    const bool split = is_op(p, OpId::Split), slice = is_op(p, OpId::Slice);
+    if ((!split && !slice) || !row_vector(p) || !row_vector(g.node(p).operands[0]))
       return {graph::kNoNode, 0};
     const Node& n = g.node(p);
-    return {n.operands[0], n.output_index * n.type.dims[0]};
+    return {n.operands[0], split ? n.output_index * n.type.dims[0] : n.attr.ints.at(0)};
   };
   // A run output read only by one concat of row vectors, whose operands all come from that
   // run, once each: written into the concat's value in place.
@@ -153,6 +155,13 @@ void plan_runs(Lowering& l) {
   for (NodeId p = 0; p < static_cast<NodeId>(g.size()); ++p) {
     if (split_view(p).first == graph::kNoNode)
       continue;
+    if (is_op(p, OpId::Slice)) { // likewise a slice read only by runs
+      bool ok = !kept[static_cast<size_t>(p)] && !users[static_cast<size_t>(p)].empty();
+      for (NodeId u : users[static_cast<size_t>(p)])
+        ok = ok && run_of[static_cast<size_t>(u)] >= 0;
+      l.skip[static_cast<size_t>(p)] = ok;
+      continue;
+    }
     bool ok = true;
     for (NodeId q : l.p.split_parts[static_cast<size_t>(p)])
       ok = ok && split_view(q).first != graph::kNoNode;

@@ -2,7 +2,8 @@
 // becomes the core of its epilogue's panel kernel (the concat gathered per panel, the bias
 // sum and the splits read in place, the cell's other argument filled per panel), the
 // backward chain feeding dY·W^T, the deferred weight gradient and the bias gradient's row
-// sum; the loss on reduction kernels; reference steps only without kernels; an unsupported
+// sum; a GRU cell's two input-gradient GEMMs each fed by its chain; the loss on reduction
+// kernels; reference steps only without kernels; an unsupported
 // template and why.
 #include "specializer/passes/lower.h"
 
@@ -36,6 +37,16 @@ fn loss(h: f32[4], y: i32[]) -> f32[] { cross_entropy(h @ V, y) }
 fn pick(t: f32[3, 4], i: i32[]) -> f32[4] { take(t, i) }
 
 fn embed(i: i32[]) -> f32[4] { tanh(take(E, i)) }
+
+param Uzr : f32[8, 12] = xavier
+param Uh : f32[8, 4] = xavier
+
+fn gru(hl: f32[4], hr: f32[4]) -> f32[4] {
+  let (z, rl, rr) = split3(concat(hl, hr) @ Uzr);
+  let cand = tanh(concat(sigmoid(rl) * hl, sigmoid(rr) * hr) @ Uh);
+  let u = sigmoid(z);
+  (1.0 - u) * (hl + hr) + u * cand
+}
 )";
 
 struct Fixture {
@@ -164,6 +175,39 @@ TEST_SUITE("specializer") {
     CHECK(text.find("deferred weight grad") != std::string::npos);
     CHECK(text.find("arguments a panel core gathers (the caller may pass their rows): 0 1 2") !=
           std::string::npos);
+  }
+
+  TEST_CASE("lower: two GEMMs in a row (a GRU cell): each dY·W^T is fed by the chain before "
+            "it, its product's slices are read in place, nothing runs on reference kernels") {
+    Fixture f;
+    TemplateGraph tg = f.compile("gru", {kVec4, kVec4}, {kVec4});
+    const KernelProgram& p = tg.program;
+    REQUIRE_MESSAGE(p.supported(), p.why);
+    const graph::Graph& g = tg.g;
+    // Both input gradients' GEMMs (dY·Uh^T, then dY·Uzr^T) are the cores of the runs that
+    // make their dY: the candidate's gate gradient, and the reset and update gates' (which
+    // run after the first GEMM, next to the nodes that read its product, not before it).
+    auto bgemms = steps_of<RowGemm>(p.bwd);
+    REQUIRE(bgemms.size() == 2);
+    for (const RowGemm* m : bgemms) {
+      CHECK(m->transposed);
+      CHECK(m->fused_into_run >= 0);
+    }
+    // The product's columns per child (slices) are views; no node outside the runs is
+    // computed by a reference kernel once every run has its kernel.
+    auto views = steps_of<InPlaceView>(p.bwd);
+    CHECK(std::count_if(views.begin(), views.end(), [&](const InPlaceView* v) {
+            return is_op(g, v->node, ops::OpId::Slice);
+          }) == 4);
+    for (const auto& k : p.bwd)
+      for (size_t i = 0; i < k.steps.size(); ++i) {
+        if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
+          i += r->count; // its nodes' reference steps, for an executor without its kernel
+          continue;
+        }
+        if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
+          CHECK_MESSAGE(is_op(g, n->node, ops::OpId::Concat), graph::print_node(g, n->node));
+      }
   }
 
   TEST_CASE("lower: the loss and its backward run on reduction kernels") {
