@@ -54,6 +54,17 @@ void plan_runs(Lowering& l) {
     }
     return gemm;
   };
+  // Likewise a lone node that is the whole dY of a dY·W^T (a RecNN's tanh gradient), so that
+  // the GEMM is its panel kernel's core (lower_panels.cpp).
+  auto prologue_of_gemm_grad = [&](NodeId id) {
+    for (NodeId u : readers[static_cast<size_t>(id)]) {
+      const Node& un = g.node(u);
+      if (un.kind == Kind::Grad && un.grad_op() == GradOp::MatMulGradA && un.operands[0] == id &&
+          l.cls(u) == RowClass::Rows)
+        return true;
+    }
+    return false;
+  };
   int32_t next = 0;
   auto form = [&](const std::vector<specializer::Kernel>& ks,
                   std::vector<std::vector<ElementwiseRun>>& out) {
@@ -88,7 +99,8 @@ void plan_runs(Lowering& l) {
           run_of[static_cast<size_t>(nodes[j])] = next;
         }
         r.count = j - i;
-        if (r.count >= 2 || (r.count == 1 && epilogue_of_gemm(nodes[i]))) {
+        if (r.count >= 2 ||
+            (r.count == 1 && (epilogue_of_gemm(nodes[i]) || prologue_of_gemm_grad(nodes[i])))) {
           out[ki].push_back(std::move(r));
           ++next;
         } else {

@@ -2,9 +2,9 @@
 // becomes the core of its epilogue's panel kernel (the concat gathered per panel, the bias
 // sum and the splits read in place, the cell's other argument filled per panel), the
 // backward chain feeding dY·W^T, the deferred weight gradient and the bias gradient's row
-// sum; a GRU cell's two input-gradient GEMMs each fed by its chain; the loss on reduction
-// kernels; reference steps only without kernels; an unsupported
-// template and why.
+// sum; a GRU cell's two input-gradient GEMMs each fed by its chain, a RecNN's by its lone
+// tanh gradient; the loss on reduction kernels; reference steps only without kernels; an
+// unsupported template and why.
 #include "specializer/passes/lower.h"
 
 #include "specializer/template_graph.h"
@@ -47,6 +47,8 @@ fn gru(hl: f32[4], hr: f32[4]) -> f32[4] {
   let u = sigmoid(z);
   (1.0 - u) * (hl + hr) + u * cand
 }
+
+fn rec(c1: f32[4], c2: f32[4]) -> f32[4] { tanh(concat(c1, c2) @ Uh) }
 )";
 
 struct Fixture {
@@ -208,6 +210,20 @@ TEST_SUITE("specializer") {
         if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
           CHECK_MESSAGE(is_op(g, n->node, ops::OpId::Concat), graph::print_node(g, n->node));
       }
+  }
+
+  TEST_CASE("lower: a lone gradient node that is a dY·W^T's whole dY is its panel run") {
+    Fixture f;
+    TemplateGraph tg = f.compile("rec", {kVec4, kVec4}, {kVec4});
+    const KernelProgram& p = tg.program;
+    REQUIRE_MESSAGE(p.supported(), p.why);
+    auto bruns = steps_of<ElementwiseRun>(p.bwd);
+    REQUIRE(bruns.size() == 1);
+    CHECK(bruns[0]->count == 1);
+    CHECK(!bruns[0]->spec.core_first);
+    auto bgemms = steps_of<RowGemm>(p.bwd);
+    REQUIRE(bgemms.size() == 1);
+    CHECK(bgemms[0]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
   }
 
   TEST_CASE("lower: the loss and its backward run on reduction kernels") {
