@@ -342,6 +342,18 @@ def grads_of(P):
     return out
 
 
+# Binary trees for the self-checks of the binary models (SST's shapes: labels 0-4 and "-",
+# a one-word tree, a deep left spine).
+BINARY_TINY = [
+    "(3 (2 The) (4 (2 Rock) (2 is)))",
+    "(1 (2 (2 a) (1 bad)) (2 (2 movie) (- .)))",
+    "(- (2 (3 (2 very) (3 good)) (2 film)) (2 (2 ,) (4 (2 really) (4 (2 is) (3 great)))))",
+    "(0 (1 awful) (2 stuff))",
+    "(2 solo)",
+    "(4 (4 (4 (3 (2 (2 deep) (2 left)) (2 spine)) (2 of)) (2 words)) (3 here))",
+]
+
+
 class Peer:
     """A model: `name`, `shapes`, `max_kids` / `min_kids` (children per inner node), `tiny`
     (trees for the self-check), `model_file` (the .pe file, for --pejit), and its two styles:

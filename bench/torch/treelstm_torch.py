@@ -202,14 +202,7 @@ def batched_predict_roots(P, trees):
     return pc.root_predictions(P, batched_states(P, L), L)
 
 
-TINY = [
-    "(3 (2 The) (4 (2 Rock) (2 is)))",
-    "(1 (2 (2 a) (1 bad)) (2 (2 movie) (- .)))",
-    "(- (2 (3 (2 very) (3 good)) (2 film)) (2 (2 ,) (4 (2 really) (4 (2 is) (3 great)))))",
-    "(0 (1 awful) (2 stuff))",
-    "(2 solo)",
-    "(4 (4 (4 (3 (2 (2 deep) (2 left)) (2 spine)) (2 of)) (2 words)) (3 here))",
-]
+TINY = pc.BINARY_TINY
 
 
 class TreeLSTM(pc.Peer):
