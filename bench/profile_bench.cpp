@@ -1,18 +1,20 @@
-// Where a specialized training step's time goes, by kernel family, measured in situ: a tree
-// model (the TreeLSTM unless --model names another) on shuffled 25-tree batches, each
+// Where a specialized training step's time goes, by kernel family, measured in situ: a model
+// (the TreeLSTM unless --model names another) on shuffled 25-example batches, each
 // partially evaluated, planned and run on its template graphs with JIT elementwise kernels
 // (what `pejit train --mode specialized` does, without the plan cache), then an Adagrad step.
 // The plan executor times every launch (ExecOptions::profile); GEMM families report GFLOP/s
 // and the fraction of this machine's SGEMM peak, measured in the same process (the best
 // libxsmm rate over large square shapes). The last line is the model's roofline: the useful
-// GEMM FLOPs per tree and per step, and the whole step's rate (those FLOPs over the step's
-// time, planning and the optimizer included) as a fraction of that peak.
+// GEMM FLOPs per example (tree or sentence) and per step, and the whole step's rate (those
+// FLOPs over the step's time, planning and the optimizer included) as a fraction of that peak.
 //
 //   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--model FILE.pe]
 //                       [--ab-panels | --ab-core | --ab-wgrad | --no-merge]
 //
-// The model needs a `Tree` type and a `loss` entry over List[Tree] (every tree model in
-// examples/; the child-sum TreeLSTM wants n-ary data: `pejit gen sst --arity K`).
+// Any model `pejit train` takes: the data file is read and encoded as `pejit train` reads it
+// for the model's `loss` entry (runtime/train/common.h: trees into the batch element's ADT,
+// root-labeled trees such as ListOps into their wrapper, plain sentences into List[i32[]];
+// the child-sum TreeLSTM wants n-ary data: `pejit gen sst --arity K`). TREES counts examples.
 // Equal instances are merged before planning, as the engine does (--no-merge: not).
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
@@ -26,20 +28,22 @@
 // (ExecOptions::jit_weight_grads off); both profiled, so that the weight-gradient GEMMs' own
 // time is paired too.
 //
-// The default file is ../shared/data/sst/train.txt (generated SST-like trees without it).
-#include "runtime/data/synthetic.h"
-#include "runtime/data/tree_io.h"
-#include "runtime/exec_layout.h"
+// Without TRAIN_FILE (or when it does not exist) the data follow what the model reads: trees
+// from ../shared/data/sst/train.txt, sentences from ../shared/data/ptb/valid.txt, when those
+// optional files are there; else TREES generated examples, seed 1, as `pejit gen` makes them
+// (SST-like trees, their words as sentences, or ListOps for a root-labeled wrapper).
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
-#include "src/kernels/kernels.h"
-#include "runtime/optim/optimizer.h"
 #include "pejit/pejit.h"
+#include "runtime/data/synthetic.h"
+#include "runtime/exec_layout.h"
+#include "runtime/optim/optimizer.h"
 #include "runtime/plan_executor.h"
+#include "runtime/train/common.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "runtime/train/encode.h"
+#include "src/kernels/kernels.h"
 #include "src/types/check.h"
 
 #include <algorithm>
@@ -77,6 +81,41 @@ double sgemm_peak() {
   return best / 1e9;
 }
 
+// Whether the batch element wraps a tree labeled at its root only (`Example(tree: Tree,
+// label: i32[])`, ListOps): one constructor with a field of another ADT (TreeEncoder's rule).
+bool root_labeled(const ir::Module& m, const ir::Type& elem) {
+  const ir::TypeDecl* d = elem->kind == ir::TypeKind::Adt ? m.adt(elem->name) : nullptr;
+  if (d == nullptr || d->ctors.size() != 1)
+    return false;
+  for (const auto& f : d->ctors[0].fields)
+    if (f.type->kind == ir::TypeKind::Adt && f.type->name != elem->name)
+      return true;
+  return false;
+}
+
+// `n` generated examples of the kind the model reads, seed 1, words in `v`: what
+// `pejit gen sst` (with --sentences for a sentence model) or `pejit gen listops` makes.
+runtime::Dataset generated(const ir::Module& m, const ir::Type& elem, size_t n, data::Vocab& v) {
+  runtime::Dataset ds;
+  if (root_labeled(m, elem)) {
+    ds.trees = data::gen_listops(n, 1, v);
+    return ds;
+  }
+  ds.trees = data::gen_sst(n, 1, data::Shape::Sst, v);
+  if (elem->kind == ir::TypeKind::List) { // the leaves, left to right (post-order keeps it)
+    ds.is_trees = false;
+    for (const auto& t : ds.trees) {
+      std::vector<int32_t> words;
+      for (const auto& node : t.nodes)
+        if (node.children.empty())
+          words.push_back(node.word);
+      ds.sents.push_back(std::move(words));
+    }
+    ds.trees.clear();
+  }
+  return ds;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -96,7 +135,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string data = !pos.empty() ? pos[0] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
+  std::string data = !pos.empty() ? pos[0] : "";
   size_t limit = pos.size() > 1 ? std::stoul(pos[1]) : 2000;
   int epochs = pos.size() > 2 ? std::stoi(pos[2]) : 2;
   const bool ab_wgrad = ab_mode == "--ab-wgrad";
@@ -109,15 +148,39 @@ int main(int argc, char** argv) {
     return 2;
   }
   data::Vocab v;
-  std::vector<data::ParseTree> trees = std::filesystem::exists(data)
-                                           ? data::read_trees(data, v)
-                                           : data::gen_sst(limit, 1, data::Shape::Sst, v);
-  trees.resize(std::min(trees.size(), limit));
-  auto dims = interp::bind_dims(*m, {{"V", static_cast<int64_t>(v.size())}});
-  runtime::TreeEncoder enc(*m, "Tree");
+  runtime::Dataset ds;
   std::vector<interp::Value> encoded;
-  for (const auto& t : trees)
-    encoded.push_back(enc.encode(t));
+  interp::DimBindings dims;
+  try {
+    const ir::Type elem = runtime::batch_element_type(*m, "loss");
+    if (data.empty() && !root_labeled(*m, elem))
+      data = PEJIT_SOURCE_DIR "/../shared/data/" +
+             std::string(elem->kind == ir::TypeKind::Adt ? "sst/train.txt" : "ptb/valid.txt");
+    if (!data.empty() && std::filesystem::exists(data))
+      ds = runtime::read_dataset(data, v, true, elem);
+    else {
+      if (!pos.empty() && !pos[0].empty())
+        std::fprintf(stderr, "pejit_profile_bench: %s not found; using generated data\n",
+                     data.c_str());
+      ds = generated(*m, elem, limit, v);
+    }
+    ds.limit(static_cast<int64_t>(limit));
+    dims = interp::bind_dims(*m, runtime::vocab_dims(*m, v));
+    const runtime::Encoder enc(*m, ds, elem, dims);
+    std::vector<size_t> idx(ds.size());
+    std::iota(idx.begin(), idx.end(), size_t{0});
+    const interp::Value all = enc.batch(ds, idx, 0, ds.size());
+    for (size_t i = 0; i < all.list_size(); ++i)
+      encoded.push_back(all.list_at(i));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "pejit_profile_bench: %s\n", e.what());
+    return 2;
+  }
+  if (encoded.size() < 25) {
+    std::fprintf(stderr, "pejit_profile_bench: %zu examples; a batch takes 25\n", encoded.size());
+    return 2;
+  }
+  const char* unit = ds.is_trees ? "tree" : "sentence";
 
   double peak_before = sgemm_peak();
   jit::Jit jit;
@@ -199,10 +262,10 @@ int main(int argc, char** argv) {
 
   const runtime::Profile& all = exec.stats().profile;
   double trees_n = static_cast<double>(nbatches * 25);
-  std::printf("last epoch: %zu batches of 25 trees, %.1f trees/s (%.2f ms per batch: PE+plan "
+  std::printf("last epoch: %zu batches of 25 %ss, %.1f %ss/s (%.2f ms per batch: PE+plan "
               "%.2f, plan run %.2f, optimizer %.2f)\n",
-              nbatches, trees_n / total_s, 1e3 * total_s / nbatches, 1e3 * plan_s / nbatches,
-              1e3 * run_s / nbatches, 1e3 * step_s / nbatches);
+              nbatches, unit, trees_n / total_s, unit, 1e3 * total_s / nbatches,
+              1e3 * plan_s / nbatches, 1e3 * run_s / nbatches, 1e3 * step_s / nbatches);
   std::printf("SGEMM peak in this run: %.1f GFLOP/s before, %.1f after\n", peak_before, peak_after);
   std::printf("%-28s %9s %11s %8s %9s %8s\n", "family", "calls/bt", "ms/batch", "of run", "GFLOP/s",
               "of peak");
@@ -230,9 +293,10 @@ int main(int argc, char** argv) {
   for (size_t f = 0; f < all.size(); ++f)
     gemm_flops += all[f].flops - first[f].flops;
   const double no_plan_s = total_s - plan_s; // the engine's pipeline plans in the background
-  std::printf("roofline %s: %.2f MFLOP per tree, %.1f MFLOP per step; the step runs at %.1f "
+  std::printf("roofline %s: %.2f MFLOP per %s, %.1f MFLOP per step; the step runs at %.1f "
               "GFLOP/s = %.0f%% of the SGEMM peak (%.0f%% without the inline planning)\n",
-              std::filesystem::path(model).filename().c_str(), gemm_flops / trees_n / 1e6,
+              std::filesystem::path(model).filename().c_str(), gemm_flops / trees_n / 1e6, unit,
+
               gemm_flops / nbatches / 1e6, gemm_flops / total_s / 1e9,
               100 * gemm_flops / total_s / 1e9 / peak, 100 * gemm_flops / no_plan_s / 1e9 / peak);
   if (ab && !ab_on.empty()) {

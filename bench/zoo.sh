@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
-# The zoo on one core (issue 19): for each tree model of examples/, its useful GEMM FLOPs per
-# tree and the step's rate against the SGEMM peak measured in the same process
+# The zoo on one core (issue 19): for each model of examples/, its useful GEMM FLOPs per tree
+# (or sentence) and the step's rate against the SGEMM peak measured in the same process
 # (pejit_profile_bench --model: the roofline line), and for the models with a PyTorch peer
 # (TreeLSTM, child-sum TreeLSTM, Tree-GRU) pejit's steady training trees/s against the peer's
 # level-batched style, paired (pejit, then the peer, on the same core, per round).
 #
-#   bench/zoo.sh [-b BUILD] [-d FILE] [-l LIMIT] [-n ROUNDS] [-a ARITY]
+#   bench/zoo.sh [-b BUILD] [-d FILE] [-s FILE] [-l LIMIT] [-n ROUNDS] [-a ARITY]
 #     -b BUILD   the build (default build-bench, else build)
 #     -d FILE    binary training trees (default ../shared/data/sst/train.txt, else generated)
-#     -l LIMIT   trees per run (default 2000)
+#     -s FILE    sentences for the LSTM language model (default ../shared/data/ptb/valid.txt,
+#                else `pejit gen sst --sentences`)
+#     -l LIMIT   trees (sentences) per run (default 2000)
 #     -n ROUNDS  paired rounds (default 3)
 #     -a ARITY   the child-sum model's n-ary trees: `pejit gen sst --arity ARITY` (default 4)
+# ListOps trains on `pejit gen listops` expressions, the BiLSTM tagger on the -d trees (a label
+# per leaf).
 # Timing needs a quiet host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build="" data=../shared/data/sst/train.txt limit=2000 rounds=3 arity=4
-while getopts "b:d:l:n:a:h" o; do
+build="" data=../shared/data/sst/train.txt sents=../shared/data/ptb/valid.txt limit=2000
+rounds=3 arity=4
+while getopts "b:d:s:l:n:a:h" o; do
   case $o in
   b) build=$OPTARG ;;
   d) data=$OPTARG ;;
+  s) sents=$OPTARG ;;
   l) limit=$OPTARG ;;
   n) rounds=$OPTARG ;;
   a) arity=$OPTARG ;;
-  *) sed -n 2,14p "$0"; exit 2 ;;
+  *) sed -n 2,18p "$0"; exit 2 ;;
   esac
 done
 # shellcheck source=bench/options.sh
@@ -34,14 +40,25 @@ out=$(mktemp -d /tmp/pejit-zoo.XXXXXX)
 bench_gen_data "$pejit" "$out"
 nary=$out/nary.txt
 "$pejit" gen sst --trees "$limit" --arity "$arity" --seed 1 -o "$nary" >/dev/null
+listops=$out/listops.txt
+"$pejit" gen listops --trees "$limit" --seed 1 -o "$listops" >/dev/null
+if [ ! -f "$sents" ]; then
+  echo "zoo.sh: $sents not found; using $limit generated sentences" >&2
+  sents=$out/sentences.txt
+  "$pejit" gen sst --sentences --trees "$limit" --seed 1 -o "$sents" >/dev/null
+fi
 py=/usr/bin/python3
-echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  pejit=$pejit data=$data limit=$limit"
+echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  pejit=$pejit data=$data sentences=$sents limit=$limit"
 
 echo "== roofline (one core; useful GEMM FLOPs; the step's rate over the SGEMM peak)"
 for m in treelstm/treelstm treegru/treegru recnn/recnn nary_treelstm/nary_treelstm \
-  childsum/childsum; do
-  d=$data
-  [ "$m" = childsum/childsum ] && d=$nary
+  childsum/childsum listops/listops rnn/rnn tagger/tagger; do
+  case $m in
+  childsum/childsum) d=$nary ;;
+  listops/listops) d=$listops ;;
+  rnn/rnn) d=$sents ;;
+  *) d=$data ;;
+  esac
   taskset -c 0 "$build/pejit_profile_bench" "$d" "$limit" 3 --model "examples/$m.pe" | tail -1
 done
 
