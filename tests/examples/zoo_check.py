@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A zoo model trained the same on both paths: generates trees with `pejit gen sst` (n-ary with
---arity; plain sentences with --sentences, for the list models), trains --epochs epochs in
+--arity; plain sentences with --sentences, for the list models; ListOps expressions with
+--listops), trains --epochs epochs in
 generic and in (strict) specialized mode with `--json`, and checks that every epoch's loss
 agrees within --rtol and that the specialized run planned every batch. Prints, from the specialized run's JSON, how much of its time ran on JIT kernels
 and how much (and how many plan groups) in the batching interpreter. With --interpreted T1,T2
@@ -76,6 +77,8 @@ def main():
     ap.add_argument("--interpreted", default=None)
     ap.add_argument("--sentences", action="store_true",
                     help="plain sentences (`pejit gen sst --sentences`) for list models")
+    ap.add_argument("--listops", action="store_true",
+                    help="ListOps expressions (`pejit gen listops`) for the ListOps model")
     a = ap.parse_args()
 
     os.makedirs(a.workdir, exist_ok=True)
@@ -86,6 +89,8 @@ def main():
         gen[3:3] = ["--arity", str(a.arity)]
     if a.sentences:
         gen[3:3] = ["--sentences"]
+    if a.listops:
+        gen[2] = "listops"
     run(gen)
 
     runs = {}
