@@ -73,22 +73,20 @@ struct Session::Impl {
 
   bool hidden(const std::string& name) const { return !eval_name.empty() && name == eval_name; }
   // After add_source's change `r`: the evaluation entry is made again before its next run when
-  // an entry it copies changed (or a prediction entry came). Definitions of the caller's under
-  // its names (or its helpers') make them the caller's: the next one takes other names.
+  // the definition of an entry it copies changed (or a prediction entry came); a change to
+  // what they call reaches the copies as it reaches the entries. Definitions of the caller's
+  // under its names (or its helpers') make them the caller's: the next one takes other names.
   void note_change(const types::AddResult& r) {
-    for (const std::string& e : r.affected_entries)
-      if (e == "loss" || e == "infer_nodes" || e == "infer")
+    for (const std::string& c : r.changed) {
+      if (c == "loss" || c == "infer_nodes" || c == "infer")
         eval_current = false;
-    if (eval_name.empty())
-      return;
-    for (const std::string& c : r.changed)
-      if (c == eval_name || c == runtime::eval_loss_name(eval_name) ||
-          c == runtime::eval_preds_name(eval_name)) {
+      if (!eval_name.empty() && (c == eval_name || c == runtime::eval_loss_name(eval_name) ||
+                                 c == runtime::eval_preds_name(eval_name))) {
         eval_name.clear();
         eval = {};
         eval_current = false;
-        return;
       }
+    }
   }
   std::vector<std::string> visible(std::vector<std::string> names) const {
     std::erase_if(names, [&](const std::string& n) { return hidden(n); });

@@ -141,8 +141,8 @@ TEST_SUITE("session") {
     CHECK(preds == infer_nodes(s, b));
     CHECK(s.entries() == kEntries);
 
-    // A change to what the copies and the entries share (the cell) needs no new copies: the
-    // entry's own cone changed, and its plans were dropped with the others'.
+    // A change to what the copies and the entries call (the cell) needs no new copies, and
+    // none are made: the entry's cone changed, and its plans were dropped with the others'.
     changed = s.add_source("fn cell(l: f32[4], r: f32[4]) -> f32[4] { sigmoid(concat(l, r) @ U) }",
                            "cell.pe");
     CHECK(changed == kEntries);
