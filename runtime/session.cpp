@@ -266,7 +266,7 @@ Value Session::run(const std::string& entry, const Value& batch) {
 }
 
 std::vector<std::string> Session::entries() const {
-  return impl_->module->entries();
+  return impl_->visible(impl_->module->entries());
 }
 
 std::vector<std::string> Session::add_source(const std::string& text, const std::string& name) {
@@ -274,23 +274,55 @@ std::vector<std::string> Session::add_source(const std::string& text, const std:
   impl_->engine->drain();
   Diagnostics d;
   auto r = types::add_source(*impl_->module, text, name, d);
+  if (!r.ok && !impl_->eval_name.empty()) {
+    // The evaluation entry's copies of the old loss and predictions may be what no longer
+    // checks (a type or function they use changed): set them aside and try again. The entry
+    // is made again from the new definitions before its next run.
+    if (runtime::set_aside_eval_entry(*impl_->module, impl_->eval_name)) {
+      impl_->engine->invalidate({impl_->eval_name});
+      impl_->eval_current = false;
+      d = Diagnostics();
+      r = types::add_source(*impl_->module, text, name, d);
+    }
+  }
   if (!r.ok)
     throw ProgramError("the definitions have errors:\n" + d.render());
   impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
   impl_->init_missing_params();
   // Only the specializations of entries whose dependency cone changed are dropped.
   impl_->engine->invalidate(r.affected_entries);
-  impl_->respecialized = r.affected_entries;
+  impl_->note_change(r);
+  const std::vector<std::string> affected = impl_->visible(r.affected_entries);
+  impl_->respecialized = affected;
   impl_->reused.clear();
-  for (const auto& e : impl_->module->entries()) {
-    bool changed = std::find(r.affected_entries.begin(), r.affected_entries.end(), e) !=
-                   r.affected_entries.end();
+  for (const auto& e : entries()) {
+    bool changed = std::find(affected.begin(), affected.end(), e) != affected.end();
     if (changed)
       impl_->per_entry[e].respecializations += 1;
     else
       impl_->reused.push_back(e);
   }
-  return r.affected_entries;
+  return affected;
+}
+
+runtime::EvalEntry runtime::SessionAccess::eval_entry(Session& s) {
+  Session::Impl& im = *s.impl_;
+  if (im.eval_current)
+    return im.eval;
+  im.engine->drain(); // as add_source: the background work reads the module
+  im.eval = add_eval_entry(*im.module, im.eval_name);
+  if (!im.eval.name.empty()) {
+    // Made again under its name: the plans of the copies it replaced go.
+    if (!im.eval_name.empty())
+      im.engine->invalidate({im.eval_name});
+    im.eval_name = im.eval.name;
+  }
+  im.eval_current = true;
+  return im.eval;
+}
+
+const interp::DimBindings& runtime::SessionAccess::dims(const Session& s) {
+  return s.impl_->dims;
 }
 
 std::vector<std::string> Session::param_names() const {

@@ -6,6 +6,8 @@
 #pragma once
 
 #include "pejit/pejit.h"
+#include "runtime/train/eval_entry.h"
+#include "src/interp/params.h"
 #include "src/interp/value.h"
 #include "src/ir/module.h"
 
@@ -45,6 +47,14 @@ struct SessionAccess {
   /// Session::run on `batch`, whose facts() these are.
   static Value run(Session& s, const std::string& entry, const Value& batch,
                    const BatchFacts& facts);
+  /// The session's one-pass evaluation entry (runtime/train/eval_entry.h): added to its
+  /// module on first use (after the engine's background work, as add_source), made again
+  /// after add_source changes `loss`, `infer_nodes` or `infer` (its copies of their bodies
+  /// would be stale), under the same name. The session's entries(), stats() and add_source()
+  /// do not list it. An empty name: the model has none (score its entries one by one).
+  static EvalEntry eval_entry(Session& s);
+  /// The session's named dimensions, bound (the sizes its parameters were made with).
+  static const interp::DimBindings& dims(const Session& s);
   static Value wrap(interp::Value v);
   static const interp::Value& unwrap(const Value& v);
 };

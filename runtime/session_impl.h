@@ -15,6 +15,7 @@
 #include "runtime/parallel.h"
 #include "runtime/schedule_api.h"
 #include "runtime/session_access.h"
+#include "runtime/train/eval_entry.h"
 #include "src/interp/interpreter.h"
 #include "src/types/builtins.h"
 #include "src/types/check.h"
@@ -63,6 +64,34 @@ struct Session::Impl {
   runtime::dist::Comm* comm = nullptr;
   std::unique_ptr<runtime::dist::GradReducer> reducer;
   uint64_t random_seed = 0; // the seed the caller gave (the engine's is keyed by the rank too)
+  // The one-pass evaluation entry (SessionAccess::eval_entry), hidden from what the session
+  // lists: `eval_name` is its name once added, kept when it is made again; `eval` is what the
+  // last making gave (an empty name: the model has none), current while `eval_current`.
+  std::string eval_name;
+  runtime::EvalEntry eval;
+  bool eval_current = false;
+
+  bool hidden(const std::string& name) const { return !eval_name.empty() && name == eval_name; }
+  // After add_source's change `r`: the evaluation entry is made again before its next run when
+  // the definition of an entry it copies changed (or a prediction entry came); a change to
+  // what they call reaches the copies as it reaches the entries. Definitions of the caller's
+  // under its names (or its helpers') make them the caller's: the next one takes other names.
+  void note_change(const types::AddResult& r) {
+    for (const std::string& c : r.changed) {
+      if (c == "loss" || c == "infer_nodes" || c == "infer")
+        eval_current = false;
+      if (!eval_name.empty() && (c == eval_name || c == runtime::eval_loss_name(eval_name) ||
+                                 c == runtime::eval_preds_name(eval_name))) {
+        eval_name.clear();
+        eval = {};
+        eval_current = false;
+      }
+    }
+  }
+  std::vector<std::string> visible(std::vector<std::string> names) const {
+    std::erase_if(names, [&](const std::string& n) { return hidden(n); });
+    return names;
+  }
 
   // The engine's random seed: each rank draws its own numbers (its slice's dropout masks are
   // not the other ranks'), the same ones on every path.

@@ -64,9 +64,11 @@ SessionStats Session::stats() const {
     out.comm_dense_bytes = d.dense_bytes;
     out.comm_sparse_bytes = d.sparse_bytes;
   }
-  out.per_entry = impl_->per_entry;
-  for (auto& [name, e] : out.per_entry)
-    e.plans_cached = static_cast<int64_t>(impl_->engine->cached_plans(name));
+  for (const auto& [name, e] : impl_->per_entry)
+    if (!impl_->hidden(name)) {
+      out.per_entry[name] = e;
+      out.per_entry[name].plans_cached = static_cast<int64_t>(impl_->engine->cached_plans(name));
+    }
   out.respecialized = impl_->respecialized;
   out.reused = impl_->reused;
   return out;

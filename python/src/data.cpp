@@ -14,21 +14,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace pejit::python {
 
 using runtime::BatchOrder; // the per-epoch order of `pejit train`, shared with it
 using runtime::SessionAccess;
-
-int64_t PyDataset::nodes(size_t i) const {
-  if (!is_trees)
-    return static_cast<int64_t>(sents[i].size());
-  int64_t n = 0;
-  for (const auto& nd : trees[i].nodes)
-    n += nd.label >= 0;
-  return n;
-}
 
 namespace {
 
@@ -42,6 +32,45 @@ bool element_is_tree(const ir::Type& elem) {
   throw Error("the model's batch elements have type " + ir::type_str(elem) +
               "; pejit reads trees into an ADT or sentences into List[i32[]]");
 }
+
+} // namespace
+
+runtime::EvalSet& PySession::eval_set(const std::shared_ptr<const PyDataset>& ds, int batch) {
+  // The entry first: adding it changes the module's generation, which the sets are kept by.
+  if (ds->is_trees)
+    (void)SessionAccess::eval_entry(s);
+  const uint64_t gen = module().generation();
+  std::erase_if(scored_, [](const Scored& x) { return x.data.expired(); });
+  for (auto it = scored_.begin(); it != scored_.end(); ++it) {
+    if (it->data.lock() != ds)
+      continue;
+    if (it->size == ds->size() && it->batch == batch && it->generation == gen) {
+      std::rotate(it, it + 1, scored_.end());
+      return *scored_.back().set;
+    }
+    scored_.erase(it); // another batch size, a limit() since, or a changed model
+    break;
+  }
+  // The data sets of a training loop (its training and dev sets) and a few more.
+  constexpr size_t kKept = 4;
+  if (scored_.size() >= kKept)
+    scored_.erase(scored_.begin());
+  const ir::Type elem = batch_element("loss");
+  if (ds->is_trees != element_is_tree(elem))
+    throw Error("entry 'loss' takes batches of " + ir::type_str(elem) + ", the data set holds " +
+                (ds->is_trees ? "trees" : "sentences"));
+  Scored x;
+  x.data = ds;
+  x.size = ds->size();
+  x.batch = batch;
+  x.generation = gen;
+  x.enc = std::make_unique<runtime::Encoder>(module(), *ds, elem, SessionAccess::dims(s));
+  x.set = std::make_unique<runtime::EvalSet>(*ds, *x.enc, batch, s.rank(), s.ranks(), true);
+  scored_.push_back(std::move(x));
+  return *scored_.back().set;
+}
+
+namespace {
 
 std::shared_ptr<PyDataset> read_dataset(const std::string& path, std::shared_ptr<PyVocab> vocab,
                                         bool grow, bool sentences) {
@@ -105,42 +134,23 @@ py::object tree_to_tuple(const data::ParseTree& t, int32_t n) {
   return py::tuple(xs);
 }
 
-// Loss and accuracy over a data set without gradients, as `pejit train` scores an epoch: the
-// `loss` entry, and `infer_nodes` (every node) or else `infer` (roots) when the model has them.
-py::dict score(PySession& ps, const PyDataset& ds, int batch) {
+// Loss and accuracy over a data set without gradients, as `pejit train` scores an epoch
+// (runtime::score on the session's one-pass entry): `passes` counts the entry runs, and
+// `encoded_batches` the batches this call encoded (none when an earlier call kept them all).
+py::dict score(PySession& ps, const std::shared_ptr<const PyDataset>& ds, int batch) {
+  if (!ds)
+    throw Error("score: no data set");
   if (batch < 1)
     throw Error("batch must be >= 1");
   auto lock = ps.lock();
-  const ir::Module& m = ps.module();
-  const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
-  const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;
-  double loss = 0;
-  int64_t nodes = 0, root_ok = 0, roots = 0, node_ok = 0, labeled = 0;
+  runtime::Scores s;
+  int64_t encoded = 0;
   {
     py::gil_scoped_release nogil;
-    std::vector<int64_t> idx(ds.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    for (size_t b = 0; b < ds.size(); b += static_cast<size_t>(batch)) {
-      size_t e = std::min(ds.size(), b + static_cast<size_t>(batch));
-      Value v = SessionAccess::wrap(ps.encode(ds, idx.data() + b, e - b, "loss"));
-      loss += ps.s.run("loss", v).item_f32();
-      for (size_t i = b; i < e; ++i)
-        nodes += ds.nodes(i);
-      if (!ds.is_trees)
-        continue;
-      runtime::Scores part;
-      if (has_nodes) {
-        Value out = ps.s.run("infer_nodes", v); // holds what preds refers to
-        runtime::score_nodes(SessionAccess::unwrap(out), ds.trees, b, e, part);
-      } else if (has_infer) {
-        Value out = ps.s.run("infer", v);
-        runtime::score_roots(SessionAccess::unwrap(out), ds.trees, b, e, part);
-      }
-      node_ok += part.node_ok;
-      labeled += part.labeled;
-      root_ok += part.root_ok;
-      roots += part.roots;
-    }
+    runtime::EvalSet& set = ps.eval_set(ds, batch);
+    const int64_t before = set.encoded_batches();
+    s = runtime::score(ps.s, set);
+    encoded = set.encoded_batches() - before;
   }
   auto ratio = [](int64_t a, int64_t b) -> py::object {
     if (b <= 0)
@@ -148,11 +158,13 @@ py::dict score(PySession& ps, const PyDataset& ds, int batch) {
     return py::float_(static_cast<double>(a) / static_cast<double>(b));
   };
   py::dict d;
-  d["loss"] = loss;
-  d["nodes"] = nodes;
-  d["loss_per_node"] = loss / static_cast<double>(std::max<int64_t>(1, nodes));
-  d["root_acc"] = ratio(root_ok, roots);
-  d["node_acc"] = ratio(node_ok, labeled);
+  d["loss"] = s.loss;
+  d["nodes"] = s.nodes;
+  d["loss_per_node"] = s.loss / static_cast<double>(std::max<int64_t>(1, s.nodes));
+  d["root_acc"] = ratio(s.root_ok, s.roots);
+  d["node_acc"] = ratio(s.node_ok, s.labeled);
+  d["passes"] = s.passes;
+  d["encoded_batches"] = encoded;
   return d;
 }
 
@@ -236,15 +248,16 @@ void bind_data(py::module_& m) {
              return py::cast(ds.sents[i]);
            })
       .def(
-          "limit",
-          [](PyDataset& ds, int64_t n) {
-            if (n > 0 && ds.size() > static_cast<size_t>(n)) {
-              ds.trees.resize(std::min(ds.trees.size(), static_cast<size_t>(n)));
-              ds.sents.resize(std::min(ds.sents.size(), static_cast<size_t>(n)));
-            }
-          },
+          "limit", [](PyDataset& ds, int64_t n) { ds.limit(n); },
           "Keeps the first n examples (n <= 0: all).")
-      .def("nodes", &PyDataset::nodes, "Nodes of example i that carry a loss.")
+      .def(
+          "nodes",
+          [](const PyDataset& ds, size_t i) {
+            if (i >= ds.size())
+              throw py::index_error();
+            return ds.nodes(i);
+          },
+          py::arg("i"), "Nodes of example i that carry a loss.")
       .def_property_readonly("is_trees", [](const PyDataset& ds) { return ds.is_trees; })
       .def_property_readonly("vocab", [](const PyDataset& ds) { return ds.vocab; });
 
@@ -284,7 +297,9 @@ void bind_data(py::module_& m) {
       "else sentences), its named dims and entries.");
   m.def("score", &score, py::arg("session"), py::arg("data"), py::arg("batch") = 25,
         "Loss and accuracy over a data set without gradients, as `pejit train` scores an "
-        "epoch.");
+        "epoch: one pass per batch for the loss and the predictions, the batches encoded on "
+        "the first call and kept for the next ones on the same data set (passes, "
+        "encoded_batches: this call's entry runs and batches encoded).");
 }
 
 } // namespace pejit::python

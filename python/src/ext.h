@@ -5,6 +5,7 @@
 
 #include "pejit/pejit.h"
 #include "runtime/data/tree.h"
+#include "runtime/train/common.h"
 #include "runtime/train/encode.h"
 #include "src/interp/value.h"
 #include "src/ir/module.h"
@@ -29,16 +30,9 @@ struct PyVocab {
 };
 
 /// Trees (the model's batch element is an ADT) or sentences (List[i32[]]), as `pejit train`
-/// reads them.
-struct PyDataset {
-  bool is_trees = true;
-  std::vector<data::ParseTree> trees;
-  std::vector<std::vector<int32_t>> sents;
+/// reads them: the command's data set, with the vocabulary it was read with.
+struct PyDataset : runtime::Dataset {
   std::shared_ptr<PyVocab> vocab;
-
-  size_t size() const { return is_trees ? trees.size() : sents.size(); }
-  /// Nodes that carry a loss: labeled nodes of a tree, or the words of a sentence.
-  int64_t nodes(size_t i) const;
 };
 
 /// A parse tree on its own (read from a bracket line or built from nested tuples).
@@ -62,8 +56,22 @@ struct PySession {
   const runtime::TreeEncoder& encoder(const std::string& adt);
   /// Examples idx[0..n) of `ds` as one batch (a List), encoded as `pejit train` does.
   interp::Value encode(const PyDataset& ds, const int64_t* idx, size_t n, const std::string& entry);
+  /// `ds` in batches of `batch` made ready to be scored as `pejit train` scores an epoch (one
+  /// pass per batch where the model has the evaluation entry): kept from an earlier call on
+  /// the same data set and batch size while the module and the data set's size are the same,
+  /// so its batches are encoded once. Kept for a few data sets, and while `ds` lives.
+  runtime::EvalSet& eval_set(const std::shared_ptr<const PyDataset>& ds, int batch);
 
 private:
+  struct Scored {
+    std::weak_ptr<const PyDataset> data;
+    size_t size = 0;
+    int batch = 0;
+    uint64_t generation = 0;
+    std::unique_ptr<runtime::Encoder> enc;
+    std::unique_ptr<runtime::EvalSet> set; // over *data and *enc
+  };
+  std::vector<Scored> scored_; // the most recent last
   std::recursive_mutex mu_;
   std::optional<runtime::TreeEncoder> enc_;
   std::string enc_adt_;

@@ -338,14 +338,12 @@ constexpr size_t kOrderCheckTrees = 25;
 } // namespace
 
 EvalSet::EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank, int ranks,
-                 EvalEntry fused, int64_t max_nodes)
-    : ds_(&ds), enc_(&enc), fused_(std::move(fused)), idx_(ds.size()) {
+                 bool one_pass, int64_t max_nodes)
+    : ds_(&ds), enc_(&enc), one_pass_(one_pass && ds.is_trees), idx_(ds.size()) {
   if (batch < 1)
     throw Error("the evaluation batch must be >= 1");
   std::iota(idx_.begin(), idx_.end(), 0);
-  // Sentence data are scored by the loss alone: no fused entry for them.
-  if (!ds.is_trees)
-    fused_ = {};
+  // Sentence data are scored by the loss alone: no one-pass entry for them (one_pass_).
   const auto bs = static_cast<size_t>(batch);
   const size_t step = bs * static_cast<size_t>(ranks);
   int64_t held = 0;
@@ -399,7 +397,7 @@ namespace {
 Scores score_shard(Session& session, EvalSet& set) {
   Scores s;
   const Dataset& ds = set.data();
-  const EvalEntry& fused = set.fused();
+  const EvalEntry fused = set.one_pass() ? SessionAccess::eval_entry(session) : EvalEntry{};
   const ir::Module& m = SessionAccess::module(session);
   const bool has_nodes = m.fn("infer_nodes") && m.fn("infer_nodes")->is_entry;
   const bool has_infer = m.fn("infer") && m.fn("infer")->is_entry;
@@ -460,9 +458,8 @@ Scores score_shard(Session& session, EvalSet& set) {
 
 } // namespace
 
-Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch,
-             const EvalEntry& fused) {
-  EvalSet set(ds, enc, batch, session.rank(), session.ranks(), fused);
+Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch, bool one_pass) {
+  EvalSet set(ds, enc, batch, session.rank(), session.ranks(), one_pass);
   return score(session, set);
 }
 

@@ -168,7 +168,9 @@ void score_roots(const interp::Value& preds, const std::vector<data::ParseTree>&
 /// A data set made ready to be scored again and again (each round of `pejit eval`, the dev set
 /// after each training epoch): split into batches of `batch` examples, this rank's share of
 /// them (every ranks()-th from its rank on), each batch encoded on its first scoring and kept
-/// for the next ones, so that a later scoring runs the entries and counts, nothing else. What
+/// for the next ones, so that a later scoring runs the entries and counts, nothing else.
+/// `one_pass`: a batch of trees runs the session's one-pass evaluation entry
+/// (SessionAccess::eval_entry) where the model has one, instead of its entries one by one. What
 /// is kept is bounded by `max_nodes` (tree nodes or sentence words, summed): the batches past
 /// it are encoded again on each scoring. `ds` and `enc` must outlive the set.
 class EvalSet {
@@ -177,11 +179,11 @@ public:
   static constexpr int64_t kMaxNodes = int64_t{2} << 20;
 
   EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank = 0, int ranks = 1,
-          EvalEntry fused = {}, int64_t max_nodes = kMaxNodes);
+          bool one_pass = false, int64_t max_nodes = kMaxNodes);
 
   const Dataset& data() const { return *ds_; }
   const Encoder& encoder() const { return *enc_; }
-  const EvalEntry& fused() const { return fused_; }
+  bool one_pass() const { return one_pass_; }
   /// This rank's batches: examples [begin(i), end(i)) of the data set.
   size_t batches() const { return bounds_.size(); }
   size_t begin(size_t i) const { return bounds_[i].first; }
@@ -203,7 +205,7 @@ public:
 private:
   const Dataset* ds_;
   const Encoder* enc_;
-  EvalEntry fused_;
+  bool one_pass_;
   std::vector<std::pair<size_t, size_t>> bounds_;
   std::vector<int64_t> nodes_;
   std::vector<pejit::Value> kept_; // batch i when held[i]
@@ -217,13 +219,14 @@ private:
 
 /// Loss and accuracy over a data set (the entries `loss`, and `infer_nodes` or `infer` when
 /// the model has them), without gradients, on the session (plans where its mode allows, the
-/// generic path otherwise). With the set's fused entry (add_eval_entry on the session's
-/// module) a batch of trees runs that one entry instead: one pass for the loss and the
-/// predictions. The set's rank and ranks must be the session's.
+/// generic path otherwise). With a one-pass set, a batch of trees runs the session's evaluation
+/// entry instead (SessionAccess::eval_entry: added to the session's module on the first
+/// scoring): one pass for the loss and the predictions. The set's rank and ranks must be the
+/// session's.
 Scores score(Session& session, EvalSet& set);
 
 /// score() on a set made for this one scoring (nothing kept for another).
 Scores score(Session& session, const Dataset& ds, const Encoder& enc, int batch,
-             const EvalEntry& fused = {});
+             bool one_pass = false);
 
 } // namespace pejit::runtime

@@ -34,7 +34,14 @@ std::string as_function(const ir::FnDecl& f, const std::string& name) {
 
 } // namespace
 
-EvalEntry add_eval_entry(ir::Module& m) {
+std::string eval_loss_name(const std::string& name) {
+  return name + "_loss";
+}
+std::string eval_preds_name(const std::string& name) {
+  return name + "_preds";
+}
+
+EvalEntry add_eval_entry(ir::Module& m, const std::string& reuse) {
   const ir::FnDecl* loss = unary_entry(m, "loss");
   if (loss == nullptr)
     return {};
@@ -46,21 +53,34 @@ EvalEntry add_eval_entry(ir::Module& m) {
   }
   if (pred == nullptr || !ir::type_equal(loss->params[0].type, pred->params[0].type))
     return {};
-  // A name (and its two helpers' names) that no definition of the model has.
-  std::string base = "__eval";
-  for (int i = 2; taken(m, base) || taken(m, base + "_loss") || taken(m, base + "_preds"); ++i)
+  // The earlier entry's name, or one (and its two helpers' names) that no definition has.
+  std::string base = reuse.empty() ? "__eval" : reuse;
+  for (int i = 2; reuse.empty() && (taken(m, base) || taken(m, eval_loss_name(base)) ||
+                                    taken(m, eval_preds_name(base)));
+       ++i)
     base = "__eval" + std::to_string(i);
   const std::string arg = ir::type_str(loss->params[0].type);
-  std::string text = as_function(*loss, base + "_loss") + "\n" +
-                     as_function(*pred, base + "_preds") + "\n" + "entry " + base + "(b: " + arg +
-                     ") -> (" + ir::type_str(loss->ret) + ", " + ir::type_str(pred->ret) +
-                     ") {\n  (" + base + "_loss(b), " + base + "_preds(b))\n}\n";
+  std::string text = as_function(*loss, eval_loss_name(base)) + "\n" +
+                     as_function(*pred, eval_preds_name(base)) + "\n" + "entry " + base +
+                     "(b: " + arg + ") -> (" + ir::type_str(loss->ret) + ", " +
+                     ir::type_str(pred->ret) + ") {\n  (" + eval_loss_name(base) + "(b), " +
+                     eval_preds_name(base) + "(b))\n}\n";
   // Copies of checked entries check; should one not (a construct the printer cannot give
   // back), the module is left as it was and the entries run one by one, as they would anyway.
   Diagnostics d;
   if (!types::add_source(m, text, "<pejit eval>", d).ok)
     return {};
   return {base, preds};
+}
+
+bool set_aside_eval_entry(ir::Module& m, const std::string& name) {
+  // Bodies over a tensor type alone: nothing the model defines, so nothing it changes, is
+  // mentioned.
+  const std::string text = "fn " + eval_loss_name(name) + "(x: f32[]) -> f32[] { x }\nfn " +
+                           eval_preds_name(name) + "(x: f32[]) -> f32[] { x }\nentry " + name +
+                           "(x: f32[]) -> f32[] { x }\n";
+  Diagnostics d;
+  return types::add_source(m, text, "<pejit eval>", d).ok;
 }
 
 } // namespace pejit::runtime

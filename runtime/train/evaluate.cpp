@@ -76,7 +76,6 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   for (const auto& [name, size] : vocab_dims(*m, vocab))
     so.dims[name] = size;
   const Encoder enc(*m, ds, elem, interp::bind_dims(*m, so.dims), labels == LabelScheme::Binary);
-  const EvalEntry fused = opt.one_pass && ds.is_trees ? add_eval_entry(*m) : EvalEntry{};
   // The checkpoint's parameters only: evaluation takes no step, whatever optimizer wrote it.
   // Inference only: the templates compile their forward kernels alone.
   Session session = SessionAccess::from_module(m, so, &ck, opt.params, true);
@@ -84,7 +83,7 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   EvalStats st;
   Scores s;
   // Encoded in the first round, the batches are kept for the next ones.
-  EvalSet set(ds, enc, opt.batch, session.rank(), session.ranks(), fused);
+  EvalSet set(ds, enc, opt.batch, session.rank(), session.ranks(), opt.one_pass);
   for (int r = 0; r < opt.rounds; ++r) {
     auto t0 = Clock::now();
     s = score(session, set);
@@ -94,6 +93,8 @@ EvalStats evaluate(const EvalOptions& opt, std::ostream& out, std::ostream& err)
   st.device = cuda::parse_device(opt.session.device).name();
   st.seconds = st.round_seconds.front();
   st.passes = s.passes;
+  // The session's one-pass entry, made by the first round (an empty name: the model has none).
+  const EvalEntry fused = set.one_pass() ? SessionAccess::eval_entry(session) : EvalEntry{};
   st.entry = !fused.name.empty() ? fused.name
              : !ds.is_trees      ? "loss"
                                  : describe_entries(SessionAccess::module(session));

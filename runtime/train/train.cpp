@@ -366,9 +366,6 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
 
   const std::string emb_param =
       opt.embeddings.empty() ? "" : embedding_param(*m, opt.embeddings_param);
-  // The scoring after each epoch runs one entry per batch for the loss and the predictions.
-  const bool scores = opt.train_eval || !opt.dev.empty();
-  const EvalEntry fused = scores && train_ds.is_trees ? add_eval_entry(*m) : EvalEntry{};
   Session session = SessionAccess::from_module(m, so);
   std::string optim_text;
   const optim::LrSchedule schedule = setup_optimizer(session, opt, optim_text);
@@ -450,12 +447,13 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     return "; the last good state (the parameters before that batch) is saved in " + latest;
   };
 
-  // The sets scored after each epoch, encoded on the first scoring and kept for the next ones.
+  // The sets scored after each epoch, encoded on the first scoring and kept for the next ones;
+  // one entry per batch for the loss and the predictions.
   std::optional<EvalSet> train_set, dev_set;
   if (opt.train_eval)
-    train_set.emplace(train_ds, enc, opt.eval_batch, session.rank(), session.ranks(), fused);
+    train_set.emplace(train_ds, enc, opt.eval_batch, session.rank(), session.ranks(), true);
   if (!opt.dev.empty())
-    dev_set.emplace(dev_ds, enc, opt.eval_batch, session.rank(), session.ranks(), fused);
+    dev_set.emplace(dev_ds, enc, opt.eval_batch, session.rank(), session.ranks(), true);
 
   std::vector<EpochStats> all;
   // Batches are encoded once, `lookahead` ahead of training, and handed to the session's
