@@ -96,18 +96,21 @@ void resolve_attr_dims(const ir::Call& c, const DimBindings& dims, std::vector<i
 }
 
 void check_dim_attrs(const ir::Module& m, const DimBindings& dims) {
-  // Every expression of every checked function, on an explicit stack (bodies nest deeply).
-  std::vector<const ir::ExprNode*> todo;
-  for (const auto& f : m.fns())
-    if (f && f->checked && f->body)
-      todo.push_back(f->body.get());
+  // Every expression of every checked function in source order (the first bad call is the
+  // one reported), on an explicit stack (bodies nest deeply): children are pushed in order
+  // into `kids`, then onto the stack reversed.
+  std::vector<const ir::ExprNode*> todo, kids;
+  for (auto f = m.fns().rbegin(); f != m.fns().rend(); ++f)
+    if (*f && (*f)->checked && (*f)->body)
+      todo.push_back((*f)->body.get());
   auto push = [&](const ir::Expr& e) {
     if (e)
-      todo.push_back(e.get());
+      kids.push_back(e.get());
   };
   while (!todo.empty()) {
     const ir::ExprNode* e = todo.back();
     todo.pop_back();
+    kids.clear();
     switch (e->kind) {
     case ir::ExprKind::Call: {
       const auto& c = e->cast<ir::Call>();
@@ -159,6 +162,7 @@ void check_dim_attrs(const ir::Module& m, const DimBindings& dims) {
     case ir::ExprKind::Var:
       break;
     }
+    todo.insert(todo.end(), kids.rbegin(), kids.rend());
   }
 }
 
