@@ -48,7 +48,8 @@ std::string sizes_of(const ir::Call& c, const DimBindings& dims) {
   std::string s;
   for (const auto& n : names) {
     auto it = dims.find(n);
-    s += (s.empty() ? "" : ", ") + n + " = " + (it == dims.end() ? "?" : std::to_string(it->second));
+    s +=
+        (s.empty() ? "" : ", ") + n + " = " + (it == dims.end() ? "?" : std::to_string(it->second));
   }
   return s;
 }

@@ -47,9 +47,9 @@ concept FlatCallBackend = requires(B& b, const ir::FnDecl& f, int fn_index, cons
 /// in `multi` when it is not null; `call` returns nullopt when the evaluator is to evaluate
 /// the body inline; `random_key` gives a random op's key operand and its index j in the
 /// random context (interp/random.h), which the evaluator adds to the op; `dims` the sizes the
-/// module was instantiated with (named dimensions in expressions: dim_attrs.h). A backend that declares
-/// call_flat, inline_begin or inline_end must declare them as the optional protocols above say: a
-/// near miss would silently be ignored otherwise.
+/// module was instantiated with (named dimensions in expressions: dim_attrs.h). A backend that
+/// declares call_flat, inline_begin or inline_end must declare them as the optional protocols above
+/// say: a near miss would silently be ignored otherwise.
 template <class B>
 concept EvaluatorBackend =
     requires(B& b, int index, ops::OpId id, const ops::Attr& attr, const Value* args, size_t n,

@@ -223,9 +223,7 @@ public:
     }
     __builtin_unreachable();
   }
-  R visit(const Expr& e) {
-    return visit(*e);
-  }
+  R visit(const Expr& e) { return visit(*e); }
 };
 
 } // namespace pejit::ir

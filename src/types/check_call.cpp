@@ -322,8 +322,8 @@ Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
         attrs.push_back(*d);
       }
     } else if (in_attrs) {
-      d_.error(c.args[i]->span, std::string(ops::op_name(id)) +
-                                    ": tensor arguments must come before Int arguments");
+      d_.error(c.args[i]->span,
+               std::string(ops::op_name(id)) + ": tensor arguments must come before Int arguments");
       bad = true;
     } else {
       targs.push_back(t);
@@ -449,8 +449,9 @@ Type Checker::check_random_op(const Call& c, ops::OpId id) {
   std::vector<Dim> attrs;
   for (auto v : attr.ints)
     attrs.push_back(Dim::of(v));
-  bad = !attr_dims(c, i, nm + ": dimensions must be Int literals, dimensions or their sums and "
-                              "multiples (such as 2*H+1)",
+  bad = !attr_dims(c, i,
+                   nm + ": dimensions must be Int literals, dimensions or their sums and "
+                        "multiples (such as 2*H+1)",
                    attrs);
   c.tensor_args = static_cast<int>(targs.size());
   if (bad)
