@@ -223,7 +223,9 @@ public:
     }
     __builtin_unreachable();
   }
-  R visit(const Expr& e) { return visit(*e); }
+  R visit(const Expr& e) {
+    return visit(*e);
+  }
 };
 
 } // namespace pejit::ir
