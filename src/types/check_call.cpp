@@ -1,11 +1,13 @@
 // The Checker's typing of calls: of functions, constructors (and the list constructors Nil
 // and Cons), closures, the list builtins and the tensor ops (leading tensor arguments, then Int
-// literals that fix shapes), and of the infix and prefix operators on Ints, Bools and tensors.
+// arguments that fix shapes: literals, named dimensions and their sums and multiples), and of
+// the infix and prefix operators on Ints, Bools and tensors.
 #include "src/kernels/random.h"
 #include "src/ops/op.h"
 #include "src/types/builtins.h"
 #include "src/types/checker.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -352,6 +354,17 @@ std::optional<Dim> Checker::dim_expr(const Expr& e) {
   auto l = dim_expr(b->lhs);
   auto r = dim_expr(b->rhs);
   if (!l || !r)
+    return std::nullopt;
+  // Sizes far beyond any tensor's are refused rather than let the arithmetic overflow: sums
+  // of terms below 2^62 and products of terms below 2^31 stay within 64 bits.
+  auto below = [](const Dim& d, int64_t bound) {
+    auto ok = [&](int64_t v) { return v > -bound && v < bound; };
+    return ok(d.value) && std::all_of(d.terms.begin(), d.terms.end(),
+                                      [&](const Dim::Term& t) { return ok(t.coeff); });
+  };
+  const bool product = b->op == BinOp::Mul;
+  const int64_t bound = product ? int64_t{1} << 31 : int64_t{1} << 62;
+  if (!below(*l, bound) || !below(*r, bound))
     return std::nullopt;
   switch (b->op) {
   case BinOp::Add:

@@ -94,6 +94,7 @@ fn e(x: f32[H]) -> f32[] { sum(x, H - 4) }
 fn g(x: f32[H]) -> f32[H] { slice(x, K, 2) }
 fn h(x: f32[2*H]) -> f32[H] { slice(x, 0, H, x) }
 fn k() -> f32[H] { zeros(H - H - 1) }
+fn m() -> f32[1] { zeros(3037000500 * 3037000500) }
 )",
                  d);
     CHECK_FALSE(r.ok);
@@ -112,7 +113,8 @@ fn k() -> f32[H] { zeros(H - H - 1) }
     CHECK(has(6, 38, "unknown name 'K'"));
     CHECK(has(7, 46, "slice: tensor arguments must come before Int arguments"));
     CHECK(has(8, 20, "zeros: negative dimension -1"));
-    CHECK(d.all().size() == 7); // one error each, none after an unknown name
+    CHECK(has(9, 26, "zeros: an Int argument fixes a shape")); // would overflow
+    CHECK(d.all().size() == 8); // one error each, none after an unknown name
   }
 
   TEST_CASE("type errors carry their location") {
