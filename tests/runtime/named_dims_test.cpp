@@ -5,14 +5,17 @@
 // gradient; a size that puts a slice out of range is an error at its file:line:col when the
 // dimensions are bound.
 #include "pejit/error.h"
+#include "pejit/pejit.h"
 #include "runtime/data/synthetic.h"
 #include "src/interp/interpreter.h"
 #include "src/types/check.h"
 #include "tests/support/batches.h"
+#include "tests/support/compare.h"
 #include "tests/support/plan_check.h"
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 using namespace pejit;
@@ -69,6 +72,43 @@ TEST_SUITE("named dims") {
       CAPTURE(h);
       check_plans(kArith, h);
     }
+  }
+
+  TEST_CASE("Session: H bound by SessionOptions::dims, specialized steps match generic ones") {
+    auto open = [](const char* mode) {
+      pejit::SessionOptions o;
+      o.mode = mode;
+      o.dims = {{"V", 20}, {"H", 7}};
+      o.seed = 4;
+      return pejit::Session::from_file(kArith, o);
+    };
+    pejit::Session g = open("generic"), p = open("specialized");
+    CHECK(p.param_shape("U") == std::vector<int64_t>{14, 7});
+    auto batch = [](pejit::Session& s) {
+      auto leaf = [&](int w, int y) {
+        return s.make("Leaf", {pejit::Value::scalar_i32(w), pejit::Value::scalar_i32(y)});
+      };
+      auto node = [&](pejit::Value l, pejit::Value r, int y) {
+        return s.make("Node", {std::move(l), std::move(r), pejit::Value::scalar_i32(y)});
+      };
+      return pejit::Value::list({node(leaf(1, 0), node(leaf(2, 1), leaf(3, 2), 3), 4),
+                                 node(leaf(4, 1), leaf(19, 2), 0), leaf(5, 3)});
+    };
+    pejit::Value bg = batch(g), bp = batch(p);
+    for (int i = 0; i < 3; ++i) {
+      float lg = g.step("loss", bg), lp = p.step("loss", bp);
+      CHECK(std::fabs(lp - lg) <= 1e-5f * std::fabs(lg));
+    }
+    CHECK(p.stats().specialized_batches == 3);
+    for (const char* name : {"U", "b", "emb", "W_out"}) {
+      CAPTURE(name);
+      pejit::test::Diff d = pejit::test::diff(p.get_param(name), g.get_param(name));
+      CHECK_MESSAGE(d.close(), d.str());
+    }
+    // g: compose(x, x) on the bound size.
+    std::vector<float> x(7, 0.25f);
+    pejit::Value y = p.run("g", pejit::Value::tensor_f32({7}, x));
+    CHECK(y.shape() == std::vector<int64_t>{7});
   }
 
   TEST_CASE("the generic path computes with the bound size, not the file's") {
