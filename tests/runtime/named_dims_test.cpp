@@ -2,8 +2,8 @@
 // an Int): models whose op arguments name H, instantiated with H bound to a size other than
 // the file's, run on the generic path and their plans match it on every executor (the batching
 // interpreter, template graphs on reference kernels, JIT-compiled runs), loss and every
-// gradient; a size that puts a slice out of range is an error at its file:line:col when the
-// dimensions are bound.
+// gradient, and so do a Session's steps with H set in SessionOptions::dims; a size that puts a
+// slice out of range is an error at its file:line:col when the dimensions are bound.
 #include "pejit/error.h"
 #include "pejit/pejit.h"
 #include "runtime/data/synthetic.h"
