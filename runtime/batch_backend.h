@@ -122,6 +122,8 @@ public:
     key_ = std::move(key);
     next_j_ = 0;
   }
+  const interp::DimBindings& dims() const { return dims_; }
+
   Value random_key(const Span& s, int64_t& j) {
     if (key_.kind() == Value::Kind::None)
       throw NotBatchable{"a random op outside a random template (" + s.str() + ")"};

@@ -143,6 +143,8 @@ public:
   // (context, index) at this step (Residual::random_slots). The partial evaluator never opens a
   // context itself (a function that opens one is always a template), so every draw here is
   // alone in a fresh context, as on the generic path outside any template.
+  const interp::DimBindings& dims() const { return dims_; }
+
   Value random_key(const Span&, int64_t& j) {
     auto [ctx, index] = cursor_.draw();
     j = 0;

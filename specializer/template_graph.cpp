@@ -52,6 +52,8 @@ public:
   TraceBackend(const ir::Module& m, const interp::DimBindings& dims, TemplateGraph& tg)
       : m_(m), dims_(dims), tg_(tg) {}
 
+  const interp::DimBindings& dims() const { return dims_; }
+
   Value param(int i) {
     if (auto it = params_.find(i); it != params_.end())
       return it->second;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "src/interp/call_limit.h"
+#include "src/interp/dim_attrs.h"
 #include "src/interp/evaluator_backend.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
@@ -199,6 +200,8 @@ public:
     }
     case VarRef::Kind::Ctor:
       return Value::adt(r.index, {});
+    case VarRef::Kind::Dim:
+      return Value::integer(dim_value(m_, r.index, backend_.dims(), s));
     default:
       fail(s, "unresolved name (the module was not checked)");
     }
@@ -466,6 +469,8 @@ public:
     for (size_t i = 0; i < n; ++i)
       args.push_back(eval(c.args[i], fr));
     ops::Attr attr{c.attr_ints};
+    if (!c.attr_dims.empty()) [[unlikely]] // zeros(H): the backend sees the bound size
+      resolve_attr_dims(c, backend_.dims(), attr.ints);
     auto id = static_cast<ops::OpId>(c.ref.index);
     if (ops::is_random(id)) { // the key operand and the index j (ops.def, interp/random.h)
       int64_t j = 0;

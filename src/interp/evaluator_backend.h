@@ -46,9 +46,10 @@ concept FlatCallBackend = requires(B& b, const ir::FnDecl& f, int fn_index, cons
 /// What the evaluator asks of a backend. `op` gives every result of a multi-result op (split)
 /// in `multi` when it is not null; `call` returns nullopt when the evaluator is to evaluate
 /// the body inline; `random_key` gives a random op's key operand and its index j in the
-/// random context (interp/random.h), which the evaluator adds to the op. A backend that declares
-/// call_flat, inline_begin or inline_end must declare them as the optional protocols above say: a
-/// near miss would silently be ignored otherwise.
+/// random context (interp/random.h), which the evaluator adds to the op; `dims` the sizes the
+/// module was instantiated with (named dimensions in expressions: dim_attrs.h). A backend that
+/// declares call_flat, inline_begin or inline_end must declare them as the optional protocols above
+/// say: a near miss would silently be ignored otherwise.
 template <class B>
 concept EvaluatorBackend =
     requires(B& b, int index, ops::OpId id, const ops::Attr& attr, const Value* args, size_t n,
@@ -62,6 +63,7 @@ concept EvaluatorBackend =
       { b.to_int(v, at) } -> std::convertible_to<Value>;
       { b.to_bool(v, at) } -> std::convertible_to<Value>;
       { b.random_key(at, j) } -> std::convertible_to<Value>;
+      { b.dims() } -> std::same_as<const DimBindings&>;
     } &&
     (!requires { &B::call_flat; } || FlatCallBackend<B>) &&
     (!(requires { &B::inline_begin; } || requires { &B::inline_end; }) || InlineMemoBackend<B>);

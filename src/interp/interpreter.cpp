@@ -55,6 +55,8 @@ public:
     return inline_call(f, args, s);
   }
 
+  const DimBindings& dims() const { return dims_; }
+
   Value random_key(const Span&, int64_t& j) {
     auto [ctx, index] = cursor_.draw();
     j = 0;

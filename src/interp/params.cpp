@@ -1,6 +1,7 @@
 // Dimension binding, seeded parameter initialization and value checking.
 #include "src/interp/params.h"
 
+#include "src/interp/dim_attrs.h"
 #include "src/types/builtins.h"
 #include "src/util/check.h"
 
@@ -26,6 +27,7 @@ DimBindings bind_dims(const ir::Module& m, const DimBindings& overrides) {
     else
       throw Error("dimension " + d->name + " (" + d->span.str() + ") needs a size");
   }
+  check_dim_attrs(m, out);
   return out;
 }
 

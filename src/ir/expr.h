@@ -44,10 +44,11 @@ const char* bt_name(BT b);
 
 /// What a name refers to, decided by the checker.
 struct VarRef {
-  enum class Kind : uint8_t { Unresolved, Local, Capture, Global, Ctor, Param, Builtin, Op };
+  enum class Kind : uint8_t { Unresolved, Local, Capture, Global, Ctor, Param, Builtin, Op, Dim };
   Kind kind = Kind::Unresolved;
   int index = -1; ///< Local: frame slot; Capture: capture index; Global: fn index;
-                  ///< Ctor: ctor index in its ADT; Param: param index; Builtin/Op: their id
+                  ///< Ctor: ctor index in its ADT; Param: param index; Builtin/Op: their id;
+                  ///< Dim: the named dimension's index in the module (an Int once bound)
   int adt = -1;   ///< Ctor: ADT index in the module
 };
 
@@ -106,6 +107,12 @@ struct Call : ExprNode {
   /// Registry ops: the static Int arguments (attributes) and the number of tensor arguments.
   mutable std::vector<int64_t> attr_ints;
   mutable int tensor_args = 0;
+  /// Empty unless the op's attributes or their range check depend on named dimensions
+  /// (`zeros(H)`, `slice(x, 0, 2*H)`, a slice of an `f32[2*H]`): then every attribute as a
+  /// dimension expression (attr_ints holds 0 where one is named). The values are known only
+  /// when the module is instantiated: interp::bind_dims checks them, and the evaluator
+  /// resolves them before its backend sees the op (interp::resolve_attr_dims).
+  mutable std::vector<Dim> attr_dims;
 };
 
 enum class BinOp : uint8_t { Add, Sub, Mul, Div, Mod, MatMul, Lt, Le, Gt, Ge, Eq, Ne, And, Or };

@@ -132,6 +132,15 @@ int op_num_results(OpId id, const Attr& attr);
 /// The op's shape rule over argument types. Ints are the attribute values.
 ShapeResult op_result_type(OpId id, std::span<const ir::Type> args, const Attr& attr);
 
+/// The shape rule with attributes that may name dimensions (`zeros(H)`, `slice(x, 0, 2*H)`),
+/// for the checker: op_result_type where every attribute and every operand dimension the rule
+/// reads is a constant, else a symbolic result (`zeros(H)` is f32[H]). Bounds that depend on
+/// the sizes bound at instantiation (a slice's range in a named last dimension, a reshape's
+/// element count, a dimension such as H-5 staying >= 0) set `deferred`: interp::bind_dims
+/// checks them with the bound sizes. Axes and split counts must stay constants.
+ShapeResult op_result_type_dims(OpId id, std::span<const ir::Type> args,
+                                std::span<const ir::Dim> attrs, bool& deferred);
+
 /// numpy broadcasting of two dimension lists; false if incompatible.
 bool broadcast_dims(const std::vector<ir::Dim>& a, const std::vector<ir::Dim>& b,
                     std::vector<ir::Dim>& out);

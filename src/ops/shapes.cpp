@@ -4,6 +4,7 @@
 
 #include "src/util/check.h"
 
+#include <algorithm>
 #include <bit>
 #include <map>
 
@@ -379,6 +380,97 @@ ShapeResult op_result_type(OpId id, std::span<const Type> args, const Attr& attr
     break;
   }
   PEJIT_CHECK(false) << "no shape rule for op " << nm;
+}
+
+ShapeResult op_result_type_dims(OpId id, std::span<const Type> args, std::span<const Dim> attrs,
+                                bool& deferred) {
+  deferred = false;
+  const std::string nm = op_def(id).name;
+  Attr consts;
+  bool named = false;
+  for (const auto& d : attrs) {
+    named = named || d.is_named();
+    consts.ints.push_back(d.value);
+  }
+  auto named_operand = [&](bool last_only) {
+    if (args.size() != 1 || ir::is_error(args[0]) || !args[0]->is_tensor())
+      return false;
+    const auto& d = args[0]->dims;
+    if (last_only)
+      return !d.empty() && d.back().is_named();
+    return std::any_of(d.begin(), d.end(), [](const Dim& x) { return x.is_named(); });
+  };
+  const bool symbolic = named || (id == OpId::Slice && named_operand(true)) ||
+                        (id == OpId::Reshape && named_operand(false));
+  const OpDef& def = op_def(id);
+  const int ni = static_cast<int>(attrs.size());
+  // Constant throughout, or a wrong count of arguments: the plain rule says it.
+  if (!symbolic || ni < def.min_ints || ni > def.max_ints)
+    return op_result_type(id, args, consts);
+  // Operands and the attributes that must stay constant first, by the plain rule on a
+  // rank-0 result (zeros, random) or on placeholders.
+  switch (id) {
+  case OpId::Zeros:
+  case OpId::Ones:
+  case OpId::Full:
+  case OpId::Bernoulli:
+  case OpId::Uniform:
+  case OpId::Normal: {
+    const size_t first = id == OpId::Bernoulli ? 2 : (ops::is_random(id) ? 1 : 0);
+    Attr head;
+    head.ints.assign(consts.ints.begin(), consts.ints.begin() + static_cast<ptrdiff_t>(first));
+    ShapeResult r = op_result_type(id, args, head);
+    if (!r.ok() || ir::is_error(r.type))
+      return r;
+    std::vector<Dim> out;
+    for (size_t k = first; k < attrs.size(); ++k) {
+      if (!attrs[k].is_named() && attrs[k].value < 0)
+        return fail(nm + ": negative dimension " + attrs[k].str());
+      deferred = deferred || attrs[k].is_named();
+      out.push_back(attrs[k]);
+    }
+    return {ir::t_tensor(r.type->elem, out), ""};
+  }
+  case OpId::Slice:
+  case OpId::Reshape: {
+    // The plain rule on a constant stand-in checks the operand count and kinds.
+    if (args.size() != 1 || ir::is_error(args[0]) || !args[0]->is_tensor())
+      return op_result_type(id, args, consts);
+    const auto& d = args[0]->dims;
+    if (id == OpId::Reshape) {
+      for (const auto& a : attrs)
+        if (!a.is_named() && a.value < 0)
+          return fail("reshape: negative dimension " + a.str());
+      deferred = true;
+      return {ir::t_tensor(args[0]->elem, std::vector<Dim>(attrs.begin(), attrs.end())), ""};
+    }
+    if (d.empty())
+      return fail("slice needs a tensor of rank >= 1, got " + ir::type_str(args[0]));
+    const Dim& s = attrs[0];
+    const Dim& e = attrs[1];
+    const Dim len = e + s.scaled(-1);
+    const Dim rest = d.back() + e.scaled(-1);
+    for (const Dim* x : {&s, &len, &rest})
+      if (!x->is_named() && x->value < 0)
+        return fail("slice: range [" + s.str() + ", " + e.str() +
+                    ") out of bounds for last dimension " + d.back().str());
+    deferred = s.is_named() || len.is_named() || rest.is_named();
+    auto out = d;
+    out.back() = len;
+    return {ir::t_tensor(args[0]->elem, out), ""};
+  }
+  case OpId::Sum:
+  case OpId::Mean:
+    return fail(nm + ": the axis must be a constant (it fixes the result's rank), got " +
+                attrs[0].str());
+  case OpId::Split:
+    return fail("split: the number of parts must be a constant (it fixes the number of "
+                "results), got " +
+                attrs[0].str());
+  default:
+    break;
+  }
+  return op_result_type(id, args, consts);
 }
 
 float random_p(const Attr& attr) {

@@ -1,11 +1,13 @@
 // The Checker's typing of calls: of functions, constructors (and the list constructors Nil
 // and Cons), closures, the list builtins and the tensor ops (leading tensor arguments, then Int
-// literals that fix shapes), and of the infix and prefix operators on Ints, Bools and tensors.
+// arguments that fix shapes: literals, named dimensions and their sums and multiples), and of
+// the infix and prefix operators on Ints, Bools and tensors.
 #include "src/kernels/random.h"
 #include "src/ops/op.h"
 #include "src/types/builtins.h"
 #include "src/types/checker.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -295,41 +297,127 @@ Type Checker::check_op(const Call& c, ops::OpId id, ops::Attr attr) {
       }
     }
   }
-  // Leading tensor arguments, then Int literals (static attributes).
+  // Leading tensor arguments, then Int arguments (static attributes): literals, named
+  // dimensions and their sums and multiples, which fix shapes.
   std::vector<Type> targs;
-  size_t i = 0;
+  std::vector<Dim> attrs;
+  for (auto v : attr.ints) // splitN's N
+    attrs.push_back(Dim::of(v));
   bool bad = false;
+  bool in_attrs = false;
   for (size_t k = 0; k < pre.size(); ++k)
     if (pre[k] && is_error(pre[k]))
       return t_error();
-  for (; i < c.args.size(); ++i) {
-    if (!pre[i] && int_literal(c.args[i]))
-      break;
+  for (size_t i = 0; i < c.args.size(); ++i) {
     Type t = pre[i] ? pre[i] : check(c.args[i]);
-    if (is_kind(t, TypeKind::Int)) {
-      d_.error(c.args[i]->span, std::string(ops::op_name(id)) +
-                                    ": Int arguments must be literals (they fix shapes)");
+    if (is_error(t)) { // said already; its kind is unknown, so the op's arity is not checked
       bad = true;
-    }
-    targs.push_back(t);
-  }
-  for (; i < c.args.size(); ++i) {
-    if (!pre[i])
-      check(c.args[i]);
-    auto v = int_literal(c.args[i]);
-    if (!v) {
+    } else if (is_kind(t, TypeKind::Int)) {
+      in_attrs = true;
+      auto d = dim_expr(c.args[i]);
+      if (!d) {
+        d_.error(c.args[i]->span, std::string(ops::op_name(id)) +
+                                      ": an Int argument fixes a shape: it must be a literal, a "
+                                      "dimension or their sums and multiples (such as 2*H+1)");
+        bad = true;
+      } else {
+        attrs.push_back(*d);
+      }
+    } else if (in_attrs) {
       d_.error(c.args[i]->span,
                std::string(ops::op_name(id)) + ": tensor arguments must come before Int arguments");
       bad = true;
+    } else {
+      targs.push_back(t);
+    }
+  }
+  c.tensor_args = static_cast<int>(targs.size());
+  if (bad) {
+    c.attr_ints.clear();
+    return t_error();
+  }
+  return finish_op(c, id, targs, attrs);
+}
+
+std::optional<Dim> Checker::dim_expr(const Expr& e) {
+  if (auto i = e->as<IntLit>())
+    return Dim::of(i->value);
+  if (auto v = e->as<Var>())
+    return v->ref.kind == VarRef::Kind::Dim ? std::optional(Dim::named(v->name)) : std::nullopt;
+  if (auto u = e->as<Unary>()) {
+    auto x = u->op == UnOp::Neg ? dim_expr(u->operand) : std::nullopt;
+    return x ? std::optional(x->scaled(-1)) : std::nullopt;
+  }
+  auto b = e->as<Binary>();
+  if (!b)
+    return std::nullopt;
+  auto l = dim_expr(b->lhs);
+  auto r = dim_expr(b->rhs);
+  if (!l || !r)
+    return std::nullopt;
+  // Sizes far beyond any tensor's are refused rather than let the arithmetic overflow: sums
+  // of terms below 2^62 and products of terms below 2^31 stay within 64 bits.
+  auto below = [](const Dim& d, int64_t bound) {
+    auto ok = [&](int64_t v) { return v > -bound && v < bound; };
+    return ok(d.value) && std::all_of(d.terms.begin(), d.terms.end(),
+                                      [&](const Dim::Term& t) { return ok(t.coeff); });
+  };
+  const bool product = b->op == BinOp::Mul;
+  const int64_t bound = product ? int64_t{1} << 31 : int64_t{1} << 62;
+  if (!below(*l, bound) || !below(*r, bound))
+    return std::nullopt;
+  switch (b->op) {
+  case BinOp::Add:
+    return *l + *r;
+  case BinOp::Sub:
+    return *l + r->scaled(-1);
+  case BinOp::Mul:
+    if (!l->is_named())
+      return r->scaled(l->value);
+    if (!r->is_named())
+      return l->scaled(r->value);
+    return std::nullopt;
+  case BinOp::Div:
+    if (r->is_named() || r->value <= 0)
+      return std::nullopt;
+    if (!l->is_named()) // Int division of constants, as the evaluator computes it
+      return Dim::of(l->value / r->value);
+    return l->divided(r->value);
+  default:
+    return std::nullopt;
+  }
+}
+
+bool Checker::attr_dims(const Call& c, size_t from, const std::string& what,
+                        std::vector<Dim>& out) {
+  bool ok = true;
+  for (size_t i = from; i < c.args.size(); ++i) {
+    Type t = check(c.args[i]);
+    if (is_error(t)) {
+      ok = false;
       continue;
     }
-    attr.ints.push_back(*v);
+    auto d = is_kind(t, TypeKind::Int) ? dim_expr(c.args[i]) : std::nullopt;
+    if (!d) {
+      d_.error(c.args[i]->span, what);
+      ok = false;
+      continue;
+    }
+    out.push_back(*d);
   }
-  c.attr_ints = attr.ints;
-  c.tensor_args = static_cast<int>(targs.size());
-  if (bad)
-    return t_error();
-  auto r = ops::op_result_type(id, targs, attr);
+  return ok;
+}
+
+Type Checker::finish_op(const Call& c, ops::OpId id, std::span<const Type> targs,
+                        const std::vector<Dim>& attrs) {
+  bool deferred = false;
+  auto r = ops::op_result_type_dims(id, targs, attrs, deferred);
+  c.attr_ints.clear();
+  c.attr_dims.clear();
+  for (const auto& d : attrs)
+    c.attr_ints.push_back(d.is_named() ? 0 : d.value);
+  if (deferred)
+    c.attr_dims = attrs;
   if (!r.ok()) {
     d_.error(c.span, r.error);
     return t_error();
@@ -371,27 +459,18 @@ Type Checker::check_random_op(const Call& c, ops::OpId id) {
     attr.ints.push_back(ops::random_p_bits(static_cast<float>(p->value)));
     ++i;
   }
-  for (; i < c.args.size(); ++i) {
-    check(c.args[i]);
-    auto v = int_literal(c.args[i]);
-    if (!v) {
-      d_.error(c.args[i]->span, nm + ": dimensions must be Int literals");
-      bad = true;
-      continue;
-    }
-    attr.ints.push_back(*v);
-  }
-  c.attr_ints = attr.ints;
+  std::vector<Dim> attrs;
+  for (auto v : attr.ints)
+    attrs.push_back(Dim::of(v));
+  bad = !attr_dims(c, i,
+                   nm + ": dimensions must be Int literals, dimensions or their sums and "
+                        "multiples (such as 2*H+1)",
+                   attrs);
   c.tensor_args = static_cast<int>(targs.size());
   if (bad)
     return t_error();
   targs.push_back(ir::t_i32({kernels::kRandomKeyWidth}));
-  auto r = ops::op_result_type(id, targs, attr);
-  if (!r.ok()) {
-    d_.error(c.span, r.error);
-    return t_error();
-  }
-  return r.type;
+  return finish_op(c, id, targs, attrs);
 }
 
 std::optional<ops::OpId> Checker::tensor_binop(BinOp op) {

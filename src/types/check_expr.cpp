@@ -158,6 +158,13 @@ Type Checker::check_var(const Var& v) {
                          v.name + "(x)");
     return t_error();
   }
+  // A named dimension is an Int wherever a constant is; its value is bound when the module is
+  // instantiated (Int attributes of ops keep it symbolic: check_call.cpp).
+  if (int di = m_.dim_index(v.name); di >= 0) {
+    v.ref = {VarRef::Kind::Dim, di, -1};
+    uses_.insert(v.name);
+    return t_int();
+  }
   d_.error(v.span, "unknown name '" + v.name + "'");
   return t_error();
 }

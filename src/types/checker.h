@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,18 @@ private:
   // Checks an argument list against parameter types.
   void check_args(const ir::Call& c, const std::vector<ir::Type>& params, const std::string& what);
   static std::optional<int64_t> int_literal(const ir::Expr& e);
+  /// A checked Int expression as a dimension: literals and named dimensions combined by
+  /// + and -, by * with a constant and by / of a constant that divides it (`2*H+1`); nullopt
+  /// for anything else (a local Int, `H*H`).
+  static std::optional<ir::Dim> dim_expr(const ir::Expr& e);
+  /// The Int attributes of an op call from argument `from` on, as dimensions; false (with an
+  /// error at the argument) where one is not a dimension expression.
+  bool attr_dims(const ir::Call& c, size_t from, const std::string& what,
+                 std::vector<ir::Dim>& out);
+  /// Records the attributes on the call (attr_ints; attr_dims when they need the bindings)
+  /// and types it by the op's symbolic shape rule.
+  ir::Type finish_op(const ir::Call& c, ops::OpId id, std::span<const ir::Type> targs,
+                     const std::vector<ir::Dim>& attrs);
   /// An Int literal beside a tensor operand becomes a constant 0-d tensor of the tensor's
   /// element type (`gt(y, 2)`, `x * 2`); returns its new type, or nullptr when `e` is not such
   /// a literal or `other` is not a tensor. Int variables never convert: data and control stay

@@ -34,8 +34,20 @@ struct FullBackend {
   Value to_int(const Value&, const Span&);
   Value to_bool(const Value&, const Span&);
   Value random_key(const Span&, int64_t&);
+  const interp::DimBindings& dims() const;
 };
 static_assert(interp::EvaluatorBackend<FullBackend>);
+
+struct NoDims { // named dimensions in expressions (zeros(H)) need the bound sizes
+  Value param(int);
+  Value op(ops::OpId, const ops::Attr&, const Value*, size_t, const Span&, Values* = nullptr);
+  std::optional<Value> call(const ir::FnDecl&, int, const Values&, const Span&);
+  Value sum_list(const Value&, const ir::Type&, const Span&);
+  Value to_int(const Value&, const Span&);
+  Value to_bool(const Value&, const Span&);
+  Value random_key(const Span&, int64_t&);
+};
+static_assert(!interp::EvaluatorBackend<NoDims>);
 
 struct NoRandomKey { // a random op's key and index j come from the backend
   Value param(int);

@@ -23,15 +23,17 @@
 
 namespace pejit::test {
 
-/// A model file instantiated with its vocabulary size (V) and parameters of seed 9.
+/// A model file instantiated with its vocabulary size (V), any other sizes in `more`, and
+/// parameters of seed 9.
 struct FileModel {
   std::shared_ptr<ir::Module> m = std::make_shared<ir::Module>();
   interp::DimBindings dims;
   interp::Params params;
-  FileModel(const std::string& file, int64_t vocab) {
+  FileModel(const std::string& file, int64_t vocab, interp::DimBindings more = {}) {
     Diagnostics d;
     REQUIRE_MESSAGE(types::add_file(*m, file, d).ok, d.render());
-    dims = interp::bind_dims(*m, {{"V", vocab}});
+    more["V"] = vocab;
+    dims = interp::bind_dims(*m, more);
     params = interp::init_params(*m, dims, 9);
   }
 };

@@ -46,6 +46,77 @@ fn f(x: f32[4], i: i32[3]) -> (f32[6], f32[3, 4], f32[2], i32[], f32[]) {
     CHECK(r.ok);
   }
 
+  TEST_CASE("a named dimension is a constant in expressions: op Int arguments type symbolically") {
+    ir::Module m;
+    Diagnostics d;
+    auto r = add(m, R"(
+dim H = 4
+dim K = 2
+param W : f32[H, H] = xavier
+fn f(x: f32[H]) -> f32[H] {
+  let z = zeros(H);
+  slice(concat(x, z), 0, H) @ W
+}
+fn g(x: f32[H]) -> (f32[2*H], f32[H+1], f32[K, H], f32[3*H-K], f32[H], Int) {
+  let w = concat(x, x, ones(H));
+  (slice(w, H, 3*H), slice(w, H-1, 2*H), full(0.5, K, H), slice(w, K, 3*H), zeros(2*H/2), H * K)
+}
+fn r(x: f32[H, 2]) -> f32[2*H] { reshape(x, 2*H) }
+fn u() -> f32[H] { uniform(H) }
+)",
+                 d);
+    INFO(d.render());
+    REQUIRE(r.ok);
+    // zeros(H) is f32[H], the slice of an f32[2*H] from 0 to H is f32[H].
+    const auto& body = m.fn("f")->body->cast<ir::Let>();
+    CHECK(ir::type_str(body.value->type) == "f32[H]");
+    CHECK(ir::type_str(body.body->type) == "f32[H]");
+    const auto& mm = body.body->cast<ir::Binary>();
+    CHECK(ir::type_str(mm.lhs->type) == "f32[H]");
+    // The attributes that name H stay symbolic on the call (the constant ones are resolved).
+    const auto& sl = mm.lhs->cast<ir::Call>();
+    REQUIRE(sl.attr_dims.size() == 2);
+    CHECK(sl.attr_dims[1].str() == "H");
+    CHECK(sl.attr_ints == std::vector<int64_t>{0, 0});
+    CHECK(body.value->cast<ir::Call>().attr_dims.size() == 1);
+    // Binding H checks every such call with the bound sizes.
+    CHECK(m.uses("f").count("H") == 1);
+  }
+
+  TEST_CASE("named dimensions in op arguments: misuses are refused at their location") {
+    ir::Module m;
+    Diagnostics d;
+    auto r = add(m, R"(dim H = 4
+fn a(n: Int) -> f32[H] { zeros(n) }
+fn b(x: f32[H]) -> f32[H] { slice(x, 0, H+1) }
+fn c() -> f32[H] { zeros(H*H) }
+fn e(x: f32[H]) -> f32[] { sum(x, H - 4) }
+fn g(x: f32[H]) -> f32[H] { slice(x, K, 2) }
+fn h(x: f32[2*H]) -> f32[H] { slice(x, 0, H, x) }
+fn k() -> f32[H] { zeros(H - H - 1) }
+fn m() -> f32[1] { zeros(3037000500 * 3037000500) }
+)",
+                 d);
+    CHECK_FALSE(r.ok);
+    auto has = [&](unsigned line, unsigned col, const std::string& text) {
+      for (const auto& diag : d.all())
+        if (diag.span.line == line && diag.span.col == col &&
+            diag.message.find(text) != std::string::npos)
+          return true;
+      return false;
+    };
+    INFO(d.render());
+    CHECK(has(2, 32, "zeros: an Int argument fixes a shape: it must be a literal, a dimension"));
+    CHECK(has(3, 29, "slice: range [0, H+1) out of bounds for last dimension H"));
+    CHECK(has(4, 26, "zeros: an Int argument fixes a shape"));
+    CHECK(has(5, 28, "sum: the axis must be a constant (it fixes the result's rank), got H-4"));
+    CHECK(has(6, 38, "unknown name 'K'"));
+    CHECK(has(7, 46, "slice: tensor arguments must come before Int arguments"));
+    CHECK(has(8, 20, "zeros: negative dimension -1"));
+    CHECK(has(9, 26, "zeros: an Int argument fixes a shape")); // would overflow
+    CHECK(d.all().size() == 8); // one error each, none after an unknown name
+  }
+
   TEST_CASE("type errors carry their location") {
     ir::Module m;
     Diagnostics d;
