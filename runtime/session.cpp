@@ -272,6 +272,9 @@ std::vector<std::string> Session::entries() const {
 std::vector<std::string> Session::add_source(const std::string& text, const std::string& name) {
   // The engine's background work (planning, compiling) reads the module: let it finish first.
   impl_->engine->drain();
+  // What the module was, for an error after the definitions check: binding the session's
+  // sizes may find an op argument out of range in them (interp::bind_dims).
+  const ir::Module before = *impl_->module;
   Diagnostics d;
   auto r = types::add_source(*impl_->module, text, name, d);
   if (!r.ok && !impl_->eval_name.empty()) {
@@ -285,9 +288,16 @@ std::vector<std::string> Session::add_source(const std::string& text, const std:
       r = types::add_source(*impl_->module, text, name, d);
     }
   }
-  if (!r.ok)
+  if (!r.ok) {
+    *impl_->module = before; // as it was, the evaluation entry's copies too
     throw ProgramError("the definitions have errors:\n" + d.render());
-  impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
+  }
+  try {
+    impl_->dims = interp::bind_dims(*impl_->module, impl_->opt.dims);
+  } catch (const Error&) {
+    *impl_->module = before;
+    throw;
+  }
   impl_->init_missing_params();
   // Only the specializations of entries whose dependency cone changed are dropped.
   impl_->engine->invalidate(r.affected_entries);

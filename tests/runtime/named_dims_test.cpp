@@ -3,7 +3,8 @@
 // the file's, run on the generic path and their plans match it on every executor (the batching
 // interpreter, template graphs on reference kernels, JIT-compiled runs), loss and every
 // gradient, and so do a Session's steps with H set in SessionOptions::dims; a size that puts a
-// slice out of range is an error at its file:line:col when the dimensions are bound.
+// slice out of range is an error at its file:line:col when the dimensions are bound, and a
+// Session's add_source that meets one leaves the session as it was.
 #include "pejit/error.h"
 #include "pejit/pejit.h"
 #include "runtime/data/synthetic.h"
@@ -150,6 +151,28 @@ entry n() -> Int { 2 * H + 1 }
       }
       CHECK(in.run("n", {}, params).as_int() == 2 * h + 1);
     }
+  }
+
+  TEST_CASE("Session::add_source: a definition out of range at the session's sizes is an "
+            "error and leaves the session as it was") {
+    pejit::SessionOptions o;
+    o.dims = {{"K", 4}};
+    pejit::Session s = pejit::Session::from_source(R"(dim H = 4
+dim K = 2
+entry f(x: f32[H]) -> f32[K] { slice(x, H - K, H) }
+)",
+                                                   "dims.pe", o);
+    CHECK_THROWS_WITH_AS(s.add_source("entry g(x: f32[H]) -> f32[K + 1] { slice(x, 0, K + 1) }\n",
+                                      "more.pe"),
+                         "more.pe:1:36: error: slice: range [0, 5) out of bounds for last "
+                         "dimension 4 (with H = 4, K = 4)",
+                         pejit::Error);
+    CHECK(s.entries() == std::vector<std::string>{"f"});
+    // The session goes on: a good definition is added, and f still runs.
+    CHECK(s.add_source("entry g(x: f32[H]) -> f32[K] { slice(x, 0, K) }\n", "more.pe") ==
+          std::vector<std::string>{"g"});
+    pejit::Value x = pejit::Value::tensor_f32({4}, {1, 2, 3, 4});
+    CHECK(s.run("f", x).to_f32() == std::vector<float>{1, 2, 3, 4});
   }
 
   TEST_CASE("a size that puts an op argument out of range is an error at file:line:col") {
