@@ -113,17 +113,18 @@ TEST_SUITE("examples") {
       REQUIRE(pe.ok);
       specializer::Plan plan = specializer::make_plan(pe.residual, tt);
       // word_loss (word_tag) feeds no other call: all the batch's words in one group, not one
-      // group per step of the recursions; the two directions take a group per word position.
+      // group per step of the recursion; step2 (both directions' steps) a group per word
+      // position.
       size_t per_word = 0, steps = 0;
       for (const auto& g : plan.groups) {
         if (g.tmpl < 0)
           continue;
         const std::string& name = tt.at(g.tmpl).name;
         per_word += name == "word_loss" || name == "word_tag";
-        steps += name == "step_f" || name == "step_b";
+        steps += name == "step2";
       }
       CHECK(per_word == 1);
-      CHECK(steps == 2 * longest);
+      CHECK(steps == longest);
       CHECK(plan.groups.size() <= steps + 3);
     }
     // infer_words on a plan (JIT kernels) gives the generic path's labels, word for word.
