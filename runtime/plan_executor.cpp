@@ -115,6 +115,40 @@ struct PlanExecutor::Impl {
     return r;
   }
 
+  // The graph each template id resolved to, once it can no longer change (compiled, or on
+  // reference kernels where there is no JIT): a group of a template met before then skips
+  // the shared cache's lookup (a key string with the constant arguments' bytes, a lock and a
+  // hash). Valid for one template table and module state; the copy of the template tells a
+  // table that reuses a freed one's address apart.
+  struct KnownRunner {
+    const specializer::TemplateTable* tt = nullptr;
+    uint64_t generation = 0;
+    specializer::Template tmpl;
+    std::shared_ptr<const GraphRunner> graph;
+  };
+  std::vector<KnownRunner> known;
+
+  std::shared_ptr<const GraphRunner> known_runner(int32_t id, const specializer::Template& t,
+                                                  const specializer::TemplateTable& tt,
+                                                  PlanStats& stats) {
+    if (runners == nullptr)
+      return nullptr;
+    const auto i = static_cast<size_t>(id);
+    if (i < known.size() && known[i].tt == &tt && known[i].generation == m->generation() &&
+        known[i].tmpl.same_as(t))
+      return known[i].graph;
+    stats.runner_lookups++;
+    auto r = runner(t, stats);
+    // A compiling get() settles the template (compiled, or its failure remembered); without
+    // it, a JIT's cache may still compile it later (prepare()), unless it has.
+    if (r != nullptr && (opt.compile || !runners->jit() || r->compiled())) {
+      if (known.size() <= i)
+        known.resize(i + 1);
+      known[i] = {&tt, m->generation(), t, r};
+    }
+    return r;
+  }
+
   // Per group, kept across runs (their tapes keep their buffers).
   struct GroupState {
     std::shared_ptr<const GraphRunner> graph; ///< ran on its template graph
@@ -257,7 +291,7 @@ struct PlanExecutor::Impl {
           << t.name << ": argument " << a << " is not the constant its template reads";
       shared_args = shared_args || (g.args[a].shared && !bound && !literal);
     }
-    gs.graph = shared_args ? nullptr : runner(t, stats);
+    gs.graph = shared_args ? nullptr : known_runner(g.tmpl, t, tt, stats);
     if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
       std::string why = reported_name(t) + (shared_args ? ": an argument shared by every row "
                                                           "(template graphs take per-row "

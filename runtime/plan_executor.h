@@ -60,6 +60,9 @@ struct PlanStats {
   int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.
   int64_t lazy_gathers = 0;
+  /// Groups that asked the shared template-graph cache for their graph; a group whose
+  /// template's compiled graph this executor already holds asks nothing.
+  int64_t runner_lookups = 0;
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
   /// Column blocks those GEMMs were cut into for the workers (0: each ran whole).
   int64_t weight_grad_blocks = 0;

@@ -528,6 +528,15 @@ public:
         xs.push_back(b.list_at(i));
       return Value::list(std::move(xs));
     }
+    case Builtin::Reverse: {
+      // Structure only: the same element values in the other order (no op, no instance).
+      Value a = eval(c.args[0], fr);
+      Values xs;
+      xs.reserve(a.list_size());
+      for (size_t i = a.list_size(); i-- > 0;)
+        xs.push_back(a.list_at(i));
+      return Value::list(std::move(xs));
+    }
     case Builtin::Length:
       return Value::integer(static_cast<int64_t>(eval(c.args[0], fr).list_size()));
     case Builtin::ToInt:

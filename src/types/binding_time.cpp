@@ -379,6 +379,10 @@ private:
         if (c.args.size() != 2)
           break;
         return scalar(bt_join(eval(c.args[0], env).bt, eval(c.args[1], env).bt));
+      case Builtin::Reverse: // the same elements: the list's binding time
+        if (c.args.size() != 1)
+          break;
+        return scalar(eval(c.args[0], env).bt);
       case Builtin::Length:
         if (c.args.size() != 1)
           break;

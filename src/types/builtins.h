@@ -1,6 +1,6 @@
 // The list and conversion builtins that are not tensor ops: map, fold, sum_list, length,
-// to_int, to_bool, append. Nil and Cons are the built-in constructors of List[T] (ADT index
-// kListAdt).
+// to_int, to_bool, append, reverse. Nil and Cons are the built-in constructors of List[T] (ADT
+// index kListAdt).
 #pragma once
 
 #include <optional>
@@ -8,7 +8,7 @@
 
 namespace pejit::types {
 
-enum class Builtin : int { Map, Fold, SumList, Length, ToInt, ToBool, Append };
+enum class Builtin : int { Map, Fold, SumList, Length, ToInt, ToBool, Append, Reverse };
 std::optional<Builtin> builtin_by_name(const std::string& name);
 const char* builtin_name(Builtin b);
 

@@ -25,9 +25,9 @@ using namespace ir;
 
 std::optional<Builtin> builtin_by_name(const std::string& name) {
   static const std::map<std::string, Builtin> m = {
-      {"map", Builtin::Map},       {"fold", Builtin::Fold},    {"sum_list", Builtin::SumList},
-      {"length", Builtin::Length}, {"to_int", Builtin::ToInt}, {"to_bool", Builtin::ToBool},
-      {"append", Builtin::Append}};
+      {"map", Builtin::Map},       {"fold", Builtin::Fold},      {"sum_list", Builtin::SumList},
+      {"length", Builtin::Length}, {"to_int", Builtin::ToInt},   {"to_bool", Builtin::ToBool},
+      {"append", Builtin::Append}, {"reverse", Builtin::Reverse}};
   auto it = m.find(name);
   if (it == m.end())
     return std::nullopt;
@@ -50,6 +50,8 @@ const char* builtin_name(Builtin b) {
     return "to_bool";
   case Builtin::Append:
     return "append";
+  case Builtin::Reverse:
+    return "reverse";
   }
   return "?";
 }
@@ -153,8 +155,8 @@ void Checker::check_type_wf(const Type& t, const Span& s) {
     for (const auto& dim : t->dims) {
       for (const auto& term : dim.terms)
         if (m_.dim_index(term.name) < 0)
-          d_.error(s, "unknown dimension '" + term.name + "' (declare it with `dim " +
-                          term.name + "`)");
+          d_.error(s, "unknown dimension '" + term.name + "' (declare it with `dim " + term.name +
+                          "`)");
       if (!dim.is_named() && dim.value < 0)
         d_.error(s, "negative dimension");
     }

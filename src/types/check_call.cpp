@@ -258,6 +258,18 @@ Type Checker::check_builtin(const Call& c, Builtin b) {
       return mismatch(*c.args[1], "append", a, b);
     return a;
   }
+  case Builtin::Reverse: {
+    if (!arity(1))
+      return t_error();
+    Type xs = check(c.args[0]);
+    if (is_error(xs))
+      return t_error();
+    if (xs->kind != TypeKind::List) {
+      d_.error(c.args[0]->span, "reverse needs a list, got " + type_str(xs));
+      return t_error();
+    }
+    return xs;
+  }
   case Builtin::ToInt:
   case Builtin::ToBool: {
     if (!arity(1))

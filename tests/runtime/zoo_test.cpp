@@ -19,6 +19,7 @@
 
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
 
 using namespace pejit;
@@ -90,6 +91,70 @@ TEST_SUITE("examples") {
             "interpreter") {
     check_model(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe", 2,
                 "(1 (2 a) (3 b))\n(3 (2 (4 c) (1 d)) (0 e))\n(2 w)\n");
+  }
+
+  TEST_CASE("zoo: the tagger's word losses run in one group per batch, and its labels match "
+            "the generic path") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 3, data::Shape::Sst, vocab);
+    test::FileModel md(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe",
+                       static_cast<int64_t>(vocab.size()));
+    interp::Value batch = test::tree_batch(*md.m, trees);
+    size_t longest = 0;
+    for (const auto& t : trees) {
+      size_t words = 0;
+      for (const auto& n : t.nodes)
+        words += n.children.empty();
+      longest = std::max(longest, words);
+    }
+    specializer::TemplateTable lt;
+    auto lpe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, lt);
+    REQUIRE(lpe.ok);
+    specializer::Plan lplan = specializer::make_plan(lpe.residual, lt);
+    // word_loss feeds no other call: all the batch's words in one group, not one group per step
+    // of the recursion; step2 (both directions' steps) a group per word position.
+    size_t per_word = 0, steps = 0;
+    for (const auto& g : lplan.groups) {
+      if (g.tmpl < 0)
+        continue;
+      const std::string& name = lt.at(g.tmpl).name;
+      per_word += name == "word_loss";
+      steps += name == "step2";
+    }
+    CHECK(per_word == 1);
+    CHECK(steps == longest);
+    CHECK(lplan.groups.size() <= steps + 3);
+    // infer_words on a plan (JIT kernels) gives the generic path's labels, word for word.
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "infer_words", batch, tt);
+    REQUIRE(pe.ok);
+    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+    runtime::ExecOptions o;
+    o.kernels = &test::shared_test_kernels();
+    runtime::PlanExecutor ex(md.m, md.dims, o);
+    std::vector<Tensor> got = ex.run(plan, pe.residual, tt, md.params);
+    // The executor asks the shared graph cache once per template, not once per group; a second
+    // run of the plan asks it nothing.
+    std::set<int32_t> tmpls;
+    for (const auto& g : plan.groups)
+      if (g.tmpl >= 0)
+        tmpls.insert(g.tmpl);
+    const int64_t lookups = ex.stats().runner_lookups;
+    CHECK(lookups == static_cast<int64_t>(tmpls.size()));
+    CHECK(plan.groups.size() > tmpls.size() + 10);
+    CHECK(ex.run(plan, pe.residual, tt, md.params).size() == got.size());
+    CHECK(ex.stats().runner_lookups == lookups);
+    CHECK(ex.stats().groups_interpreted == 0);
+    interp::Interpreter in(md.m, md.dims);
+    interp::Value ref = in.run("infer_words", {batch}, md.params);
+    std::vector<int32_t> want, have;
+    for (size_t s = 0; s < ref.list_size(); ++s)
+      for (size_t w = 0; w < ref.list_at(s).list_size(); ++w)
+        want.push_back(ref.list_at(s).list_at(w).as_tensor().item_i32());
+    for (const Tensor& t : got)
+      have.push_back(t.item_i32());
+    CHECK(have == want);
+    CHECK(want.size() > trees.size());
   }
 
   TEST_CASE("zoo: the LSTM language model's plans == generic path, none in the interpreter (its "
