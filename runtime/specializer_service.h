@@ -7,6 +7,7 @@
 #include "src/interp/call_limit.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
+#include "specializer/partial_eval.h"
 #include "src/ir/module.h"
 
 #include <cstdint>
@@ -44,6 +45,15 @@ struct PlanKey {
   std::vector<int32_t> slots;
 };
 
+/// What a walk of a batch finds for planning and running it: its nesting depth
+/// (interp::nesting_depth), its part of the plan key (SpecializerService::batch_key) and its
+/// payloads (specializer::batch_payloads).
+struct BatchPart {
+  size_t depth = 0;
+  PlanKey key;
+  std::vector<Tensor> payloads;
+};
+
 /// Partial evaluation and planning, one batch at a time, from the training thread (inline
 /// planning) and the pipeline's threads. Owns the template table (append-only; plans hold
 /// snapshots of it), the last snapshot, and the refusals (per entry, at the cone version
@@ -66,14 +76,21 @@ public:
   /// The part of the key that the batch alone gives (its skeleton and equal payloads: what a
   /// walk of the batch finds), for a batch run many times (Engine::facts).
   PlanKey batch_key(const interp::Value& batch) const;
+  /// The batch's part of a merged plan's key from its skeleton hash and equal payloads.
+  static uint64_t with_pattern(uint64_t skeleton, const std::vector<int32_t>& slots);
+  /// The depth, batch_key and payloads of `batch`, found in one walk.
+  BatchPart batch_part(const interp::Value& batch) const;
   /// `batch_part` (batch_key's) completed with the entry, its cone version and the dims.
   PlanKey key(const std::string& entry, PlanKey batch_part);
 
   /// Partially evaluates and plans `batch` (`slots`: its PlanKey's); null with `why` on a
   /// refusal (remembered) or a failure (not remembered). `seconds`: the time it took.
+  /// `depth`: the batch's nesting depth when the caller knows it (BatchPart), else
+  /// kUnknownDepth (partial evaluation then measures it).
+  static constexpr size_t kUnknownDepth = specializer::PeOptions::kUnknownDepth;
   std::shared_ptr<const PlanEntry> make(const std::string& entry, const interp::Value& batch,
                                         const std::vector<int32_t>& slots, std::string& why,
-                                        double& seconds);
+                                        double& seconds, size_t depth = kUnknownDepth);
 
   /// Forgets the refusals of these entries and every cached cone version (definitions
   /// changed).

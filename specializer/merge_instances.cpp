@@ -81,15 +81,15 @@ void batch_payloads(const Value& batch, std::vector<Tensor>& out) {
   each_payload(batch, 0, add);
 }
 
-std::vector<int32_t> equal_payload_slots(const Value& batch) {
-  std::vector<std::pair<const Tensor*, uint64_t>> ps;
-  auto add = [&ps](const Tensor& t, uint64_t site) { ps.emplace_back(&t, site); };
-  each_payload(batch, 0, add);
-  std::vector<int32_t> rep(ps.size());
-  IdTable table(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const Tensor& t = *ps[i].first;
-    const uint64_t site = ps[i].second;
+namespace {
+
+// equal_payload_slots over payloads given one at a time: at(i) is payload i and its site.
+template <class At> std::vector<int32_t> equal_slots(size_t count, At at) {
+  std::vector<int32_t> rep(count);
+  IdTable table(count);
+  for (size_t i = 0; i < count; ++i) {
+    const auto [tp, site] = at(i);
+    const Tensor& t = *tp;
     uint64_t h = mix(mix(site, static_cast<uint64_t>(t.dtype())), t.rank());
     for (size_t d = 0; d < t.rank(); ++d)
       h = mix(h, static_cast<uint64_t>(t.dim(d)));
@@ -101,12 +101,29 @@ std::vector<int32_t> equal_payload_slots(const Value& batch) {
       h = mix(h, w);
     }
     rep[i] = table.find_or_add(h, static_cast<int32_t>(i), [&](int32_t j) {
-      const auto& [u, usite] = ps[static_cast<size_t>(j)];
+      const auto [u, usite] = at(static_cast<size_t>(j));
       return usite == site && u->dtype() == t.dtype() && u->shape() == t.shape() &&
              (n == 0 || std::memcmp(u->raw(), t.raw(), n) == 0);
     });
   }
   return rep;
+}
+
+} // namespace
+
+std::vector<int32_t> equal_payload_slots(const Value& batch) {
+  std::vector<std::pair<const Tensor*, uint64_t>> ps;
+  auto add = [&ps](const Tensor& t, uint64_t site) { ps.emplace_back(&t, site); };
+  each_payload(batch, 0, add);
+  return equal_slots(ps.size(), [&ps](size_t i) { return ps[i]; });
+}
+
+std::vector<int32_t> equal_payload_slots(const std::vector<Tensor>& payloads,
+                                         const std::vector<uint64_t>& sites) {
+  PEJIT_CHECK(payloads.size() == sites.size()) << "equal_payload_slots: a site per payload";
+  return equal_slots(payloads.size(), [&](size_t i) {
+    return std::pair<const Tensor*, uint64_t>(&payloads[i], sites[i]);
+  });
 }
 
 uint64_t payload_pattern_hash(const std::vector<int32_t>& slots) {

@@ -426,13 +426,14 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
                                  const interp::CallLimit& limit);
 } // namespace
 
-// The batch's depth is measured first (without recursing): the scan, the evaluation and the
+// The batch's depth is measured first (without recursing) unless the caller gives it: the scan, the evaluation and the
 // walks after it run where the native stack has room for it (interp/call_limit.h).
 PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
                             const std::string& entry, const Value& batch, TemplateTable& templates,
                             const PeOptions& opt) {
-  interp::CallLimit limit =
-      interp::CallLimit::of(opt.max_depth, interp::nesting_depth(batch), opt.calls_per_level);
+  const size_t depth =
+      opt.depth != PeOptions::kUnknownDepth ? opt.depth : interp::nesting_depth(batch);
+  interp::CallLimit limit = interp::CallLimit::of(opt.max_depth, depth, opt.calls_per_level);
   return interp::with_call_limit(limit, [&](const interp::CallLimit& l) {
     return partially_evaluate_here(m, dims, entry, batch, templates, opt, l);
   });

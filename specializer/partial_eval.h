@@ -62,6 +62,10 @@ struct PeOptions {
   /// then only counts its input slots (Residual::num_inputs) and the batch scan touches no
   /// tensor's storage.
   bool keep_inputs = true;
+  /// The batch's nesting depth (interp::nesting_depth) when the caller has measured it, which
+  /// spares partial evaluation that walk; kUnknownDepth: measured here.
+  static constexpr size_t kUnknownDepth = ~size_t{0};
+  size_t depth = kUnknownDepth;
 };
 
 struct PeResult {
