@@ -21,10 +21,20 @@ struct Item {
   uint64_t site;
 };
 
-// The nodes are scattered on the heap: ask for the children's item vectors as they are
-// pushed, so that their misses overlap with the work on their siblings.
-inline void prefetch_items(const Value& x) {
-  if (x.kind() == Value::Kind::Adt || x.kind() == Value::Kind::Tuple)
+// The nodes are scattered on the heap and reached through two dependent pointers (a node's
+// items vector, then its elements), as in the partial evaluator's BatchScan: a child's
+// vector is asked for when the child is pushed (its address is in the parent, already
+// read), and the elements of the next value to visit when the one before it is popped, so
+// that those misses overlap with the work in between.
+inline bool has_items(const Value& x) {
+  return x.kind() == Value::Kind::Adt || x.kind() == Value::Kind::Tuple;
+}
+inline void prefetch_vector(const Value& x) {
+  if (has_items(x))
+    __builtin_prefetch(&x.items());
+}
+inline void prefetch_elements(const Value& x) {
+  if (has_items(x))
     __builtin_prefetch(x.items().data());
 }
 
@@ -42,6 +52,8 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   while (!todo.empty()) {
     const Item it = todo.back();
     todo.pop_back();
+    if (!todo.empty())
+      prefetch_elements(*todo.back().v);
     deepest = std::max(deepest, it.depth);
     const Value& v = *it.v;
     h = mix(h, static_cast<uint64_t>(v.kind()));
@@ -73,7 +85,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
           adt ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32) : uint64_t{1} << 60;
       for (size_t i = xs.size(); i-- > 0;) { // reversed: popped in order (preorder)
         todo.push_back({&xs[i], it.depth + 1, outer | i});
-        prefetch_items(xs[i]);
+        prefetch_vector(xs[i]);
       }
       break;
     }
@@ -82,7 +94,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
       h = mix(h, n);
       for (size_t i = n; i > 0; --i) {
         todo.push_back({&v.list_at(i - 1), it.depth + i, it.site});
-        prefetch_items(v.list_at(i - 1));
+        prefetch_vector(v.list_at(i - 1));
       }
       break;
     }

@@ -48,9 +48,11 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 /// An open-addressing set of ids for the two lookups below: `n` ids at most, the caller's
 /// `same` telling whether the id stored is equal to the one looked up (hashes equal).
+/// Kept per thread (reset for each use) so that its storage is not allocated per batch.
 class IdTable {
 public:
-  explicit IdTable(size_t n) {
+  /// Empty, for `n` ids.
+  void reset(size_t n) {
     size_t cap = 16;
     while (cap < 2 * n)
       cap *= 2;
@@ -86,7 +88,8 @@ namespace {
 // equal_payload_slots over payloads given one at a time: at(i) is payload i and its site.
 template <class At> std::vector<int32_t> equal_slots(size_t count, At at) {
   std::vector<int32_t> rep(count);
-  IdTable table(count);
+  thread_local IdTable table;
+  table.reset(count);
   for (size_t i = 0; i < count; ++i) {
     const auto [tp, site] = at(i);
     const Tensor& t = *tp;
@@ -141,11 +144,13 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
   PEJIT_CHECK(slot_rep.size() + r.random_slots.size() == static_cast<size_t>(r.num_inputs))
       << "merge_equal_instances: " << slot_rep.size() << " payloads and "
       << r.random_slots.size() << " random keys for " << r.num_inputs << " input slots";
-  std::vector<int32_t> renum(n, -1); // old instance -> its instance in the merged program
-  std::vector<Instance> instances;
-  std::vector<Ref> pool;
-  instances.reserve(n);
-  pool.reserve(r.arg_pool.size());
+  // In place: an instance kept moves to the front (its arguments too, canonicalized as they
+  // are read); what is kept before instance i (its arguments included) lies before where i
+  // is read, so nothing is overwritten before it is read.
+  thread_local std::vector<int32_t> renum; // old instance -> its instance in the merged program
+  renum.assign(n, -1);
+  Instance* const insts = r.instances.data();
+  Ref* const pool = r.arg_pool.data();
   auto canon = [&](Ref a) {
     if (a.kind == Ref::Kind::Input && static_cast<size_t>(a.index) < slot_rep.size())
       a.index = slot_rep[static_cast<size_t>(a.index)];
@@ -153,38 +158,41 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
       a.index = renum[static_cast<size_t>(a.index)];
     return a;
   };
-  IdTable table(n);
+  thread_local IdTable table;
+  table.reset(n);
+  size_t kept = 0;
+  uint32_t top = 0; // the kept instances' arguments: pool[0, top)
   for (size_t i = 0; i < n; ++i) {
-    const Instance& in = r.instances[i];
-    const uint32_t first = static_cast<uint32_t>(pool.size());
+    const Instance in = insts[i];
+    PEJIT_CHECK(in.first_arg >= top) << "merge_equal_instances: arguments out of order";
+    const uint32_t first = top;
     uint64_t h = mix(static_cast<uint64_t>(in.tmpl), static_cast<uint64_t>(in.sum_sig));
-    for (const Ref& a : r.args(in)) {
+    for (uint32_t k = 0; k < in.num_args; ++k) {
+      const Ref a = pool[in.first_arg + k];
       PEJIT_CHECK(a.kind != Ref::Kind::Inst || static_cast<size_t>(a.index) < i)
           << "merge_equal_instances: instance " << i << " reads a later instance";
-      Ref c = canon(a);
-      pool.push_back(c);
+      const Ref c = canon(a);
+      pool[first + k] = c;
       h = mix(h, (static_cast<uint64_t>(c.kind) << 56) ^ (static_cast<uint64_t>(c.out) << 32) ^
                      static_cast<uint32_t>(c.index));
     }
     const Instance mine{in.tmpl, first, in.num_args, in.sum_sig};
-    int32_t id = table.find_or_add(h, static_cast<int32_t>(instances.size()), [&](int32_t j) {
-      const Instance& o = instances[static_cast<size_t>(j)];
+    int32_t id = table.find_or_add(h, static_cast<int32_t>(kept), [&](int32_t j) {
+      const Instance& o = insts[static_cast<size_t>(j)];
       return o.tmpl == mine.tmpl && o.sum_sig == mine.sum_sig && o.num_args == mine.num_args &&
-             std::equal(pool.begin() + o.first_arg, pool.begin() + o.first_arg + o.num_args,
-                        pool.begin() + first);
+             std::equal(pool + o.first_arg, pool + o.first_arg + o.num_args, pool + first);
     });
     renum[i] = id;
-    if (id != static_cast<int32_t>(instances.size()))
-      pool.resize(first); // the same arguments as instance `id`: not kept
-    else
-      instances.push_back(mine);
+    if (id == static_cast<int32_t>(kept)) { // else: the same arguments as instance `id`
+      insts[kept++] = mine;
+      top = first + in.num_args;
+    }
   }
   for (Ref& o : r.outputs)
     o = canon(o);
-  const size_t removed = n - instances.size();
-  r.instances = std::move(instances);
-  r.arg_pool = std::move(pool);
-  return removed;
+  r.instances.resize(kept);
+  r.arg_pool.resize(top);
+  return n - kept;
 }
 
 } // namespace pejit::specializer
