@@ -133,7 +133,7 @@ void dump_plan(std::ostream& os, const runtime::PlanEntry& e, uint64_t key) {
 // What the pipeline does for one batch (runtime/engine.cpp: the facts, the key, make).
 // With `separate`, the batch's facts are found as the engine found them before walk_batch:
 // four walks (nesting_depth, skeleton_hash, equal_payload_slots, batch_payloads), and
-// partial evaluation measures the depth again.
+// partial evaluation measures the depth and hashes the skeleton again.
 bool separate = false;
 
 [[gnu::noinline]] std::shared_ptr<const runtime::PlanEntry>
@@ -146,14 +146,15 @@ plan_batch(runtime::SpecializerService& service, const interp::Value& batch,
     f.key.slots = specializer::equal_payload_slots(batch);
     f.key.hash = runtime::SpecializerService::with_pattern(f.key.hash, f.key.slots);
     specializer::batch_payloads(batch, f.payloads);
-    f.depth = runtime::SpecializerService::kUnknownDepth;
   } else {
     f = service.batch_part(batch);
   }
   key = service.key("loss", std::move(f.key));
   std::string why;
   double s = 0;
-  return service.make("loss", batch, key.slots, why, s, f.depth);
+  return service.make("loss", batch, key.slots, why, s,
+                      separate ? runtime::BatchKnown{}
+                               : runtime::BatchKnown{f.depth, f.skeleton});
 }
 
 // The same, for the measured epoch: under valgrind --tool=callgrind --collect-atstart=no

@@ -171,7 +171,7 @@ struct Engine::Impl {
     }
     double s = 0;
     auto e = specializer.make(entry, batch, key.slots, why, s,
-                              facts ? facts->depth : SpecializerService::kUnknownDepth);
+                              facts ? BatchKnown{facts->depth, facts->skeleton} : BatchKnown{});
     if (e)
       plans.publish(key.hash, e, 1);
     stats.plan_miss(s);
@@ -190,7 +190,7 @@ struct Engine::Impl {
       return;
     std::string why;
     double s = 0;
-    auto e = specializer.make(entry, batch, key.slots, why, s, f->depth);
+    auto e = specializer.make(entry, batch, key.slots, why, s, BatchKnown{f->depth, f->skeleton});
     if (!e)
       return; // that batch will be planned inline, or run generic
     plans.publish(key.hash, e, 0);
@@ -204,6 +204,7 @@ struct Engine::Impl {
     BatchPart p = specializer.batch_part(batch);
     BatchFacts f;
     f.depth = p.depth;
+    f.skeleton = p.skeleton;
     f.key_hash = p.key.hash;
     f.slots = std::move(p.key.slots);
     f.payloads = std::move(p.payloads);

@@ -60,6 +60,7 @@ BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
   specializer::walk_batch(batch, w);
   BatchPart b;
   b.depth = w.depth;
+  b.skeleton = w.skeleton;
   b.key.hash = w.skeleton;
   if (merge_equal_) {
     b.key.slots = specializer::equal_payload_slots(w.payloads, w.sites);
@@ -87,7 +88,7 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
                                                           const interp::Value& batch,
                                                           const std::vector<int32_t>& slots,
                                                           std::string& why, double& seconds,
-                                                          size_t depth) {
+                                                          const BatchKnown& known) {
   auto t0 = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t cone = cones_.of(entry);
@@ -104,7 +105,8 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     specializer::PeOptions pe_opt;
     pe_opt.keep_inputs = false;
     pe_opt.max_depth = max_depth_;
-    pe_opt.depth = depth;
+    pe_opt.depth = known.depth;
+    pe_opt.skeleton = known.skeleton;
     auto pe = specializer::partially_evaluate(*m_, dims_, entry, batch, templates_, pe_opt);
     if (!pe.ok) {
       why = "refused at " + pe.where.str() + ": " + pe.reason;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,16 @@ struct PlanKey {
 /// payloads (specializer::batch_payloads).
 struct BatchPart {
   size_t depth = 0;
+  uint64_t skeleton = 0; ///< specializer::skeleton_hash
   PlanKey key;
   std::vector<Tensor> payloads;
+};
+
+/// What the caller of SpecializerService::make already knows of the batch (its BatchPart's
+/// depth and skeleton hash), which partial evaluation then does not find again.
+struct BatchKnown {
+  size_t depth = specializer::PeOptions::kUnknownDepth;
+  std::optional<uint64_t> skeleton;
 };
 
 /// Partial evaluation and planning, one batch at a time, from the training thread (inline
@@ -85,12 +94,10 @@ public:
 
   /// Partially evaluates and plans `batch` (`slots`: its PlanKey's); null with `why` on a
   /// refusal (remembered) or a failure (not remembered). `seconds`: the time it took.
-  /// `depth`: the batch's nesting depth when the caller knows it (BatchPart), else
-  /// kUnknownDepth (partial evaluation then measures it).
-  static constexpr size_t kUnknownDepth = specializer::PeOptions::kUnknownDepth;
+  /// `known`: what the caller has found of the batch already (BatchPart).
   std::shared_ptr<const PlanEntry> make(const std::string& entry, const interp::Value& batch,
                                         const std::vector<int32_t>& slots, std::string& why,
-                                        double& seconds, size_t depth = kUnknownDepth);
+                                        double& seconds, const BatchKnown& known = {});
 
   /// Forgets the refusals of these entries and every cached cone version (definitions
   /// changed).
