@@ -153,8 +153,7 @@ plan_batch(runtime::SpecializerService& service, const interp::Value& batch,
   std::string why;
   double s = 0;
   return service.make("loss", batch, key.slots, why, s,
-                      separate ? runtime::BatchKnown{}
-                               : runtime::BatchKnown{f.depth, f.skeleton});
+                      separate ? runtime::BatchKnown{} : runtime::BatchKnown{f.depth, f.skeleton});
 }
 
 // The same, for the measured epoch: under valgrind --tool=callgrind --collect-atstart=no
@@ -187,8 +186,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string data =
-      !pos.empty() ? pos[0] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
+  const std::string data = !pos.empty() ? pos[0] : PEJIT_SOURCE_DIR "/../shared/data/sst/train.txt";
   const size_t limit = pos.size() > 1 ? std::stoul(pos[1]) : 2000;
   const int epochs = pos.size() > 2 ? std::stoi(pos[2]) : 2;
   auto m = std::make_shared<ir::Module>();

@@ -144,13 +144,13 @@ struct Engine::Impl {
     // Both planned modes plan ahead in the background; auto also runs a plan on reference
     // kernels while its kernels compile, specialized compiles them before the plan's first run.
     if (opt.mode != Mode::Generic)
-      pipeline = std::make_unique<Pipeline>(opt.lookahead, [this](const std::string& entry,
-                                                                  const Value& batch) {
-        // One walk (without recursion) finds the depth with the other facts.
-        auto f = std::make_shared<const BatchFacts>(facts_of(batch));
-        on_stack_for_depth(f->depth, this->opt.max_depth,
-                           [&] { plan_ahead(entry, batch, std::move(f)); });
-      });
+      pipeline = std::make_unique<Pipeline>(
+          opt.lookahead, [this](const std::string& entry, const Value& batch) {
+            // One walk (without recursion) finds the depth with the other facts.
+            auto f = std::make_shared<const BatchFacts>(facts_of(batch));
+            on_stack_for_depth(f->depth, this->opt.max_depth,
+                               [&] { plan_ahead(entry, batch, std::move(f)); });
+          });
   }
 
   bool compiles() const { return runners && runners->jit(); }

@@ -54,7 +54,10 @@ uint64_t SpecializerService::with_pattern(uint64_t skeleton, const std::vector<i
   return mix(skeleton, specializer::payload_pattern_hash(slots));
 }
 
-// One walk (specializer::walk_batch) for the depth, the key's hashes and the payloads.
+// One walk (specializer::walk_batch) for the depth, the key's hashes and the payloads. The
+// walk's vectors are kept per thread for the next batch, up to kKeptPayloads.
+static constexpr size_t kKeptPayloads = size_t{1} << 16;
+
 BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
   thread_local specializer::BatchWalk w; // its vectors' capacity kept per thread
   specializer::walk_batch(batch, w);
@@ -66,8 +69,14 @@ BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
     b.key.slots = specializer::equal_payload_slots(w.payloads, w.sites);
     b.key.hash = with_pattern(b.key.hash, b.key.slots);
   }
-  b.payloads.reserve(w.payloads.size());
-  b.payloads.swap(w.payloads); // w keeps the reserved vector for the next batch's
+  if (w.payloads.size() <= kKeptPayloads) {
+    b.payloads.reserve(w.payloads.size());
+    b.payloads.swap(w.payloads); // w keeps the reserved vector for the next batch's
+  } else {                       // an unusually large batch: w keeps nothing of it
+    b.payloads = std::move(w.payloads);
+    w.payloads = {};
+    std::vector<uint64_t>().swap(w.sites);
+  }
   return b;
 }
 

@@ -4,10 +4,10 @@
 #pragma once
 
 #include "runtime/plan_cache.h"
+#include "specializer/partial_eval.h"
 #include "src/interp/call_limit.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
-#include "specializer/partial_eval.h"
 #include "src/ir/module.h"
 
 #include <cstdint>

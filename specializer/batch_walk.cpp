@@ -105,6 +105,8 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   }
   out.depth = deepest;
   out.skeleton = h;
+  if (todo.capacity() > (size_t{1} << 16)) // an unusually deep or wide batch: not kept
+    std::vector<Item>().swap(todo);
 }
 
 } // namespace pejit::specializer

@@ -14,10 +14,10 @@
 namespace pejit::specializer {
 
 struct BatchWalk {
-  size_t depth = 0;              ///< interp::nesting_depth(batch)
-  uint64_t skeleton = 0;         ///< skeleton_hash(batch)
-  std::vector<Tensor> payloads;  ///< batch_payloads(batch)
-  std::vector<uint64_t> sites;   ///< each payload's site (equal_payload_slots)
+  size_t depth = 0;             ///< interp::nesting_depth(batch)
+  uint64_t skeleton = 0;        ///< skeleton_hash(batch)
+  std::vector<Tensor> payloads; ///< batch_payloads(batch)
+  std::vector<uint64_t> sites;  ///< each payload's site (equal_payload_slots)
 };
 
 /// Walks `batch` once; `out`'s vectors are cleared first (their capacity is kept).

@@ -4,6 +4,7 @@
 #include "src/util/check.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -14,9 +15,10 @@ using interp::Value;
 namespace {
 
 // The payloads in input slot order (the order of the partial evaluator's scan), each with its
-// site: the field of the innermost ADT value or tuple that holds it. Payloads are only compared within a site (a word with words, a label
-// with labels): equal values at different sites would merge nothing useful, and would make
-// the equality pattern, and so the plan key, differ between batches for no gain.
+// site: the field of the innermost ADT value or tuple that holds it. Payloads are only compared
+// within a site (a word with words, a label with labels): equal values at different sites would
+// merge nothing useful, and would make the equality pattern, and so the plan key, differ between
+// batches for no gain.
 template <class F> void each_payload(const Value& v, uint64_t site, F& f) {
   switch (v.kind()) {
   case Value::Kind::Tensor:
@@ -48,7 +50,9 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 /// An open-addressing set of ids for the two lookups below: `n` ids at most, the caller's
 /// `same` telling whether the id stored is equal to the one looked up (hashes equal).
-/// Kept per thread (reset for each use) so that its storage is not allocated per batch.
+/// Kept per thread (reset for each use) so that its storage is not allocated per batch; a
+/// slot is empty unless it carries the current generation, so that a reset at the same
+/// capacity clears nothing.
 class IdTable {
 public:
   /// Empty, for `n` ids.
@@ -56,24 +60,43 @@ public:
     size_t cap = 16;
     while (cap < 2 * n)
       cap *= 2;
-    slots_.assign(cap, {0, -1});
+    if (cap != slots_.size() || gen_ == UINT32_MAX) {
+      slots_.assign(cap, Slot{});
+      gen_ = 0;
+    }
+    ++gen_;
+  }
+  /// Gives back the storage of a table made for an unusually large batch, so that a thread
+  /// does not keep it for the batches after it.
+  void trim() {
+    if (slots_.size() > kKeptSlots) {
+      std::vector<Slot>().swap(slots_);
+      gen_ = 0;
+    }
   }
   /// The id already stored that `same` accepts, else `id` (stored now).
   template <class Same> int32_t find_or_add(uint64_t h, int32_t id, Same same) {
     const size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
-      auto& s = slots_[i];
-      if (s.second < 0) {
-        s = {h, id};
+      Slot& s = slots_[i];
+      if (s.gen != gen_) {
+        s = {h, id, gen_};
         return id;
       }
-      if (s.first == h && same(s.second))
-        return s.second;
+      if (s.hash == h && same(s.id))
+        return s.id;
     }
   }
 
 private:
-  std::vector<std::pair<uint64_t, int32_t>> slots_;
+  struct Slot {
+    uint64_t hash = 0;
+    int32_t id = -1;
+    uint32_t gen = 0; ///< the reset it was stored after (0: none)
+  };
+  static constexpr size_t kKeptSlots = size_t{1} << 17;
+  std::vector<Slot> slots_;
+  uint32_t gen_ = 0;
 };
 
 } // namespace
@@ -98,17 +121,26 @@ template <class At> std::vector<int32_t> equal_slots(size_t count, At at) {
       h = mix(h, static_cast<uint64_t>(t.dim(d)));
     const size_t n = t.nbytes();
     const auto* b = static_cast<const unsigned char*>(t.raw());
-    for (size_t k = 0; k < n; k += 8) {
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + k, 8);
+      h = mix(h, w);
+    }
+    if (k < n) { // the last partial word, zero-padded
       uint64_t w = 0;
-      std::memcpy(&w, b + k, std::min<size_t>(8, n - k));
+      std::memcpy(&w, b + k, n - k);
       h = mix(h, w);
     }
     rep[i] = table.find_or_add(h, static_cast<int32_t>(i), [&](int32_t j) {
       const auto [u, usite] = at(static_cast<size_t>(j));
-      return usite == site && u->dtype() == t.dtype() && u->shape() == t.shape() &&
-             (n == 0 || std::memcmp(u->raw(), t.raw(), n) == 0);
+      if (usite != site || u->dtype() != t.dtype() || !(u->shape() == t.shape()))
+        return false;
+      const void* ub = u->raw();
+      return n == 0 || ub == b || std::memcmp(ub, b, n) == 0; // the same storage is equal
     });
   }
+  table.trim();
   return rep;
 }
 
@@ -142,8 +174,8 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
   // The payload slots come first; the random key slots after them (Residual::random_slots)
   // are their own representatives: two draws are never the same.
   PEJIT_CHECK(slot_rep.size() + r.random_slots.size() == static_cast<size_t>(r.num_inputs))
-      << "merge_equal_instances: " << slot_rep.size() << " payloads and "
-      << r.random_slots.size() << " random keys for " << r.num_inputs << " input slots";
+      << "merge_equal_instances: " << slot_rep.size() << " payloads and " << r.random_slots.size()
+      << " random keys for " << r.num_inputs << " input slots";
   // In place: an instance kept moves to the front (its arguments too, canonicalized as they
   // are read); what is kept before instance i (its arguments included) lies before where i
   // is read, so nothing is overwritten before it is read.
@@ -190,6 +222,9 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
   }
   for (Ref& o : r.outputs)
     o = canon(o);
+  table.trim();
+  if (renum.capacity() > (size_t{1} << 20))
+    std::vector<int32_t>().swap(renum);
   r.instances.resize(kept);
   r.arg_pool.resize(top);
   return n - kept;

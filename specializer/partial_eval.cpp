@@ -433,8 +433,9 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
                                  const interp::CallLimit& limit);
 } // namespace
 
-// The batch's depth is measured first (without recursing) unless the caller gives it: the scan, the evaluation and the
-// walks after it run where the native stack has room for it (interp/call_limit.h).
+// The batch's depth is measured first (without recursing) unless the caller gives it: the scan, the
+// evaluation and the walks after it run where the native stack has room for it
+// (interp/call_limit.h).
 PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
                             const std::string& entry, const Value& batch, TemplateTable& templates,
                             const PeOptions& opt) {
