@@ -149,9 +149,10 @@ struct Engine::Impl {
       pipeline = std::make_unique<Pipeline>(
           opt.lookahead,
           [this](const std::string& entry, const Value& batch) {
-            const size_t depth = interp::nesting_depth(batch);
-            on_stack_for_depth(depth, this->opt.max_depth,
-                               [&] { plan_ahead(entry, batch, depth); });
+            // One walk (without recursion) finds the depth with the other facts.
+            auto f = std::make_shared<const BatchFacts>(facts_of(batch));
+            on_stack_for_depth(f->depth, this->opt.max_depth,
+                               [&] { plan_ahead(entry, batch, std::move(f)); });
           },
           idle_planner() ? 1 : 0);
   }
@@ -175,7 +176,8 @@ struct Engine::Impl {
       return e;
     }
     double s = 0;
-    auto e = specializer.make(entry, batch, key.slots, why, s);
+    auto e = specializer.make(entry, batch, key.slots, why, s,
+                              facts ? BatchKnown{facts->depth, facts->skeleton} : BatchKnown{});
     if (e)
       plans.publish(key.hash, e, 1);
     stats.plan_miss(s);
@@ -186,15 +188,15 @@ struct Engine::Impl {
   // the plan and compile its kernels (the plan runs on reference kernels meanwhile).
   // Its facts (BatchFacts) are kept for the step that runs it (take_facts), which then need
   // not walk the batch again on the training thread.
-  void plan_ahead(const std::string& entry, const Value& batch, size_t depth) {
-    auto f = std::make_shared<const BatchFacts>(facts_of(batch, depth));
+  void plan_ahead(const std::string& entry, const Value& batch,
+                  std::shared_ptr<const BatchFacts> f) {
     keep_facts(batch, f);
     PlanKey key = specializer.key(entry, PlanKey{f->key_hash, f->slots});
     if (plans.lookup(key.hash, false))
       return;
     std::string why;
     double s = 0;
-    auto e = specializer.make(entry, batch, key.slots, why, s);
+    auto e = specializer.make(entry, batch, key.slots, why, s, BatchKnown{f->depth, f->skeleton});
     if (!e)
       return; // that batch will be planned inline, or run generic
     plans.publish(key.hash, e, 0);
@@ -210,14 +212,15 @@ struct Engine::Impl {
     }
   }
 
-  // What running `batch` finds by walking it, its depth already known.
-  BatchFacts facts_of(const Value& batch, size_t depth) const {
+  // What running `batch` finds by walking it (once: SpecializerService::batch_part).
+  BatchFacts facts_of(const Value& batch) const {
+    BatchPart p = specializer.batch_part(batch);
     BatchFacts f;
-    f.depth = depth;
-    PlanKey k = specializer.batch_key(batch);
-    f.key_hash = k.hash;
-    f.slots = std::move(k.slots);
-    specializer::batch_payloads(batch, f.payloads);
+    f.depth = p.depth;
+    f.skeleton = p.skeleton;
+    f.key_hash = p.key.hash;
+    f.slots = std::move(p.key.slots);
+    f.payloads = std::move(p.payloads);
     return f;
   }
 
@@ -465,7 +468,7 @@ Value Engine::run(const std::string& entry, const Value& batch, const interp::Pa
 }
 
 BatchFacts Engine::facts(const Value& batch) const {
-  return impl_->facts_of(batch, interp::nesting_depth(batch));
+  return impl_->facts_of(batch);
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {

@@ -131,6 +131,7 @@ class GradReady;
 /// that made it, and skips those walks.
 struct BatchFacts {
   size_t depth = 0;             ///< interp::nesting_depth
+  uint64_t skeleton = 0;        ///< specializer::skeleton_hash
   uint64_t key_hash = 0;        ///< the batch's part of its plan key (skeleton, equal payloads)
   std::vector<int32_t> slots;   ///< its equal payloads (with merging)
   std::vector<Tensor> payloads; ///< specializer::batch_payloads

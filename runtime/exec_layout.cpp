@@ -62,6 +62,12 @@ ExecLayout make_layout(const specializer::Plan& plan) {
     }
     return s;
   };
+  size_t num_sources = 0; // sized once: a batch's plan has thousands of rows
+  for (const Group& g : plan.groups)
+    for (const auto& ga : g.args)
+      num_sources += ga.shared ? 0 : ga.rows.size();
+  L.sources.reserve(num_sources);
+  L.outputs.reserve(plan.outputs.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const Group& g = plan.groups[gi];
     auto& G = L.groups[gi];
@@ -136,6 +142,11 @@ ExecLayout make_layout(const specializer::Plan& plan) {
   };
   // Each result with a seed block gets rows + 1 bounds in seed_start: counted, summed into
   // starts, then advanced while filling seed_src and moved back.
+  size_t num_starts = 0;
+  for (const auto& G : L.groups)
+    for (const auto& R : G.results)
+      num_starts += R.seed_off >= 0 ? static_cast<size_t>(G.rows) + 1 : 0;
+  L.seed_start.reserve(num_starts);
   for (auto& G : L.groups)
     for (auto& R : G.results)
       if (R.seed_off >= 0) {

@@ -4,6 +4,7 @@
 
 #include "runtime/chrome_trace.h"
 #include "runtime/fault_hooks.h"
+#include "specializer/batch_walk.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 
@@ -46,13 +47,37 @@ SpecializerService::SpecializerService(std::shared_ptr<const ir::Module> m,
       faults_(faults), trace_(trace), cones_(std::move(m)) {}
 
 PlanKey SpecializerService::batch_key(const interp::Value& batch) const {
-  PlanKey k;
-  k.hash = specializer::skeleton_hash(batch);
+  return batch_part(batch).key;
+}
+
+uint64_t SpecializerService::with_pattern(uint64_t skeleton, const std::vector<int32_t>& slots) {
+  return mix(skeleton, specializer::payload_pattern_hash(slots));
+}
+
+// One walk (specializer::walk_batch) for the depth, the key's hashes and the payloads. The
+// walk's vectors are kept per thread for the next batch, up to kKeptPayloads.
+static constexpr size_t kKeptPayloads = size_t{1} << 16;
+
+BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
+  thread_local specializer::BatchWalk w; // its vectors' capacity kept per thread
+  specializer::walk_batch(batch, w);
+  BatchPart b;
+  b.depth = w.depth;
+  b.skeleton = w.skeleton;
+  b.key.hash = w.skeleton;
   if (merge_equal_) {
-    k.slots = specializer::equal_payload_slots(batch);
-    k.hash = mix(k.hash, specializer::payload_pattern_hash(k.slots));
+    b.key.slots = specializer::equal_payload_slots(w.payloads, w.sites);
+    b.key.hash = with_pattern(b.key.hash, b.key.slots);
   }
-  return k;
+  if (w.payloads.size() <= kKeptPayloads) {
+    b.payloads.reserve(w.payloads.size());
+    b.payloads.swap(w.payloads); // w keeps the reserved vector for the next batch's
+  } else {                       // an unusually large batch: w keeps nothing of it
+    b.payloads = std::move(w.payloads);
+    w.payloads = {};
+    std::vector<uint64_t>().swap(w.sites);
+  }
+  return b;
 }
 
 PlanKey SpecializerService::key(const std::string& entry, PlanKey batch_part) {
@@ -71,7 +96,8 @@ PlanKey SpecializerService::key(const std::string& entry, PlanKey batch_part) {
 std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& entry,
                                                           const interp::Value& batch,
                                                           const std::vector<int32_t>& slots,
-                                                          std::string& why, double& seconds) {
+                                                          std::string& why, double& seconds,
+                                                          const BatchKnown& known) {
   auto t0 = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t cone = cones_.of(entry);
@@ -88,6 +114,8 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     specializer::PeOptions pe_opt;
     pe_opt.keep_inputs = false;
     pe_opt.max_depth = max_depth_;
+    pe_opt.depth = known.depth;
+    pe_opt.skeleton = known.skeleton;
     auto pe = specializer::partially_evaluate(*m_, dims_, entry, batch, templates_, pe_opt);
     if (!pe.ok) {
       why = "refused at " + pe.where.str() + ": " + pe.reason;

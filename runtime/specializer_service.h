@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/plan_cache.h"
+#include "specializer/partial_eval.h"
 #include "src/interp/call_limit.h"
 #include "src/interp/params.h"
 #include "src/interp/value.h"
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,23 @@ struct PlanKey {
   std::vector<int32_t> slots;
 };
 
+/// What a walk of a batch finds for planning and running it: its nesting depth
+/// (interp::nesting_depth), its part of the plan key (SpecializerService::batch_key) and its
+/// payloads (specializer::batch_payloads).
+struct BatchPart {
+  size_t depth = 0;
+  uint64_t skeleton = 0; ///< specializer::skeleton_hash
+  PlanKey key;
+  std::vector<Tensor> payloads;
+};
+
+/// What the caller of SpecializerService::make already knows of the batch (its BatchPart's
+/// depth and skeleton hash), which partial evaluation then does not find again.
+struct BatchKnown {
+  size_t depth = specializer::PeOptions::kUnknownDepth;
+  std::optional<uint64_t> skeleton;
+};
+
 /// Partial evaluation and planning, one batch at a time, from the training thread (inline
 /// planning) and the pipeline's threads. Owns the template table (append-only; plans hold
 /// snapshots of it), the last snapshot, and the refusals (per entry, at the cone version
@@ -66,14 +85,19 @@ public:
   /// The part of the key that the batch alone gives (its skeleton and equal payloads: what a
   /// walk of the batch finds), for a batch run many times (Engine::facts).
   PlanKey batch_key(const interp::Value& batch) const;
+  /// The batch's part of a merged plan's key from its skeleton hash and equal payloads.
+  static uint64_t with_pattern(uint64_t skeleton, const std::vector<int32_t>& slots);
+  /// The depth, batch_key and payloads of `batch`, found in one walk.
+  BatchPart batch_part(const interp::Value& batch) const;
   /// `batch_part` (batch_key's) completed with the entry, its cone version and the dims.
   PlanKey key(const std::string& entry, PlanKey batch_part);
 
   /// Partially evaluates and plans `batch` (`slots`: its PlanKey's); null with `why` on a
   /// refusal (remembered) or a failure (not remembered). `seconds`: the time it took.
+  /// `known`: what the caller has found of the batch already (BatchPart).
   std::shared_ptr<const PlanEntry> make(const std::string& entry, const interp::Value& batch,
                                         const std::vector<int32_t>& slots, std::string& why,
-                                        double& seconds);
+                                        double& seconds, const BatchKnown& known = {});
 
   /// Forgets the refusals of these entries and every cached cone version (definitions
   /// changed).

@@ -30,6 +30,10 @@ void batch_payloads(const interp::Value& batch, std::vector<Tensor>& out);
 /// before.
 std::vector<int32_t> equal_payload_slots(const interp::Value& batch);
 
+/// The same from the payloads and their sites as walk_batch (batch_walk.h) finds them.
+std::vector<int32_t> equal_payload_slots(const std::vector<Tensor>& payloads,
+                                         const std::vector<uint64_t>& sites);
+
 /// A hash of equal_payload_slots(batch) (0 when no two payloads are equal).
 uint64_t payload_pattern_hash(const std::vector<int32_t>& slots);
 

@@ -144,9 +144,10 @@ Value residualize_batch(PeBackend& be, const Value& v) {
 // input slots (PoolNode).
 class BatchScan {
 public:
+  /// `hash`: whether to hash the skeleton (`h`); not when the caller has it already.
   BatchScan(PeBackend& be, const ir::Module& m, const interp::DimBindings& dims,
-            std::shared_ptr<NodePool> pool, FragmentMemo* frags)
-      : be_(be), m_(m), dims_(dims), pool_(std::move(pool)), frags_(frags) {}
+            std::shared_ptr<NodePool> pool, FragmentMemo* frags, bool hash)
+      : be_(be), m_(m), dims_(dims), pool_(std::move(pool)), frags_(frags), hash_(hash) {}
 
   uint64_t h = 0x243f6a8885a308d3ull;
   size_t count = 0;
@@ -178,6 +179,7 @@ private:
   const interp::DimBindings& dims_;
   std::shared_ptr<NodePool> pool_;
   FragmentMemo* frags_;
+  const bool hash_;
   std::vector<std::unique_ptr<TypeInfo>> infos_; ///< the few type nodes of the batch's type
   // What the value scanned last adds to its parent's skeleton (fold): its code (see mix2;
   // 0 for none), and its value or its skeleton.
@@ -186,22 +188,27 @@ private:
   uint64_t last_h1_ = 0, last_h2_ = 0;
   bool last_known_ = false;
 
+  void hmix(uint64_t v) {
+    if (hash_)
+      h = mix(h, v);
+  }
+
   // Checks v against the type, hashes it, and appends its rebuilt value to `out`.
   [[gnu::flatten]] void scan(const Value& v, TypeInfo& ti, Values& out) {
     ++count;
-    h = mix(h, static_cast<uint64_t>(v.kind()));
+    hmix(static_cast<uint64_t>(v.kind()));
     switch (ti.kind) {
     case ir::TypeKind::Int:
       if (v.kind() != Value::Kind::Int)
         return fail();
-      h = mix(h, static_cast<uint64_t>(v.as_int()));
+      hmix(static_cast<uint64_t>(v.as_int()));
       last_code_ = 3, last_v_ = static_cast<uint64_t>(v.as_int());
       out.push_back(v);
       return;
     case ir::TypeKind::Bool:
       if (v.kind() != Value::Kind::Bool)
         return fail();
-      h = mix(h, static_cast<uint64_t>(v.as_bool()));
+      hmix(static_cast<uint64_t>(v.as_bool()));
       last_code_ = 4, last_v_ = v.as_bool() ? 1 : 0;
       out.push_back(v);
       return;
@@ -211,10 +218,10 @@ private:
       const Tensor& x = v.as_tensor();
       if (x.dtype() != ti.dtype || x.shape() != ti.shape)
         return fail();
-      h = mix(h, static_cast<uint64_t>(x.dtype()));
+      hmix(static_cast<uint64_t>(x.dtype()));
       for (auto d : x.shape().dims())
-        h = mix(h, static_cast<uint64_t>(d));
-      h = mix(h, x.rank());
+        hmix(static_cast<uint64_t>(d));
+      hmix(x.rank());
       if (ti.sig < 0)
         ti.sig = be_.sig_id(x);
       last_code_ = 2, last_v_ = static_cast<uint64_t>(ti.sig);
@@ -224,14 +231,14 @@ private:
     case ir::TypeKind::Tuple: {
       if (v.kind() != Value::Kind::Tuple || v.items().size() != ti.elems.size())
         return fail();
-      h = mix(h, v.items().size());
+      hmix(v.items().size());
       return node(v.items().data(), ti.elems.size(), ti.elems.data(), Value::Kind::Tuple, 0, out);
     }
     case ir::TypeKind::List: {
       if (v.kind() != Value::Kind::List)
         return fail();
       size_t n = v.list_size();
-      h = mix(h, n);
+      hmix(n);
       return node(n ? &v.list_at(0) : nullptr, n, nullptr, Value::Kind::List, 0, out, ti.elems[0]);
     }
     case ir::TypeKind::Adt: {
@@ -241,8 +248,8 @@ private:
       const auto& fields = ti.ctors[static_cast<size_t>(v.tag())];
       if (v.items().size() != fields.size())
         return fail();
-      h = mix(h, static_cast<uint64_t>(v.tag()));
-      h = mix(h, v.items().size());
+      hmix(static_cast<uint64_t>(v.tag()));
+      hmix(v.items().size());
       return node(v.items().data(), fields.size(), fields.data(), Value::Kind::Adt, v.tag(), out);
     }
     case ir::TypeKind::Func:
@@ -426,13 +433,15 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
                                  const interp::CallLimit& limit);
 } // namespace
 
-// The batch's depth is measured first (without recursing): the scan, the evaluation and the
-// walks after it run where the native stack has room for it (interp/call_limit.h).
+// The batch's depth is measured first (without recursing) unless the caller gives it: the scan, the
+// evaluation and the walks after it run where the native stack has room for it
+// (interp/call_limit.h).
 PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims,
                             const std::string& entry, const Value& batch, TemplateTable& templates,
                             const PeOptions& opt) {
-  interp::CallLimit limit =
-      interp::CallLimit::of(opt.max_depth, interp::nesting_depth(batch), opt.calls_per_level);
+  const size_t depth =
+      opt.depth != PeOptions::kUnknownDepth ? opt.depth : interp::nesting_depth(batch);
+  interp::CallLimit limit = interp::CallLimit::of(opt.max_depth, depth, opt.calls_per_level);
   return interp::with_call_limit(limit, [&](const interp::CallLimit& l) {
     return partially_evaluate_here(m, dims, entry, batch, templates, opt, l);
   });
@@ -487,9 +496,9 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   be->reserve();
   if (frags)
     be->set_fragments(frags, pool.get());
-  BatchScan scan(*be, m, dims, pool, frags);
+  BatchScan scan(*be, m, dims, pool, frags, !opt.skeleton.has_value());
   Value arg = scan.scan(batch, f->params[0].type);
-  uint64_t h = scan.h;
+  uint64_t h = opt.skeleton ? *opt.skeleton : scan.h;
   size_t values = scan.count;
   if (!scan.ok) {
     interp::check_value(batch, f->params[0].type, m, dims, f->params[0].name); // throws

@@ -41,6 +41,7 @@
 #include "src/interp/value.h"
 #include "src/util/diagnostics.h"
 
+#include <optional>
 #include <string>
 
 namespace pejit::specializer {
@@ -62,6 +63,13 @@ struct PeOptions {
   /// then only counts its input slots (Residual::num_inputs) and the batch scan touches no
   /// tensor's storage.
   bool keep_inputs = true;
+  /// The batch's nesting depth (interp::nesting_depth) when the caller has measured it, which
+  /// spares partial evaluation that walk; kUnknownDepth: measured here.
+  static constexpr size_t kUnknownDepth = ~size_t{0};
+  size_t depth = kUnknownDepth;
+  /// skeleton_hash(batch) when the caller has it (walk_batch), which spares the batch scan
+  /// hashing the skeleton again; none: hashed here.
+  std::optional<uint64_t> skeleton;
 };
 
 struct PeResult {

@@ -1,0 +1,112 @@
+// The fused walk over a batch (batch_walk.h). Its hash is skeleton_hash's (partial_eval.cpp:
+// the same values mixed in the same preorder), its depths nesting_depth's rule (a constructor
+// or tuple field one level below its node, a list's i-th element i + 1 levels below the
+// list), its sites equal_payload_slots' (merge_instances.cpp).
+#include "specializer/batch_walk.h"
+
+#include "specializer/pe_backend.h"
+
+#include <algorithm>
+
+namespace pejit::specializer {
+
+using interp::Value;
+
+namespace {
+
+// A value still to visit: where the program meets it, and the site a payload in it has.
+struct Item {
+  const Value* v;
+  size_t depth;
+  uint64_t site;
+};
+
+// The nodes are scattered on the heap and reached through two dependent pointers (a node's
+// items vector, then its elements), as in the partial evaluator's BatchScan: a child's
+// vector is asked for when the child is pushed (its address is in the parent, already
+// read), and the elements of the next value to visit when the one before it is popped, so
+// that those misses overlap with the work in between.
+inline bool has_items(const Value& x) {
+  return x.kind() == Value::Kind::Adt || x.kind() == Value::Kind::Tuple;
+}
+inline void prefetch_vector(const Value& x) {
+  if (has_items(x))
+    __builtin_prefetch(&x.items());
+}
+inline void prefetch_elements(const Value& x) {
+  if (has_items(x))
+    __builtin_prefetch(x.items().data());
+}
+
+} // namespace
+
+void walk_batch(const Value& batch, BatchWalk& out) {
+  using pe::mix;
+  out.payloads.clear();
+  out.sites.clear();
+  thread_local std::vector<Item> todo; // kept per thread: no allocation per batch
+  todo.clear();
+  todo.push_back({&batch, 0, 0});
+  uint64_t h = 0x243f6a8885a308d3ull;
+  size_t deepest = 0;
+  while (!todo.empty()) {
+    const Item it = todo.back();
+    todo.pop_back();
+    if (!todo.empty())
+      prefetch_elements(*todo.back().v);
+    deepest = std::max(deepest, it.depth);
+    const Value& v = *it.v;
+    h = mix(h, static_cast<uint64_t>(v.kind()));
+    switch (v.kind()) {
+    case Value::Kind::Int:
+      h = mix(h, static_cast<uint64_t>(v.as_int()));
+      break;
+    case Value::Kind::Bool:
+      h = mix(h, static_cast<uint64_t>(v.as_bool()));
+      break;
+    case Value::Kind::Tensor: {
+      const Tensor& t = v.as_tensor();
+      h = mix(h, static_cast<uint64_t>(t.dtype()));
+      for (auto d : t.shape().dims())
+        h = mix(h, static_cast<uint64_t>(d));
+      h = mix(h, t.rank());
+      out.payloads.push_back(t);
+      out.sites.push_back(it.site);
+      break;
+    }
+    case Value::Kind::Tuple:
+    case Value::Kind::Adt: {
+      const bool adt = v.kind() == Value::Kind::Adt;
+      if (adt)
+        h = mix(h, static_cast<uint64_t>(v.tag()));
+      const auto& xs = v.items();
+      h = mix(h, xs.size());
+      const uint64_t outer =
+          adt ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32) : uint64_t{1} << 60;
+      for (size_t i = xs.size(); i-- > 0;) { // reversed: popped in order (preorder)
+        todo.push_back({&xs[i], it.depth + 1, outer | i});
+        prefetch_vector(xs[i]);
+      }
+      break;
+    }
+    case Value::Kind::List: {
+      const size_t n = v.list_size();
+      h = mix(h, n);
+      for (size_t i = n; i > 0; --i) {
+        todo.push_back({&v.list_at(i - 1), it.depth + i, it.site});
+        prefetch_vector(v.list_at(i - 1));
+      }
+      break;
+    }
+    case Value::Kind::Closure:
+    case Value::Kind::None:
+      break;
+    }
+  }
+  out.depth = deepest;
+  out.skeleton = h;
+  if (todo.capacity() > (size_t{1} << 16)) // an unusually deep or wide batch: not kept
+    std::vector<Item>().swap(todo);
+}
+
+} // namespace pejit::specializer
