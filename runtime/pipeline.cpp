@@ -39,7 +39,6 @@ void allow_background_worker() {
 Pipeline::Pipeline(int lookahead, PlanOne plan_one, int idle_planners)
     : lookahead_(static_cast<size_t>(std::max(1, lookahead))), plan_one_(std::move(plan_one)),
       tbb_((allow_background_worker(), std::make_unique<Tbb>())) {
-  idle_ = idle_planners > 0;
   for (int i = 0; i < idle_planners; ++i)
     planners_.emplace_back([this] { plan_idle(); });
 }
@@ -61,36 +60,28 @@ Pipeline::~Pipeline() {
 void Pipeline::prefetch(const std::string& entry, std::vector<interp::Value> batches) {
   if (batches.empty())
     return;
-  bool start = false, gave_up = false;
-  std::deque<std::function<void()>> moved;
+  bool start = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& b : batches)
       queue_.emplace_back(entry, std::move(b));
     outstanding_ += batches.size();
-    if (idle_ && queue_.size() > lookahead_) {
-      // The idle planner is starved (every core busy, other processes' too): the oldest
-      // batches are the next to run, and their steps plan them inline; and from now on TBB
-      // plans, so that no step waits on a thread that may not run for a long time (the
-      // specializer's lock, drain()).
+    if (!planners_.empty()) {
+      // The planners are behind: the oldest batches are the next to run, and their steps will
+      // plan them inline before an idle planner could.
       for (; queue_.size() > lookahead_; --outstanding_)
         queue_.pop_front();
-      idle_ = false;
-      gave_up = true;
-      moved.swap(tasks_);
-    }
-    if (!idle_ && !running_) {
+    } else if (!running_) {
       running_ = true;
       start = true;
     }
   }
-  work_cv_.notify_all();
-  if (gave_up)
+  if (!planners_.empty()) {
+    work_cv_.notify_one();
     cv_.notify_all(); // dropped batches count as done for drain()
-  for (auto& t : moved)
-    enqueue_counted(std::move(t));
-  if (start)
+  } else if (start) {
     tbb_->arena.enqueue(tbb_->group.defer([this] { pump(); }));
+  }
 }
 
 void Pipeline::background(std::function<void()> task) {
@@ -98,10 +89,6 @@ void Pipeline::background(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mu_);
     ++outstanding_;
   }
-  enqueue_counted(std::move(task));
-}
-
-void Pipeline::enqueue_counted(std::function<void()> task) {
   tbb_->arena.enqueue(tbb_->group.defer([this, task = std::move(task)] {
     try {
       task();
@@ -113,23 +100,21 @@ void Pipeline::enqueue_counted(std::function<void()> task) {
 }
 
 void Pipeline::later(std::function<void()> task) {
+  if (planners_.empty()) {
+    background(std::move(task));
+    return;
+  }
   std::function<void()> overdue;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
     ++outstanding_;
-    if (idle_) {
-      tasks_.push_back(std::move(task));
-      // The planner is busy or starved: the oldest task runs here, so that what the tasks
-      // hold (stepped batches) stays bounded.
-      if (tasks_.size() > 2 * lookahead_) {
-        overdue = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
+    // Planners starved (every core busy): the oldest task runs here, so that what the tasks
+    // hold (stepped batches) stays bounded.
+    if (tasks_.size() > 2 * lookahead_) {
+      overdue = std::move(tasks_.front());
+      tasks_.pop_front();
     }
-  }
-  if (task) { // no idle planner
-    enqueue_counted(std::move(task));
-    return;
   }
   work_cv_.notify_one();
   if (overdue) {
@@ -199,9 +184,9 @@ void Pipeline::plan_idle() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return stop_ || !idle_ || !queue_.empty() || !tasks_.empty(); });
-      if (stop_ || !idle_)
-        return; // stopping, or TBB plans from now on (prefetch)
+      work_cv_.wait(lock, [this] { return stop_ || !queue_.empty() || !tasks_.empty(); });
+      if (stop_)
+        return;
     }
     plan_queued();
   }

@@ -34,14 +34,12 @@ public:
   /// TBB. That is for a step split across threads (SessionOptions::threads > 1): TBB does not
   /// preempt a task, so a plan taken by the worker a step's blocks need would delay the step,
   /// whereas an idle-priority thread only runs on a core nothing else wants. Such a planner
-  /// keeps at most `lookahead` batches queued: when it falls behind (starved: every core
-  /// busy), the oldest are dropped (their steps plan them inline) and TBB plans from then on,
-  /// so that no step waits long on a thread that may not run.
+  /// keeps at most `lookahead` batches queued: when it falls behind, the oldest are dropped
+  /// (their steps plan them inline).
   Pipeline(int lookahead, PlanOne plan_one, int idle_planners = 0);
   ~Pipeline();
 
-  /// Queues these batches of `entry`, for the idle planner or the TBB pipeline (started if it
-  /// is idle).
+  /// Queues these batches of `entry`, starting the TBB pipeline if it is idle.
   void prefetch(const std::string& entry, std::vector<interp::Value> batches);
   /// Runs `task` in the arena, counted like a queued batch so that drain() waits for it.
   void background(std::function<void()> task);
@@ -53,10 +51,9 @@ public:
   void drain();
 
 private:
-  void pump(); // the TBB pipeline over the queue, until it is empty
-  void done(); // one batch or task finished
-  void enqueue_counted(std::function<void()> task); // into the arena (already counted)
-  void plan_idle();                                 // an idle planner's loop, until stop_
+  void pump();        // the TBB pipeline over the queue, until it is empty
+  void done();        // one batch or task finished
+  void plan_idle();   // an idle planner's loop, until stop_
   bool plan_queued(); // runs the first later() task, else plans the queue's first batch
                       // (false: both empty)
 
@@ -65,15 +62,14 @@ private:
   struct Tbb; // the arena and the task group (TBB stays out of this header)
   std::unique_ptr<Tbb> tbb_;
   std::mutex mu_;
-  std::condition_variable cv_;      // outstanding_ fell
-  std::condition_variable work_cv_; // a batch or task was queued, stop_, or idle_ fell
+  std::condition_variable cv_;                              // outstanding_ fell
+  std::condition_variable work_cv_;                         // a batch was queued, or stop_
   std::deque<std::pair<std::string, interp::Value>> queue_; // under mu_
   std::deque<std::function<void()>> tasks_; // under mu_: later() tasks for the idle planners
   size_t outstanding_ = 0;                  // under mu_
   bool running_ = false;                    ///< under mu_: a pump() is under way or enqueued
   bool stop_ = false;                       ///< under mu_: the idle planners are to return
-  bool idle_ = false; ///< under mu_: the idle planners plan (else TBB: none, or they gave up)
-  std::vector<std::thread> planners_; // the idle planners (none: TBB plans)
+  std::vector<std::thread> planners_;       // the idle planners (none: TBB plans)
 };
 
 } // namespace pejit::runtime
