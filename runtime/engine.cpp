@@ -143,21 +143,15 @@ struct Engine::Impl {
       runners->inject_compile_failure(true);
     // Both planned modes plan ahead in the background; auto also runs a plan on reference
     // kernels while its kernels compile, specialized compiles them before the plan's first run.
-    // With a step split across threads, one planner at the OS's idle priority (pipeline.h):
-    // planning is serial anyway (SpecializerService::make holds its lock).
     if (opt.mode != Mode::Generic)
       pipeline = std::make_unique<Pipeline>(
-          opt.lookahead,
-          [this](const std::string& entry, const Value& batch) {
+          opt.lookahead, [this](const std::string& entry, const Value& batch) {
             // One walk (without recursion) finds the depth with the other facts.
             auto f = std::make_shared<const BatchFacts>(facts_of(batch));
             on_stack_for_depth(f->depth, this->opt.max_depth,
                                [&] { plan_ahead(entry, batch, std::move(f)); });
-          },
-          idle_planner() ? 1 : 0);
+          });
   }
-
-  bool idle_planner() const { return opt.workers && opt.workers->threads() > 1; }
 
   bool compiles() const { return runners && runners->jit(); }
 
@@ -201,15 +195,8 @@ struct Engine::Impl {
       return; // that batch will be planned inline, or run generic
     plans.publish(key.hash, e, 0);
     stats.plan_prefetched(s);
-    if (!e->compile_requested.exchange(true)) {
-      // An idle-priority planner hands the compile to the TBB arena: a step (specialized mode)
-      // may wait for these kernels, and must not wait on a thread that runs only when a core
-      // is idle.
-      if (idle_planner())
-        pipeline->background([this, e] { compile_plan(*e); });
-      else
-        compile_plan(*e);
-    }
+    if (!e->compile_requested.exchange(true))
+      compile_plan(*e);
   }
 
   // What running `batch` finds by walking it (once: SpecializerService::batch_part).
@@ -478,7 +465,7 @@ void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
 
 void Engine::later(std::function<void()> task) {
   if (impl_->pipeline)
-    impl_->pipeline->later(std::move(task));
+    impl_->pipeline->background(std::move(task));
   else
     task();
 }

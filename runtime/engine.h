@@ -168,12 +168,12 @@ public:
   /// Hands batches that will come next to the background pipeline (auto mode; a no-op
   /// otherwise). Their plans are published in the plan cache as they are made.
   void prefetch(const std::string& entry, std::vector<interp::Value> batches);
-  /// Runs `task` on the planning pipeline's threads when there is a pipeline (the idle
-  /// planner's, when a step is split across threads), else now: work the training thread
-  /// need not wait for, such as freeing a stepped batch's values.
-  void later(std::function<void()> task);
   /// Waits until the pipeline has planned (and compiled) everything handed to it. Call it
   /// before changing the module's definitions: background work reads them.
+  /// Runs `task` on the planning pipeline's threads when there is a pipeline (after what is
+  /// queued there), else now: work the training thread need not wait for, such as freeing a
+  /// stepped batch's values.
+  void later(std::function<void()> task);
   void drain();
 
   /// Drops every cached plan and refusal of these entries (after their definitions changed).
