@@ -57,7 +57,8 @@ std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& 
 
 TEST_SUITE("runtime") {
   TEST_CASE("shared loss: cross_entropy of one logits row or one label for every row lowers "
-            "to its kernels; plans == generic path, the same bits on 1 and 2 threads") {
+            "to its kernels and its plans == generic path with the same bits on 1 and 2 "
+            "threads") {
     const int vocab = 12;
     test::FileModel md(kModel, vocab);
     interp::Value batch = sentences(30, vocab);
