@@ -33,6 +33,10 @@
 //   cross-entropy does.
 // Labels: a label outside [0, C) reads column 0 instead (no out-of-bounds access) and the
 // kernel returns the first such row; the caller reports the error.
+// Shared operands (ReduceSpec::shared_logits, shared_label): the cross-entropy kinds read one
+// logits row or one label for every row; each row's arithmetic is unchanged, so its bits are
+// those of the per-row kernel with that row in place (the backward writes a per-row gradient;
+// its sum over the rows is the SumRows kernel's, in row order).
 //
 // GPU mode (lower_reduce_gpu, for jit/ptx_codegen.cpp): the same per-row code, each row on its
 // own thread (the row loop becomes a grid-stride loop, so every row keeps the CPU kernel's
@@ -356,8 +360,12 @@ private:
     llvm::AllocaInst* first_bad = slot(i64_, "first_bad");
     b_.CreateStore(b_.getInt64(-1), first_bad);
     row_loop([&](Value* r) {
-      Value* row = at(in_[0], b_.CreateMul(r, b_.getInt64(c), "", true, true));
-      Value* label = b_.CreateLoad(i32_, b_.CreateInBoundsGEP(i32_, in_[1], r), "label");
+      // A shared logits row or label: every row reads the same one (stride 0).
+      Value* row = spec_.shared_logits
+                       ? in_[0]
+                       : at(in_[0], b_.CreateMul(r, b_.getInt64(c), "", true, true));
+      Value* label = b_.CreateLoad(
+          i32_, spec_.shared_label ? in_[1] : b_.CreateInBoundsGEP(i32_, in_[1], r), "label");
       // Unsigned: a negative label is out of range too.
       Value* bad = b_.CreateICmpUGE(label, b_.getInt32(static_cast<uint32_t>(c)), "bad");
       Value* fb = b_.CreateLoad(i64_, first_bad);

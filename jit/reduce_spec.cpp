@@ -45,7 +45,8 @@ int reduce_inputs(ReduceKind kind) {
 }
 
 std::string ReduceSpec::signature() const {
-  return fmt::format("reduce {} {} w={}", dtype, reduce_kind_name(kind), width);
+  return fmt::format("reduce {} {} w={}{}{}", dtype, reduce_kind_name(kind), width,
+                     shared_logits ? " shared=logits" : "", shared_label ? " shared=label" : "");
 }
 
 std::string ReduceSpec::canonical_text() const {
@@ -59,6 +60,12 @@ void ReduceSpec::validate() const {
     throw Error("reduce kernel: unsupported dtype '" + dtype + "' (only f32)");
   if (schedule != "default")
     throw Error("reduce kernel: unknown schedule '" + schedule + "' (only \"default\")");
+  const bool ce = kind == ReduceKind::CrossEntropy || kind == ReduceKind::CrossEntropyBwd;
+  if ((shared_logits || shared_label) && !ce)
+    throw Error(fmt::format("reduce kernel: a shared operand of {} (only cross-entropy)",
+                            reduce_kind_name(kind)));
+  if (shared_logits && shared_label)
+    throw Error("reduce kernel: cross-entropy with both logits and label shared");
   switch (kind) {
   case ReduceKind::SumRows:
   case ReduceKind::CrossEntropy:

@@ -62,17 +62,23 @@ struct ReduceSpec {
   ReduceKind kind = ReduceKind::SumRows;
   int64_t width = 1; ///< SumRows: columns; cross-entropy: classes C; the others: a row's length
   std::string dtype = "f32";
+  /// Cross-entropy kinds only: one logits row (in[0] f32 [C]) or one label (in[1] i32 [1])
+  /// read by every row (a template specialized to a constant state), i.e. a stride of 0; each
+  /// row computes what it computes with that row or label in its place.
+  bool shared_logits = false, shared_label = false;
   /// The family has one schedule, "default" (vectors of the host's width over the columns for
   /// SumRows; 16-lane sums per row for the others); nothing else is accepted yet.
   std::string schedule = "default";
 
   /// Canonical text: equal for specs that compile to the same code (target excluded; the cache
-  /// appends it). Example: "reduce f32 cross_entropy w=5 sched=default".
+  /// appends it). Example: "reduce f32 cross_entropy w=5 sched=default", "reduce f32
+  /// cross_entropy w=5 shared=logits sched=default".
   std::string canonical_text() const;
   /// The canonical text without the schedule.
   std::string signature() const;
 
-  /// Throws pejit::Error naming the problem (width < 1, an unknown dtype or schedule).
+  /// Throws pejit::Error naming the problem (width < 1, an unknown dtype or schedule, a shared
+  /// operand of a kind other than cross-entropy or both shared).
   void validate() const;
 };
 

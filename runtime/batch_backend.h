@@ -72,14 +72,15 @@ public:
       // that their gradients are summed over the rows).
       Values parts(args, args + n);
       for (auto& v : parts)
-        if (!v.batched()) {
-          const Tensor& t = v.as_tensor();
-          Shape sh{rows_};
-          for (auto d : t.shape().dims())
-            sh.push_back(d);
-          Value two[2] = {Value::batched_tensor(Tensor::zeros(t.dtype(), sh)), v};
-          v = op(ops::OpId::Add, {}, two, 2, s);
-        }
+        if (!v.batched())
+          v = on_every_row(v, s);
+      return run(id, attr, parts.data(), n, s, true, multi);
+    }
+    case RowRule::Loss: { // per-row logits and labels, or one of them shared by every row
+      Values parts(args, args + n);
+      for (auto& v : parts)
+        if (!v.batched())
+          v = on_every_row(v, s);
       return run(id, attr, parts.data(), n, s, true, multi);
     }
     case RowRule::Reduce: {
@@ -104,7 +105,6 @@ public:
     }
     case RowRule::MatMul: // per-row vector @ shared matrix: one GEMM
     case RowRule::Take:   // shared table, per-row ids: one gather
-    case RowRule::Loss:   // per-row logits and labels
     case RowRule::Random: // per-row keys: each row's own numbers
       return run(id, attr, args, n, s, true, multi);
     default: // the gradient helpers' rules: no registry op has one
@@ -181,6 +181,17 @@ private:
     ops::RowRuleResult r = ops::batched_row_class(ops::RowNode::op(id), {cls, n}, {rank, n});
     if (!r.ok())
       throw NotBatchable{r.refusal};
+  }
+
+  // A shared value on every row: an add of per-row zeros, so that its gradient is summed over
+  // the rows.
+  Value on_every_row(const Value& v, const Span& s) {
+    const Tensor& t = v.as_tensor();
+    Shape sh{rows_};
+    for (auto d : t.shape().dims())
+      sh.push_back(d);
+    Value two[2] = {Value::batched_tensor(Tensor::zeros(t.dtype(), sh)), v};
+    return op(ops::OpId::Add, {}, two, 2, s);
   }
 
   static size_t per_row_rank(const Value& v) {

@@ -40,8 +40,11 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   const int64_t rows = st.rows, w = r.spec.width, krows = rows * r.per_row;
   const jit::ReduceKind kind = r.spec.kind;
   const bool ce = kind == jit::ReduceKind::CrossEntropy || kind == jit::ReduceKind::CrossEntropyBwd;
+  // A shared logits row or label is one for every row (read with stride 0).
+  const bool shared0 = r.spec.shared_logits, shared1 = r.spec.shared_label;
   // Operands as the kernel reads them (a caller's odd layout goes to the reference kernel).
-  if (!dense(val(0), DType::F32, krows * w) || (ce && !dense(val(1), DType::I32, rows)) ||
+  if (!dense(val(0), DType::F32, shared0 ? w : krows * w) ||
+      (ce && !dense(val(1), DType::I32, shared1 ? 1 : rows)) ||
       (kind == jit::ReduceKind::CrossEntropyBwd && !dense(val(2), DType::F32, rows)) ||
       (!ce && jit::reduce_inputs(kind) == 2 && !dense(val(1), DType::F32, krows * w)))
     return false;
@@ -66,7 +69,9 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
     // Every array is dense with a fixed number of 4-byte elements per plan row.
     int64_t per[4] = {};
     for (int i = 0; i < nin; ++i)
-      per[i] = val(static_cast<size_t>(i)).numel() / rows;
+      per[i] = (i == 0 && shared0) || (i == 1 && shared1)
+                   ? 0 // every block reads the one shared row or label
+                   : val(static_cast<size_t>(i)).numel() / rows;
     per[3] = y.numel() / rows;
     std::atomic<bool> bad{false};
     st.workers->for_blocks((rows + step - 1) / step, [&](int64_t b) {

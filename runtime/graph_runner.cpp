@@ -201,7 +201,12 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
       a.ints.insert(a.ints.end(), n.attr.ints.begin(), n.attr.ints.end());
       return op(o, in, a);
     }
-    default: // matmul, take, cross_entropy: the reference kernel takes the rows as they are
+    case ops::RowRule::Loss: // a shared logits row or label: on every row
+      for (size_t i = 0; i < in.size(); ++i)
+        if (cls(i) == RowClass::Shared)
+          in[i] = repeat_rows(in[i], rows);
+      return op(o, in, n.attr, n.output_index);
+    default: // matmul, take: the reference kernel takes the rows as they are
       return op(o, in, n.attr, n.output_index);
     }
   }
@@ -253,7 +258,12 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
       return run_op(OpId::MatMul, {in[0], wt}, {});
     }
     return ops::eval_grad_op(go, in, n.attr);
-  default: // per-row gradients (softmax, log_softmax, cross_entropy, pad_slice, reshape_like:
+  case ops::RowRule::Loss: // cross_entropy's: a shared logits row or label on every row
+    for (size_t i = 0; i < in.size(); ++i)
+      if (cls(i) == RowClass::Shared)
+        in[i] = repeat_rows(in[i], rows);
+    return ops::eval_grad_op(go, in, n.attr);
+  default: // per-row gradients (softmax, log_softmax, pad_slice, reshape_like:
            // every operand per row), matmul_grad_b, take_grad
     return ops::eval_grad_op(go, in, n.attr);
   }

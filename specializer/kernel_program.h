@@ -89,7 +89,8 @@ struct RowReduction {
   size_t index = 0;
 };
 
-/// Cross-entropy over per-row logits and labels, or its backward, on a reduction kernel.
+/// Cross-entropy over per-row logits and labels (or one of them shared by every row), or its
+/// backward, on a reduction kernel.
 struct Loss {
   graph::NodeId node = graph::kNoNode;
   size_t index = 0; ///< KernelProgram::reductions

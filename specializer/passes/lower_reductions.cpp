@@ -1,12 +1,12 @@
 // The lowering's row reductions and weight-gradient GEMMs. Row reductions: the nodes that
 // run on a family-3 JIT kernel (jit/reduce_spec.h) once compiled: cross-entropy and its
-// backward over per-row logits and labels, a gradient summed over the rows (GradOp::SumToShape
-// of a per-row value to a shared one of the same size: a bias gradient), the backward pass's
-// sum over the rows of a parameter gradient that is a per-row value, and the reductions along
-// each row: a per-row value's `sum` and `mean` (no axis), `softmax` and `log_softmax` (over the
-// last axis) and their gradients. Not on kernels: sum and mean along an axis of a per-row
-// matrix, and i32 sums. Weight gradients: every weight gradient x^T·gy that a caller may take
-// (summed over all groups' rows in one GEMM per weight) gets a TN GEMM kernel spec
+// backward over per-row logits and labels (or one of them shared by every row), a gradient summed
+// over the rows (GradOp::SumToShape of a per-row value to a shared one of the same size: a bias
+// gradient), the backward pass's sum over the rows of a parameter gradient that is a per-row value,
+// and the reductions along each row: a per-row value's `sum` and `mean` (no axis), `softmax` and
+// `log_softmax` (over the last axis) and their gradients. Not on kernels: sum and mean along an
+// axis of a per-row matrix, and i32 sums. Weight gradients: every weight gradient x^T·gy that a
+// caller may take (summed over all groups' rows in one GEMM per weight) gets a TN GEMM kernel spec
 // (jit/gemm_codegen.h: m = x's width, n = gy's width, K the rows at run time, given as the
 // groups' row stretches).
 #include "specializer/passes/lower_internal.h"
@@ -34,6 +34,28 @@ void plan_reductions(Lowering& l) {
       l.reduction_of[static_cast<size_t>(id)] = static_cast<int32_t>(l.p.reductions.size());
     l.p.reductions.push_back({id, {.kind = kind, .width = width}, param_sum, per_row});
   };
+  // Cross-entropy's logits and labels: per row, or one logits row or label shared by every
+  // row (not both: the node is per row); the kernel reads a shared one with stride 0.
+  auto loss = [&](NodeId id, jit::ReduceKind kind) {
+    const Node& n = g.node(id);
+    const NodeId x = n.operands[0], y = n.operands[1];
+    const bool x_shared = l.cls(x) == RowClass::Shared, y_shared = l.cls(y) == RowClass::Shared;
+    const Node &xn = g.node(x), &yn = g.node(y);
+    if (!(rows_of(x, DType::F32, 1) ||
+          (x_shared && xn.type.dtype == DType::F32 && xn.type.dims.size() == 1)) ||
+        !(rows_of(y, DType::I32, 0) ||
+          (y_shared && yn.type.dtype == DType::I32 && yn.type.dims.empty())) ||
+        (x_shared && y_shared))
+      return;
+    if (kind == jit::ReduceKind::CrossEntropyBwd && !rows_of(n.operands[2], DType::F32, 0))
+      return;
+    add(id, kind, xn.type.dims[0], false);
+    if (l.reduction_of[static_cast<size_t>(id)] >= 0) {
+      jit::ReduceSpec& spec = l.p.reductions.back().spec;
+      spec.shared_logits = x_shared;
+      spec.shared_label = y_shared;
+    }
+  };
   // A per-row f32 value of rank >= 1 as rows of its last axis: (width, rows per plan row).
   auto along = [&](NodeId o) -> std::pair<int64_t, int64_t> {
     const Node& x = g.node(o);
@@ -45,9 +67,8 @@ void plan_reductions(Lowering& l) {
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
     const Node& n = g.node(id);
     RowClass me = l.cls(id);
-    if (n.kind == Kind::Op && n.op() == OpId::CrossEntropy && me == RowClass::Rows &&
-        rows_of(n.operands[0], DType::F32, 1) && rows_of(n.operands[1], DType::I32, 0))
-      add(id, jit::ReduceKind::CrossEntropy, g.node(n.operands[0]).type.dims[0], false);
+    if (n.kind == Kind::Op && n.op() == OpId::CrossEntropy && me == RowClass::Rows)
+      loss(id, jit::ReduceKind::CrossEntropy);
     if (n.kind == Kind::Op && me == RowClass::Rows && n.type.dtype == DType::F32) {
       const OpId op = n.op();
       if (op == OpId::Softmax || op == OpId::LogSoftmax) {
@@ -74,10 +95,8 @@ void plan_reductions(Lowering& l) {
                                             : jit::ReduceKind::LogSoftmaxBwd,
           w, false, per);
     }
-    if (n.grad_op() == GradOp::CrossEntropyBwd && me == RowClass::Rows &&
-        rows_of(n.operands[0], DType::F32, 1) && rows_of(n.operands[1], DType::I32, 0) &&
-        rows_of(n.operands[2], DType::F32, 0))
-      add(id, jit::ReduceKind::CrossEntropyBwd, g.node(n.operands[0]).type.dims[0], false);
+    if (n.grad_op() == GradOp::CrossEntropyBwd && me == RowClass::Rows)
+      loss(id, jit::ReduceKind::CrossEntropyBwd);
     // A sum over the rows that sum_to_shape then leaves as it is.
     if (n.grad_op() == GradOp::SumToShape && me == RowClass::Summed && n.type.dtype == DType::F32 &&
         l.cls(n.operands[0]) == RowClass::Rows && g.node(n.operands[0]).type.dtype == DType::F32 &&

@@ -50,8 +50,12 @@ RowRuleResult batched_row_class(RowNode node, std::span<const RowClass> operands
       return refuse("take from a per-row table");
     return {RowClass::Rows};
   case RowRule::Loss:
-    if (c(0) != RowClass::Rows || c(1) != RowClass::Rows)
-      return refuse("cross_entropy of shared logits or labels");
+    // cross_entropy (logits, labels) and its backward (logits, labels, gy): one logits row or
+    // one label may be shared by every row (a template specialized to a constant state); the
+    // backward's gy is the per-row loss's gradient. Its result is per row either way: the
+    // gradient of shared logits is then summed over the rows like any shared value's.
+    if (operands.size() > 2 && c(2) != RowClass::Rows)
+      return refuse("cross_entropy gradient of a shared loss");
     return {RowClass::Rows};
   case RowRule::None:
     return refuse("no batched rule");

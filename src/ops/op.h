@@ -36,7 +36,7 @@ enum class RowRule : uint8_t {
   Reshape,     ///< the row count prepended to the new shape
   MatMul,      ///< per-row vector @ shared matrix: one GEMM over the rows
   Take,        ///< per-row ids into a shared table: one gather
-  Loss,        ///< cross_entropy: logits and labels both per row
+  Loss,        ///< cross_entropy (and gradient): per-row logits or labels, the other may be shared
   None,        ///< no batched form
   Random,      ///< random ops: every operand per row (the key's rows); rows as they are
   // Gradient helpers only.

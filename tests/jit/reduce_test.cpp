@@ -178,6 +178,58 @@ TEST_CASE("cross_entropy: JIT equals the reference algorithm without contraction
   }
 }
 
+TEST_CASE("cross_entropy: one logits row or one label shared by every row (stride 0) gives the "
+          "bits of the per-row kernel on that row or label repeated") {
+  Jit jit;
+  std::mt19937 rng(8);
+  for (int64_t c : {1, 5, 16, 17, 40}) {
+    CAPTURE(c);
+    for (bool shared_logits : {true, false}) {
+      CAPTURE(shared_logits);
+      const int64_t rows = 23;
+      Tensor x = random_f32(shared_logits ? Shape{c} : Shape{rows, c}, rng, -30.0f, 30.0f);
+      Tensor y = random_labels(shared_logits ? rows : 1, c, rng);
+      Tensor gy = random_f32(Shape{rows}, rng, -2.0f, 2.0f);
+      // The per-row operands: the shared one repeated on every row.
+      Tensor xr = Tensor::empty(DType::F32, Shape{rows, c});
+      Tensor yr = Tensor::empty(DType::I32, Shape{rows});
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < c; ++i)
+          xr.f32()[r * c + i] = x.f32()[(shared_logits ? 0 : r * c) + i];
+        yr.i32()[r] = y.i32()[shared_logits ? r : 0];
+      }
+      for (auto kind : {ReduceKind::CrossEntropy, ReduceKind::CrossEntropyBwd}) {
+        CAPTURE(reduce_kind_name(kind));
+        ReduceSpec spec{.kind = kind, .width = c};
+        spec.shared_logits = shared_logits;
+        spec.shared_label = !shared_logits;
+        CompiledReduce shared = jit.compile_reduce(spec);
+        CompiledReduce per_row = jit.compile_reduce({.kind = kind, .width = c});
+        const Shape out_shape = kind == ReduceKind::CrossEntropy ? Shape{rows} : Shape{rows, c};
+        Tensor got = Tensor::empty(DType::F32, out_shape);
+        Tensor want = Tensor::empty(DType::F32, out_shape);
+        const void* in[] = {x.raw(), y.raw(), gy.raw()};
+        const void* in_r[] = {xr.raw(), yr.raw(), gy.raw()};
+        void* o[] = {got.raw()};
+        void* o_r[] = {want.raw()};
+        REQUIRE(shared.fn(in, o, rows) == -1);
+        REQUIRE(per_row.fn(in_r, o_r, rows) == -1);
+        CHECK(test::same_bits(got, want));
+      }
+    }
+  }
+  // A shared label out of range is reported at the first row.
+  CompiledReduce k = jit.compile_reduce(
+      ReduceSpec{.kind = ReduceKind::CrossEntropy, .width = 5, .shared_label = true});
+  Tensor x = random_f32(Shape{4, 5}, rng);
+  Tensor y = Tensor::empty(DType::I32, Shape{1});
+  y.i32()[0] = 5;
+  Tensor out = Tensor::empty(DType::F32, Shape{4});
+  const void* in[] = {x.raw(), y.raw()};
+  void* o[] = {out.raw()};
+  CHECK(k.fn(in, o, 4) == 0);
+}
+
 TEST_CASE("cross_entropy: a label out of range is reported, never read out of bounds") {
   Jit jit;
   std::mt19937 rng(3);
@@ -350,6 +402,19 @@ TEST_CASE("reduce specs: canonical text, validation, the kernel cache") {
   ReduceSpec s{.kind = ReduceKind::CrossEntropy, .width = 5};
   CHECK(s.canonical_text() == "reduce f32 cross_entropy w=5 sched=default");
   CHECK(s.signature() == "reduce f32 cross_entropy w=5");
+  CHECK(ReduceSpec{.kind = ReduceKind::CrossEntropyBwd, .width = 5, .shared_logits = true}
+            .canonical_text() == "reduce f32 cross_entropy_bwd w=5 shared=logits sched=default");
+  CHECK(
+      ReduceSpec{.kind = ReduceKind::CrossEntropy, .width = 5, .shared_label = true}.signature() ==
+      "reduce f32 cross_entropy w=5 shared=label");
+  CHECK_THROWS_AS(
+      (ReduceSpec{.kind = ReduceKind::SumRows, .width = 3, .shared_logits = true}.validate()),
+      Error);
+  CHECK_THROWS_AS(
+      (ReduceSpec{
+          .kind = ReduceKind::CrossEntropy, .width = 3, .shared_logits = true, .shared_label = true}
+           .validate()),
+      Error);
   CHECK_THROWS_AS((ReduceSpec{.width = 0}.validate()), Error);
   CHECK_THROWS_AS((ReduceSpec{.width = 3, .dtype = "f16"}.validate()), Error);
   CHECK_THROWS_AS((ReduceSpec{.width = 3, .schedule = "v16x2"}.validate()), Error);

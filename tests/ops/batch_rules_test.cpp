@@ -77,11 +77,10 @@ TEST_SUITE("ops") {
                   "take from a per-row table");
     check_refused(classify(RowNode::op(OpId::Take), {R, R}, {2, 0}), R,
                   "take from a per-row table");
-    // cross_entropy: logits and labels both per row.
+    // cross_entropy: logits and labels per row, or one of them shared by every row.
     check_ok(classify(RowNode::op(OpId::CrossEntropy), {R, R}, {1, 0}), R);
-    const std::string ce = "cross_entropy of shared logits or labels";
-    check_refused(classify(RowNode::op(OpId::CrossEntropy), {R, S}, {1, 0}), R, ce);
-    check_refused(classify(RowNode::op(OpId::CrossEntropy), {S, R}, {1, 0}), R, ce);
+    check_ok(classify(RowNode::op(OpId::CrossEntropy), {R, S}, {1, 0}), R);
+    check_ok(classify(RowNode::op(OpId::CrossEntropy), {S, R}, {1, 0}), R);
     // Random ops: the value and the key both per row (each row draws with its own key).
     check_ok(classify(RowNode::op(OpId::Dropout), {R, R}, {1, 1}), R);
     check_ok(classify(RowNode::op(OpId::Uniform), {R}, {1}), R);
@@ -111,8 +110,13 @@ TEST_SUITE("ops") {
       check_refused(classify(RowNode::grad(g), {R, S}), R, per_row);
       check_refused(classify(RowNode::grad(g), {S, R}), R, per_row);
     }
+    // cross_entropy's gradient: a per-row gradient, also of shared logits or labels (then
+    // summed over the rows where a shared value needs it); the loss's gradient per row.
     check_ok(classify(RowNode::grad(GradOp::CrossEntropyBwd), {R, R, R}), R);
-    check_refused(classify(RowNode::grad(GradOp::CrossEntropyBwd), {R, R, S}), R, per_row);
+    check_ok(classify(RowNode::grad(GradOp::CrossEntropyBwd), {S, R, R}), R);
+    check_ok(classify(RowNode::grad(GradOp::CrossEntropyBwd), {R, S, R}), R);
+    check_refused(classify(RowNode::grad(GradOp::CrossEntropyBwd), {R, R, S}), R,
+                  "cross_entropy gradient of a shared loss");
     // sum_to_shape: to a shared target it sums over the rows.
     check_ok(classify(RowNode::grad(GradOp::SumToShape), {R, S}), M);
     check_ok(classify(RowNode::grad(GradOp::SumToShape), {R, R}), R);

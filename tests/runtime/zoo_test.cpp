@@ -162,15 +162,16 @@ TEST_SUITE("examples") {
     test::FileModel md(PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe", 40);
     interp::Value batch = sentence_batch(25, 40);
     check_same(md, batch);
-    // The first step and the first prediction of every sentence take zeros(64): their
-    // templates read it as a literal (Template::const_args), apart from the per-row ones.
+    // The first step and the first word's loss of every sentence take zeros(64): their
+    // templates read it as a literal (Template::const_args), apart from the per-row ones; the
+    // loss's then has one logits row (b_out) for all its rows.
     specializer::TemplateTable tt;
     auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
     int literal = 0, per_row = 0;
     for (size_t i = 0; i < tt.size(); ++i) {
       const auto& t = tt.at(static_cast<int32_t>(i));
-      if (t.name != "step" && t.name != "logits")
+      if (t.name != "step" && t.name != "word_loss")
         continue;
       bool bound = false;
       for (const auto& c : t.const_args)
