@@ -15,6 +15,7 @@
 // --dump FILE: every measured batch's plan (its residual, groups and layout size) to FILE, to
 // check that a change to planning leaves every plan as it was. --separate-walks: the batch's
 // facts by the four separate walks the engine made before specializer::walk_batch (A/B).
+#include "bench/plan_text.h"
 #include "pejit/pejit.h"
 #include "runtime/chrome_trace.h"
 #include "runtime/specializer_service.h"
@@ -76,57 +77,9 @@ private:
 
 void dump_plan(std::ostream& os, const runtime::PlanEntry& e, uint64_t key) {
   const specializer::Residual& r = e.residual;
-  auto ref = [&](const specializer::Ref& a) {
-    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
-  };
-  auto row = [&](const specializer::RowRef& a) {
-    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out << "." << a.row;
-  };
   os << "batch key " << key << " residual " << r.key << " fuel " << r.fuel_used << " inputs "
      << r.num_inputs << " consts " << r.consts.size() << "\n";
-  for (size_t i = 0; i < r.instances.size(); ++i) {
-    const auto& in = r.instances[i];
-    os << "i " << in.tmpl;
-    if (in.tmpl == specializer::Instance::kSumN)
-      os << " " << r.sum_sigs[static_cast<size_t>(in.sum_sig)].str();
-    for (const auto& a : r.args(i))
-      ref(a);
-    os << "\n";
-  }
-  os << "outputs";
-  for (const auto& o : r.outputs)
-    ref(o);
-  os << "\nshape";
-  for (auto s : r.result_shape)
-    os << " " << s;
-  const specializer::Plan& p = e.plan;
-  os << "\nplan key " << p.key << " levels " << p.levels << "\n";
-  for (const auto& g : p.groups) {
-    os << "g " << g.tmpl << " level " << g.level << " rows";
-    for (auto i : g.instances)
-      os << " " << i;
-    os << " results";
-    for (const auto& s : g.results)
-      os << " " << s.str();
-    os << "\n";
-    for (const auto& a : g.args) {
-      os << " a " << a.sig.str() << (a.shared ? " shared" : " rows");
-      if (a.shared)
-        ref(a.shared_ref);
-      for (const auto& x : a.rows)
-        row(x);
-      os << "\n";
-    }
-  }
-  os << "pout";
-  for (const auto& o : p.outputs)
-    row(o);
-  os << "\ngroup_of";
-  for (auto g : p.group_of)
-    os << " " << g;
-  os << "\nrow_of";
-  for (auto g : p.row_of)
-    os << " " << g;
+  bench::write_residual_and_plan(os, r, e.plan);
   os << "\nlayout " << e.layout.bytes() << "\n";
 }
 

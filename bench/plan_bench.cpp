@@ -12,12 +12,13 @@
 // pattern and merge_equal_instances count as planning);
 // --dump FILE: every measured batch's residual and plan, in full, to FILE, to check that a
 // change to the specializer leaves plans as they were)
+#include "bench/plan_text.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
+#include "runtime/train/encode.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 #include "specializer/plan.h"
-#include "runtime/train/encode.h"
 #include "src/types/check.h"
 
 #include <algorithm>
@@ -36,58 +37,12 @@ static double thread_cpu_us() {
 }
 
 // Everything a residual and its plan say (template ids included: the same table history).
-static void dump_batch(std::ostream& os, const specializer::PeResult& pe, const specializer::Plan& p) {
+static void dump_batch(std::ostream& os, const specializer::PeResult& pe,
+                       const specializer::Plan& p) {
   const specializer::Residual& r = pe.residual;
-  auto ref = [&](const specializer::Ref& a) {
-    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out;
-  };
-  auto row = [&](const specializer::RowRef& a) {
-    os << " " << static_cast<int>(a.kind) << ":" << a.index << "." << a.out << "." << a.row;
-  };
   os << "batch ok " << pe.ok << " key " << r.key << " fuel " << r.fuel_used << " inputs "
      << r.num_inputs << " kept " << r.inputs.size() << " consts " << r.consts.size() << "\n";
-  for (size_t i = 0; i < r.instances.size(); ++i) {
-    const auto& in = r.instances[i];
-    os << "i " << in.tmpl;
-    if (in.tmpl == specializer::Instance::kSumN)
-      os << " " << r.sum_sigs[static_cast<size_t>(in.sum_sig)].str();
-    for (const auto& a : r.args(i))
-      ref(a);
-    os << "\n";
-  }
-  os << "outputs";
-  for (const auto& o : r.outputs)
-    ref(o);
-  os << "\nshape";
-  for (auto s : r.result_shape)
-    os << " " << s;
-  os << "\nplan key " << p.key << " levels " << p.levels << "\n";
-  for (const auto& g : p.groups) {
-    os << "g " << g.tmpl << " level " << g.level << " rows";
-    for (auto i : g.instances)
-      os << " " << i;
-    os << " results";
-    for (const auto& s : g.results)
-      os << " " << s.str();
-    os << "\n";
-    for (const auto& a : g.args) {
-      os << " a " << a.sig.str() << (a.shared ? " shared" : " rows");
-      if (a.shared)
-        ref(a.shared_ref);
-      for (const auto& x : a.rows)
-        row(x);
-      os << "\n";
-    }
-  }
-  os << "pout";
-  for (const auto& o : p.outputs)
-    row(o);
-  os << "\ngroup_of";
-  for (auto g : p.group_of)
-    os << " " << g;
-  os << "\nrow_of";
-  for (auto g : p.row_of)
-    os << " " << g;
+  bench::write_residual_and_plan(os, r, p);
   os << "\n";
 }
 
