@@ -117,8 +117,7 @@ struct Engine::Impl {
   StatsRecorder stats;
   SpecializerService specializer;
   PlanCache plans;
-  // Last: destroyed first, so no background work outlives what it uses.
-  std::unique_ptr<Pipeline> pipeline; // auto mode only
+  std::unique_ptr<Pipeline> pipeline; // both planned modes; stopped first by ~Impl
 
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o,
        std::shared_ptr<const FaultHooks> f)
@@ -152,6 +151,10 @@ struct Engine::Impl {
                                [&] { plan_ahead(entry, batch, std::move(f)); });
           });
   }
+
+  // The pipeline's work uses members declared on both sides of it (the kept facts below it):
+  // it is stopped, and what it is running finished, before any member is destroyed.
+  ~Impl() { pipeline.reset(); }
 
   bool compiles() const { return runners && runners->jit(); }
 
