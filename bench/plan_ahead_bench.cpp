@@ -15,6 +15,7 @@
 // --dump FILE: every measured batch's plan (its residual, groups and layout size) to FILE, to
 // check that a change to planning leaves every plan as it was. --separate-walks: the batch's
 // facts by the four separate walks the engine made before specializer::walk_batch (A/B).
+#include "bench/bench_data.h"
 #include "bench/plan_text.h"
 #include "pejit/pejit.h"
 #include "runtime/chrome_trace.h"
@@ -154,14 +155,9 @@ int main(int argc, char** argv) {
   try {
     const ir::Type elem = runtime::batch_element_type(*m, "loss");
     runtime::Dataset ds = runtime::read_dataset(data, v, true, elem);
-    ds.limit(static_cast<int64_t>(limit));
-    dims = interp::bind_dims(*m, runtime::vocab_dims(*m, v));
-    const runtime::Encoder enc(*m, ds, elem, dims);
-    std::vector<size_t> idx(ds.size());
-    std::iota(idx.begin(), idx.end(), size_t{0});
-    const interp::Value all = enc.batch(ds, idx, 0, ds.size());
-    for (size_t i = 0; i < all.list_size(); ++i)
-      encoded.push_back(all.list_at(i));
+    bench::EncodedData e = bench::encode_examples(*m, ds, elem, v, limit);
+    dims = std::move(e.dims);
+    encoded = std::move(e.examples);
   } catch (const Error& e) {
     std::fprintf(stderr, "pejit_plan_ahead_bench: %s\n", e.what());
     return 2;

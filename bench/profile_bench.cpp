@@ -32,6 +32,7 @@
 // from ../shared/data/sst/train.txt, sentences from ../shared/data/ptb/valid.txt, when those
 // optional files are there; else TREES generated examples, seed 1, as `pejit gen` makes them
 // (SST-like trees, their words as sentences, or ListOps for a root-labeled wrapper).
+#include "bench/bench_data.h"
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
 #include "pejit/pejit.h"
@@ -164,14 +165,9 @@ int main(int argc, char** argv) {
                      data.c_str());
       ds = generated(*m, elem, limit, v);
     }
-    ds.limit(static_cast<int64_t>(limit));
-    dims = interp::bind_dims(*m, runtime::vocab_dims(*m, v));
-    const runtime::Encoder enc(*m, ds, elem, dims);
-    std::vector<size_t> idx(ds.size());
-    std::iota(idx.begin(), idx.end(), size_t{0});
-    const interp::Value all = enc.batch(ds, idx, 0, ds.size());
-    for (size_t i = 0; i < all.list_size(); ++i)
-      encoded.push_back(all.list_at(i));
+    bench::EncodedData e = bench::encode_examples(*m, ds, elem, v, limit);
+    dims = std::move(e.dims);
+    encoded = std::move(e.examples);
   } catch (const Error& e) {
     std::fprintf(stderr, "pejit_profile_bench: %s\n", e.what());
     return 2;

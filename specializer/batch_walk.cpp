@@ -66,10 +66,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
       break;
     case Value::Kind::Tensor: {
       const Tensor& t = v.as_tensor();
-      h = mix(h, static_cast<uint64_t>(t.dtype()));
-      for (auto d : t.shape().dims())
-        h = mix(h, static_cast<uint64_t>(d));
-      h = mix(h, t.rank());
+      h = pe::mix_tensor_sig(h, t);
       out.payloads.push_back(t);
       out.sites.push_back(it.site);
       break;

@@ -82,11 +82,7 @@ void hash_value(uint64_t& h, const Value& v, size_t& count) {
     h = mix(h, static_cast<uint64_t>(v.kind() == Value::Kind::Int ? v.as_int() : v.as_bool()));
     break;
   case Value::Kind::Tensor: {
-    const Tensor& t = v.as_tensor();
-    h = mix(h, static_cast<uint64_t>(t.dtype()));
-    for (auto d : t.shape().dims())
-      h = mix(h, static_cast<uint64_t>(d));
-    h = mix(h, t.rank());
+    h = pe::mix_tensor_sig(h, v.as_tensor());
     break;
   }
   case Value::Kind::Tuple:
@@ -218,10 +214,8 @@ private:
       const Tensor& x = v.as_tensor();
       if (x.dtype() != ti.dtype || x.shape() != ti.shape)
         return fail();
-      hmix(static_cast<uint64_t>(x.dtype()));
-      for (auto d : x.shape().dims())
-        hmix(static_cast<uint64_t>(d));
-      hmix(x.rank());
+      if (hash_)
+        h = pe::mix_tensor_sig(h, x);
       if (ti.sig < 0)
         ti.sig = be_.sig_id(x);
       last_code_ = 2, last_v_ = static_cast<uint64_t>(ti.sig);

@@ -32,6 +32,15 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
+/// What a tensor adds to a batch's skeleton hash: its dtype and shape, never its contents
+/// (the one rule of skeleton_hash, the fused batch walk and the argument scan).
+inline uint64_t mix_tensor_sig(uint64_t h, const Tensor& t) {
+  h = mix(h, static_cast<uint64_t>(t.dtype()));
+  for (auto d : t.shape().dims())
+    h = mix(h, static_cast<uint64_t>(d));
+  return mix(h, t.rank());
+}
+
 inline TensorSig sig_of(const ir::Type& t, const interp::DimBindings& dims) {
   TensorSig s;
   s.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
