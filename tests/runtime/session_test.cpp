@@ -65,7 +65,9 @@ TEST_SUITE("session") {
     std::memset(p, 1, n);
     struct mallinfo2 during = mallinfo2();
     CHECK(during.hblkhd == before.hblkhd); // not a fresh mapping (glibc's default above 128 KiB)
-    CHECK(during.arena >= before.arena + n - (size_t{1} << 20));
+    // In the heap's use: the heap itself need not grow, since free space that earlier tests
+    // of this process left in it (kept, as this function asks) may hold the block.
+    CHECK(during.uordblks >= before.uordblks + n);
     std::free(p);
     struct mallinfo2 after = mallinfo2();
     CHECK(after.arena == during.arena); // the heap's top is kept, not given back
