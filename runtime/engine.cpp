@@ -117,7 +117,14 @@ struct Engine::Impl {
   StatsRecorder stats;
   SpecializerService specializer;
   PlanCache plans;
-  std::unique_ptr<Pipeline> pipeline; // both planned modes; stopped first by ~Impl
+  // Facts of prefetched batches, each with its batch (which keeps the list's elements, whose
+  // address is the key, from being reused while the entry lives); at most kKeptFacts, oldest
+  // dropped.
+  static constexpr size_t kKeptFacts = 64;
+  std::mutex facts_mu;
+  std::deque<std::pair<Value, std::shared_ptr<const BatchFacts>>> kept_facts;
+  // Last: its work uses the members above, so they outlive it. ~Impl stops it first anyway.
+  std::unique_ptr<Pipeline> pipeline; // both planned modes
 
   Impl(std::shared_ptr<const ir::Module> mod, interp::DimBindings d, EngineOptions o,
        std::shared_ptr<const FaultHooks> f)
@@ -152,8 +159,8 @@ struct Engine::Impl {
           });
   }
 
-  // The pipeline's work uses members declared on both sides of it (the kept facts below it):
-  // it is stopped, and what it is running finished, before any member is destroyed.
+  // The pipeline is stopped, and what it is running finished, before any member is destroyed
+  // (a member declared after it by mistake would otherwise die while a plan still uses it).
   ~Impl() { pipeline.reset(); }
 
   bool compiles() const { return runners && runners->jit(); }
@@ -214,12 +221,6 @@ struct Engine::Impl {
     return f;
   }
 
-  // Facts of prefetched batches, each with its batch (which keeps the list's elements, whose
-  // address is the key, from being reused while the entry lives); at most kKeptFacts, oldest
-  // dropped.
-  static constexpr size_t kKeptFacts = 64;
-  std::mutex facts_mu;
-  std::deque<std::pair<Value, std::shared_ptr<const BatchFacts>>> kept_facts;
 
   // The same list: the same elements at the same address (a view of other elements differs).
   static bool same_list(const Value& a, const Value& b) {
