@@ -1,6 +1,7 @@
-// Optimizer: validation and coalescing of each parameter's gradient into reused scratch
-// (gather), optional global-norm clipping, then one in-place update loop per parameter that
-// visits either every row (a dense part exists) or only the touched rows (sparse-only).
+// Optimizer: validation and sorting of each parameter's row-sparse gradient (index), optional
+// global-norm clipping, then the in-place updates of every parameter as one list of blocks
+// (one fork-join on the workers), each visiting every element, every row (a dense part and
+// touched rows) or only the touched rows (sparse-only) and summing the touched rows it needs.
 // Dense and sparse-only paths share the per-element rule (update_span), which is what makes a
 // sparse step bit-identical to the step of its to_dense() for SGD and Adagrad.
 #include "runtime/optim/optimizer.h"
@@ -35,19 +36,32 @@ int64_t decode_count(const Tensor& x, const std::string& name) {
   return static_cast<int64_t>(hi) * (int64_t{1} << 24) + static_cast<int64_t>(lo);
 }
 
-/// Everything update_span needs; fixed for one parameter in one step.
-struct Rule {
-  Kind kind;
-  float lr, wd, coef, eps;
-  float b1, b2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt; // Adam
-};
+/// Rows and elements per row of a parameter (a scalar is one row of one element).
+std::pair<int64_t, int64_t> row_split(const Tensor& v) {
+  if (v.rank() == 0)
+    return {1, 1};
+  int64_t rows = v.dim(0);
+  return {rows, rows == 0 ? 0 : v.numel() / rows};
+}
 
-/// Updates n elements of p (and the state a, b) from gradient g, after clipping (coef) and
-/// weight decay. The one place where the update rules are written. The arrays never overlap
-/// (restrict) and this file is built with -O3 -fno-math-errno, so the loops vectorize: the
-/// lanes compute what the scalar loop would, rounding included (IEEE sqrt and division).
-void update_span(const Rule& r, float* __restrict p, const float* __restrict g, float* __restrict a,
-                 float* __restrict b, int64_t n) {
+void check_finite_nonneg(float x, const char* what) {
+  if (!(x >= 0.0f) || !std::isfinite(x))
+    throw Error(std::string("OptimizerOptions: ") + what + " must be finite and >= 0, got " +
+                std::to_string(x));
+}
+
+/// The least work of a block of the update (about flops per element: a few multiplies, a
+/// square root and a division).
+constexpr int64_t kElemCost = 8;
+
+} // namespace
+
+// Updates n elements of p (and the state a, b) from gradient g, after clipping (coef) and
+// weight decay. The one place where the update rules are written. The arrays never overlap
+// (restrict) and this file is built with -O3 -fno-math-errno, so the loops vectorize: the
+// lanes compute what the scalar loop would, rounding included (IEEE sqrt and division).
+void Optimizer::update_span(const Rule& r, float* __restrict p, const float* __restrict g,
+                            float* __restrict a, float* __restrict b, int64_t n) {
   const bool plain = r.coef == 1.0f && r.wd == 0.0f; // the common case, without the extra terms
   auto grad = [&](int64_t k) {
     float gi = g[k];
@@ -88,22 +102,6 @@ void update_span(const Rule& r, float* __restrict p, const float* __restrict g, 
     break;
   }
 }
-
-/// Rows and elements per row of a parameter (a scalar is one row of one element).
-std::pair<int64_t, int64_t> row_split(const Tensor& v) {
-  if (v.rank() == 0)
-    return {1, 1};
-  int64_t rows = v.dim(0);
-  return {rows, rows == 0 ? 0 : v.numel() / rows};
-}
-
-void check_finite_nonneg(float x, const char* what) {
-  if (!(x >= 0.0f) || !std::isfinite(x))
-    throw Error(std::string("OptimizerOptions: ") + what + " must be finite and >= 0, got " +
-                std::to_string(x));
-}
-
-} // namespace
 
 Kind parse_kind(std::string_view name) {
   if (name == "sgd")
@@ -169,12 +167,14 @@ void Optimizer::bind(const interp::Params& params) {
   work_.resize(params.names.size());
 }
 
-void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g) {
+void Optimizer::index(size_t i, const Tensor& value, const interp::ParamGrad& g) {
   const std::string& name = bound_names_[i];
   Work& w = work_[i];
   w.active = !g.empty();
+  w.g = &g;
   w.entries.clear();
   w.uniq.clear();
+  w.starts.clear();
   if (!w.active)
     return;
   if (!value.defined() || value.dtype() != DType::F32)
@@ -183,6 +183,7 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
     throw Error("Optimizer::step: dense gradient " + g.dense.shape().str() + " of '" + name +
                 "' does not match the parameter " + value.shape().str());
   auto [nrows, d] = row_split(value);
+  w.nrows = nrows;
   w.row_elems = d;
   for (size_t part = 0; part < g.sparse.size(); ++part) {
     const kernels::RowSparse& s = g.sparse[part];
@@ -213,27 +214,13 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
       return x.part < y.part;
     return x.pos < y.pos;
   });
-  size_t nuniq = 0;
   for (size_t k = 0; k < w.entries.size(); ++k)
-    if (k == 0 || w.entries[k].idx != w.entries[k - 1].idx)
-      ++nuniq;
-  w.rows.resize(nuniq * static_cast<size_t>(d));
-  const float* dense = g.dense.defined() ? g.dense.f32() : nullptr;
-  float* acc = nullptr;
-  for (size_t k = 0; k < w.entries.size(); ++k) {
-    const Work::Entry& e = w.entries[k];
-    if (k == 0 || e.idx != w.entries[k - 1].idx) {
-      acc = w.rows.data() + w.uniq.size() * static_cast<size_t>(d);
-      w.uniq.push_back(e.idx);
-      if (dense)
-        std::copy_n(dense + e.idx * d, d, acc);
-      else
-        std::fill_n(acc, d, 0.0f);
+    if (k == 0 || w.entries[k].idx != w.entries[k - 1].idx) {
+      w.uniq.push_back(w.entries[k].idx);
+      w.starts.push_back(k);
     }
-    const float* src = g.sparse[static_cast<size_t>(e.part)].rows.f32() + e.pos * d;
-    for (int64_t j = 0; j < d; ++j)
-      acc[j] += src[j];
-  }
+  w.starts.push_back(w.entries.size());
+  w.rows.resize(w.uniq.size() * static_cast<size_t>(d));
   // A loaded state must fit its parameter; checked here so that nothing has been written yet.
   const Slot& slot = *bound_[i];
   if ((slot.a.defined() && slot.a.shape() != value.shape()) ||
@@ -241,6 +228,24 @@ void Optimizer::gather(size_t i, const Tensor& value, const interp::ParamGrad& g
     throw Error("Optimizer::step: optimizer state of '" + name + "' has shape " +
                 (slot.a.defined() ? slot.a : slot.b).shape().str() + " but the parameter is " +
                 value.shape().str());
+}
+
+void Optimizer::sum_rows(Work& w, size_t j0, size_t j1) const {
+  const int64_t d = w.row_elems;
+  const float* dense = w.g->dense.defined() ? w.g->dense.f32() : nullptr;
+  for (size_t j = j0; j < j1; ++j) {
+    float* acc = w.rows.data() + j * static_cast<size_t>(d);
+    if (dense)
+      std::copy_n(dense + w.uniq[j] * d, d, acc);
+    else
+      std::fill_n(acc, d, 0.0f);
+    for (size_t k = w.starts[j]; k < w.starts[j + 1]; ++k) {
+      const Work::Entry& e = w.entries[k];
+      const float* src = w.g->sparse[static_cast<size_t>(e.part)].rows.f32() + e.pos * d;
+      for (int64_t c = 0; c < d; ++c)
+        acc[c] += src[c];
+    }
+  }
 }
 
 double Optimizer::squared_norm(size_t i, const interp::ParamGrad& g) const {
@@ -266,8 +271,8 @@ double Optimizer::squared_norm(size_t i, const interp::ParamGrad& g) const {
   return sum;
 }
 
-void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float coef) {
-  const Work& w = work_[i];
+void Optimizer::prepare(size_t i, Tensor& value, float coef) {
+  Work& w = work_[i];
   Slot& slot = *bound_[i];
   if (!value.unique())
     value = value.clone();
@@ -276,7 +281,11 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
   auto wd_it = opts_.param_weight_decay.find(name);
   const float lr = (lr_it == opts_.param_lr.end() ? opts_.lr : lr_it->second) * lr_scale_;
   const float wd = wd_it == opts_.param_weight_decay.end() ? opts_.weight_decay : wd_it->second;
-  Rule r{opts_.kind, lr, wd, coef, 0, 0, 0, 0, 0, 0, 1};
+  Rule r;
+  r.kind = opts_.kind;
+  r.lr = lr;
+  r.wd = wd;
+  r.coef = coef;
   switch (opts_.kind) {
   case Kind::Sgd:
     break;
@@ -309,47 +318,107 @@ void Optimizer::apply(size_t i, Tensor& value, const interp::ParamGrad& g, float
     slot.a = slot.a.clone();
   if (slot.b.defined() && !slot.b.unique())
     slot.b = slot.b.clone();
-  float* p = value.f32();
-  float* a = slot.a.defined() ? slot.a.f32() : nullptr;
-  float* b = slot.b.defined() ? slot.b.f32() : nullptr;
-  auto [nrows, d] = row_split(value);
-  auto at = [d = d](float* base, int64_t row) { return base ? base + row * d : nullptr; };
-  // Every element's update is its own: blocks of elements or rows go to the workers (when
-  // there are any and the parameter is big enough), the same bits as one loop.
-  const runtime::Workers* wk = workers_.get();
-  auto blocks = [&](int64_t n, int64_t cost, int64_t align, auto&& f) {
-    if (wk == nullptr)
-      f(int64_t{0}, n);
-    else
-      wk->for_rows(n, cost, align, f);
-  };
-  constexpr int64_t kElemCost = 8; // a few multiplies, a square root and a division
-  if (g.dense.defined() && w.uniq.empty()) {
-    const float* gd = g.dense.f32();
-    blocks(value.numel(), kElemCost, 64, [&](int64_t e0, int64_t n) {
-      update_span(r, p + e0, gd + e0, a ? a + e0 : nullptr, b ? b + e0 : nullptr, n);
-    });
-  } else if (g.dense.defined()) {
-    const float* dense = g.dense.f32();
-    blocks(nrows, kElemCost * d, 1, [&](int64_t r0, int64_t n) {
-      size_t j =
-          static_cast<size_t>(std::lower_bound(w.uniq.begin(), w.uniq.end(), r0) - w.uniq.begin());
-      for (int64_t row = r0; row < r0 + n; ++row) {
-        const float* gr = dense + row * d;
-        if (j < w.uniq.size() && w.uniq[j] == row)
-          gr = w.rows.data() + (j++) * static_cast<size_t>(d);
-        update_span(r, p + row * d, gr, at(a, row), at(b, row), d);
-      }
-    });
+  w.rule = r;
+  w.p = value.f32();
+  w.a = slot.a.defined() ? slot.a.f32() : nullptr;
+  w.b = slot.b.defined() ? slot.b.f32() : nullptr;
+  w.visit = !w.g->dense.defined() ? Visit::Touched : w.uniq.empty() ? Visit::Elements : Visit::Rows;
+}
+
+void Optimizer::add_jobs(size_t i, bool sum, bool update, bool split) {
+  const Work& w = work_[i];
+  const int64_t d = w.row_elems;
+  const int64_t touched = static_cast<int64_t>(w.uniq.size());
+  // Per touched row, summing its gradient costs about a copy and an add per entry.
+  const int64_t sum_cost =
+      touched == 0 ? 0 : (1 + static_cast<int64_t>(w.entries.size()) / touched) * d;
+  int64_t units = 0, cost = 0, align = 1;
+  if (!update) { // the touched rows' sums alone
+    units = touched;
+    cost = sum_cost;
+  } else if (w.visit == Visit::Elements) {
+    units = w.nrows * d;
+    cost = kElemCost;
+    align = 64; // whole vectors of the update loop
+  } else if (w.visit == Visit::Rows) {
+    units = w.nrows;
+    cost = kElemCost * d + (sum ? sum_cost * touched / std::max<int64_t>(1, w.nrows) : 0);
   } else {
-    blocks(static_cast<int64_t>(w.uniq.size()), kElemCost * d, 1, [&](int64_t j0, int64_t n) {
-      for (auto j = static_cast<size_t>(j0); j < static_cast<size_t>(j0 + n); ++j) {
-        int64_t row = w.uniq[j];
-        update_span(r, p + row * d, w.rows.data() + j * static_cast<size_t>(d), at(a, row),
-                    at(b, row), d);
-      }
-    });
+    units = touched;
+    cost = kElemCost * d + (sum ? sum_cost : 0);
   }
+  if (units == 0)
+    return;
+  cost = std::max<int64_t>(1, cost);
+  jobs_work_ += units * cost;
+  // Blocks of the least work worth a hand-off, whatever the thread count: every element's
+  // update (and every touched row's sum) is its own, so the blocks do not change the bits.
+  int64_t step = units;
+  if (split) {
+    const int64_t least = (workers_->policy().min_block_work + cost - 1) / cost;
+    step = std::min(units, (std::max<int64_t>(1, least) + align - 1) / align * align);
+  }
+  for (int64_t u = 0; u < units; u += step)
+    jobs_.push_back(Job{static_cast<uint32_t>(i), sum, update, u, std::min(step, units - u)});
+}
+
+void Optimizer::run_job(const Job& j) {
+  Work& w = work_[j.param];
+  const int64_t d = w.row_elems;
+  if (!j.update) {
+    sum_rows(w, static_cast<size_t>(j.begin), static_cast<size_t>(j.begin + j.n));
+    return;
+  }
+  const Rule& r = w.rule;
+  auto at = [d](float* base, int64_t row) { return base ? base + row * d : nullptr; };
+  switch (w.visit) {
+  case Visit::Elements:
+    update_span(r, w.p + j.begin, w.g->dense.f32() + j.begin, w.a ? w.a + j.begin : nullptr,
+                w.b ? w.b + j.begin : nullptr, j.n);
+    break;
+  case Visit::Rows: {
+    const float* dense = w.g->dense.f32();
+    auto first = [&](int64_t row) {
+      return static_cast<size_t>(std::lower_bound(w.uniq.begin(), w.uniq.end(), row) -
+                                 w.uniq.begin());
+    };
+    size_t k = first(j.begin);
+    if (j.sum)
+      sum_rows(w, k, first(j.begin + j.n));
+    for (int64_t row = j.begin; row < j.begin + j.n; ++row) {
+      const float* gr = dense + row * d;
+      if (k < w.uniq.size() && w.uniq[k] == row)
+        gr = w.rows.data() + (k++) * static_cast<size_t>(d);
+      update_span(r, w.p + row * d, gr, at(w.a, row), at(w.b, row), d);
+    }
+    break;
+  }
+  case Visit::Touched: {
+    const auto k0 = static_cast<size_t>(j.begin), k1 = static_cast<size_t>(j.begin + j.n);
+    if (j.sum)
+      sum_rows(w, k0, k1);
+    for (size_t k = k0; k < k1; ++k) {
+      int64_t row = w.uniq[k];
+      update_span(r, w.p + row * d, w.rows.data() + k * static_cast<size_t>(d), at(w.a, row),
+                  at(w.b, row), d);
+    }
+    break;
+  }
+  }
+}
+
+void Optimizer::run_jobs() {
+  const runtime::Workers* wk = workers_.get();
+  // All the parameters' blocks in one fork-join; on the calling thread when one block or the
+  // whole is too little to share.
+  if (wk != nullptr && jobs_work_ >= 2 * wk->policy().min_block_work)
+    wk->for_blocks(static_cast<int64_t>(jobs_.size()),
+                   [&](int64_t b) { run_job(jobs_[static_cast<size_t>(b)]); });
+  else
+    for (const Job& j : jobs_)
+      run_job(j);
+  jobs_.clear();
+  jobs_work_ = 0;
 }
 
 void Optimizer::step(interp::Params& params, const std::vector<interp::ParamGrad>& grads) {
@@ -360,11 +429,22 @@ void Optimizer::step(interp::Params& params, const std::vector<interp::ParamGrad
                 " names)");
   if (bound_names_ != params.names)
     bind(params);
+  jobs_.clear();
+  jobs_work_ = 0;
   for (size_t i = 0; i < n; ++i)
-    gather(i, params.values[i], grads[i]);
+    index(i, params.values[i], grads[i]);
+  const bool split = workers_ != nullptr && workers_->threads() > 1;
 
+  // Clipping needs every touched row's sum before any update: those first, in a fork-join of
+  // their own; the norm then sums on this thread in parameter order, as with one thread.
+  // Without clipping, a block sums the touched rows it then updates.
   float coef = 1.0f;
-  if (opts_.clip_norm > 0.0f) {
+  const bool clip = opts_.clip_norm > 0.0f;
+  if (clip) {
+    for (size_t i = 0; i < n; ++i)
+      if (work_[i].active)
+        add_jobs(i, true, false, split);
+    run_jobs();
     double sq = 0.0;
     for (size_t i = 0; i < n; ++i)
       if (work_[i].active)
@@ -374,8 +454,11 @@ void Optimizer::step(interp::Params& params, const std::vector<interp::ParamGrad
       coef = static_cast<float>(c);
   }
   for (size_t i = 0; i < n; ++i)
-    if (work_[i].active)
-      apply(i, params.values[i], grads[i], coef);
+    if (work_[i].active) {
+      prepare(i, params.values[i], coef);
+      add_jobs(i, !clip, true, split);
+    }
+  run_jobs();
   ++steps_;
 }
 

@@ -92,8 +92,9 @@ public:
   /// Replaces OptimizerOptions::param_lr and param_weight_decay (the state and workers stay).
   /// Throws pejit::Error, nothing changed, for a value that is negative or not finite.
   void set_param_options(std::map<std::string, float> lr, std::map<std::string, float> wd);
-  /// The threads an update may split a parameter's rows across (runtime/parallel.h); null
-  /// (the default): the calling thread. The same bits either way.
+  /// The threads a step's updates are split across (runtime/parallel.h): the blocks of every
+  /// parameter in one fork-join (two with clip_norm, the norm summed between them on the
+  /// calling thread); null (the default): the calling thread. The same bits either way.
   void set_workers(std::shared_ptr<const runtime::Workers> workers) {
     workers_ = std::move(workers);
   }
@@ -119,24 +120,57 @@ private:
     Tensor b;      ///< Adam v
     int64_t t = 0; ///< Adam: steps in which this parameter had a gradient
   };
-  /// Per-parameter scratch, reused across steps (capacity only grows).
+  /// Everything an element's update needs; fixed for one parameter in one step.
+  struct Rule {
+    Kind kind = Kind::Sgd;
+    float lr = 0, wd = 0, coef = 1, eps = 0;
+    float b1 = 0, b2 = 0, one_minus_b1 = 0, one_minus_b2 = 0, step_size = 0, bc2_sqrt = 1; // Adam
+  };
+  /// How a parameter's update visits it: every element (a dense gradient alone), every row (a
+  /// dense gradient and touched rows), or the touched rows only (row-sparse alone).
+  enum class Visit { Elements, Rows, Touched };
+  /// Per-parameter scratch, reused across steps (capacity only grows), and what this step's
+  /// update of the parameter reads and writes.
   struct Work {
     struct Entry {
       int32_t idx;  ///< row index
       int32_t part; ///< which RowSparse of the ParamGrad
       int64_t pos;  ///< row within that part
     };
-    std::vector<Entry> entries;
-    std::vector<int32_t> uniq; ///< touched rows, increasing
-    std::vector<float> rows;   ///< their summed gradient rows [uniq.size(), row_elems]
-    int64_t row_elems = 0;
+    std::vector<Entry> entries; ///< sorted by (idx, part, pos)
+    std::vector<int32_t> uniq;  ///< touched rows, increasing
+    std::vector<size_t> starts; ///< entries of uniq[j]: [starts[j], starts[j + 1])
+    std::vector<float> rows;    ///< their summed gradient rows [uniq.size(), row_elems]
+    int64_t nrows = 0, row_elems = 0;
     bool active = false; ///< the ParamGrad was not empty
+    const interp::ParamGrad* g = nullptr;
+    Visit visit = Visit::Elements;
+    Rule rule;
+    float *p = nullptr, *a = nullptr, *b = nullptr; ///< the parameter and its state
+  };
+  /// One block of one parameter's update: units [begin, begin + n) of its Visit (elements,
+  /// rows, or touched rows); `sum`: the block first sums its touched rows' gradients.
+  struct Job {
+    uint32_t param;
+    bool sum, update;
+    int64_t begin, n;
   };
 
   void bind(const interp::Params& params);
-  void gather(size_t i, const Tensor& value, const interp::ParamGrad& g);
+  /// Validates parameter i's gradient and sorts its row-sparse entries; sums nothing yet.
+  void index(size_t i, const Tensor& value, const interp::ParamGrad& g);
+  /// Touched rows [j0, j1) of parameter i: their gradient (dense row + sparse rows) summed.
+  void sum_rows(Work& w, size_t j0, size_t j1) const;
   double squared_norm(size_t i, const interp::ParamGrad& g) const;
-  void apply(size_t i, Tensor& value, const interp::ParamGrad& g, float coef);
+  /// The rule, state and copy-on-write of parameter i for this step (before any job runs).
+  void prepare(size_t i, Tensor& value, float coef);
+  /// Appends parameter i's jobs (one when nothing splits), blocks fixed by the work alone.
+  void add_jobs(size_t i, bool sum, bool update, bool split);
+  void run_job(const Job& j);
+  /// Runs jobs_ on the workers in one fork-join (inline with one thread), then clears it.
+  void run_jobs();
+  static void update_span(const Rule& r, float* __restrict p, const float* __restrict g,
+                          float* __restrict a, float* __restrict b, int64_t n);
 
   OptimizerOptions opts_;
   float lr_scale_ = 1.0f;
@@ -145,6 +179,8 @@ private:
   std::vector<std::string> bound_names_;
   std::vector<Slot*> bound_; ///< slots_ entries, by parameter index
   std::vector<Work> work_;   ///< by parameter index
+  std::vector<Job> jobs_;    ///< one fork-join's blocks, reused
+  int64_t jobs_work_ = 0;    ///< their work in all (flops, roughly)
   std::shared_ptr<const runtime::Workers> workers_;
 };
 

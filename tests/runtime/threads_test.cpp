@@ -184,56 +184,67 @@ TEST_SUITE("threads") {
 #endif
   }
 
-  TEST_CASE("optimizer: dense, mixed and row-sparse updates split by rows, the same bits") {
-    for (auto kind : {optim::Kind::Sgd, optim::Kind::Adagrad, optim::Kind::Adam}) {
-      CAPTURE(optim::kind_name(kind));
-      auto run = [&](int threads) {
-        interp::Params p;
-        p.names = {"w", "emb", "mix"};
-        p.values = {test::weights(Shape{37, 53}, 1), test::weights(Shape{300, 16}, 2),
-                    test::weights(Shape{90, 8}, 3)};
-        optim::OptimizerOptions oo;
-        oo.kind = kind;
-        oo.weight_decay = 0.01f;
-        optim::Optimizer opt(oo);
-        std::shared_ptr<runtime::Workers> w;
-        if (threads > 0)
-          w = std::make_shared<runtime::Workers>(threads, runtime::SplitPolicy{1});
-        opt.set_workers(w);
-        for (int step = 0; step < 3; ++step) {
-          std::vector<interp::ParamGrad> g(3);
-          g[0].dense = test::weights(Shape{37, 53}, 10 + step);
-          kernels::RowSparse rs;
-          std::vector<int32_t> idx;
-          for (int i = 0; i < 120; ++i)
-            idx.push_back((i * 37 + step) % 300);
-          rs.indices = Tensor::from_i32(Shape{120}, idx);
-          rs.rows = test::weights(Shape{120, 16}, 20 + step);
-          rs.num_rows = 300;
-          g[1].sparse.push_back(rs);
-          g[2].dense = test::weights(Shape{90, 8}, 30 + step);
-          kernels::RowSparse rm = rs;
-          rm.num_rows = 90;
-          std::vector<int32_t> im;
-          for (int i = 0; i < 40; ++i)
-            im.push_back((i * 7) % 90);
-          rm.indices = Tensor::from_i32(Shape{40}, im);
-          rm.rows = test::weights(Shape{40, 8}, 40 + step);
-          g[2].sparse.push_back(rm);
-          opt.step(p, g);
+  TEST_CASE("optimizer: every parameter's dense, mixed and row-sparse update in one fork-join "
+            "per step (two with clipping), the same bits for 1, 2, 3 and 8 threads") {
+    for (auto kind : {optim::Kind::Sgd, optim::Kind::Adagrad, optim::Kind::Adam})
+      for (float clip : {0.0f, 0.5f}) {
+        CAPTURE(optim::kind_name(kind));
+        CAPTURE(clip);
+        auto run = [&](int threads) {
+          interp::Params p;
+          p.names = {"w", "emb", "mix", "b", "unused"};
+          p.values = {test::weights(Shape{37, 53}, 1), test::weights(Shape{300, 16}, 2),
+                      test::weights(Shape{90, 8}, 3), test::weights(Shape{5}, 4),
+                      test::weights(Shape{4, 4}, 5)};
+          optim::OptimizerOptions oo;
+          oo.kind = kind;
+          oo.weight_decay = 0.01f;
+          oo.clip_norm = clip;
+          optim::Optimizer opt(oo);
+          std::shared_ptr<runtime::Workers> w;
+          if (threads > 0)
+            w = std::make_shared<runtime::Workers>(threads, runtime::SplitPolicy{1});
+          opt.set_workers(w);
+          for (int step = 0; step < 3; ++step) {
+            std::vector<interp::ParamGrad> g(5); // "unused" has no gradient
+            g[0].dense = test::weights(Shape{37, 53}, 10 + step);
+            kernels::RowSparse rs;
+            std::vector<int32_t> idx;
+            for (int i = 0; i < 120; ++i)
+              idx.push_back((i * 37 + step) % 300);
+            rs.indices = Tensor::from_i32(Shape{120}, idx);
+            rs.rows = test::weights(Shape{120, 16}, 20 + step);
+            rs.num_rows = 300;
+            g[1].sparse.push_back(rs);
+            g[2].dense = test::weights(Shape{90, 8}, 30 + step);
+            kernels::RowSparse rm = rs;
+            rm.num_rows = 90;
+            std::vector<int32_t> im;
+            for (int i = 0; i < 40; ++i)
+              im.push_back((i * 7) % 90);
+            rm.indices = Tensor::from_i32(Shape{40}, im);
+            rm.rows = test::weights(Shape{40, 8}, 40 + step);
+            g[2].sparse.push_back(rm);
+            g[3].dense = test::weights(Shape{5}, 50 + step);
+            const int64_t before = w ? w->splits() : 0;
+            opt.step(p, g);
+            // Every parameter's blocks go to the workers together: one join per step, and
+            // one more for the touched rows' sums that the norm reads first.
+            if (threads > 1)
+              CHECK(w->splits() - before == (clip > 0 ? 2 : 1));
+            else if (w)
+              CHECK(w->splits() == 0);
+          }
+          return p;
+        };
+        interp::Params base = run(0);
+        for (int t : {1, 2, 3, 8}) {
+          CAPTURE(t);
+          interp::Params p = run(t);
+          for (size_t i = 0; i < p.values.size(); ++i)
+            CHECK_MESSAGE(test::same_bits(base.values[i], p.values[i]), p.names[i]);
         }
-        if (threads > 1)
-          CHECK(w->splits() > 0);
-        return p;
-      };
-      interp::Params base = run(0);
-      for (int t : {1, 2, 3, 8}) {
-        CAPTURE(t);
-        interp::Params p = run(t);
-        for (size_t i = 0; i < p.values.size(); ++i)
-          CHECK(test::same_bits(base.values[i], p.values[i]));
       }
-    }
   }
 
   TEST_CASE("a session: --threads gives the same losses and parameters, stats say how many") {
