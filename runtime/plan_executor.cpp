@@ -185,7 +185,8 @@ void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& 
   GroupState& gs = st[gi];
   const int64_t rows = G.rows;
   const specializer::Template& t = tt.at(g.tmpl);
-  std::vector<Tensor> xs(g.args.size());
+  std::vector<Tensor>& xs = gs.ins;
+  xs.assign(g.args.size(), Tensor());
   gs.arg_leaf.assign(g.args.size(), -1);
   int32_t nleaves = 0;
   // A parameter or constant the template reads itself (Template::param_args, const_args)
@@ -260,7 +261,8 @@ void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& 
     gs.tape->reset(ls);
   };
   if (gs.graph != nullptr) {
-    std::vector<Tensor> results;
+    std::vector<Tensor>& results = gs.outs;
+    results.clear();
     for (size_t k = 0; k < g.results.size(); ++k)
       results.push_back(block(G.results[k].off, g.results[k], rows));
     GraphRunStats rs;
@@ -272,6 +274,8 @@ void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& 
     gs.gst.workers = opt.workers;
     gs.gst.inference = !train;
     gs.graph->forward(rows, xs, params, results, gs.gst, rs);
+    xs.clear();
+    results.clear();
     merge(stats, rs);
     stats.groups_on_graphs++;
     stats.groups_batched++;

@@ -115,7 +115,9 @@ PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::R
       continue;
     }
     if (gs.graph != nullptr) {
-      std::vector<Tensor> seeds(G.results.size()), arg_grads(G.args.size());
+      std::vector<Tensor>&seeds = gs.outs, &arg_grads = gs.ins;
+      seeds.assign(G.results.size(), Tensor());
+      arg_grads.assign(G.args.size(), Tensor());
       for (size_t k = 0; k < G.results.size(); ++k)
         if (G.results[k].seed_off >= 0)
           seeds[k] = I.block(G.results[k].seed_off, g.results[k], G.rows);
@@ -125,6 +127,8 @@ PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::R
       GraphRunStats rs;
       rs.profile = I.opt.profile;
       gs.graph->backward(seeds, params, arg_grads, out.grads, gs.gst, rs);
+      seeds.clear();
+      arg_grads.clear();
       Impl::merge(stats_, rs);
       continue;
     }

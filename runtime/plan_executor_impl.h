@@ -69,6 +69,7 @@ struct PlanExecutor::Impl {
     stats.panel_launches += rs.panel_launches;
     stats.jit_gemm_cores += rs.jit_gemm_cores;
     stats.ref_nodes += rs.ref_nodes;
+    stats.direct_slices += rs.direct_slices;
     stats.jit_reductions += rs.jit_reductions;
     accumulate(stats.profile, rs.time);
   }
@@ -101,6 +102,9 @@ struct PlanExecutor::Impl {
     std::vector<int32_t> result_ids;           ///< batched: per result
     std::vector<std::vector<int32_t>> row_ids; ///< per row, per result
     std::vector<int32_t> arg_leaf;             ///< per arg: leaf id or -1
+    /// A graph call's blocks (arguments and results, or seeds and argument gradients), kept
+    /// for the next call's (no allocation per group); emptied after each call.
+    std::vector<Tensor> ins, outs;
   };
   std::vector<GroupState> st;
 
