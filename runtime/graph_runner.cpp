@@ -49,7 +49,7 @@ Tensor grad2(GradOp g, const Tensor& a, const Tensor& b, const ops::Attr& attr) 
 }
 
 // A registry op's reference kernel; result k of a multi-result op.
-Tensor run_op(OpId o, std::vector<Tensor> args, const ops::Attr& attr, uint32_t k = 0) {
+Tensor run_op(OpId o, const std::vector<Tensor>& args, const ops::Attr& attr, uint32_t k = 0) {
   std::vector<Tensor> out;
   ops::op_def(o).eval(args, attr, out);
   return std::move(out[k]);
@@ -109,8 +109,8 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
   std::vector<Tensor> in;
   for (size_t i = 0; i < n.operands.size(); ++i)
     in.push_back(val(i));
-  auto op = [](OpId o, std::vector<Tensor> args, const ops::Attr& attr, uint32_t k = 0) {
-    return run_op(o, std::move(args), attr, k);
+  auto op = [](OpId o, const std::vector<Tensor>& args, const ops::Attr& attr, uint32_t k = 0) {
+    return run_op(o, args, attr, k);
   };
   auto sum_rows = [&](const Tensor& t) { return kernels::sum_axis(t, 0); };
 
@@ -272,19 +272,21 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
 void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
                              GraphRunStats& stats) const {
   using Clock = ProfileClock;
-  std::vector<float*> ins, outs;
   // A node on its reference kernel, unless something computed it already (a split part
   // computed with its siblings, a concat made by a run, a GEMM made by its run's core).
+  // A slice that is a caller's block is copied straight into it (bind_slices).
   auto compute = [&](NodeId id) {
     if (st.vals[static_cast<size_t>(id)].defined())
       return;
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
-    st.vals[static_cast<size_t>(id)] = eval(id, st);
+    const bool direct = slice_into(id, st);
+    if (!direct)
+      st.vals[static_cast<size_t>(id)] = eval(id, st);
     if (stats.profile) {
       auto [f, flops] = family_of(tg_.g, id, st.vals, st.rows);
       record(stats.time, f, t0, flops);
     }
-    stats.ref_nodes++;
+    (direct ? stats.direct_slices : stats.ref_nodes)++;
   };
   auto defined = [&](NodeId id) { return st.vals[static_cast<size_t>(id)].defined(); };
   for (size_t i = 0; i < k.steps.size();) {
@@ -295,7 +297,7 @@ void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
                              const auto& kernel = run_kernels_[r.index];
                              if (!kernel)
                                return 0; // not compiled (yet): its nodes run on reference kernels
-                             launch(r, *kernel, ins, outs, st, stats);
+                             launch(r, *kernel, st.ins, st.outs, st, stats);
                              return r.count;
                            },
                            [&](const specializer::InPlaceView& v) -> size_t {
@@ -371,7 +373,7 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
   const specializer::KernelProgram& p = program();
   st.views =
       p.kernels && !tg_.fwd_kernels.empty() && (st.inference ? forward_compiled() : compiled());
-  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+  for (NodeId id : leaves_) {
     const Node& n = g.node(id);
     if (n.kind == Kind::Const) {
       st.vals[static_cast<size_t>(id)] = Tensor::full(n.type.shape(), n.value);
@@ -396,9 +398,10 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
     }
   }
   if (!(st.views && st.panels)) // no core gathers: the concats read the blocks
-    for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id)
+    for (NodeId id : leaves_)   // fill_arg fills Input nodes only
       fill_arg(id, st);
   bind(tg_.fwd_outputs, results, st);
+  bind_slices(tg_.fwd_outputs, results, st);
   // A lookup whose rows are a result writes them into the caller's block (RowGather).
   for (const specializer::RowGather& r : result_gathers_) {
     Tensor& dest = results[static_cast<size_t>(r.result)];
@@ -408,6 +411,7 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
   }
   for (const specializer::KernelSteps& k : p.fwd)
     run_kernel(k, st, stats);
+  st.slice_dests.clear();
   for (size_t k = 0; k < tg_.fwd_outputs.size(); ++k) {
     NodeId o = tg_.fwd_outputs[k];
     Tensor v = st.vals[static_cast<size_t>(o)];
@@ -435,8 +439,10 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     st.vals[static_cast<size_t>(s)] = v;
   }
   bind(tg_.bwd_arg_grads, arg_grads, st);
+  bind_slices(tg_.bwd_arg_grads, arg_grads, st);
   for (const specializer::KernelSteps& k : p.bwd)
     run_kernel(k, st, stats);
+  st.slice_dests.clear();
   for (size_t a = 0; a < tg_.bwd_arg_grads.size() && a < arg_grads.size(); ++a) {
     if (!arg_grads[a].defined())
       continue;

@@ -52,7 +52,10 @@ struct GraphRunStats {
   int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) run on JIT kernels
   int64_t row_gathers = 0;    ///< lookups of per-row ids in a shared table (RowGather)
-  bool profile = false;       ///< time every launch into `time` (two clock reads per launch)
+  /// Last-axis slices that are a caller's block (an argument's gradient, a result), copied
+  /// straight into it instead of running on reference kernels and being copied there after.
+  int64_t direct_slices = 0;
+  bool profile = false; ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
 
@@ -133,6 +136,10 @@ public:
     const Workers* workers = nullptr;
     /// No backward follows this forward (inference): its views need the forward kernels only.
     bool inference = false;
+    /// A launch's input and output pointers, kept for the next launch (no allocation per run).
+    std::vector<float*> ins, outs;
+    /// Slice nodes whose value is a caller's block (bind_slices), with that block.
+    std::vector<std::pair<graph::NodeId, Tensor>> slice_dests;
   };
 
   /// Executes `tg.program` (made by the template pipeline's lower pass); its kernel steps
@@ -218,6 +225,13 @@ private:
   /// Once every run has its kernel: run outputs that are results (or argument gradients) are
   /// written by their run straight into the caller's blocks dest[k], not copied there after.
   void bind(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
+  /// Of `nodes`, the last-axis slices of per-row values that no run writes: their values go
+  /// straight into dest[k] (slice_into) when their reference node runs.
+  void bind_slices(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
+  /// Slice node `id`, bound by bind_slices: its rows copied into its block, which becomes its
+  /// value; false (nothing done) when it is not bound or its operand is not laid out as
+  /// [rows, width] f32.
+  bool slice_into(graph::NodeId id, State& st) const;
   /// Argument node `id`'s lazily passed rows (State::arg_rows), or null.
   const std::vector<const float*>* arg_rows(graph::NodeId id, const State& st) const;
   /// Gathers a lazily passed argument's rows into its block, once.
@@ -236,6 +250,8 @@ private:
   std::vector<WeightGradBlocks> weight_grad_blocks_; ///< by weight_grads entry
   /// The program's forward RowGathers whose rows are a result (written into its block).
   std::vector<specializer::RowGather> result_gathers_;
+  /// The graph's Input and Const nodes, in id order: what forward binds before the kernels.
+  std::vector<graph::NodeId> leaves_;
 };
 
 } // namespace pejit::runtime

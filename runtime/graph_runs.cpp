@@ -7,6 +7,7 @@
 #include "src/ops/emitter.h"
 #include "src/util/check.h"
 
+#include <cstring>
 #include <variant>
 
 namespace pejit::runtime {
@@ -47,6 +48,9 @@ GraphRunner::GraphRunner(specializer::TemplateGraph tg) : tg_(std::move(tg)) {
     for (const specializer::KernelStep& s : k.steps)
       if (const auto* r = std::get_if<specializer::RowGather>(&s); r != nullptr && r->result >= 0)
         result_gathers_.push_back(*r);
+  for (NodeId id = 0; id < static_cast<NodeId>(tg_.g.size()); ++id)
+    if (tg_.g.node(id).kind == graph::Kind::Input || tg_.g.node(id).kind == graph::Kind::Const)
+      leaves_.push_back(id);
 }
 
 GraphRunner::GraphRunner(const GraphRunner&) = default;
@@ -95,9 +99,9 @@ void GraphRunner::compile(jit::KernelCache& cache, bool inject_failure, CompileS
       continue;
     // The blocks take the whole kernel's register block (a tuned one too), so that a
     // schedule chosen for the weight applies to its blocks.
-    const auto* compiled =
-        weight_grad_kernels_[i] ? std::get_if<jit::GemmKernel>(&weight_grad_kernels_[i]->family)
-                                : nullptr;
+    const auto* compiled = weight_grad_kernels_[i]
+                               ? std::get_if<jit::GemmKernel>(&weight_grad_kernels_[i]->family)
+                               : nullptr;
     auto part = [&](int64_t n) {
       jit::GemmSpec s = compiled != nullptr ? compiled->spec : whole;
       s.n = n;
@@ -171,6 +175,56 @@ void GraphRunner::bind(std::span<const NodeId> nodes, std::span<Tensor> dest, St
       continue;
     st.vals[static_cast<size_t>(o)] = dest[k];
   }
+}
+
+void GraphRunner::bind_slices(std::span<const NodeId> nodes, std::span<Tensor> dest,
+                              State& st) const {
+  st.slice_dests.clear();
+  const specializer::KernelProgram& p = program();
+  for (size_t k = 0; k < nodes.size() && k < dest.size(); ++k) {
+    const NodeId o = nodes[k];
+    if (o == graph::kNoNode || !dest[k].defined() || dest[k].dtype() != DType::F32 ||
+        st.vals[static_cast<size_t>(o)].defined() ||
+        (static_cast<size_t>(o) < p.run_output.size() && p.run_output[static_cast<size_t>(o)]) ||
+        p.cls(o) != RowClass::Rows)
+      continue;
+    const graph::Node& n = tg_.g.node(o);
+    if (n.kind != graph::Kind::Op || n.op() != ops::OpId::Slice || n.type.dims.size() != 1 ||
+        n.type.dtype != DType::F32 || n.attr.ints.size() != 2 ||
+        p.cls(n.operands[0]) != RowClass::Rows || dest[k].numel() != st.rows * n.type.dims[0])
+      continue;
+    bool bound = false; // a node that is two arguments' gradient fills one block
+    for (const auto& [id, t] : st.slice_dests)
+      bound = bound || id == o;
+    if (!bound)
+      st.slice_dests.emplace_back(o, dest[k]);
+  }
+}
+
+bool GraphRunner::slice_into(NodeId id, State& st) const {
+  Tensor* dest = nullptr;
+  for (auto& [o, t] : st.slice_dests)
+    if (o == id)
+      dest = &t;
+  if (dest == nullptr)
+    return false;
+  const graph::Node& n = tg_.g.node(id);
+  const Tensor& x = st.vals[static_cast<size_t>(n.operands[0])];
+  if (!x.defined() || x.dtype() != DType::F32 || x.rank() != 2 || x.dim(0) != st.rows)
+    return false;
+  // The bounds as kernels::slice reads them.
+  const int64_t cols = x.dim(1);
+  const int64_t b = n.attr.ints[0] < 0 ? n.attr.ints[0] + cols : n.attr.ints[0];
+  const int64_t e = n.attr.ints[1] < 0 ? n.attr.ints[1] + cols : n.attr.ints[1];
+  const int64_t w = e - b;
+  if (b < 0 || e > cols || w < 0 || dest->numel() != st.rows * w)
+    return false;
+  const float* src = x.f32() + b;
+  float* dst = dest->f32();
+  for (int64_t i = 0; i < st.rows; ++i)
+    std::memcpy(dst + i * w, src + i * cols, static_cast<size_t>(w) * sizeof(float));
+  st.vals[static_cast<size_t>(id)] = dest->reshaped(detail::with_rows(st.rows, n.type.dims));
+  return true;
 }
 
 } // namespace pejit::runtime

@@ -1,12 +1,9 @@
-// Batched execution of plans in an arena, on reference kernels (see plan_executor.h), with the
-// batching backend of batch_backend.h (a group's ops on all its rows at once, or row by row).
-#include "runtime/plan_executor.h"
+// Batched execution of plans in an arena (see plan_executor.h): the forward sweep, each group on
+// its template graph or with the batching backend of batch_backend.h (a group's ops on all its
+// rows at once, or row by row). The backward sweep is plan_executor_backward.cpp.
+#include "runtime/plan_executor_impl.h"
 
-#include "runtime/batch_backend.h"
-#include "runtime/graph_runner.h"
 #include "runtime/parallel.h"
-#include "runtime/runner_cache.h"
-#include "runtime/weight_grads.h"
 
 #include "jit/kernel_cache.h"
 #include "specializer/template_graph.h"
@@ -44,27 +41,6 @@ void flatten(const Value& v, std::vector<Value>& out) {
       flatten(e, out);
 }
 
-Shape rows_shape(int64_t rows, const std::vector<int64_t>& dims) {
-  Shape s{rows};
-  for (auto d : dims)
-    s.push_back(d);
-  return s;
-}
-
-// Times a group's forward or backward in the batching interpreter into PlanStats, to the end
-// of its scope (and counts the group once, at its forward).
-struct InterpretedTimer {
-  PlanStats& st;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  explicit InterpretedTimer(PlanStats& s, bool forward = true) : st(s) {
-    st.groups_interpreted += forward;
-  }
-  ~InterpretedTimer() {
-    st.interpreted_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-};
-
 // A template as reported: its name, and for an op's template the call site it was made for.
 std::string reported_name(const specializer::Template& t) {
   return t.where.known() ? t.name + " (" + t.where.str() + ")" : t.name;
@@ -72,419 +48,325 @@ std::string reported_name(const specializer::Template& t) {
 
 } // namespace
 
-struct PlanExecutor::Impl {
-  std::shared_ptr<const ir::Module> m;
-  interp::DimBindings dims;
-  ExecOptions opt;
-  Tensor arena; ///< f32 [elements]; i32 blocks are viewed as i32
-
-  // Template graphs: the engine's shared cache, or this executor's own.
-  std::unique_ptr<RunnerCache> own_runners;
-  RunnerCache* runners = nullptr;
-  std::unordered_set<std::string> reported; // templates whose fallback is in PlanStats
-  PackedWeights transposed;                 // W and W^T packed per weight, for one run
-  DeferredWeightGrads weight_grads;         // weight gradients of one run
-
-  // ExecOptions::profile: the time since t0 (and GEMM flops) go to family f.
-  ProfileClock::time_point tick() const {
-    return opt.profile ? ProfileClock::now() : ProfileClock::time_point{};
+std::shared_ptr<const GraphRunner> PlanExecutor::Impl::runner(const specializer::Template& t,
+                                                              PlanStats& stats) {
+  if (runners == nullptr)
+    return nullptr;
+  std::string why;
+  auto r = runners->get(t, opt.compile, &why);
+  if (!r && reported.insert(reported_name(t) + ": " + why).second) {
+    stats.graph_fallbacks.push_back(reported_name(t) + ": " + why);
+    stats.interpreted_templates.push_back(reported_name(t) + ": " + why);
   }
-  void tock(PlanStats& stats, Family f, ProfileClock::time_point t0, double flops = 0) const {
-    if (opt.profile)
-      record(stats.profile, f, t0, flops);
-  }
-  static void merge(PlanStats& stats, const GraphRunStats& rs) {
-    stats.jit_launches += rs.jit_launches;
-    stats.in_place += rs.in_place;
-    stats.panel_launches += rs.panel_launches;
-    stats.jit_gemm_cores += rs.jit_gemm_cores;
-    stats.ref_nodes += rs.ref_nodes;
-    stats.jit_reductions += rs.jit_reductions;
-    accumulate(stats.profile, rs.time);
-  }
+  return r;
+}
 
-  std::shared_ptr<const GraphRunner> runner(const specializer::Template& t, PlanStats& stats) {
-    if (runners == nullptr)
-      return nullptr;
-    std::string why;
-    auto r = runners->get(t, opt.compile, &why);
-    if (!r && reported.insert(reported_name(t) + ": " + why).second) {
-      stats.graph_fallbacks.push_back(reported_name(t) + ": " + why);
-      stats.interpreted_templates.push_back(reported_name(t) + ": " + why);
+std::shared_ptr<const GraphRunner>
+PlanExecutor::Impl::known_runner(int32_t id, const specializer::Template& t,
+                                 const specializer::TemplateTable& tt, PlanStats& stats) {
+  if (runners == nullptr)
+    return nullptr;
+  const auto i = static_cast<size_t>(id);
+  if (i < known.size() && known[i].tt == &tt && known[i].generation == m->generation() &&
+      known[i].tmpl.same_as(t))
+    return known[i].graph;
+  stats.runner_lookups++;
+  auto r = runner(t, stats);
+  // A compiling get() settles the template (compiled, or its failure remembered); without
+  // it, a JIT's cache may still compile it later (prepare()), unless it has.
+  if (r != nullptr && (opt.compile || !runners->jit() || r->compiled())) {
+    if (known.size() <= i)
+      known.resize(i + 1);
+    known[i] = {&tt, m->generation(), t, r};
+  }
+  return r;
+}
+
+const char* PlanExecutor::Impl::ptr(const RowSource& s, const specializer::Residual& r,
+                                    const interp::Params& params) {
+  switch (s.kind) {
+  case Ref::Kind::Inst:
+    return at(s.off);
+  case Ref::Kind::Input:
+    return static_cast<const char*>(r.inputs[static_cast<size_t>(s.index)].raw()) + s.off * 4;
+  case Ref::Kind::Param:
+    return static_cast<const char*>(params.values[static_cast<size_t>(s.index)].raw()) + s.off * 4;
+  case Ref::Kind::Const:
+    return static_cast<const char*>(r.consts[static_cast<size_t>(s.index)].raw()) + s.off * 4;
+  }
+  PEJIT_CHECK(false) << "bad row source";
+}
+
+// Gathers the rows of `a` into its block: one copy per run of consecutive source rows.
+void PlanExecutor::Impl::gather(const ExecLayout& L, const ExecLayout::Arg& a,
+                                const specializer::Residual& r, const interp::Params& params) {
+  const size_t row_bytes = static_cast<size_t>(a.row_elems) * 4;
+  char* dst = at(a.off);
+  std::span<const RowSource> rows = L.rows(a);
+  auto copy = [&](size_t b, size_t e) {
+    for (size_t i = b; i < e;) {
+      const char* src = ptr(rows[i], r, params);
+      size_t j = i + 1;
+      while (j < e && ptr(rows[j], r, params) == src + (j - i) * row_bytes)
+        ++j;
+      std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
+      i = j;
     }
-    return r;
-  }
-
-  // The graph each template id resolved to, once it can no longer change (compiled, or on
-  // reference kernels where there is no JIT): a group of a template met before then skips
-  // the shared cache's lookup (a key string with the constant arguments' bytes, a lock and a
-  // hash). Valid for one template table and module state; the copy of the template tells a
-  // table that reuses a freed one's address apart.
-  struct KnownRunner {
-    const specializer::TemplateTable* tt = nullptr;
-    uint64_t generation = 0;
-    specializer::Template tmpl;
-    std::shared_ptr<const GraphRunner> graph;
   };
-  std::vector<KnownRunner> known;
-
-  std::shared_ptr<const GraphRunner> known_runner(int32_t id, const specializer::Template& t,
-                                                  const specializer::TemplateTable& tt,
-                                                  PlanStats& stats) {
-    if (runners == nullptr)
-      return nullptr;
-    const auto i = static_cast<size_t>(id);
-    if (i < known.size() && known[i].tt == &tt && known[i].generation == m->generation() &&
-        known[i].tmpl.same_as(t))
-      return known[i].graph;
-    stats.runner_lookups++;
-    auto r = runner(t, stats);
-    // A compiling get() settles the template (compiled, or its failure remembered); without
-    // it, a JIT's cache may still compile it later (prepare()), unless it has.
-    if (r != nullptr && (opt.compile || !runners->jit() || r->compiled())) {
-      if (known.size() <= i)
-        known.resize(i + 1);
-      known[i] = {&tt, m->generation(), t, r};
-    }
-    return r;
+  const auto n = static_cast<int64_t>(rows.size());
+  if (opt.workers == nullptr) {
+    copy(0, rows.size());
+    return;
   }
+  opt.workers->for_rows(n, a.row_elems, 1, [&](int64_t r0, int64_t k) {
+    copy(static_cast<size_t>(r0), static_cast<size_t>(r0 + k));
+  });
+}
 
-  // Per group, kept across runs (their tapes keep their buffers).
-  struct GroupState {
-    std::shared_ptr<const GraphRunner> graph; ///< ran on its template graph
-    GraphRunner::State gst;
-    bool per_row = false;
-    std::unique_ptr<interp::Tape> tape;
-    std::vector<int32_t> result_ids;           ///< batched: per result
-    std::vector<std::vector<int32_t>> row_ids; ///< per row, per result
-    std::vector<int32_t> arg_leaf;             ///< per arg: leaf id or -1
-  };
-  std::vector<GroupState> st;
-
-  void reserve(int64_t elems) {
-    if (!arena.defined() || arena.numel() < elems)
-      arena = Tensor::empty(DType::F32, Shape{std::max<int64_t>(elems, 16)});
+// One template call on `args` (its tensor arguments): the op, or the function's body with
+// its static Int/Bool arguments in place; the results flattened.
+std::vector<Value> PlanExecutor::Impl::call_template(const specializer::Template& t,
+                                                     BatchBackend& be, const Values& args) {
+  std::vector<Value> outs;
+  if (t.kind == specializer::Template::Kind::Op) {
+    Values multi;
+    be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
+    return multi;
   }
-
-  char* at(int64_t off) { return static_cast<char*>(arena.raw()) + off * 4; }
-
-  const char* ptr(const RowSource& s, const specializer::Residual& r,
-                  const interp::Params& params) {
-    switch (s.kind) {
-    case Ref::Kind::Inst:
-      return at(s.off);
-    case Ref::Kind::Input:
-      return static_cast<const char*>(r.inputs[static_cast<size_t>(s.index)].raw()) + s.off * 4;
-    case Ref::Kind::Param:
-      return static_cast<const char*>(params.values[static_cast<size_t>(s.index)].raw()) +
-             s.off * 4;
-    case Ref::Kind::Const:
-      return static_cast<const char*>(r.consts[static_cast<size_t>(s.index)].raw()) + s.off * 4;
-    }
-    PEJIT_CHECK(false) << "bad row source";
+  interp::Evaluator<BatchBackend> ev(*m, be, interp::CallLimit::of(0, 0));
+  const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
+  Values full;
+  size_t ti = 0, si = 0;
+  for (const auto& p : f.params) {
+    if (p.type->kind == ir::TypeKind::Int)
+      full.push_back(Value::integer(t.statics[si++]));
+    else if (p.type->kind == ir::TypeKind::Bool)
+      full.push_back(Value::boolean(t.statics[si++] != 0));
+    else
+      full.push_back(args[ti++]);
   }
+  if (ti + 1 == args.size()) // a random template: its key is the last argument
+    be.set_random_key(args.back());
+  flatten(ev.call_fn(f, full, f.span), outs);
+  return outs;
+}
 
-  // Gathers the rows of `a` into its block: one copy per run of consecutive source rows.
-  void gather(const ExecLayout& L, const ExecLayout::Arg& a, const specializer::Residual& r,
-              const interp::Params& params) {
-    const size_t row_bytes = static_cast<size_t>(a.row_elems) * 4;
-    char* dst = at(a.off);
-    std::span<const RowSource> rows = L.rows(a);
-    auto copy = [&](size_t b, size_t e) {
-      for (size_t i = b; i < e;) {
-        const char* src = ptr(rows[i], r, params);
-        size_t j = i + 1;
-        while (j < e && ptr(rows[j], r, params) == src + (j - i) * row_bytes)
-          ++j;
-        std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
-        i = j;
-      }
-    };
-    const auto n = static_cast<int64_t>(rows.size());
-    if (opt.workers == nullptr) {
-      copy(0, rows.size());
-      return;
-    }
-    opt.workers->for_rows(n, a.row_elems, 1, [&](int64_t r0, int64_t k) {
-      copy(static_cast<size_t>(r0), static_cast<size_t>(r0 + k));
-    });
-  }
-
-  Tensor block(int64_t off, const specializer::TensorSig& sig, int64_t rows) {
-    return arena.view(off, sig.dtype, rows_shape(rows, sig.dims));
-  }
-
-  // One template call on `args` (its tensor arguments): the op, or the function's body with
-  // its static Int/Bool arguments in place; the results flattened.
-  std::vector<Value> call_template(const specializer::Template& t, BatchBackend& be,
-                                   const Values& args) {
-    std::vector<Value> outs;
-    if (t.kind == specializer::Template::Kind::Op) {
-      Values multi;
-      be.op(t.op, t.attr, args.data(), args.size(), Span{}, &multi);
-      return multi;
-    }
-    interp::Evaluator<BatchBackend> ev(*m, be, interp::CallLimit::of(0, 0));
-    const ir::FnDecl& f = *m->fns()[static_cast<size_t>(t.fn)];
-    Values full;
-    size_t ti = 0, si = 0;
-    for (const auto& p : f.params) {
-      if (p.type->kind == ir::TypeKind::Int)
-        full.push_back(Value::integer(t.statics[si++]));
-      else if (p.type->kind == ir::TypeKind::Bool)
-        full.push_back(Value::boolean(t.statics[si++] != 0));
+// A segment sum: row k of the result is the sum of its terms, in order (each a row anywhere).
+void PlanExecutor::Impl::run_sum(const ExecLayout& L, const ExecLayout::Group& G, const Group& g,
+                                 const specializer::Residual& r, const interp::Params& params) {
+  const auto& R = G.results[0];
+  const size_t n = static_cast<size_t>(R.row_elems);
+  const size_t sums = g.segments.empty() ? 1 : g.segments.size() - 1; // none: one row of all
+  for (size_t k = 0; k < sums; ++k) {
+    float* acc = reinterpret_cast<float*>(at(R.off + static_cast<int64_t>(k) * R.row_elems));
+    const size_t b = g.segments.empty() ? 0 : static_cast<size_t>(g.segments[k]);
+    const size_t e = g.segments.empty() ? G.args.size() : static_cast<size_t>(g.segments[k + 1]);
+    for (size_t a = b; a < e; ++a) {
+      const float* t = reinterpret_cast<const float*>(ptr(L.rows(G.args[a])[0], r, params));
+      if (a == b)
+        std::memcpy(acc, t, n * 4);
       else
-        full.push_back(args[ti++]);
-    }
-    if (ti + 1 == args.size()) // a random template: its key is the last argument
-      be.set_random_key(args.back());
-    flatten(ev.call_fn(f, full, f.span), outs);
-    return outs;
-  }
-
-  // A segment sum: row k of the result is the sum of its terms, in order (each a row anywhere).
-  void run_sum(const ExecLayout& L, const ExecLayout::Group& G, const Group& g,
-               const specializer::Residual& r, const interp::Params& params) {
-    const auto& R = G.results[0];
-    const size_t n = static_cast<size_t>(R.row_elems);
-    const size_t sums = g.segments.empty() ? 1 : g.segments.size() - 1; // none: one row of all
-    for (size_t k = 0; k < sums; ++k) {
-      float* acc = reinterpret_cast<float*>(at(R.off + static_cast<int64_t>(k) * R.row_elems));
-      const size_t b = g.segments.empty() ? 0 : static_cast<size_t>(g.segments[k]);
-      const size_t e = g.segments.empty() ? G.args.size() : static_cast<size_t>(g.segments[k + 1]);
-      for (size_t a = b; a < e; ++a) {
-        const float* t = reinterpret_cast<const float*>(ptr(L.rows(G.args[a])[0], r, params));
-        if (a == b)
-          std::memcpy(acc, t, n * 4);
-        else
-          for (size_t i = 0; i < n; ++i)
-            acc[i] += t[i];
-      }
+        for (size_t i = 0; i < n; ++i)
+          acc[i] += t[i];
     }
   }
+}
 
-  void run_group(size_t gi, const Group& g, const ExecLayout& L, const specializer::Residual& r,
-                 const specializer::TemplateTable& tt, const interp::Params& params, bool train,
-                 PlanStats& stats) {
-    const ExecLayout::Group& G = L.groups[gi];
-    if (g.tmpl == Instance::kSumN) {
-      run_sum(L, G, g, r, params);
-      stats.groups_batched++;
+void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& L,
+                                   const specializer::Residual& r,
+                                   const specializer::TemplateTable& tt,
+                                   const interp::Params& params, bool train, PlanStats& stats) {
+  const ExecLayout::Group& G = L.groups[gi];
+  if (g.tmpl == Instance::kSumN) {
+    run_sum(L, G, g, r, params);
+    stats.groups_batched++;
+    return;
+  }
+  GroupState& gs = st[gi];
+  const int64_t rows = G.rows;
+  const specializer::Template& t = tt.at(g.tmpl);
+  std::vector<Tensor>& xs = gs.ins;
+  xs.assign(g.args.size(), Tensor());
+  gs.arg_leaf.assign(g.args.size(), -1);
+  int32_t nleaves = 0;
+  // A parameter or constant the template reads itself (Template::param_args, const_args)
+  // is no argument of its graph.
+  bool shared_args = false;
+  for (size_t a = 0; a < g.args.size(); ++a) {
+    const bool bound = a < t.param_args.size() && t.param_args[a] >= 0;
+    PEJIT_CHECK(!bound || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Param &&
+                           g.args[a].shared_ref.index == t.param_args[a]))
+        << t.name << ": argument " << a << " is not the parameter its template reads";
+    const bool literal = a < t.const_args.size() && t.const_args[a].defined();
+    PEJIT_CHECK(!literal || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Const))
+        << t.name << ": argument " << a << " is not the constant its template reads";
+    shared_args = shared_args || (g.args[a].shared && !bound && !literal);
+  }
+  gs.graph = shared_args ? nullptr : known_runner(g.tmpl, t, tt, stats);
+  if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
+    std::string why = reported_name(t) + (shared_args ? ": an argument shared by every row "
+                                                        "(template graphs take per-row "
+                                                        "arguments only)"
+                                                      : ": template graphs are off");
+    if (reported.insert(why).second)
+      stats.interpreted_templates.push_back(why);
+  }
+  // An argument that a panel core gathers itself (GraphRunner::lazy_arg) gets its rows'
+  // addresses instead of a gathered block.
+  gs.gst.arg_rows.resize(g.args.size());
+  for (auto& rows : gs.gst.arg_rows)
+    rows.clear();
+  for (size_t a = 0; a < g.args.size(); ++a) {
+    if (g.args[a].shared)
+      continue;
+    auto t0 = tick();
+    if (opt.panels && gs.graph != nullptr && gs.graph->lazy_arg(a) &&
+        g.args[a].sig.dtype == DType::F32) {
+      auto& rows = gs.gst.arg_rows[a];
+      for (const RowSource& s : L.rows(G.args[a]))
+        rows.push_back(reinterpret_cast<const float*>(ptr(s, r, params)));
+      stats.lazy_gathers++;
+    } else {
+      gather(L, G.args[a], r, params);
+    }
+    tock(stats, Family::Gathers, t0);
+    xs[a] = block(G.args[a].off, g.args[a].sig, rows);
+    if (train && g.args[a].sig.dtype == DType::F32)
+      gs.arg_leaf[a] = nleaves++;
+  }
+  auto shared_value = [&](const Ref& ref, interp::Tape* tape) -> Value {
+    switch (ref.kind) {
+    case Ref::Kind::Param:
+      return Value::tensor(params.values[static_cast<size_t>(ref.index)],
+                           tape ? nleaves + ref.index : -1);
+    case Ref::Kind::Const:
+      return Value::tensor(r.consts[static_cast<size_t>(ref.index)]);
+    case Ref::Kind::Input:
+      return Value::tensor(r.inputs[static_cast<size_t>(ref.index)]);
+    case Ref::Kind::Inst:
+      break;
+    }
+    PEJIT_CHECK(false) << "a shared argument that is an instance";
+  };
+  auto reset_tape = [&] {
+    if (!train)
       return;
+    std::vector<Tensor> ls(static_cast<size_t>(nleaves));
+    for (size_t a = 0; a < g.args.size(); ++a)
+      if (gs.arg_leaf[a] >= 0)
+        ls[static_cast<size_t>(gs.arg_leaf[a])] = xs[a];
+    ls.insert(ls.end(), params.values.begin(), params.values.end());
+    if (!gs.tape)
+      gs.tape = std::make_unique<interp::Tape>();
+    gs.tape->reset(ls);
+  };
+  if (gs.graph != nullptr) {
+    std::vector<Tensor>& results = gs.outs;
+    results.clear();
+    for (size_t k = 0; k < g.results.size(); ++k)
+      results.push_back(block(G.results[k].off, g.results[k], rows));
+    GraphRunStats rs;
+    rs.profile = opt.profile;
+    gs.gst.transposed = &transposed;
+    gs.gst.deferred = train ? weight_grads.sink() : nullptr;
+    gs.gst.panels = opt.panels;
+    gs.gst.jit_gemm = opt.jit_gemm;
+    gs.gst.workers = opt.workers;
+    gs.gst.inference = !train;
+    gs.graph->forward(rows, xs, params, results, gs.gst, rs);
+    xs.clear();
+    results.clear();
+    merge(stats, rs);
+    stats.groups_on_graphs++;
+    stats.groups_batched++;
+    if (!train)
+      gs.gst.vals.clear();
+    return;
+  }
+  InterpretedTimer timer(stats);
+  reset_tape();
+  interp::Tape* tape = train ? gs.tape.get() : nullptr;
+
+  // The template on all rows at once.
+  try {
+    BatchBackend be(params, tape, nleaves, dims, rows);
+    Values args;
+    for (size_t a = 0; a < g.args.size(); ++a)
+      args.push_back(g.args[a].shared ? shared_value(g.args[a].shared_ref, tape)
+                                      : Value::batched_tensor(xs[a], gs.arg_leaf[a]));
+    std::vector<Value> outs = call_template(t, be, args);
+    PEJIT_CHECK(outs.size() == g.results.size()) << t.name << ": result count";
+    gs.result_ids.clear();
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (!outs[k].batched()) {
+        // A result that does not depend on the rows (every argument shared): the same for
+        // every row, broadcast by an add of per-row zeros so that gradients flow back.
+        Value two[2] = {Value::batched_tensor(
+                            Tensor::zeros(g.results[k].dtype, rows_shape(rows, g.results[k].dims))),
+                        outs[k]};
+        outs[k] = be.op(ops::OpId::Add, {}, two, 2, Span{});
+      }
+      const Tensor& o = outs[k].as_tensor();
+      PEJIT_CHECK(o.numel() == rows * G.results[k].row_elems) << t.name << ": result size";
+      std::memmove(at(G.results[k].off), o.raw(), o.nbytes());
+      gs.result_ids.push_back(outs[k].tape_id());
     }
-    GroupState& gs = st[gi];
-    const int64_t rows = G.rows;
-    const specializer::Template& t = tt.at(g.tmpl);
-    std::vector<Tensor> xs(g.args.size());
-    gs.arg_leaf.assign(g.args.size(), -1);
-    int32_t nleaves = 0;
-    // A parameter or constant the template reads itself (Template::param_args, const_args)
-    // is no argument of its graph.
-    bool shared_args = false;
+    gs.per_row = false;
+    stats.groups_batched++;
+    return;
+  } catch (const NotBatchable& nb) {
+    stats.row_by_row_reasons.push_back(t.name + ": " + nb.why); // row by row below
+  }
+  gs.per_row = true;
+  stats.groups_row_by_row++;
+  reset_tape();
+  gs.row_ids.assign(static_cast<size_t>(rows), {});
+  for (int64_t i = 0; i < rows; ++i) {
+    BatchBackend be(params, tape, nleaves, dims, 1);
+    Values args;
     for (size_t a = 0; a < g.args.size(); ++a) {
-      const bool bound = a < t.param_args.size() && t.param_args[a] >= 0;
-      PEJIT_CHECK(!bound || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Param &&
-                             g.args[a].shared_ref.index == t.param_args[a]))
-          << t.name << ": argument " << a << " is not the parameter its template reads";
-      const bool literal = a < t.const_args.size() && t.const_args[a].defined();
-      PEJIT_CHECK(!literal || (g.args[a].shared && g.args[a].shared_ref.kind == Ref::Kind::Const))
-          << t.name << ": argument " << a << " is not the constant its template reads";
-      shared_args = shared_args || (g.args[a].shared && !bound && !literal);
-    }
-    gs.graph = shared_args ? nullptr : known_runner(g.tmpl, t, tt, stats);
-    if (gs.graph == nullptr && (shared_args || runners == nullptr)) { // else runner() said why
-      std::string why = reported_name(t) + (shared_args ? ": an argument shared by every row "
-                                                          "(template graphs take per-row "
-                                                          "arguments only)"
-                                                        : ": template graphs are off");
-      if (reported.insert(why).second)
-        stats.interpreted_templates.push_back(why);
-    }
-    // An argument that a panel core gathers itself (GraphRunner::lazy_arg) gets its rows'
-    // addresses instead of a gathered block.
-    gs.gst.arg_rows.resize(g.args.size());
-    for (auto& rows : gs.gst.arg_rows)
-      rows.clear();
-    for (size_t a = 0; a < g.args.size(); ++a) {
-      if (g.args[a].shared)
+      if (g.args[a].shared) {
+        args.push_back(shared_value(g.args[a].shared_ref, tape));
         continue;
-      auto t0 = tick();
-      if (opt.panels && gs.graph != nullptr && gs.graph->lazy_arg(a) &&
-          g.args[a].sig.dtype == DType::F32) {
-        auto& rows = gs.gst.arg_rows[a];
-        for (const RowSource& s : L.rows(G.args[a]))
-          rows.push_back(reinterpret_cast<const float*>(ptr(s, r, params)));
-        stats.lazy_gathers++;
-      } else {
-        gather(L, G.args[a], r, params);
       }
-      tock(stats, Family::Gathers, t0);
-      xs[a] = block(G.args[a].off, g.args[a].sig, rows);
-      if (train && g.args[a].sig.dtype == DType::F32)
-        gs.arg_leaf[a] = nleaves++;
+      // Row i of the gathered argument, through take so that its gradient flows back.
+      Value x = Value::tensor(xs[a], gs.arg_leaf[a]);
+      Value idx = Value::tensor(Tensor::scalar_i32(static_cast<int32_t>(i)));
+      Value two[2] = {x, idx};
+      args.push_back(be.op(ops::OpId::Take, {}, two, 2, Span{}));
     }
-    auto shared_value = [&](const Ref& ref, interp::Tape* tape) -> Value {
-      switch (ref.kind) {
-      case Ref::Kind::Param:
-        return Value::tensor(params.values[static_cast<size_t>(ref.index)],
-                             tape ? nleaves + ref.index : -1);
-      case Ref::Kind::Const:
-        return Value::tensor(r.consts[static_cast<size_t>(ref.index)]);
-      case Ref::Kind::Input:
-        return Value::tensor(r.inputs[static_cast<size_t>(ref.index)]);
-      case Ref::Kind::Inst:
-        break;
-      }
-      PEJIT_CHECK(false) << "a shared argument that is an instance";
-    };
-    auto reset_tape = [&] {
-      if (!train)
-        return;
-      std::vector<Tensor> ls(static_cast<size_t>(nleaves));
-      for (size_t a = 0; a < g.args.size(); ++a)
-        if (gs.arg_leaf[a] >= 0)
-          ls[static_cast<size_t>(gs.arg_leaf[a])] = xs[a];
-      ls.insert(ls.end(), params.values.begin(), params.values.end());
-      if (!gs.tape)
-        gs.tape = std::make_unique<interp::Tape>();
-      gs.tape->reset(ls);
-    };
-    if (gs.graph != nullptr) {
-      std::vector<Tensor> results;
-      for (size_t k = 0; k < g.results.size(); ++k)
-        results.push_back(block(G.results[k].off, g.results[k], rows));
-      GraphRunStats rs;
-      rs.profile = opt.profile;
-      gs.gst.transposed = &transposed;
-      gs.gst.deferred = train ? weight_grads.sink() : nullptr;
-      gs.gst.panels = opt.panels;
-      gs.gst.jit_gemm = opt.jit_gemm;
-      gs.gst.workers = opt.workers;
-      gs.gst.inference = !train;
-      gs.graph->forward(rows, xs, params, results, gs.gst, rs);
-      merge(stats, rs);
-      stats.groups_on_graphs++;
-      stats.groups_batched++;
-      if (!train)
-        gs.gst.vals.clear();
-      return;
-    }
-    InterpretedTimer timer(stats);
-    reset_tape();
-    interp::Tape* tape = train ? gs.tape.get() : nullptr;
-
-    // The template on all rows at once.
-    try {
-      BatchBackend be(params, tape, nleaves, dims, rows);
-      Values args;
-      for (size_t a = 0; a < g.args.size(); ++a)
-        args.push_back(g.args[a].shared ? shared_value(g.args[a].shared_ref, tape)
-                                        : Value::batched_tensor(xs[a], gs.arg_leaf[a]));
-      std::vector<Value> outs = call_template(t, be, args);
-      PEJIT_CHECK(outs.size() == g.results.size()) << t.name << ": result count";
-      gs.result_ids.clear();
-      for (size_t k = 0; k < outs.size(); ++k) {
-        if (!outs[k].batched()) {
-          // A result that does not depend on the rows (every argument shared): the same for
-          // every row, broadcast by an add of per-row zeros so that gradients flow back.
-          Value two[2] = {Value::batched_tensor(Tensor::zeros(g.results[k].dtype,
-                                                              rows_shape(rows, g.results[k].dims))),
-                          outs[k]};
-          outs[k] = be.op(ops::OpId::Add, {}, two, 2, Span{});
-        }
-        const Tensor& o = outs[k].as_tensor();
-        PEJIT_CHECK(o.numel() == rows * G.results[k].row_elems) << t.name << ": result size";
-        std::memmove(at(G.results[k].off), o.raw(), o.nbytes());
-        gs.result_ids.push_back(outs[k].tape_id());
-      }
-      gs.per_row = false;
-      stats.groups_batched++;
-      return;
-    } catch (const NotBatchable& nb) {
-      stats.row_by_row_reasons.push_back(t.name + ": " + nb.why); // row by row below
-    }
-    gs.per_row = true;
-    stats.groups_row_by_row++;
-    reset_tape();
-    gs.row_ids.assign(static_cast<size_t>(rows), {});
-    for (int64_t i = 0; i < rows; ++i) {
-      BatchBackend be(params, tape, nleaves, dims, 1);
-      Values args;
-      for (size_t a = 0; a < g.args.size(); ++a) {
-        if (g.args[a].shared) {
-          args.push_back(shared_value(g.args[a].shared_ref, tape));
-          continue;
-        }
-        // Row i of the gathered argument, through take so that its gradient flows back.
-        Value x = Value::tensor(xs[a], gs.arg_leaf[a]);
-        Value idx = Value::tensor(Tensor::scalar_i32(static_cast<int32_t>(i)));
-        Value two[2] = {x, idx};
-        args.push_back(be.op(ops::OpId::Take, {}, two, 2, Span{}));
-      }
-      std::vector<Value> outs = call_template(t, be, args);
-      PEJIT_CHECK(outs.size() == g.results.size()) << t.name << ": result count";
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const Tensor& o = outs[k].as_tensor();
-        PEJIT_CHECK(o.numel() == G.results[k].row_elems) << t.name << ": result size";
-        std::memcpy(at(G.results[k].off + i * G.results[k].row_elems), o.raw(), o.nbytes());
-        gs.row_ids[static_cast<size_t>(i)].push_back(outs[k].tape_id());
-      }
+    std::vector<Value> outs = call_template(t, be, args);
+    PEJIT_CHECK(outs.size() == g.results.size()) << t.name << ": result count";
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const Tensor& o = outs[k].as_tensor();
+      PEJIT_CHECK(o.numel() == G.results[k].row_elems) << t.name << ": result size";
+      std::memcpy(at(G.results[k].off + i * G.results[k].row_elems), o.raw(), o.nbytes());
+      gs.row_ids[static_cast<size_t>(i)].push_back(outs[k].tape_id());
     }
   }
+}
 
-  // The forward of every group, in plan order, with the arena sized for it (and for the
-  // backward when `train`); returns the layout used (`own`, made here, when none was given).
-  const ExecLayout* forward(const specializer::Plan& plan, const ExecLayout* layout,
-                            ExecLayout& own, const specializer::Residual& r,
-                            const specializer::TemplateTable& tt, const interp::Params& params,
-                            bool train, PlanStats& stats) {
-    if (layout == nullptr) {
-      own = make_layout(plan);
-      layout = &own;
-    }
-    reserve(train ? layout->total_elems : layout->forward_elems);
-    transposed.invalidate(); // the parameters may have changed since the last run
-    weight_grads.clear();
-    if (st.size() < plan.groups.size())
-      st.resize(plan.groups.size());
-    for (size_t gi = 0; gi < plan.groups.size(); ++gi)
-      run_group(gi, plan.groups[gi], *layout, r, tt, params, train, stats);
-    return layout;
+// The forward of every group, in plan order, with the arena sized for it (and for the
+// backward when `train`); returns the layout used (`own`, made here, when none was given).
+const ExecLayout* PlanExecutor::Impl::forward(const specializer::Plan& plan,
+                                              const ExecLayout* layout, ExecLayout& own,
+                                              const specializer::Residual& r,
+                                              const specializer::TemplateTable& tt,
+                                              const interp::Params& params, bool train,
+                                              PlanStats& stats) {
+  if (layout == nullptr) {
+    own = make_layout(plan);
+    layout = &own;
   }
-
-  // Row i of result R's seed: the sum of its consumers' gradient rows, in plan order.
-  // Returns false when no row of R has a consumer (its seed is zero).
-  bool gather_seed(const ExecLayout& L, const ExecLayout::Result& R, int64_t rows) {
-    const int32_t* start = L.seed_start.data() + R.seed_first;
-    if (start[rows] == start[0]) {
-      std::memset(at(R.seed_off), 0, static_cast<size_t>(rows * R.row_elems) * 4);
-      return false;
-    }
-    const size_t n = static_cast<size_t>(R.row_elems);
-    // Each row's sum is its own, in its consumers' order: rows split across workers freely.
-    auto sum = [&](int64_t r0, int64_t count) {
-      for (int64_t i = r0; i < r0 + count; ++i) {
-        float* d = reinterpret_cast<float*>(at(R.seed_off + i * R.row_elems));
-        int32_t b = start[i], e = start[i + 1];
-        if (b == e) {
-          std::memset(d, 0, n * 4);
-          continue;
-        }
-        std::memcpy(d, at(L.seed_src[static_cast<size_t>(b)]), n * 4);
-        for (int32_t k = b + 1; k < e; ++k) {
-          const float* s = reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(k)]));
-          for (size_t j = 0; j < n; ++j)
-            d[j] += s[j];
-        }
-      }
-    };
-    if (opt.workers == nullptr)
-      sum(0, rows);
-    else // per row: its consumers' rows, about two on a tree
-      opt.workers->for_rows(rows, 2 * R.row_elems, 1, sum);
-    return true;
-  }
-};
+  reserve(train ? layout->total_elems : layout->forward_elems);
+  transposed.invalidate(); // the parameters may have changed since the last run
+  weight_grads.clear();
+  if (st.size() < plan.groups.size())
+    st.resize(plan.groups.size());
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi)
+    run_group(gi, plan.groups[gi], *layout, r, tt, params, train, stats);
+  return layout;
+}
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const ir::Module> m, interp::DimBindings dims,
                            ExecOptions options)
@@ -536,141 +418,6 @@ std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const speci
       break;
     }
   }
-  return out;
-}
-
-interp::Interpreter::Gradients
-PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
-                             const specializer::TemplateTable& tt, const interp::Params& params,
-                             const ExecLayout* layout, GradReady* ready) {
-  ExecLayout own;
-  layout = impl_->forward(plan, layout, own, r, tt, params, true, stats_);
-  Impl& I = *impl_;
-  auto scalar_entry = [] { return Error("value_and_grad needs an entry with one f32[] result"); };
-  if (plan.outputs.size() != 1)
-    throw scalar_entry();
-  const RowRef& lo = plan.outputs[0];
-  const RowSource& ls = layout->outputs[0];
-  const Tensor* whole = nullptr;
-  if (lo.kind == Ref::Kind::Input)
-    whole = &r.inputs[static_cast<size_t>(lo.index)];
-  else if (lo.kind == Ref::Kind::Param)
-    whole = &params.values[static_cast<size_t>(lo.index)];
-  else if (lo.kind == Ref::Kind::Const)
-    whole = &r.consts[static_cast<size_t>(lo.index)];
-  interp::Interpreter::Gradients out;
-  out.grads.resize(params.values.size());
-  if (whole != nullptr) {
-    if (whole->dtype() != DType::F32 || whole->numel() != 1)
-      throw scalar_entry();
-    out.loss = whole->item_f32();
-    return out; // a loss that does not depend on the parameters
-  }
-  const auto& lsig =
-      plan.groups[static_cast<size_t>(lo.index)].results[static_cast<size_t>(lo.out)];
-  if (lsig.dtype != DType::F32 || layout->groups[static_cast<size_t>(lo.index)]
-                                          .results[static_cast<size_t>(lo.out)]
-                                          .row_elems != 1)
-    throw scalar_entry();
-  out.loss = *reinterpret_cast<const float*>(I.at(ls.off));
-
-  for (size_t gi = plan.groups.size(); gi-- > 0;) {
-    const Group& g = plan.groups[gi];
-    const auto& G = layout->groups[gi];
-    bool any = false;
-    for (size_t k = 0; k < G.results.size(); ++k) {
-      const auto& R = G.results[k];
-      if (R.seed_off < 0)
-        continue;
-      auto t0 = I.tick();
-      any = I.gather_seed(*layout, R, G.rows) || any;
-      I.tock(stats_, Family::Gathers, t0);
-      if (static_cast<int32_t>(gi) == lo.index && static_cast<int32_t>(k) == lo.out) {
-        reinterpret_cast<float*>(I.at(R.seed_off))[lo.row] += 1.0f;
-        any = true;
-      }
-    }
-    if (g.tmpl == Instance::kSumN)
-      continue; // its terms read its seed directly
-    auto zero_arg_grads = [&](size_t a) {
-      const auto& A = G.args[a];
-      if (A.grad_off >= 0)
-        std::memset(I.at(A.grad_off), 0, static_cast<size_t>(G.rows * A.row_elems) * 4);
-    };
-    auto& gs = I.st[gi];
-    if (!any) {
-      for (size_t a = 0; a < G.args.size(); ++a)
-        zero_arg_grads(a);
-      continue;
-    }
-    if (gs.graph != nullptr) {
-      std::vector<Tensor> seeds(G.results.size()), arg_grads(G.args.size());
-      for (size_t k = 0; k < G.results.size(); ++k)
-        if (G.results[k].seed_off >= 0)
-          seeds[k] = I.block(G.results[k].seed_off, g.results[k], G.rows);
-      for (size_t a = 0; a < G.args.size(); ++a)
-        if (G.args[a].grad_off >= 0)
-          arg_grads[a] = I.block(G.args[a].grad_off, g.args[a].sig, G.rows);
-      GraphRunStats rs;
-      rs.profile = I.opt.profile;
-      gs.graph->backward(seeds, params, arg_grads, out.grads, gs.gst, rs);
-      Impl::merge(stats_, rs);
-      continue;
-    }
-    std::vector<std::pair<int32_t, Tensor>> seeds;
-    for (size_t k = 0; k < G.results.size(); ++k) {
-      const auto& R = G.results[k];
-      if (R.seed_off < 0)
-        continue;
-      if (!gs.per_row) {
-        if (gs.result_ids[k] >= 0)
-          seeds.emplace_back(gs.result_ids[k], I.block(R.seed_off, g.results[k], G.rows));
-      } else {
-        Shape one(std::span<const int64_t>(g.results[k].dims));
-        for (int64_t i = 0; i < G.rows; ++i)
-          if (gs.row_ids[static_cast<size_t>(i)][k] >= 0)
-            seeds.emplace_back(gs.row_ids[static_cast<size_t>(i)][k],
-                               I.arena.view(R.seed_off + i * R.row_elems, DType::F32, one));
-      }
-    }
-    if (seeds.empty()) {
-      for (size_t a = 0; a < G.args.size(); ++a)
-        zero_arg_grads(a);
-      continue;
-    }
-    InterpretedTimer timer(stats_, false);
-    auto grads = gs.tape->backward(seeds);
-    int32_t nleaves = static_cast<int32_t>(grads.size() - params.values.size());
-    // Argument gradients go to their blocks, where the producers' seeds read them.
-    for (size_t a = 0; a < G.args.size(); ++a) {
-      const auto& A = G.args[a];
-      if (A.grad_off < 0)
-        continue;
-      int32_t leaf = gs.arg_leaf[a];
-      if (leaf < 0 || grads[static_cast<size_t>(leaf)].empty()) {
-        zero_arg_grads(a);
-        continue;
-      }
-      Tensor dx = grads[static_cast<size_t>(leaf)].to_dense(rows_shape(G.rows, g.args[a].sig.dims));
-      std::memcpy(I.at(A.grad_off), dx.raw(), dx.nbytes());
-    }
-    for (size_t p = 0; p < params.values.size(); ++p) {
-      auto& src = grads[static_cast<size_t>(nleaves) + p];
-      auto& dst = out.grads[p];
-      if (src.dense.defined()) {
-        if (!dst.dense.defined())
-          dst.dense = src.dense;
-        else
-          kernels::add_inplace(dst.dense, src.dense);
-      }
-      for (auto& s : src.sparse)
-        dst.sparse.push_back(std::move(s));
-    }
-    gs.tape.reset(); // the gradients may share its buffers
-  }
-  I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile, I.opt.workers,
-                     ready);
-  I.transposed.invalidate();
   return out;
 }
 

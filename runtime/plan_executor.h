@@ -29,8 +29,8 @@
 
 #include "runtime/exec_layout.h"
 #include "runtime/graph_runner.h"
-#include "src/interp/interpreter.h"
 #include "specializer/plan.h"
+#include "src/interp/interpreter.h"
 
 #include <memory>
 #include <string>
@@ -56,6 +56,9 @@ struct PlanStats {
   int64_t ref_nodes = 0;                       ///< template-graph nodes run on reference kernels
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) on JIT kernels
   int64_t in_place = 0; ///< splits, concats and result copies saved: runs read / wrote in place
+  /// Slices that are an argument's gradient or a result, copied straight into its block
+  /// (not run on reference kernels and copied there after; GraphRunStats::direct_slices).
+  int64_t direct_slices = 0;
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.
@@ -66,7 +69,7 @@ struct PlanStats {
   int64_t weight_grad_gemms = 0; ///< one per weight per training run (every group's rows)
   /// Column blocks those GEMMs were cut into for the workers (0: each ran whole).
   int64_t weight_grad_blocks = 0;
-  int64_t jit_weight_grads = 0;  ///< of those, run on a generated TN kernel
+  int64_t jit_weight_grads = 0; ///< of those, run on a generated TN kernel
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
   /// Groups run through the batching interpreter (not on a template graph: the cases above),
@@ -129,11 +132,10 @@ public:
   /// next run; a caller that keeps them longer (accumulating over batches) copies them first.
   /// `ready` (null: nobody) is told of each parameter's gradient as it becomes final: the
   /// ones the backward pass made first, then each weight after its deferred GEMM.
-  interp::Interpreter::Gradients value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
-                                                const specializer::TemplateTable& templates,
-                                                const interp::Params& params,
-                                                const ExecLayout* layout = nullptr,
-                                                GradReady* ready = nullptr);
+  interp::Interpreter::Gradients
+  value_and_grad(const specializer::Plan& plan, const specializer::Residual& r,
+                 const specializer::TemplateTable& templates, const interp::Params& params,
+                 const ExecLayout* layout = nullptr, GradReady* ready = nullptr);
 
   const PlanStats& stats() const { return stats_; }
 

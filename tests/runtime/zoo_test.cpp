@@ -157,6 +157,50 @@ TEST_SUITE("examples") {
     CHECK(want.size() > trees.size());
   }
 
+  TEST_CASE("zoo: the tagger's step gradients of x and h (slices of dX = dY W^T) are copied "
+            "straight into their arguments' blocks, the same bits run after run") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 5, data::Shape::Sst, vocab);
+    test::FileModel md(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe",
+                       static_cast<int64_t>(vocab.size()));
+    interp::Value batch = test::tree_batch(*md.m, trees);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+    int64_t steps = 0, words = 0;
+    for (const auto& g : plan.groups)
+      if (g.tmpl >= 0) {
+        steps += tt.at(g.tmpl).name == "step2";
+        words += tt.at(g.tmpl).name == "word_loss";
+      }
+    REQUIRE(steps > 2);
+    REQUIRE(words == 1);
+    for (bool jit : {false, true}) {
+      CAPTURE(jit);
+      runtime::ExecOptions o;
+      o.kernels = jit ? &test::shared_test_kernels() : nullptr;
+      runtime::PlanExecutor ex(md.m, md.dims, o);
+      auto a = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      const runtime::PlanStats st = ex.stats();
+      std::vector<Tensor> first; // dense copies: the gradients may view the executor's arena
+      for (size_t p = 0; p < md.params.values.size(); ++p)
+        first.push_back(a.grads[p].to_dense(md.params.values[p].shape()).clone());
+      // Each step's x gradients (both directions; its h gradients too but at the first step,
+      // whose h is the zero state) and the word loss's two state gradients: no reference
+      // slice, no copy after.
+      CHECK(st.direct_slices >= 2 * steps + 2);
+      CHECK(st.direct_slices <= 4 * steps + 2);
+      auto b = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      CHECK(ex.stats().direct_slices == 2 * st.direct_slices);
+      CHECK(test::same_bits(a.loss, b.loss));
+      for (size_t p = 0; p < md.params.values.size(); ++p) {
+        CAPTURE(md.params.names[p]);
+        CHECK(test::same_bits(first[p], b.grads[p].to_dense(md.params.values[p].shape())));
+      }
+    }
+  }
+
   TEST_CASE("zoo: the LSTM language model's plans == generic path, none in the interpreter (its "
             "zero state a constant its templates are specialized to)") {
     test::FileModel md(PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe", 40);
