@@ -303,8 +303,12 @@ void fuse(TemplateGraph& tg) {
   for (NodeId o : tg.bwd_arg_grads)
     if (o != kNoNode)
       bwd.push_back(o);
+  // A parameter read by an integer-valued template (argmax of its scores) has no gradient.
   for (NodeId o : tg.bwd_param_grads)
-    bwd.push_back(o);
+    if (o != kNoNode)
+      bwd.push_back(o);
+  if (bwd.empty())
+    return; // no backward: no roots (an empty root set would mean the graph's outputs)
   std::vector<bool> done(tg.g.size(), false);
   for (const auto& k : tg.fwd_kernels)
     for (NodeId n : k.nodes)

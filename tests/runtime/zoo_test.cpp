@@ -144,7 +144,14 @@ TEST_SUITE("examples") {
     CHECK(plan.groups.size() > tmpls.size() + 10);
     CHECK(ex.run(plan, pe.residual, tt, md.params).size() == got.size());
     CHECK(ex.stats().runner_lookups == lookups);
+    // predict (an i32 result: argmax of the scores, no backward) is lowered like the rest.
     CHECK(ex.stats().groups_interpreted == 0);
+    CHECK(ex.stats().interpreted_templates.empty());
+    CHECK(ex.stats().graph_fallbacks.empty());
+    bool predict_planned = false;
+    for (int32_t t : tmpls)
+      predict_planned |= tt.at(t).name == "predict";
+    CHECK(predict_planned);
     interp::Interpreter in(md.m, md.dims);
     interp::Value ref = in.run("infer_words", {batch}, md.params);
     std::vector<int32_t> want, have;
