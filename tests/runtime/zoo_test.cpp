@@ -84,6 +84,18 @@ interp::Value sentence_batch(int count, int vocab) {
   return interp::Value::list(sents);
 }
 
+// The tagger on 25 generated SST-shaped trees (`seed`), batched for its entries.
+struct TaggerBatch {
+  data::Vocab vocab;
+  std::vector<data::ParseTree> trees;
+  test::FileModel md;
+  interp::Value batch;
+  explicit TaggerBatch(uint64_t seed)
+      : trees(data::gen_sst(25, seed, data::Shape::Sst, vocab)),
+        md(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe", static_cast<int64_t>(vocab.size())),
+        batch(test::tree_batch(*md.m, trees)) {}
+};
+
 } // namespace
 
 TEST_SUITE("examples") {
@@ -95,11 +107,10 @@ TEST_SUITE("examples") {
 
   TEST_CASE("zoo: the tagger's word losses run in one group per batch, and its labels match "
             "the generic path") {
-    data::Vocab vocab;
-    auto trees = data::gen_sst(25, 3, data::Shape::Sst, vocab);
-    test::FileModel md(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe",
-                       static_cast<int64_t>(vocab.size()));
-    interp::Value batch = test::tree_batch(*md.m, trees);
+    TaggerBatch tb(3);
+    const auto& trees = tb.trees;
+    test::FileModel& md = tb.md;
+    const interp::Value& batch = tb.batch;
     size_t longest = 0;
     for (const auto& t : trees) {
       size_t words = 0;
@@ -166,11 +177,10 @@ TEST_SUITE("examples") {
 
   TEST_CASE("zoo: the tagger's step gradients of x and h (slices of dX = dY W^T) are copied "
             "straight into their arguments' blocks, the same bits run after run") {
-    data::Vocab vocab;
-    auto trees = data::gen_sst(25, 5, data::Shape::Sst, vocab);
-    test::FileModel md(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe",
-                       static_cast<int64_t>(vocab.size()));
-    interp::Value batch = test::tree_batch(*md.m, trees);
+    TaggerBatch tb(5);
+    const auto& trees = tb.trees;
+    test::FileModel& md = tb.md;
+    const interp::Value& batch = tb.batch;
     specializer::TemplateTable tt;
     auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
     REQUIRE(pe.ok);
