@@ -187,6 +187,7 @@ PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::R
   I.weight_grads.run(out.grads, stats_, I.opt.jit_weight_grads, I.opt.profile, I.opt.workers,
                      ready);
   I.transposed.invalidate();
+  stats_.packed_buffers = I.transposed.allocated();
   return out;
 }
 
