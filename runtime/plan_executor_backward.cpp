@@ -20,8 +20,7 @@ namespace {
 
 // A seed row and its consumers' gradient rows never overlap (the arena's seed blocks are
 // their own): restrict lets the loops vectorize without a runtime overlap check.
-void sum_two(float* __restrict d, const float* __restrict a, const float* __restrict b,
-             size_t n) {
+void sum_two(float* __restrict d, const float* __restrict a, const float* __restrict b, size_t n) {
   for (size_t j = 0; j < n; ++j)
     d[j] = a[j] + b[j];
 }
@@ -59,8 +58,7 @@ bool PlanExecutor::Impl::gather_seed(const ExecLayout& L, const ExecLayout::Resu
       }
       // The first two terms in one pass (not a copy, then an add over the copy): the same
       // sum, s0 + s1, with one write of the row instead of two.
-      sum_two(d, s0, reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(b + 1)])),
-              n);
+      sum_two(d, s0, reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(b + 1)])), n);
       for (int32_t k = b + 2; k < e; ++k)
         add_into(d, reinterpret_cast<const float*>(at(L.seed_src[static_cast<size_t>(k)])), n);
     }

@@ -67,7 +67,7 @@ TEST_SUITE("runtime") {
     CHECK(packed >= 4);
     CHECK(made == packed + 1);
     ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
-    CHECK(packings() == 2 * packed); // packed anew (the parameters may have changed)...
+    CHECK(packings() == 2 * packed);          // packed anew (the parameters may have changed)...
     CHECK(ex.stats().packed_buffers == made); // ...into the first run's buffers
   }
 
