@@ -55,11 +55,12 @@ struct GemmPanel : jit::PanelCore {
 // a copy (a transpose for W^T) that the calling thread would otherwise do alone while the
 // others wait for the level that needs it.
 const float* packed_weight(const Tensor& w, bool transposed, PackedWeights* cache, Tensor& local,
-                           const Workers* workers) {
+                           const Workers* workers, GraphRunStats& stats) {
   const int64_t k = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
   const void* key = static_cast<const char*>(w.raw()) + (transposed ? 1 : 2);
   Tensor& p = cache != nullptr ? cache->at(key) : local;
   if (!p.defined()) {
+    auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
     p = cache != nullptr ? cache->buffer(key, kernels::packed_size(k, n))
                          : Tensor::empty(DType::F32, Shape{kernels::packed_size(k, n)});
     const int64_t panels = kernels::packed_panels(n);
@@ -75,6 +76,8 @@ const float* packed_weight(const Tensor& w, bool transposed, PackedWeights* cach
                                std::min(panels, (b + 1) * per));
       });
     }
+    if (stats.profile)
+      record(stats.time, Family::Packing, t0);
   }
   return p.f32();
 }
@@ -189,7 +192,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
   auto set_core = [&](const Tensor& a, const Tensor& w, bool transposed, Tensor& c) {
     core.fn = &GemmPanel::run;
     core.gemm_a = a.f32();
-    core.packed = packed_weight(w, transposed, st.transposed, local, st.workers);
+    core.packed = packed_weight(w, transposed, st.transposed, local, st.workers, stats);
     core.gemm_c = c.f32();
     core.n = c.dim(1);
     core.k = a.dim(1);

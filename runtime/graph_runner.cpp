@@ -89,11 +89,16 @@ Tensor PackedWeights::buffer(const void* key, int64_t floats) {
   auto it = spare_.find(key);
   if (it != spare_.end() && it->second.numel() == floats && it->second.unique())
     return std::move(it->second);
+  allocated_++;
   return Tensor::empty(DType::F32, Shape{floats});
 }
 
 void PackedWeights::invalidate() {
-  // Only the last run's buffers are kept: a weight that moved leaves nothing behind.
+  // Only the last run's buffers are kept: a weight that moved leaves nothing behind. A
+  // training run invalidates twice (at its start and after its backward): the second call
+  // between two runs finds nothing made, and must not drop the buffers the first kept.
+  if (now_.empty())
+    return;
   spare_ = std::move(now_);
   now_.clear();
 }

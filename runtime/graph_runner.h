@@ -80,10 +80,14 @@ public:
   /// A buffer of `floats` floats for `key`: the last run's under the same key, when it fits.
   Tensor buffer(const void* key, int64_t floats);
   /// The parameters may change: nothing made so far is valid; its buffers stay for reuse.
+  /// Nothing made since the last call: the buffers kept then stay kept.
   void invalidate();
+  /// Buffers allocated so far (not reused from the last run).
+  int64_t allocated() const { return allocated_; }
 
 private:
   std::unordered_map<const void*, Tensor> now_, spare_;
+  int64_t allocated_ = 0;
 };
 
 class GraphRunner {

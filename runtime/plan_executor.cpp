@@ -395,6 +395,7 @@ std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const speci
   ExecLayout own;
   layout = impl_->forward(plan, layout, own, r, tt, params, false, stats_);
   Impl& I = *impl_;
+  stats_.packed_buffers = I.transposed.allocated();
   std::vector<Tensor> out;
   for (size_t k = 0; k < plan.outputs.size(); ++k) {
     const RowRef& o = plan.outputs[k];

@@ -70,6 +70,9 @@ struct PlanStats {
   /// Column blocks those GEMMs were cut into for the workers (0: each ran whole).
   int64_t weight_grad_blocks = 0;
   int64_t jit_weight_grads = 0; ///< of those, run on a generated TN kernel
+  /// Buffers allocated for the packed weights (W and W^T in the GEMM cores' panels): the
+  /// forms are packed anew each run, into the last run's buffers when the shapes match.
+  int64_t packed_buffers = 0;
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
   /// Groups run through the batching interpreter (not on a template graph: the cases above),

@@ -33,6 +33,8 @@ const char* family_name(Family f) {
     return "reductions and losses";
   case Family::Gathers:
     return "executor gathers and seeds";
+  case Family::Packing:
+    return "weight packing (W, W^T)";
   case Family::kCount:
     break;
   }

@@ -25,6 +25,7 @@ enum class Family : uint8_t {
   Layout,         ///< concat, split, slice, take, reshapes and their gradients
   Other,          ///< reductions, softmax, losses and their gradients
   Gathers,        ///< the executor's argument gathers and seed gather-sums
+  Packing,        ///< W and W^T packed for the panel kernels' GEMM cores (once per plan run)
   kCount
 };
 const char* family_name(Family f);

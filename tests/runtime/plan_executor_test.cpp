@@ -214,6 +214,18 @@ TEST_SUITE("runtime") {
     }
   }
 
+  TEST_CASE("PlanExecutor: a training run packs its weights into the last run's buffers") {
+    PlannedBatch b(12, 61);
+    auto ex = make_executor(b, options(Config::Jit));
+    Step first = train_step(*ex, b);
+    const int64_t made = ex->stats().packed_buffers;
+    CHECK(made > 0); // W and W^T of the weights that the panel cores multiply by
+    for (int i = 0; i < 2; ++i) {
+      check_same_bits(train_step(*ex, b), first, b.params);
+      CHECK(ex->stats().packed_buffers == made);
+    }
+  }
+
   TEST_CASE("PlanExecutor: value_and_grad of an entry without one scalar result is an error") {
     PlannedBatch b(3, 59);
     specializer::TemplateTable tt;

@@ -4,6 +4,7 @@
 // the system: results and gradients live in the arena, temporaries come back from the pool).
 #include "runtime/plan_executor.h"
 #include "src/tensor/tensor.h"
+#include "tests/support/plan_check.h"
 #include "tests/support/planned_batch.h"
 
 #include <doctest/doctest.h>
@@ -47,6 +48,27 @@ TEST_SUITE("runtime") {
       for (const auto& f : p)
         CHECK((f.seconds > 0) == (f.calls > 0)); // timed where it ran, nothing elsewhere
     }
+  }
+
+  TEST_CASE("profile: the panel cores' weights are packed once per run, into kept buffers") {
+    PlannedBatch b(6, 7);
+    runtime::ExecOptions eo;
+    eo.kernels = &test::shared_test_kernels();
+    eo.profile = true;
+    runtime::PlanExecutor ex(b.m, b.dims, eo);
+    auto packings = [&] {
+      return ex.stats().profile[static_cast<size_t>(runtime::Family::Packing)].calls;
+    };
+    ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
+    const int64_t made = ex.stats().packed_buffers, packed = packings();
+    // W (forward) and W^T (backward) of W_leaf and U, each packed once though every level
+    // multiplies by it; the classifier's W^T is packed by its dX GEMM on a reference kernel
+    // (a buffer too, its time in that GEMM's family).
+    CHECK(packed >= 4);
+    CHECK(made == packed + 1);
+    ex.value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
+    CHECK(packings() == 2 * packed);          // packed anew (the parameters may have changed)...
+    CHECK(ex.stats().packed_buffers == made); // ...into the first run's buffers
   }
 
   TEST_CASE("a plan's second run takes no tensor storage from the system (arena + pool)") {
