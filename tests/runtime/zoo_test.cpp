@@ -178,7 +178,6 @@ TEST_SUITE("examples") {
   TEST_CASE("zoo: the tagger's step gradients of x and h (slices of dX = dY W^T) are copied "
             "straight into their arguments' blocks, the same bits run after run") {
     TaggerBatch tb(5);
-    const auto& trees = tb.trees;
     test::FileModel& md = tb.md;
     const interp::Value& batch = tb.batch;
     specializer::TemplateTable tt;
