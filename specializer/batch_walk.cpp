@@ -1,10 +1,12 @@
 // The fused walk over a batch (batch_walk.h). Its hash is skeleton_hash's (partial_eval.cpp:
 // the same values mixed in the same preorder), its depths nesting_depth's rule (a constructor
 // or tuple field one level below its node, a list's i-th element i + 1 levels below the
-// list), its sites equal_payload_slots' (merge_instances.cpp).
+// list), its sites equal_payload_slots' (merge_instances.cpp). Before it, a breadth-first pass
+// only prefetches the batch (warm).
 #include "specializer/batch_walk.h"
 
 #include "specializer/pe_backend.h"
+#include "src/tensor/storage_pool.h"
 
 #include <algorithm>
 
@@ -29,13 +31,78 @@ struct Item {
 inline bool has_items(const Value& x) {
   return x.kind() == Value::Kind::Adt || x.kind() == Value::Kind::Tuple;
 }
+// A payload's storage: its header (the refcount that copying the payload into `payloads`
+// writes) and its first data line (which equal_payload_slots hashes next). Asked for when the
+// payload is pushed, so that these misses overlap instead of each stalling the locked
+// increment of the copy. The header lies one StorageHeader before the data of a tensor that
+// starts its storage (a batch's payloads do); for a view the first prefetch is only wasted.
+inline void prefetch_payload(const Value& x) {
+  const auto* d = static_cast<const char*>(x.as_tensor().raw());
+  if (d == nullptr)
+    return;
+  __builtin_prefetch(d - sizeof(detail::StorageHeader), 1);
+  __builtin_prefetch(d);
+}
 inline void prefetch_vector(const Value& x) {
   if (has_items(x))
     __builtin_prefetch(&x.items());
+  else if (x.kind() == Value::Kind::Tensor)
+    prefetch_payload(x);
 }
+constexpr size_t kPrefetchedBytes = 512; // a node's elements asked for at once, at most
+// Every line of the elements, not only the first: a Value spans about two lines, and the
+// children are pushed last first, so the first element read is in the elements' last line.
 inline void prefetch_elements(const Value& x) {
-  if (has_items(x))
-    __builtin_prefetch(x.items().data());
+  if (!has_items(x))
+    return;
+  const auto& xs = x.items();
+  const auto* p = reinterpret_cast<const char*>(xs.data());
+  const auto* end = p + std::min<size_t>(xs.size() * sizeof(Value), kPrefetchedBytes);
+  for (; p < end; p += 64)
+    __builtin_prefetch(p);
+}
+
+// The batch was built long before it is planned, so the walk below finds it out of cache,
+// and in preorder each node's misses wait for its parent's. This pass asks for the whole
+// batch first, breadth first: the nodes of one level are independent, so their misses
+// overlap, and the batch costs about two memory latencies per level (a level's items
+// vectors, then their elements) instead of several per node. It only prefetches: what the
+// walk computes does not depend on it.
+void warm(const Value& batch) {
+  thread_local std::vector<const Value*> level, next; // kept per thread
+  level.assign(1, &batch);
+  while (!level.empty()) {
+    for (const Value* v : level) // the level's items vectors, all at once
+      if (has_items(*v))
+        __builtin_prefetch(&v->items());
+    next.clear();
+    for (const Value* v : level) {
+      switch (v->kind()) {
+      case Value::Kind::Tuple:
+      case Value::Kind::Adt: {
+        prefetch_elements(*v);
+        const auto& xs = v->items();
+        for (const Value& x : xs)
+          next.push_back(&x);
+        break;
+      }
+      case Value::Kind::List:
+        for (size_t i = 0, n = v->list_size(); i < n; ++i)
+          next.push_back(&v->list_at(i));
+        break;
+      case Value::Kind::Tensor:
+        prefetch_payload(*v);
+        break;
+      default:
+        break;
+      }
+    }
+    level.swap(next);
+  }
+  if (level.capacity() > (size_t{1} << 16) || next.capacity() > (size_t{1} << 16)) {
+    std::vector<const Value*>().swap(level); // an unusually wide batch: not kept
+    std::vector<const Value*>().swap(next);
+  }
 }
 
 } // namespace
@@ -44,6 +111,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   using pe::mix;
   out.payloads.clear();
   out.sites.clear();
+  warm(batch);
   thread_local std::vector<Item> todo; // kept per thread: no allocation per batch
   todo.clear();
   todo.push_back({&batch, 0, 0});
