@@ -6,7 +6,6 @@
 #include "specializer/batch_walk.h"
 
 #include "specializer/pe_backend.h"
-#include "src/tensor/storage_pool.h"
 
 #include <algorithm>
 
@@ -34,14 +33,13 @@ inline bool has_items(const Value& x) {
 // A payload's storage: its header (the refcount that copying the payload into `payloads`
 // writes) and its first data line (which equal_payload_slots hashes next). Asked for when the
 // payload is pushed, so that these misses overlap instead of each stalling the locked
-// increment of the copy. The header lies one StorageHeader before the data of a tensor that
-// starts its storage (a batch's payloads do); for a view the first prefetch is only wasted.
+// increment of the copy.
 inline void prefetch_payload(const Value& x) {
-  const auto* d = static_cast<const char*>(x.as_tensor().raw());
-  if (d == nullptr)
+  const Tensor& t = x.as_tensor();
+  if (!t.defined())
     return;
-  __builtin_prefetch(d - sizeof(detail::StorageHeader), 1);
-  __builtin_prefetch(d);
+  __builtin_prefetch(t.storage_header(), 1);
+  __builtin_prefetch(t.raw());
 }
 inline void prefetch_vector(const Value& x) {
   if (has_items(x))

@@ -116,6 +116,9 @@ public:
   bool unique() const;
   /// True when both tensors view the same storage.
   bool shares_storage(const Tensor& o) const { return st_ != nullptr && st_ == o.st_; }
+  /// The storage's header (its refcount), nullptr when undefined: what copying a Tensor
+  /// writes, for a caller that prefetches it before copying many.
+  const void* storage_header() const { return st_; }
   /// A short debug print: "f32[2, 3]{1, 2, 3, 4, 5, 6}", elided past 16 elements.
   std::string str() const;
 
