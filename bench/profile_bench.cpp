@@ -9,13 +9,16 @@
 // FLOPs over the step's time, planning and the optimizer included) as a fraction of that peak.
 //
 //   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--model FILE.pe]
-//                       [--ab-panels | --ab-core | --ab-wgrad | --no-merge]
+//                       [--ab-panels | --ab-core | --ab-wgrad | --no-merge] [--threads N]
 //
 // Any model `pejit train` takes: the data file is read and encoded as `pejit train` reads it
 // for the model's `loss` entry (runtime/train/common.h: trees into the batch element's ADT,
 // root-labeled trees such as ListOps into their wrapper, plain sentences into List[i32[]];
 // the child-sum TreeLSTM wants n-ary data: `pejit gen sst --arity K`). TREES counts examples.
 // Equal instances are merged before planning, as the engine does (--no-merge: not).
+// --threads N: the executor and the optimizer split their work across N threads (runtime::
+// Workers, as `pejit train --threads N`; default 1), so that each family's time on N threads
+// can be set beside its time on one; planning stays on the calling thread.
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
 // (the GEMM whole, then its epilogue run), the two in alternating order, unprofiled; prints
@@ -39,6 +42,7 @@
 #include "runtime/data/synthetic.h"
 #include "runtime/exec_layout.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/parallel.h"
 #include "runtime/plan_executor.h"
 #include "runtime/train/common.h"
 #include "specializer/merge_instances.h"
@@ -123,11 +127,18 @@ int main(int argc, char** argv) {
   pejit::keep_freed_memory(); // as `pejit` does (include/pejit/pejit.h)
   std::vector<std::string> pos;
   std::string ab_mode, model = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
+  int threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc)
       model = argv[++i];
-    else if (a == "--ab-panels" || a == "--ab-core" || a == "--ab-wgrad" || a == "--no-merge")
+    else if (a == "--threads" && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+      if (threads < 1) {
+        std::fprintf(stderr, "pejit_profile_bench: --threads takes a count of at least 1\n");
+        return 2;
+      }
+    } else if (a == "--ab-panels" || a == "--ab-core" || a == "--ab-wgrad" || a == "--no-merge")
       ab_mode = a;
     else if (a.rfind("--", 0) != 0 && pos.size() < 3)
       pos.push_back(a);
@@ -181,9 +192,11 @@ int main(int argc, char** argv) {
   double peak_before = sgemm_peak();
   jit::Jit jit;
   jit::KernelCache cache(jit, 256);
+  auto workers = std::make_shared<const runtime::Workers>(threads);
   runtime::ExecOptions eo;
   eo.kernels = &cache;
   eo.profile = true;
+  eo.workers = workers.get();
   runtime::PlanExecutor exec(m, dims, eo);
   runtime::ExecOptions on = eo, off = eo;
   on.profile = off.profile = ab_wgrad;
@@ -199,6 +212,7 @@ int main(int argc, char** argv) {
   };
   interp::Params params = interp::init_params(*m, dims, 1);
   optim::Optimizer opt(optim::OptimizerOptions{});
+  opt.set_workers(workers);
   specializer::TemplateTable tt;
 
   std::vector<size_t> order(encoded.size());
@@ -258,9 +272,10 @@ int main(int argc, char** argv) {
 
   const runtime::Profile& all = exec.stats().profile;
   double trees_n = static_cast<double>(nbatches * 25);
-  std::printf("last epoch: %zu batches of 25 %ss, %.1f %ss/s (%.2f ms per batch: PE+plan "
-              "%.2f, plan run %.2f, optimizer %.2f)\n",
-              nbatches, unit, trees_n / total_s, unit, 1e3 * total_s / nbatches,
+  std::printf("last epoch, %d thread%s: %zu batches of 25 %ss, %.1f %ss/s (%.2f ms per batch: "
+              "PE+plan %.2f, plan run %.2f, optimizer %.2f)\n",
+              threads, threads == 1 ? "" : "s", nbatches, unit, trees_n / total_s, unit,
+              1e3 * total_s / nbatches,
               1e3 * plan_s / nbatches, 1e3 * run_s / nbatches, 1e3 * step_s / nbatches);
   std::printf("SGEMM peak in this run: %.1f GFLOP/s before, %.1f after\n", peak_before, peak_after);
   std::printf("%-28s %9s %11s %8s %9s %8s\n", "family", "calls/bt", "ms/batch", "of run", "GFLOP/s",
