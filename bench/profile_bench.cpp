@@ -10,6 +10,7 @@
 //
 //   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--model FILE.pe]
 //                       [--ab-panels | --ab-core | --ab-wgrad | --no-merge] [--threads N]
+//                       [--serial-blocks]
 //
 // Any model `pejit train` takes: the data file is read and encoded as `pejit train` reads it
 // for the model's `loss` entry (runtime/train/common.h: trees into the batch element's ADT,
@@ -18,7 +19,11 @@
 // Equal instances are merged before planning, as the engine does (--no-merge: not).
 // --threads N: the executor and the optimizer split their work across N threads (runtime::
 // Workers, as `pejit train --threads N`; default 1), so that each family's time on N threads
-// can be set beside its time on one; planning stays on the calling thread.
+// can be set beside its time on one; planning stays on the calling thread. With N > 1 the
+// last epoch's splits are timed (runtime::SplitTimes): the splits' wall time, the blocks' time
+// on the calling thread and on the other workers, the hand-off and the wait at the join.
+// --serial-blocks: the same blocks as N threads make, run in order on the calling thread
+// (SplitPolicy::serial): the blocks' time on one core, to set beside the N-thread run's.
 //
 // --ab-panels: each batch's plan also runs on a second executor with ExecOptions::panels off
 // (the GEMM whole, then its epilogue run), the two in alternating order, unprofiled; prints
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   std::string ab_mode, model = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
   int threads = 1;
+  runtime::SplitPolicy policy;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc)
@@ -138,7 +144,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "pejit_profile_bench: --threads takes a count of at least 1\n");
         return 2;
       }
-    } else if (a == "--ab-panels" || a == "--ab-core" || a == "--ab-wgrad" || a == "--no-merge")
+    } else if (a == "--serial-blocks")
+      policy.serial = true;
+    else if (a == "--ab-panels" || a == "--ab-core" || a == "--ab-wgrad" || a == "--no-merge")
       ab_mode = a;
     else if (a.rfind("--", 0) != 0 && pos.size() < 3)
       pos.push_back(a);
@@ -192,7 +200,9 @@ int main(int argc, char** argv) {
   double peak_before = sgemm_peak();
   jit::Jit jit;
   jit::KernelCache cache(jit, 256);
-  auto workers = std::make_shared<const runtime::Workers>(threads);
+  auto split_workers = std::make_shared<runtime::Workers>(threads, policy);
+  std::shared_ptr<const runtime::Workers> workers = split_workers;
+  runtime::SplitTimes splits;
   runtime::ExecOptions eo;
   eo.kernels = &cache;
   eo.profile = true;
@@ -225,6 +235,8 @@ int main(int argc, char** argv) {
     std::shuffle(order.begin(), order.end(), rng);
     if (ep + 1 == epochs) {
       first = exec.stats().profile;
+      if (threads > 1)
+        split_workers->time_splits(&splits);
       plan_s = run_s = step_s = total_s = 0;
       nbatches = 0;
     }
@@ -275,8 +287,8 @@ int main(int argc, char** argv) {
   std::printf("last epoch, %d thread%s: %zu batches of 25 %ss, %.1f %ss/s (%.2f ms per batch: "
               "PE+plan %.2f, plan run %.2f, optimizer %.2f)\n",
               threads, threads == 1 ? "" : "s", nbatches, unit, trees_n / total_s, unit,
-              1e3 * total_s / nbatches,
-              1e3 * plan_s / nbatches, 1e3 * run_s / nbatches, 1e3 * step_s / nbatches);
+              1e3 * total_s / nbatches, 1e3 * plan_s / nbatches, 1e3 * run_s / nbatches,
+              1e3 * step_s / nbatches);
   std::printf("SGEMM peak in this run: %.1f GFLOP/s before, %.1f after\n", peak_before, peak_after);
   std::printf("%-28s %9s %11s %8s %9s %8s\n", "family", "calls/bt", "ms/batch", "of run", "GFLOP/s",
               "of peak");
@@ -298,6 +310,24 @@ int main(int argc, char** argv) {
   }
   std::printf("%-28s %9s %11.3f %7.1f%%\n", "(not in a family)", "",
               1e3 * (run_s - profiled) / nbatches, 100 * (run_s - profiled) / run_s);
+  split_workers->time_splits(nullptr);
+  if (splits.splits > 0) {
+    const double nb = static_cast<double>(nbatches);
+    const double busy = splits.caller_busy + splits.worker_busy;
+    std::printf("splits%s: %.1f per batch, %.1f blocks each (%.1f%% on other workers); wall "
+                "%.3f ms per batch, blocks' time %.3f ms (calling thread %.3f, others %.3f) = "
+                "%.2f of %d x wall; hand-off %.1f us per split, the calling thread waits %.1f "
+                "us per split at the join\n",
+                policy.serial ? " (blocks in order on the calling thread)" : "",
+                static_cast<double>(splits.splits) / nb,
+                static_cast<double>(splits.blocks) / static_cast<double>(splits.splits),
+                100.0 * static_cast<double>(splits.worker_blocks) /
+                    static_cast<double>(splits.blocks),
+                1e3 * splits.wall / nb, 1e3 * busy / nb, 1e3 * splits.caller_busy / nb,
+                1e3 * splits.worker_busy / nb, busy / (threads * splits.wall), threads,
+                1e6 * splits.worker_start / static_cast<double>(splits.splits),
+                1e6 * splits.caller_wait / static_cast<double>(splits.splits));
+  }
   // The roofline: every GEMM family's FLOPs (the useful work: what the model's products
   // compute, forward and backward) over the whole step's time.
   double gemm_flops = 0;

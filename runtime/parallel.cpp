@@ -8,7 +8,10 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <chrono>
 #include <sched.h>
+#include <thread>
+#include <vector>
 
 #if defined(__SANITIZE_THREAD__)
 #define PEJIT_UNDER_TSAN 1
@@ -83,6 +86,84 @@ int64_t Workers::block_rows(int64_t rows, int64_t row_cost, int64_t align) const
 
 void Workers::run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
   splits_.fetch_add(1, std::memory_order_relaxed);
+  thread_local bool in_timed_split = false;
+  if (times_ != nullptr && !in_timed_split && std::this_thread::get_id() == timing_thread_) {
+    in_timed_split = true;
+    try {
+      timed_run(blocks, fn, ctx);
+    } catch (...) {
+      in_timed_split = false;
+      throw;
+    }
+    in_timed_split = false;
+    return;
+  }
+  if (policy_.serial) {
+    for (int64_t b = 0; b < blocks; ++b)
+      fn(ctx, b);
+    return;
+  }
+  plain_run(blocks, fn, ctx);
+}
+
+void Workers::time_splits(SplitTimes* into) {
+  times_ = into;
+  timing_thread_ = std::this_thread::get_id();
+}
+
+// Each block's start and end into its own slot (no two blocks write one), summed here after
+// the join; with SplitPolicy::serial, the blocks in order on this thread.
+void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
+  using Clock = std::chrono::steady_clock;
+  struct Slot {
+    Clock::time_point a, b;
+    bool caller = false;
+  };
+  std::vector<Slot> slots(static_cast<size_t>(blocks));
+  struct Ctx {
+    void (*fn)(void*, int64_t);
+    void* ctx;
+    Slot* slots;
+    std::thread::id caller;
+  } c{fn, ctx, slots.data(), std::this_thread::get_id()};
+  auto timed = [](void* p, int64_t b) {
+    auto& x = *static_cast<Ctx*>(p);
+    Slot& s = x.slots[b];
+    s.caller = std::this_thread::get_id() == x.caller;
+    s.a = Clock::now();
+    x.fn(x.ctx, b);
+    s.b = Clock::now();
+  };
+  const Clock::time_point t0 = Clock::now();
+  if (policy_.serial)
+    for (int64_t b = 0; b < blocks; ++b)
+      timed(&c, b);
+  else
+    plain_run(blocks, timed, &c);
+  const Clock::time_point t1 = Clock::now();
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  SplitTimes& t = *times_;
+  t.splits++;
+  t.blocks += blocks;
+  t.wall += secs(t0, t1);
+  Clock::time_point caller_end = t0, worker_first = t1;
+  for (const Slot& s : slots) {
+    (s.caller ? t.caller_busy : t.worker_busy) += secs(s.a, s.b);
+    if (s.caller)
+      caller_end = std::max(caller_end, s.b);
+    else {
+      t.worker_blocks++;
+      worker_first = std::min(worker_first, s.a);
+    }
+  }
+  if (worker_first < t1)
+    t.worker_start += secs(t0, worker_first);
+  t.caller_wait += secs(caller_end, t1);
+}
+
+void Workers::plain_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
 #if PEJIT_UNDER_TSAN
   // ThreadSanitizer does not see TBB's hand-offs (libtbb is not instrumented) and the TSan
   // stage suppresses reports through TBB's frames, which would hide a race between two blocks.

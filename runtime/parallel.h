@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <type_traits>
 
 namespace pejit::runtime {
@@ -25,6 +26,25 @@ struct SplitPolicy {
   /// few blocks that are mostly a kernel's tail).
   static constexpr int64_t kRowGranule = 8;
   int64_t min_block_work = kMinBlockWork; ///< tests set 1 to split everything they can
+  /// Run every split's blocks in order on the calling thread: the same blocks as with
+  /// `threads` workers, on one core. What a block costs without a second thread beside it
+  /// (pejit_profile_bench --serial-blocks), against which SplitTimes shows what splitting adds.
+  bool serial = false;
+};
+
+/// Where the time of the splits goes (Workers::time_splits): per split, its wall time from the
+/// hand-off to the join, and each block's time, by the calling thread or another worker.
+struct SplitTimes {
+  int64_t splits = 0, blocks = 0, worker_blocks = 0;
+  double wall = 0;        ///< seconds from each split's start to its return, summed
+  double caller_busy = 0; ///< seconds the calling thread spent in blocks
+  double worker_busy = 0; ///< seconds other workers spent in blocks
+  /// Of splits where another worker ran a block: seconds from the split's start to that
+  /// worker's first block's start (the hand-off), summed.
+  double worker_start = 0;
+  /// Seconds from the calling thread's last block's end to the split's return (waiting for
+  /// the other workers, then the join), summed.
+  double caller_wait = 0;
 };
 
 class Workers {
@@ -41,6 +61,11 @@ public:
   /// check to know that the parallel path ran.
   int64_t splits() const { return splits_.load(std::memory_order_relaxed); }
 
+  /// Time every split that the calling thread starts from now on into `*into` (null: stop);
+  /// for profiling, not while a split runs. A split started inside a block (on any thread) is
+  /// part of its block's time, not timed on its own. Two clock reads per block.
+  void time_splits(SplitTimes* into);
+
   /// How many rows make a block of `rows` rows that cost `row_cost` each: a multiple of
   /// `align` (a panel kernel's panel_rows: blocks then hold whole panels), at least
   /// min_block_work of work, and no more blocks than a few per thread. Returns `rows` (one
@@ -51,7 +76,7 @@ public:
   /// Inline on the calling thread with one thread or one block. The first exception thrown
   /// by a block is rethrown here (after the others have finished).
   template <class F> void for_blocks(int64_t blocks, F&& f) const {
-    if (threads_ <= 1 || blocks <= 1) {
+    if (threads_ <= 1 || blocks <= 1 || (policy_.serial && times_ == nullptr)) {
       for (int64_t b = 0; b < blocks; ++b)
         f(b);
       return;
@@ -78,11 +103,15 @@ public:
 
 private:
   void run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const;
+  void timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const;
+  void plain_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const;
 
   int threads_;
   SplitPolicy policy_;
   mutable std::atomic<int64_t> splits_{0};
-  struct Arena; // the tbb::task_arena
+  SplitTimes* times_ = nullptr;
+  std::thread::id timing_thread_; ///< the thread whose splits are timed
+  struct Arena;                   // the tbb::task_arena
   std::unique_ptr<Arena> arena_;
 };
 

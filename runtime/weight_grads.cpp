@@ -30,9 +30,9 @@ const GraphRunner::WeightGradBlocks* DeferredWeightGrads::blocks_of(int p) const
   const GraphRunner::WeightGradBlocks* b = nullptr;
   for (const auto& d : deferred_)
     if (d.param == p) {
-      if (d.blocks == nullptr || !d.blocks->block || (b != nullptr && d.blocks != b &&
-                                                     (d.blocks->block != b->block ||
-                                                      d.blocks->tail != b->tail)))
+      if (d.blocks == nullptr || !d.blocks->block ||
+          (b != nullptr && d.blocks != b &&
+           (d.blocks->block != b->block || d.blocks->tail != b->tail)))
         return nullptr;
       b = d.blocks;
     }
@@ -98,9 +98,10 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
                        [&](const Job& j) { return j.param == static_cast<int>(p); }))
         ready->ready(p, grads[p]);
   // Weights to several workers when there is more than one block's work in all; profiling
-  // times each GEMM on the calling thread.
-  const bool split = workers != nullptr && workers->threads() > 1 && !profile && njobs > 1 &&
+  // times a split as one launch of all its GEMMs' flops, and each GEMM on its own otherwise.
+  const bool split = workers != nullptr && workers->threads() > 1 && njobs > 1 &&
                      work >= 2 * workers->policy().min_block_work;
+  const auto t_split = profile && split ? ProfileClock::now() : ProfileClock::time_point{};
   // With the column-block kernels compiled (RunnerCache with several threads), a weight's
   // gradient is cut by columns, so that the largest weight no longer bounds the split; each
   // element is still one chain over every row, the whole kernel's bits.
@@ -168,6 +169,8 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
         ready->ready(static_cast<size_t>(j.param), grads[static_cast<size_t>(j.param)]);
     }
   }
+  if (profile && split)
+    record(stats.profile, Family::GemmWeightGrad, t_split, static_cast<double>(work));
   for (size_t i = 0; i < njobs; ++i) {
     stats.weight_grad_gemms++;
     stats.jit_weight_grads += jobs_[i].jit ? 1 : 0;

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <thread>
 
 using namespace pejit;
 
@@ -144,6 +145,48 @@ TEST_SUITE("threads") {
                     std::runtime_error);
     CHECK(runtime::affinity_cpus() >= 1);
     CHECK(runtime::Workers(0).threads() == runtime::affinity_cpus());
+  }
+
+  TEST_CASE("workers: split times count every block, serial blocks stay on the calling thread") {
+    for (bool serial : {false, true}) {
+      CAPTURE(serial);
+      runtime::SplitPolicy policy{1};
+      policy.serial = serial;
+      runtime::Workers two(2, policy);
+      runtime::SplitTimes t;
+      two.time_splits(&t);
+      const auto caller = std::this_thread::get_id();
+      std::vector<std::atomic<int>> hits(8);
+      std::atomic<int> elsewhere{0};
+      for (int rep = 0; rep < 3; ++rep)
+        two.for_blocks(8, [&](int64_t b) {
+          hits[static_cast<size_t>(b)]++;
+          if (std::this_thread::get_id() != caller)
+            elsewhere++;
+          volatile double x = 0; // a little work, so that each block takes some time
+          for (int i = 0; i < 20000; ++i)
+            x = x + 1.0;
+        });
+      for (auto& h : hits)
+        CHECK(h.load() == 3);
+      CHECK(t.splits == 3);
+      CHECK(two.splits() == 3);
+      CHECK(t.blocks == 24);
+      CHECK(t.worker_blocks == elsewhere.load());
+      CHECK(t.wall > 0);
+      CHECK(t.caller_busy > 0);
+      CHECK(t.caller_busy + t.worker_busy <= 2 * t.wall);
+      if (serial) {
+        CHECK(elsewhere.load() == 0);
+        CHECK(t.worker_busy == 0);
+        CHECK(t.caller_busy <= t.wall);
+      }
+      two.time_splits(nullptr); // not timed from here on
+      two.for_blocks(8, [](int64_t) {});
+      CHECK(t.splits == 3);
+      // Serial and untimed: the blocks inline, no split at all.
+      CHECK(two.splits() == (serial ? 3 : 4));
+    }
   }
 
   TEST_CASE("specialized on JIT kernels: the same bits for 1, 2, 3 and 8 threads") {
@@ -291,9 +334,10 @@ TEST_SUITE("threads_blocks") {
     test::PlannedBatch b(12, 5);
     jit::Jit jit;
     jit::KernelCache cache(jit, 256);
-    auto run = [&](int threads) {
+    auto run = [&](int threads, bool profile = false) {
       runtime::ExecOptions eo;
       eo.kernels = &cache;
+      eo.profile = profile;
       auto workers = std::make_shared<runtime::Workers>(threads, runtime::SplitPolicy{1});
       eo.workers = workers.get();
       runtime::PlanExecutor ex(b.m, b.dims, eo);
@@ -314,5 +358,18 @@ TEST_SUITE("threads_blocks") {
       for (size_t p = 0; p < one.size(); ++p)
         CHECK_MESSAGE(test::same_bits(many[p], one[p]), "gradient " << b.params.names[p]);
     }
+    // Profiled, the weight gradients still split (a profile of several threads is of the
+    // split work), timed as one launch with all their flops.
+    auto [prof1, sp1] = run(1, true);
+    auto [prof2, sp2] = run(2, true);
+    const auto wg = static_cast<size_t>(runtime::Family::GemmWeightGrad);
+    CHECK(sp1.weight_grad_blocks == 0);
+    CHECK(sp2.weight_grad_blocks >= 4 + 6);
+    CHECK(sp1.profile[wg].calls == sp1.weight_grad_gemms);
+    CHECK(sp2.profile[wg].calls == 1);
+    CHECK(sp2.profile[wg].flops == sp1.profile[wg].flops);
+    CHECK(sp1.profile[wg].flops > 0);
+    for (size_t p = 0; p < one.size(); ++p)
+      CHECK_MESSAGE(test::same_bits(prof2[p], one[p]), "gradient " << b.params.names[p]);
   }
 }
