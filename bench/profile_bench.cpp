@@ -327,6 +327,19 @@ int main(int argc, char** argv) {
                 1e3 * splits.worker_busy / nb, busy / (threads * splits.wall), threads,
                 1e6 * splits.worker_start / static_cast<double>(splits.splits),
                 1e6 * splits.caller_wait / static_cast<double>(splits.splits));
+    std::printf("%-28s %9s %11s %11s %9s\n", "splits by family", "splits/bt", "wall ms/bt",
+                "blocks ms/bt", "busy");
+    for (int tag = 0; tag < runtime::SplitTimes::kTags; ++tag) {
+      const auto& g = splits.by_tag[static_cast<size_t>(tag)];
+      if (g.splits == 0)
+        continue;
+      const char* name = tag == runtime::SplitTimes::kOptimizerTag ? "optimizer"
+                         : tag == runtime::SplitTimes::kUntagged
+                             ? "(untagged)"
+                             : runtime::family_name(static_cast<runtime::Family>(tag));
+      std::printf("%-28s %9.1f %11.3f %11.3f %8.2f\n", name, static_cast<double>(g.splits) / nb,
+                  1e3 * g.wall / nb, 1e3 * g.busy / nb, g.busy / (threads * g.wall));
+    }
   }
   // The roofline: every GEMM family's FLOPs (the useful work: what the model's products
   // compute, forward and backward) over the whole step's time.

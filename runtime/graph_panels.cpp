@@ -13,6 +13,9 @@
 
 namespace pejit::runtime {
 
+// Splits are tagged with their profile family (SplitTimes::by_tag), below the optimizer's tag.
+static_assert(static_cast<int>(Family::kCount) <= SplitTimes::kOptimizerTag);
+
 using graph::Kind;
 using graph::Node;
 using graph::NodeId;
@@ -71,10 +74,12 @@ const float* packed_weight(const Tensor& w, bool transposed, PackedWeights* cach
       kernels::pack_b(transposed, k, n, w.f32(), transposed ? k : n, p.f32());
     } else {
       float* dst = p.f32();
-      workers->for_blocks((panels + per - 1) / per, [&](int64_t b) {
-        kernels::pack_b_panels(transposed, k, n, w.f32(), transposed ? k : n, dst, b * per,
-                               std::min(panels, (b + 1) * per));
-      });
+      workers->for_blocks((panels + per - 1) / per,
+                          [&](int64_t b) {
+                            kernels::pack_b_panels(transposed, k, n, w.f32(), transposed ? k : n,
+                                                   dst, b * per, std::min(panels, (b + 1) * per));
+                          },
+                          static_cast<int>(Family::Packing));
     }
     if (stats.profile)
       record(stats.time, Family::Packing, t0);
@@ -93,7 +98,10 @@ void launch_blocks(const jit::KernelSpec& spec, const jit::CachedKernel& kernel,
                    int64_t blocks, const Workers& workers) {
   const int64_t scratch_floats =
       scratch.defined() ? scratch.numel() / blocks : 0; // one block's panel of the product
-  workers.for_blocks(blocks, [&](int64_t b) {
+  const int tag = static_cast<int>(core.fn != &GemmPanel::run ? Family::ElementwiseJit
+                                   : spec.core_first          ? Family::PanelForward
+                                                              : Family::PanelInputGrad);
+  auto block = [&](int64_t b) {
     const int64_t r0 = b * step, n = std::min(step, rows - r0);
     float* const own_scratch = scratch.defined() ? scratch.f32() + b * scratch_floats : nullptr;
     std::vector<float*> in(ins.size()), out(outs.size());
@@ -132,7 +140,8 @@ void launch_blocks(const jit::KernelSpec& spec, const jit::CachedKernel& kernel,
       if (f != nullptr)
         f += r0;
     kernel.elementwise().panel(in.data(), out.data(), n, &c);
-  });
+  };
+  workers.for_blocks(blocks, block, tag);
 }
 
 } // namespace

@@ -74,15 +74,17 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
                    : val(static_cast<size_t>(i)).numel() / rows;
     per[3] = y.numel() / rows;
     std::atomic<bool> bad{false};
-    st.workers->for_blocks((rows + step - 1) / step, [&](int64_t b) {
-      const int64_t r0 = b * step, n = std::min(step, rows - r0);
-      const void* bin[3] = {};
-      for (int i = 0; i < nin; ++i)
-        bin[i] = static_cast<const char*>(in[i]) + r0 * per[i] * 4;
-      void* bout[1] = {static_cast<char*>(out[0]) + r0 * per[3] * 4};
-      if (kernel->reduce().fn(bin, bout, n * r.per_row) >= 0)
-        bad = true;
-    });
+    st.workers->for_blocks((rows + step - 1) / step,
+                           [&](int64_t b) {
+                             const int64_t r0 = b * step, n = std::min(step, rows - r0);
+                             const void* bin[3] = {};
+                             for (int i = 0; i < nin; ++i)
+                               bin[i] = static_cast<const char*>(in[i]) + r0 * per[i] * 4;
+                             void* bout[1] = {static_cast<char*>(out[0]) + r0 * per[3] * 4};
+                             if (kernel->reduce().fn(bin, bout, n * r.per_row) >= 0)
+                               bad = true;
+                           },
+                           static_cast<int>(Family::Other));
     if (bad)
       return false; // a label out of range: the reference kernel says which
   }

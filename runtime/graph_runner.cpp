@@ -75,11 +75,13 @@ Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed
   if (step >= rows)
     return kernels::matmul_packed(gy, p, n);
   Tensor y = Tensor::empty(DType::F32, Shape{rows, n});
-  workers->for_blocks((rows + step - 1) / step, [&](int64_t b) {
-    const int64_t r0 = b * step;
-    kernels::sgemm_packed(std::min(step, rows - r0), n, k, gy.f32() + r0 * k, k, p.f32(), 0.0f,
-                          y.f32() + r0 * n, n);
-  });
+  workers->for_blocks((rows + step - 1) / step,
+                      [&](int64_t b) {
+                        const int64_t r0 = b * step;
+                        kernels::sgemm_packed(std::min(step, rows - r0), n, k, gy.f32() + r0 * k, k,
+                                              p.f32(), 0.0f, y.f32() + r0 * n, n);
+                      },
+                      static_cast<int>(Family::GemmInputGrad));
   return y;
 }
 

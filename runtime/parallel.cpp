@@ -84,13 +84,13 @@ int64_t Workers::block_rows(int64_t rows, int64_t row_cost, int64_t align) const
   return std::min(step, rows);
 }
 
-void Workers::run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
+void Workers::run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, int tag) const {
   splits_.fetch_add(1, std::memory_order_relaxed);
   thread_local bool in_timed_split = false;
   if (times_ != nullptr && !in_timed_split && std::this_thread::get_id() == timing_thread_) {
     in_timed_split = true;
     try {
-      timed_run(blocks, fn, ctx);
+      timed_run(blocks, fn, ctx, tag);
     } catch (...) {
       in_timed_split = false;
       throw;
@@ -113,7 +113,7 @@ void Workers::time_splits(SplitTimes* into) {
 
 // Each block's start and end into its own slot (no two blocks write one), summed here after
 // the join; with SplitPolicy::serial, the blocks in order on this thread.
-void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
+void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, int tag) const {
   using Clock = std::chrono::steady_clock;
   struct Slot {
     Clock::time_point a, b;
@@ -161,6 +161,13 @@ void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) c
   if (worker_first < t1)
     t.worker_start += secs(t0, worker_first);
   t.caller_wait += secs(caller_end, t1);
+  SplitTimes::Tagged& g = t.by_tag[static_cast<size_t>(
+      tag >= 0 && tag < SplitTimes::kTags ? tag : SplitTimes::kUntagged)];
+  g.splits++;
+  g.blocks += blocks;
+  g.wall += secs(t0, t1);
+  for (const Slot& s : slots)
+    g.busy += secs(s.a, s.b);
 }
 
 void Workers::plain_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {

@@ -5,6 +5,7 @@
 // TBB stays out of this header; one thread, or work too small to split, never reaches TBB.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -45,6 +46,16 @@ struct SplitTimes {
   /// Seconds from the calling thread's last block's end to the split's return (waiting for
   /// the other workers, then the join), summed.
   double caller_wait = 0;
+  /// By the tag the split was made with (for_blocks, for_rows: the executor passes its
+  /// profile family, the optimizer kOptimizerTag): splits, blocks, wall and blocks' time.
+  static constexpr int kTags = 16;
+  static constexpr int kOptimizerTag = kTags - 2; ///< the optimizer's update
+  static constexpr int kUntagged = kTags - 1;
+  struct Tagged {
+    int64_t splits = 0, blocks = 0;
+    double wall = 0, busy = 0;
+  };
+  std::array<Tagged, kTags> by_tag{};
 };
 
 class Workers {
@@ -75,7 +86,8 @@ public:
   /// f(b) for every block b in [0, blocks), each by one worker; returns when all are done.
   /// Inline on the calling thread with one thread or one block. The first exception thrown
   /// by a block is rethrown here (after the others have finished).
-  template <class F> void for_blocks(int64_t blocks, F&& f) const {
+  /// `tag` names the work in SplitTimes::by_tag (0 to SplitTimes::kTags - 1).
+  template <class F> void for_blocks(int64_t blocks, F&& f, int tag = SplitTimes::kUntagged) const {
     if (threads_ <= 1 || blocks <= 1 || (policy_.serial && times_ == nullptr)) {
       for (int64_t b = 0; b < blocks; ++b)
         f(b);
@@ -84,26 +96,30 @@ public:
     using Fn = std::remove_reference_t<F>;
     run(
         blocks, [](void* ctx, int64_t b) { (*static_cast<Fn*>(ctx))(b); },
-        const_cast<void*>(static_cast<const void*>(&f)));
+        const_cast<void*>(static_cast<const void*>(&f)), tag);
   }
 
   /// f(r0, n) over [0, rows) in blocks of block_rows(rows, row_cost, align) rows.
-  template <class F> void for_rows(int64_t rows, int64_t row_cost, int64_t align, F&& f) const {
+  template <class F>
+  void for_rows(int64_t rows, int64_t row_cost, int64_t align, F&& f,
+                int tag = SplitTimes::kUntagged) const {
     const int64_t step = block_rows(rows, row_cost, align);
     if (step >= rows) {
       if (rows > 0)
         f(int64_t{0}, rows);
       return;
     }
-    for_blocks((rows + step - 1) / step, [&](int64_t b) {
-      const int64_t r0 = b * step;
-      f(r0, rows - r0 < step ? rows - r0 : step);
-    });
+    for_blocks((rows + step - 1) / step,
+               [&](int64_t b) {
+                 const int64_t r0 = b * step;
+                 f(r0, rows - r0 < step ? rows - r0 : step);
+               },
+               tag);
   }
 
 private:
-  void run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const;
-  void timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const;
+  void run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, int tag) const;
+  void timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, int tag) const;
   void plain_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const;
 
   int threads_;

@@ -118,9 +118,10 @@ void PlanExecutor::Impl::gather(const ExecLayout& L, const ExecLayout::Arg& a,
     copy(0, rows.size());
     return;
   }
-  opt.workers->for_rows(n, a.row_elems, 1, [&](int64_t r0, int64_t k) {
-    copy(static_cast<size_t>(r0), static_cast<size_t>(r0 + k));
-  });
+  opt.workers->for_rows(
+      n, a.row_elems, 1,
+      [&](int64_t r0, int64_t k) { copy(static_cast<size_t>(r0), static_cast<size_t>(r0 + k)); },
+      static_cast<int>(Family::Gathers));
 }
 
 // One template call on `args` (its tensor arguments): the op, or the function's body with

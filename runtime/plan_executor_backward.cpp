@@ -66,7 +66,7 @@ bool PlanExecutor::Impl::gather_seed(const ExecLayout& L, const ExecLayout::Resu
   if (opt.workers == nullptr)
     sum(0, rows);
   else // per row: its consumers' rows, about two on a tree
-    opt.workers->for_rows(rows, 2 * R.row_elems, 1, sum);
+    opt.workers->for_rows(rows, 2 * R.row_elems, 1, sum, static_cast<int>(Family::Gathers));
   return true;
 }
 

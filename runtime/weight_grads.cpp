@@ -140,21 +140,26 @@ void DeferredWeightGrads::run(std::vector<interp::ParamGrad>& grads, PlanStats& 
         whole.push_back(i);
     const int64_t nb = static_cast<int64_t>(blocks_.size());
     stats.weight_grad_blocks += nb;
-    workers->for_blocks(nb + static_cast<int64_t>(whole.size()), [&](int64_t t) {
-      if (t >= nb) {
-        run_job(jobs_[whole[static_cast<size_t>(t - nb)]], grads, jit);
-        return;
-      }
-      Block& b = blocks_[static_cast<size_t>(t)];
-      const Job& j = jobs_[b.job];
-      run_block(j, *b.kernel, b.c0, b.parts, grads[static_cast<size_t>(j.param)].dense.f32(),
-                accumulate[b.job] != 0);
-    });
+    workers->for_blocks(
+        nb + static_cast<int64_t>(whole.size()),
+        [&](int64_t t) {
+          if (t >= nb) {
+            run_job(jobs_[whole[static_cast<size_t>(t - nb)]], grads, jit);
+            return;
+          }
+          Block& b = blocks_[static_cast<size_t>(t)];
+          const Job& j = jobs_[b.job];
+          run_block(j, *b.kernel, b.c0, b.parts, grads[static_cast<size_t>(j.param)].dense.f32(),
+                    accumulate[b.job] != 0);
+        },
+        static_cast<int>(Family::GemmWeightGrad));
     for (size_t i = 0; ready != nullptr && i < njobs; ++i)
       ready->ready(static_cast<size_t>(jobs_[i].param), grads[static_cast<size_t>(jobs_[i].param)]);
   } else if (split) {
-    workers->for_blocks(static_cast<int64_t>(njobs),
-                        [&](int64_t i) { run_job(jobs_[static_cast<size_t>(i)], grads, jit); });
+    workers->for_blocks(
+        static_cast<int64_t>(njobs),
+        [&](int64_t i) { run_job(jobs_[static_cast<size_t>(i)], grads, jit); },
+        static_cast<int>(Family::GemmWeightGrad));
     for (size_t i = 0; ready != nullptr && i < njobs; ++i)
       ready->ready(static_cast<size_t>(jobs_[i].param), grads[static_cast<size_t>(jobs_[i].param)]);
   } else {

@@ -412,8 +412,10 @@ void Optimizer::run_jobs() {
   // All the parameters' blocks in one fork-join; on the calling thread when one block or the
   // whole is too little to share.
   if (wk != nullptr && jobs_work_ >= 2 * wk->policy().min_block_work)
-    wk->for_blocks(static_cast<int64_t>(jobs_.size()),
-                   [&](int64_t b) { run_job(jobs_[static_cast<size_t>(b)]); });
+    wk->for_blocks(
+        static_cast<int64_t>(jobs_.size()),
+        [&](int64_t b) { run_job(jobs_[static_cast<size_t>(b)]); },
+        runtime::SplitTimes::kOptimizerTag);
   else
     for (const Job& j : jobs_)
       run_job(j);

@@ -159,19 +159,39 @@ TEST_SUITE("threads") {
       std::vector<std::atomic<int>> hits(8);
       std::atomic<int> elsewhere{0};
       for (int rep = 0; rep < 3; ++rep)
-        two.for_blocks(8, [&](int64_t b) {
-          hits[static_cast<size_t>(b)]++;
-          if (std::this_thread::get_id() != caller)
-            elsewhere++;
-          volatile double x = 0; // a little work, so that each block takes some time
-          for (int i = 0; i < 20000; ++i)
-            x = x + 1.0;
-        });
+        two.for_blocks(
+            8,
+            [&](int64_t b) {
+              hits[static_cast<size_t>(b)]++;
+              if (std::this_thread::get_id() != caller)
+                elsewhere++;
+              volatile double x = 0; // a little work, so that each block takes some time
+              for (int i = 0; i < 20000; ++i)
+                x = x + 1.0;
+            },
+            3);
+      two.for_rows(64, 1000, 8, [&](int64_t, int64_t) { // untagged: 8 blocks of 8 rows
+        if (std::this_thread::get_id() != caller)
+          elsewhere++;
+      });
       for (auto& h : hits)
         CHECK(h.load() == 3);
-      CHECK(t.splits == 3);
-      CHECK(two.splits() == 3);
-      CHECK(t.blocks == 24);
+      CHECK(t.splits == 4);
+      CHECK(two.splits() == 4);
+      // By tag: the three tagged splits, and the untagged one.
+      const auto& tagged = t.by_tag[3];
+      const auto& untagged = t.by_tag[runtime::SplitTimes::kUntagged];
+      CHECK(tagged.splits == 3);
+      CHECK(tagged.blocks == 24);
+      CHECK(tagged.busy > 0);
+      CHECK(untagged.splits == 1);
+      CHECK(untagged.blocks == 8);
+      CHECK(t.blocks == 24 + 8);
+      CHECK(tagged.busy + untagged.busy == doctest::Approx(t.caller_busy + t.worker_busy));
+      CHECK(tagged.wall + untagged.wall == doctest::Approx(t.wall));
+      for (int tag = 0; tag < runtime::SplitTimes::kTags; ++tag)
+        if (tag != 3 && tag != runtime::SplitTimes::kUntagged)
+          CHECK(t.by_tag[static_cast<size_t>(tag)].splits == 0);
       CHECK(t.worker_blocks == elsewhere.load());
       CHECK(t.wall > 0);
       CHECK(t.caller_busy > 0);
@@ -183,9 +203,9 @@ TEST_SUITE("threads") {
       }
       two.time_splits(nullptr); // not timed from here on
       two.for_blocks(8, [](int64_t) {});
-      CHECK(t.splits == 3);
+      CHECK(t.splits == 4);
       // Serial and untimed: the blocks inline, no split at all.
-      CHECK(two.splits() == (serial ? 3 : 4));
+      CHECK(two.splits() == (serial ? 4 : 5));
     }
   }
 
