@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     std::shuffle(order.begin(), order.end(), rng);
     if (ep + 1 == epochs) {
       first = exec.stats().profile;
-      if (threads > 1)
+      if (threads > 1 && !ab) // the A/B executors' splits are not the training's
         split_workers->time_splits(&splits);
       plan_s = run_s = step_s = total_s = 0;
       nbatches = 0;
