@@ -88,14 +88,11 @@ void Workers::run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, int tag
   splits_.fetch_add(1, std::memory_order_relaxed);
   thread_local bool in_timed_split = false;
   if (times_ != nullptr && !in_timed_split && std::this_thread::get_id() == timing_thread_) {
-    in_timed_split = true;
-    try {
-      timed_run(blocks, fn, ctx, tag);
-    } catch (...) {
-      in_timed_split = false;
-      throw;
-    }
-    in_timed_split = false;
+    struct Inside { // cleared on return and on a block's exception alike
+      Inside() { in_timed_split = true; }
+      ~Inside() { in_timed_split = false; }
+    } inside;
+    timed_run(blocks, fn, ctx, tag);
     return;
   }
   if (policy_.serial) {
@@ -145,12 +142,13 @@ void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, i
     return std::chrono::duration<double>(b - a).count();
   };
   SplitTimes& t = *times_;
-  t.splits++;
-  t.blocks += blocks;
-  t.wall += secs(t0, t1);
+  const double wall = secs(t0, t1);
+  double busy = 0;
   Clock::time_point caller_end = t0, worker_first = t1;
   for (const Slot& s : slots) {
-    (s.caller ? t.caller_busy : t.worker_busy) += secs(s.a, s.b);
+    const double d = secs(s.a, s.b);
+    busy += d;
+    (s.caller ? t.caller_busy : t.worker_busy) += d;
     if (s.caller)
       caller_end = std::max(caller_end, s.b);
     else {
@@ -158,6 +156,9 @@ void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, i
       worker_first = std::min(worker_first, s.a);
     }
   }
+  t.splits++;
+  t.blocks += blocks;
+  t.wall += wall;
   if (worker_first < t1)
     t.worker_start += secs(t0, worker_first);
   t.caller_wait += secs(caller_end, t1);
@@ -165,9 +166,8 @@ void Workers::timed_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx, i
       tag >= 0 && tag < SplitTimes::kTags ? tag : SplitTimes::kUntagged)];
   g.splits++;
   g.blocks += blocks;
-  g.wall += secs(t0, t1);
-  for (const Slot& s : slots)
-    g.busy += secs(s.a, s.b);
+  g.wall += wall;
+  g.busy += busy;
 }
 
 void Workers::plain_run(int64_t blocks, void (*fn)(void*, int64_t), void* ctx) const {
