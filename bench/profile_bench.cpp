@@ -2,6 +2,9 @@
 // (the TreeLSTM unless --model names another) on shuffled 25-example batches, each
 // partially evaluated, planned and run on its template graphs with JIT elementwise kernels
 // (what `pejit train --mode specialized` does, without the plan cache), then an Adagrad step.
+// Each batch is planned as the engine plans it (runtime::SpecializerService: one walk of the
+// batch for its depth, key and payloads, then partial evaluation without copying the
+// payloads, merging, planning, layout) and run on its payloads as the engine runs it.
 // The plan executor times every launch (ExecOptions::profile); GEMM families report GFLOP/s
 // and the fraction of this machine's SGEMM peak, measured in the same process (the best
 // libxsmm rate over large square shapes). The last line is the model's roofline: the useful
@@ -48,10 +51,10 @@
 #include "runtime/exec_layout.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/parallel.h"
+#include "runtime/chrome_trace.h"
 #include "runtime/plan_executor.h"
+#include "runtime/specializer_service.h"
 #include "runtime/train/common.h"
-#include "specializer/merge_instances.h"
-#include "specializer/partial_eval.h"
 #include "specializer/plan.h"
 #include "src/kernels/kernels.h"
 #include "src/types/check.h"
@@ -223,7 +226,11 @@ int main(int argc, char** argv) {
   interp::Params params = interp::init_params(*m, dims, 1);
   optim::Optimizer opt(optim::OptimizerOptions{});
   opt.set_workers(workers);
-  specializer::TemplateTable tt;
+  runtime::ChromeTrace trace(false);
+  runtime::SpecializerService service(m, dims, merge, nullptr, trace);
+  interp::RandomState rs;
+  rs.seed = 1;
+  rs.train = true;
 
   std::vector<size_t> order(encoded.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -247,13 +254,29 @@ int main(int argc, char** argv) {
         xs.push_back(encoded[order[i]]);
       auto t0 = Clock::now();
       interp::Value batch = interp::Value::list(xs);
-      auto pe = specializer::partially_evaluate(*m, dims, "loss", batch, tt);
-      if (merge)
-        specializer::merge_equal_instances(pe.residual, specializer::equal_payload_slots(batch));
-      auto plan = specializer::make_plan(pe.residual, tt);
-      auto layout = runtime::make_layout(plan);
+      runtime::BatchPart part = service.batch_part(batch);
+      const runtime::PlanKey key = service.key("loss", part.key);
+      std::string why;
+      double plan_seconds = 0;
+      auto entry = service.make("loss", batch, key.slots, why, plan_seconds,
+                                runtime::BatchKnown{part.depth, part.skeleton});
+      if (!entry) {
+        std::fprintf(stderr, "pejit_profile_bench: a batch was not planned: %s\n", why.c_str());
+        return 1;
+      }
       auto t1 = Clock::now();
-      auto g = exec.value_and_grad(plan, pe.residual, tt, params, &layout);
+      // The plan's constants and outputs with this batch's payloads, as the engine runs it.
+      const specializer::Plan& plan = entry->plan;
+      const runtime::ExecLayout& layout = entry->layout;
+      const specializer::TemplateTable& tt = *entry->templates;
+      specializer::Residual residual;
+      residual.inputs = std::move(part.payloads);
+      specializer::fill_random_inputs(entry->residual, rs, residual.inputs);
+      residual.consts = entry->residual.consts;
+      residual.outputs = entry->residual.outputs;
+      residual.key = entry->residual.key;
+      rs.step++;
+      auto g = exec.value_and_grad(plan, residual, tt, params, &layout);
       auto t2 = Clock::now();
       if (ab && ep + 1 == epochs) {
         for (int k = 0; k < 2; ++k) {
@@ -261,7 +284,7 @@ int main(int argc, char** argv) {
           for (auto* ex : {first_on ? &exec_on : &exec_off, first_on ? &exec_off : &exec_on}) {
             double w0 = dw_seconds(*ex);
             auto a0 = Clock::now();
-            (void)ex->value_and_grad(plan, pe.residual, tt, params, &layout);
+            (void)ex->value_and_grad(plan, residual, tt, params, &layout);
             (ex == &exec_on ? ab_on : ab_off).push_back(secs(a0, Clock::now()));
             (ex == &exec_on ? dw_on : dw_off).push_back(dw_seconds(*ex) - w0);
           }
