@@ -99,6 +99,27 @@ private:
   uint32_t gen_ = 0;
 };
 
+// The m < 8 bytes at p as one word, by fixed-size loads: a copy of a variable size calls
+// memcpy, once per payload (a word id is a 4-byte payload).
+inline uint64_t partial_word(const unsigned char* p, size_t m) {
+  uint64_t w = 0;
+  if (m & 4) {
+    uint32_t x;
+    std::memcpy(&x, p, 4);
+    w = x;
+    p += 4;
+  }
+  if (m & 2) {
+    uint16_t x;
+    std::memcpy(&x, p, 2);
+    w = (w << 16) | x;
+    p += 2;
+  }
+  if (m & 1)
+    w = (w << 8) | *p;
+  return w;
+}
+
 } // namespace
 
 void batch_payloads(const Value& batch, std::vector<Tensor>& out) {
@@ -127,11 +148,8 @@ template <class At> std::vector<int32_t> equal_slots(size_t count, At at) {
       std::memcpy(&w, b + k, 8);
       h = mix(h, w);
     }
-    if (k < n) { // the last partial word, zero-padded
-      uint64_t w = 0;
-      std::memcpy(&w, b + k, n - k);
-      h = mix(h, w);
-    }
+    if (k < n) // the last partial word
+      h = mix(h, partial_word(b + k, n - k));
     rep[i] = table.find_or_add(h, static_cast<int32_t>(i), [&](int32_t j) {
       const auto [u, usite] = at(static_cast<size_t>(j));
       if (usite != site || u->dtype() != t.dtype() || !(u->shape() == t.shape()))
@@ -183,11 +201,15 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
   renum.assign(n, -1);
   Instance* const insts = r.instances.data();
   Ref* const pool = r.arg_pool.data();
+  auto canon_index = [&](Ref::Kind kind, int32_t index) {
+    if (kind == Ref::Kind::Input && static_cast<size_t>(index) < slot_rep.size())
+      return slot_rep[static_cast<size_t>(index)];
+    if (kind == Ref::Kind::Inst)
+      return renum[static_cast<size_t>(index)];
+    return index;
+  };
   auto canon = [&](Ref a) {
-    if (a.kind == Ref::Kind::Input && static_cast<size_t>(a.index) < slot_rep.size())
-      a.index = slot_rep[static_cast<size_t>(a.index)];
-    else if (a.kind == Ref::Kind::Inst)
-      a.index = renum[static_cast<size_t>(a.index)];
+    a.index = canon_index(a.kind, a.index);
     return a;
   };
   thread_local IdTable table;
@@ -199,14 +221,21 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
     PEJIT_CHECK(in.first_arg >= top) << "merge_equal_instances: arguments out of order";
     const uint32_t first = top;
     uint64_t h = mix(static_cast<uint64_t>(in.tmpl), static_cast<uint64_t>(in.sum_sig));
+    // Field by field: a Ref rebuilt in a register-sized temporary and read back whole would
+    // make the load wait for the stores of its parts (no store forwarding), once per argument.
     for (uint32_t k = 0; k < in.num_args; ++k) {
-      const Ref a = pool[in.first_arg + k];
-      PEJIT_CHECK(a.kind != Ref::Kind::Inst || static_cast<size_t>(a.index) < i)
+      const Ref::Kind kind = pool[in.first_arg + k].kind;
+      const int32_t out = pool[in.first_arg + k].out;
+      const int32_t old = pool[in.first_arg + k].index;
+      PEJIT_CHECK(kind != Ref::Kind::Inst || static_cast<size_t>(old) < i)
           << "merge_equal_instances: instance " << i << " reads a later instance";
-      const Ref c = canon(a);
-      pool[first + k] = c;
-      h = mix(h, (static_cast<uint64_t>(c.kind) << 56) ^ (static_cast<uint64_t>(c.out) << 32) ^
-                     static_cast<uint32_t>(c.index));
+      const int32_t index = canon_index(kind, old);
+      Ref& c = pool[first + k];
+      c.kind = kind;
+      c.index = index;
+      c.out = out;
+      h = mix(h, (static_cast<uint64_t>(kind) << 56) ^ (static_cast<uint64_t>(out) << 32) ^
+                     static_cast<uint32_t>(index));
     }
     const Instance mine{in.tmpl, first, in.num_args, in.sum_sig};
     int32_t id = table.find_or_add(h, static_cast<int32_t>(kept), [&](int32_t j) {
