@@ -8,6 +8,7 @@
 #include "specializer/pe_backend.h"
 
 #include <algorithm>
+#include <memory>
 
 namespace pejit::specializer {
 
@@ -103,6 +104,41 @@ void warm(const Value& batch) {
   }
 }
 
+// The walk's stack: a node's children are pushed all at once, into room made for them first,
+// so that pushing one is two stores (a vector's push_back, not inlined here, was a call per
+// child).
+class Todo {
+public:
+  bool empty() const { return n_ == 0; }
+  const Item& back() const { return buf_[n_ - 1]; }
+  Item pop() { return buf_[--n_]; }
+  /// Room for k more items; push them with push_unchecked.
+  void make_room(size_t k) {
+    if (n_ + k <= cap_)
+      return;
+    size_t cap = std::max<size_t>(cap_ * 2, 256);
+    while (cap < n_ + k)
+      cap *= 2;
+    auto b = std::make_unique<Item[]>(cap);
+    std::copy(buf_.get(), buf_.get() + n_, b.get());
+    buf_ = std::move(b);
+    cap_ = cap;
+  }
+  void push_unchecked(const Item& it) { buf_[n_++] = it; }
+  /// Empty, giving back the storage of an unusually deep or wide batch.
+  void reset() {
+    n_ = 0;
+    if (cap_ > (size_t{1} << 16)) {
+      buf_.reset();
+      cap_ = 0;
+    }
+  }
+
+private:
+  std::unique_ptr<Item[]> buf_;
+  size_t cap_ = 0, n_ = 0;
+};
+
 } // namespace
 
 void walk_batch(const Value& batch, BatchWalk& out) {
@@ -110,14 +146,14 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   out.payloads.clear();
   out.sites.clear();
   warm(batch);
-  thread_local std::vector<Item> todo; // kept per thread: no allocation per batch
-  todo.clear();
-  todo.push_back({&batch, 0, 0});
+  thread_local Todo todo; // kept per thread: no allocation per batch
+  todo.reset();
+  todo.make_room(1);
+  todo.push_unchecked({&batch, 0, 0});
   uint64_t h = 0x243f6a8885a308d3ull;
   size_t deepest = 0;
   while (!todo.empty()) {
-    const Item it = todo.back();
-    todo.pop_back();
+    const Item it = todo.pop();
     if (!todo.empty())
       prefetch_elements(*todo.back().v);
     deepest = std::max(deepest, it.depth);
@@ -146,8 +182,9 @@ void walk_batch(const Value& batch, BatchWalk& out) {
       h = mix(h, xs.size());
       const uint64_t outer =
           adt ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32) : uint64_t{1} << 60;
+      todo.make_room(xs.size());
       for (size_t i = xs.size(); i-- > 0;) { // reversed: popped in order (preorder)
-        todo.push_back({&xs[i], it.depth + 1, outer | i});
+        todo.push_unchecked({&xs[i], it.depth + 1, outer | i});
         prefetch_vector(xs[i]);
       }
       break;
@@ -155,8 +192,9 @@ void walk_batch(const Value& batch, BatchWalk& out) {
     case Value::Kind::List: {
       const size_t n = v.list_size();
       h = mix(h, n);
+      todo.make_room(n);
       for (size_t i = n; i > 0; --i) {
-        todo.push_back({&v.list_at(i - 1), it.depth + i, it.site});
+        todo.push_unchecked({&v.list_at(i - 1), it.depth + i, it.site});
         prefetch_vector(v.list_at(i - 1));
       }
       break;
@@ -168,8 +206,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   }
   out.depth = deepest;
   out.skeleton = h;
-  if (todo.capacity() > (size_t{1} << 16)) // an unusually deep or wide batch: not kept
-    std::vector<Item>().swap(todo);
+  todo.reset();
 }
 
 } // namespace pejit::specializer
