@@ -5,9 +5,13 @@
 // measured (earlier ones warm the fragment memo as training does; no plan cache, so every
 // batch is planned). Reports per batch the user-mode instructions the thread retired (a count
 // that does not depend on the host's load; "n/a" where perf events are not allowed) and its
-// CPU time. Where the host has no hardware counters, callgrind counts the same instructions:
+// CPU time. Where the host has no hardware counters, callgrind counts the same instructions
+// (but not in a PEJIT_NATIVE build on a host with AVX-512: valgrind stops at its first
+// AVX-512 instruction):
 //   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*plan_measured*'
 //       pejit_plan_ahead_bench ...
+// Else compare thread CPU times, paired (old and new builds alternated in one run), or see
+// where the time goes with perf record --call-graph dwarf and perf annotate.
 //
 //   pejit_plan_ahead_bench [TRAIN_FILE] [EXAMPLES] [EPOCHS] [--model FILE.pe] [--dump FILE]
 //                          [--separate-walks]
