@@ -122,7 +122,7 @@ struct Engine::Impl {
   // dropped.
   static constexpr size_t kKeptFacts = 64;
   std::mutex facts_mu;
-  std::deque<std::pair<Value, std::shared_ptr<const BatchFacts>>> kept_facts;
+  std::deque<std::pair<Value, std::shared_ptr<BatchFacts>>> kept_facts;
   // Last: its work uses the members above, so they outlive it. ~Impl stops it first anyway.
   std::unique_ptr<Pipeline> pipeline; // both planned modes
 
@@ -153,7 +153,7 @@ struct Engine::Impl {
       pipeline = std::make_unique<Pipeline>(
           opt.lookahead, [this](const std::string& entry, const Value& batch) {
             // One walk (without recursion) finds the depth with the other facts.
-            auto f = std::make_shared<const BatchFacts>(facts_of(batch));
+            auto f = std::make_shared<BatchFacts>(facts_of(batch));
             on_stack_for_depth(f->depth, this->opt.max_depth,
                                [&] { plan_ahead(entry, batch, std::move(f)); });
           });
@@ -192,8 +192,7 @@ struct Engine::Impl {
   // the plan and compile its kernels (the plan runs on reference kernels meanwhile).
   // Its facts (BatchFacts) are kept for the step that runs it (take_facts), which then need
   // not walk the batch again on the training thread.
-  void plan_ahead(const std::string& entry, const Value& batch,
-                  std::shared_ptr<const BatchFacts> f) {
+  void plan_ahead(const std::string& entry, const Value& batch, std::shared_ptr<BatchFacts> f) {
     keep_facts(batch, f);
     PlanKey key = specializer.key(entry, PlanKey{f->key_hash, f->slots});
     if (plans.lookup(key.hash, false))
@@ -230,7 +229,7 @@ struct Engine::Impl {
     return batch.kind() == Value::Kind::List && batch.list_size() > 0;
   }
 
-  void keep_facts(const Value& batch, std::shared_ptr<const BatchFacts> f) {
+  void keep_facts(const Value& batch, std::shared_ptr<BatchFacts> f) {
     if (!keyable(batch))
       return;
     std::lock_guard<std::mutex> lock(facts_mu);
@@ -240,7 +239,8 @@ struct Engine::Impl {
   }
 
   // The facts the pipeline found for this very batch (the same list), taken; else null.
-  std::shared_ptr<const BatchFacts> take_facts(const Value& batch) {
+  // Once the pipeline is through with them the caller holds the only reference.
+  std::shared_ptr<BatchFacts> take_facts(const Value& batch) {
     if (!keyable(batch))
       return nullptr;
     std::lock_guard<std::mutex> lock(facts_mu);
@@ -258,7 +258,8 @@ struct Engine::Impl {
   template <class Planned, class Generic>
   auto dispatch(const std::string& entry, const Value& batch, const char* what,
                 const interp::RandomState& rs, Planned planned, Generic generic_run,
-                const BatchFacts* facts = nullptr) -> decltype(generic_run()) {
+                const BatchFacts* facts = nullptr,
+                std::vector<Tensor>* own_payloads = nullptr) -> decltype(generic_run()) {
     auto t0 = Clock::now();
     std::string why;
     std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why, facts);
@@ -293,8 +294,12 @@ struct Engine::Impl {
     }
     // The plan's constants and outputs with this batch's payloads (the executor reads no
     // instance list: the plan has the row maps).
+    // `own_payloads`: the facts' payloads, which no one else reads, moved rather than copied
+    // (a copy is an atomic increment on each payload's storage, and a decrement at the end).
     specializer::Residual with_inputs;
-    if (facts)
+    if (own_payloads)
+      with_inputs.inputs = std::move(*own_payloads);
+    else if (facts)
       with_inputs.inputs = facts->payloads;
     else
       specializer::batch_payloads(batch, with_inputs.inputs);
@@ -336,6 +341,11 @@ struct Engine::Impl {
     const auto& interpreted = exec.stats().interpreted_templates; // each once, in order
     for (; templates_seen < interpreted.size(); ++templates_seen)
       stats.interpreted_template(interpreted[templates_seen]);
+    // The pipeline's references to the payloads (walk_batch took them) are dropped where it
+    // took them: their storage headers are in that core's cache, and a decrement here would
+    // fetch each one.
+    if (pipeline && own_payloads != nullptr && !with_inputs.inputs.empty())
+      pipeline->background([v = std::move(with_inputs.inputs)]() mutable { v.clear(); });
     return std::move(*planned_out);
   }
 
@@ -412,8 +422,10 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
   Impl& I = *impl_;
   interp::RandomState rs = I.generic.random(); // a training step: dropout on
   rs.train = true;
-  const std::shared_ptr<const BatchFacts> facts = I.pipeline ? I.take_facts(batch) : nullptr;
+  const std::shared_ptr<BatchFacts> facts = I.pipeline ? I.take_facts(batch) : nullptr;
   const size_t depth = facts ? facts->depth : interp::nesting_depth(batch);
+  // Facts the pipeline is still planning with stay as they are (it reads the key's parts).
+  std::vector<Tensor>* own_payloads = facts && facts.use_count() == 1 ? &facts->payloads : nullptr;
   auto g = on_stack_for_depth(depth, I.opt.max_depth, [&] {
     return I.dispatch(
         entry, batch, "step", rs,
@@ -425,7 +437,7 @@ interp::Interpreter::Gradients Engine::value_and_grad(const std::string& entry, 
             ready->restart(); // after a failed plan run, what it announced is void
           return I.generic.value_and_grad(entry, {batch}, params);
         },
-        facts.get());
+        facts.get(), own_payloads);
   });
   rs.step++;
   I.generic.set_random(rs);
