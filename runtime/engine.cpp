@@ -258,8 +258,8 @@ struct Engine::Impl {
   template <class Planned, class Generic>
   auto dispatch(const std::string& entry, const Value& batch, const char* what,
                 const interp::RandomState& rs, Planned planned, Generic generic_run,
-                const BatchFacts* facts = nullptr,
-                std::vector<Tensor>* own_payloads = nullptr) -> decltype(generic_run()) {
+                const BatchFacts* facts = nullptr, std::vector<Tensor>* own_payloads = nullptr)
+      -> decltype(generic_run()) {
     auto t0 = Clock::now();
     std::string why;
     std::shared_ptr<const PlanEntry> e = plan_for(entry, batch, why, facts);
