@@ -269,12 +269,8 @@ int main(int argc, char** argv) {
       const specializer::Plan& plan = entry->plan;
       const runtime::ExecLayout& layout = entry->layout;
       const specializer::TemplateTable& tt = *entry->templates;
-      specializer::Residual residual;
-      residual.inputs = std::move(part.payloads);
-      specializer::fill_random_inputs(entry->residual, rs, residual.inputs);
-      residual.consts = entry->residual.consts;
-      residual.outputs = entry->residual.outputs;
-      residual.key = entry->residual.key;
+      const specializer::Residual residual =
+          specializer::with_payloads(entry->residual, std::move(part.payloads), rs);
       rs.step++;
       auto g = exec.value_and_grad(plan, residual, tt, params, &layout);
       auto t2 = Clock::now();

@@ -292,21 +292,18 @@ struct Engine::Impl {
         return run_generic();
       }
     }
-    // The plan's constants and outputs with this batch's payloads (the executor reads no
-    // instance list: the plan has the row maps).
-    // `own_payloads`: the facts' payloads, which no one else reads, moved rather than copied
-    // (a copy is an atomic increment on each payload's storage, and a decrement at the end).
-    specializer::Residual with_inputs;
+    // The plan's constants and outputs with this batch's payloads. `own_payloads`: the
+    // facts' payloads, which no one else reads, moved rather than copied (a copy is an atomic
+    // increment on each payload's storage, and a decrement at the end).
+    std::vector<Tensor> payloads;
     if (own_payloads)
-      with_inputs.inputs = std::move(*own_payloads);
+      payloads = std::move(*own_payloads);
     else if (facts)
-      with_inputs.inputs = facts->payloads;
+      payloads = facts->payloads;
     else
-      specializer::batch_payloads(batch, with_inputs.inputs);
-    specializer::fill_random_inputs(e->residual, rs, with_inputs.inputs);
-    with_inputs.consts = e->residual.consts;
-    with_inputs.outputs = e->residual.outputs;
-    with_inputs.key = e->residual.key;
+      specializer::batch_payloads(batch, payloads);
+    specializer::Residual with_inputs =
+        specializer::with_payloads(e->residual, std::move(payloads), rs);
     int64_t launches = exec.stats().jit_launches;
     int64_t interpreted_groups = exec.stats().groups_interpreted;
     double interpreted_seconds = exec.stats().interpreted_seconds;

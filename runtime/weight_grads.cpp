@@ -30,9 +30,9 @@ const GraphRunner::WeightGradBlocks* DeferredWeightGrads::blocks_of(int p) const
   const GraphRunner::WeightGradBlocks* b = nullptr;
   for (const auto& d : deferred_)
     if (d.param == p) {
-      if (d.blocks == nullptr || !d.blocks->block || (b != nullptr && d.blocks != b &&
-                                                     (d.blocks->block != b->block ||
-                                                      d.blocks->tail != b->tail)))
+      if (d.blocks == nullptr || !d.blocks->block ||
+          (b != nullptr && d.blocks != b &&
+           (d.blocks->block != b->block || d.blocks->tail != b->tail)))
         return nullptr;
       b = d.blocks;
     }

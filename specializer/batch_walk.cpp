@@ -107,7 +107,7 @@ void warm(const Value& batch) {
 // The walk's stack: a node's children are pushed all at once, into room made for them first,
 // so that pushing one is two stores (a vector's push_back, not inlined here, was a call per
 // child).
-class Todo {
+class WalkStack {
 public:
   bool empty() const { return n_ == 0; }
   const Item& back() const { return buf_[n_ - 1]; }
@@ -146,16 +146,16 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   out.payloads.clear();
   out.sites.clear();
   warm(batch);
-  thread_local Todo todo; // kept per thread: no allocation per batch
-  todo.reset();
-  todo.make_room(1);
-  todo.push_unchecked({&batch, 0, 0});
+  thread_local WalkStack stack; // kept per thread: no allocation per batch
+  stack.reset();
+  stack.make_room(1);
+  stack.push_unchecked({&batch, 0, 0});
   uint64_t h = 0x243f6a8885a308d3ull;
   size_t deepest = 0;
-  while (!todo.empty()) {
-    const Item it = todo.pop();
-    if (!todo.empty())
-      prefetch_elements(*todo.back().v);
+  while (!stack.empty()) {
+    const Item it = stack.pop();
+    if (!stack.empty())
+      prefetch_elements(*stack.back().v);
     deepest = std::max(deepest, it.depth);
     const Value& v = *it.v;
     h = mix(h, static_cast<uint64_t>(v.kind()));
@@ -182,9 +182,9 @@ void walk_batch(const Value& batch, BatchWalk& out) {
       h = mix(h, xs.size());
       const uint64_t outer =
           adt ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32) : uint64_t{1} << 60;
-      todo.make_room(xs.size());
+      stack.make_room(xs.size());
       for (size_t i = xs.size(); i-- > 0;) { // reversed: popped in order (preorder)
-        todo.push_unchecked({&xs[i], it.depth + 1, outer | i});
+        stack.push_unchecked({&xs[i], it.depth + 1, outer | i});
         prefetch_vector(xs[i]);
       }
       break;
@@ -192,9 +192,9 @@ void walk_batch(const Value& batch, BatchWalk& out) {
     case Value::Kind::List: {
       const size_t n = v.list_size();
       h = mix(h, n);
-      todo.make_room(n);
+      stack.make_room(n);
       for (size_t i = n; i > 0; --i) {
-        todo.push_unchecked({&v.list_at(i - 1), it.depth + i, it.site});
+        stack.push_unchecked({&v.list_at(i - 1), it.depth + i, it.site});
         prefetch_vector(v.list_at(i - 1));
       }
       break;
@@ -206,7 +206,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
   }
   out.depth = deepest;
   out.skeleton = h;
-  todo.reset();
+  stack.reset();
 }
 
 } // namespace pejit::specializer

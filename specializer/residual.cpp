@@ -24,6 +24,17 @@ void fill_random_inputs(const Residual& r, const interp::RandomState& rs,
     inputs[static_cast<size_t>(k.slot)] = interp::random_key_tensor(k.context, k.index, rs);
 }
 
+Residual with_payloads(const Residual& planned, std::vector<Tensor> payloads,
+                       const interp::RandomState& rs) {
+  Residual r;
+  r.inputs = std::move(payloads);
+  fill_random_inputs(planned, rs, r.inputs);
+  r.consts = planned.consts;
+  r.outputs = planned.outputs;
+  r.key = planned.key;
+  return r;
+}
+
 std::string TensorSig::str() const {
   std::ostringstream os;
   os << dtype_name(dtype) << "[";

@@ -259,4 +259,10 @@ struct Residual {
 void fill_random_inputs(const Residual& r, const interp::RandomState& rs,
                         std::vector<Tensor>& inputs);
 
+/// What a plan made from `planned` runs on for one batch: that batch's payloads as the inputs
+/// (with the random key slots filled for `rs`), and `planned`'s constants, outputs and key. The
+/// instance list is left out: a plan has its row maps.
+Residual with_payloads(const Residual& planned, std::vector<Tensor> payloads,
+                       const interp::RandomState& rs);
+
 } // namespace pejit::specializer
