@@ -11,7 +11,8 @@
 //   Every column is summed from 0 in row order: bit for bit kernels::sum_axis(x, 0).
 // - SumRows, width 1, and the sums of exponentials of cross-entropy: 16 lanes (element i into
 //   lane i mod 16, in order), folded 8, 4, 2, 1, as kernels::detail::row_sum; a partial block
-//   is padded with lanes that add +0. The row max is exact in any order.
+//   is padded with lanes that add +0. The row max is exact in any order; it runs in 4
+//   interleaved accumulators, and no result depends on which of equal maxima (+0, -0) it keeps.
 // - e^x is the elementwise family's branch-free Cephes exp (rel. error <= 3e-7), from the same
 //   emitter (emit_fast_exp, elementwise_codegen.h), as src/kernels/fast_math.h; the log
 //   is llvm.log.f32, i.e. libm's logf, as std::log in the reference. No fast-math flags, no FMA
@@ -60,6 +61,7 @@ using llvm::Value;
 
 constexpr unsigned kLanes = 16; // the reference's lanes (src/kernels/row_ops.h)
 constexpr unsigned kBlock = 4;  // SumRows: vectors per column block
+constexpr int64_t kMaxAcc = 4;  // row max: independent accumulators
 
 class ReduceLowering {
 public:
@@ -296,24 +298,45 @@ private:
     return v;
   }
 
-  // The largest element of a row of C (exact: the order does not matter but for NaNs, whose
-  // handling is unspecified as in row_max).
+  // The largest element of a row of C: 16 lanes as row_max, each lane in kMaxAcc interleaved
+  // accumulators (vector k of the row into accumulator k mod kMaxAcc) so that the selects do
+  // not wait on each other, combined at the end. The value is exact in any order; what the
+  // order could change is which of several maxima is kept, i.e. the sign of a zero maximum
+  // when both +0 and -0 are maxima, and no result depends on that sign (see emit_cross_entropy
+  // and emit_along_rows: x - m is then +-0 for those elements, whose e^x is 1, and the
+  // log-sum-exp is at least log 2 > 0). NaNs: a row whose x[0] is NaN gives NaN (every lane
+  // starts at x[0] and no compare with NaN is true), and other NaNs are never taken, in any
+  // order, as in row_max.
   Value* emit_row_max(Value* row) {
     const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
     llvm::Type* t = vec(kLanes);
     Value* x0 = load(f32_, row);
-    llvm::AllocaInst* lanes = slot(t, "max");
-    store(b_.CreateVectorSplat(kLanes, x0), lanes);
-    auto take = [&](Value* x) {
-      Value* l = load(t, lanes);
-      store(b_.CreateSelect(b_.CreateFCmpOGT(x, l), x, l), lanes);
+    const int64_t nacc = whole >= kMaxAcc ? kMaxAcc : 1;
+    std::vector<llvm::AllocaInst*> lanes;
+    for (int64_t u = 0; u < nacc; ++u) {
+      lanes.push_back(slot(t, "max"));
+      store(b_.CreateVectorSplat(kLanes, x0), lanes.back());
+    }
+    auto take = [&](llvm::AllocaInst* acc, Value* x) {
+      Value* l = load(t, acc);
+      store(b_.CreateSelect(b_.CreateFCmpOGT(x, l), x, l), acc);
     };
-    if (whole > 0)
-      emit_loop(b_.getInt64(whole), "max.blk",
-                [&](Value* k) { take(load(t, at(row, b_.CreateShl(k, 4, "", true, true)))); });
+    if (whole / nacc > 0)
+      emit_loop(b_.getInt64(whole / nacc), "max.blk", [&](Value* k) {
+        Value* col = b_.CreateMul(k, b_.getInt64(nacc * kLanes), "", true, true);
+        for (int64_t u = 0; u < nacc; ++u)
+          take(lanes[static_cast<size_t>(u)],
+               load(t, at(row, b_.CreateAdd(col, b_.getInt64(u * kLanes), "", true, true))));
+      });
+    for (int64_t v = whole / nacc * nacc; v < whole; ++v)
+      take(lanes[static_cast<size_t>(v % nacc)], load(t, at(row, v * kLanes)));
     if (rem > 0)
-      take(load_partial(row, whole * kLanes, static_cast<unsigned>(rem), x0));
-    Value* l = load(t, lanes);
+      take(lanes[0], load_partial(row, whole * kLanes, static_cast<unsigned>(rem), x0));
+    Value* l = load(t, lanes[0]);
+    for (int64_t u = 1; u < nacc; ++u) {
+      Value* o = load(t, lanes[static_cast<size_t>(u)]);
+      l = b_.CreateSelect(b_.CreateFCmpOGT(o, l), o, l);
+    }
     Value* m = b_.CreateExtractElement(l, uint64_t{0});
     // Lanes past the row's length hold x[0]: they cannot change the max.
     for (unsigned j = 1; j < static_cast<unsigned>(std::min<int64_t>(c, kLanes)); ++j) {

@@ -13,6 +13,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
+#include <span>
 #include <random>
 #include <vector>
 
@@ -153,7 +155,9 @@ TEST_CASE("cross_entropy: JIT within its stated bound of double precision, near 
 TEST_CASE("cross_entropy: JIT equals the reference algorithm without contraction, bit for bit") {
   Jit jit;
   std::mt19937 rng(5);
-  for (int64_t c : {1, 2, 5, 15, 16, 17, 40}) {
+  // Up to 40: the row max in one accumulator; from 64 on in interleaved ones, with 0 to 3
+  // whole vectors after the last block of four and with or without a partial vector.
+  for (int64_t c : {1, 2, 5, 15, 16, 17, 40, 64, 80, 100, 150, 1000}) {
     CAPTURE(c);
     CompiledReduce fwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropy, .width = c});
     CompiledReduce bwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropyBwd, .width = c});
@@ -350,7 +354,7 @@ TEST_CASE("along rows: sum, mean, softmax, log_softmax and their backward equal 
     CAPTURE(name);
     const bool per_row = kind == ReduceKind::SumCols || kind == ReduceKind::MeanCols;
     const bool exact = per_row; // no e^x: the reference kernels' own bits
-    for (int64_t c : {1, 2, 5, 15, 16, 17, 33, 150}) {
+    for (int64_t c : {1, 2, 5, 15, 16, 17, 33, 150, 1000}) {
       CAPTURE(c);
       CompiledReduce k = jit.compile_reduce({.kind = kind, .width = c});
       for (int64_t rows : kRows) {
@@ -442,4 +446,81 @@ TEST_CASE("reduce specs: canonical text, validation, the kernel cache") {
   CHECK(cache.stats().compiles == 2);
   CHECK(a->ir_hash == ir_text_hash(jit.optimized_ir(s)));
   CHECK(sum->key != a->key);
+}
+
+namespace {
+
+// Equal bits, or both NaN (a NaN's sign and payload depend on operand order in the machine
+// code, which neither kernel promises).
+bool same_or_both_nan(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::isnan(a[i]) && std::isnan(b[i])) && !test::same_bits(a.subspan(i, 1), b.subspan(i, 1)))
+      return false;
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("row max in interleaved accumulators: rows with +0 and -0 maxima, infinities and NaNs "
+          "give the reference algorithm's results") {
+  Jit jit;
+  std::mt19937 rng(21);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t c : {64, 100, 1000}) {
+    CAPTURE(c);
+    // Row 0: +0 in vector 1 and -0 in vector 0 of one lane (a single accumulator keeps -0,
+    // interleaved ones +0); row 1 the other way round; row 2 zeros of both signs in every
+    // accumulator; row 3 a +inf; row 4 all -inf; row 5 a NaN first; row 6 a NaN later.
+    const int64_t rows = 7;
+    Tensor x = random_f32(Shape{rows, c}, rng, -30.0f, -1.0f);
+    float* p = x.f32();
+    p[0 * c + 3] = -0.0f;
+    p[0 * c + 16 + 3] = 0.0f;
+    p[1 * c + 3] = 0.0f;
+    p[1 * c + 16 + 3] = -0.0f;
+    for (int64_t i = 0; i < c; i += 7)
+      p[2 * c + i] = i % 2 ? 0.0f : -0.0f;
+    p[3 * c + c / 2] = inf;
+    for (int64_t i = 0; i < c; ++i)
+      p[4 * c + i] = -inf;
+    p[5 * c] = nan;
+    p[6 * c + c - 1] = nan;
+    Tensor y = random_labels(rows, c, rng);
+    y.i32()[0] = 16 + 3; // the labels on the zero maxima
+    y.i32()[1] = 3;
+    Tensor gy = random_f32(Shape{rows}, rng, -2.0f, 2.0f);
+    CompiledReduce fwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropy, .width = c});
+    CompiledReduce bwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropyBwd, .width = c});
+    Tensor loss = Tensor::empty(DType::F32, Shape{rows});
+    Tensor dx = Tensor::empty(DType::F32, Shape{rows, c});
+    const void* in[] = {x.raw(), y.raw(), gy.raw()};
+    void* out_l[] = {loss.raw()};
+    void* out_d[] = {dx.raw()};
+    REQUIRE(fwd.fn(in, out_l, rows) == -1);
+    REQUIRE(bwd.fn(in, out_d, rows) == -1);
+    std::vector<float> want_l(rows), want_d(static_cast<size_t>(rows * c));
+    for (int64_t r = 0; r < rows; ++r)
+      ce_emulated(p + r * c, y.i32()[r], gy.f32()[r], c, want_l[static_cast<size_t>(r)],
+                  want_d.data() + r * c);
+    CHECK(same_or_both_nan({loss.f32(), static_cast<size_t>(rows)}, want_l));
+    CHECK(same_or_both_nan({dx.f32(), want_d.size()}, want_d));
+    for (auto kind : {ReduceKind::Softmax, ReduceKind::LogSoftmax}) {
+      CAPTURE(reduce_kind_name(kind));
+      CompiledReduce k = jit.compile_reduce({.kind = kind, .width = c});
+      Tensor got = Tensor::empty(DType::F32, Shape{rows, c});
+      std::vector<float> want(static_cast<size_t>(rows * c));
+      const void* kin[] = {x.raw(), x.raw()};
+      void* kout[] = {got.raw()};
+      REQUIRE(k.fn(kin, kout, rows) == -1);
+      for (int64_t r = 0; r < rows; ++r)
+        along_emulated(kind, p + r * c, p + r * c, c, want.data() + r * c);
+      CHECK(same_or_both_nan({got.f32(), want.size()}, want));
+      jit.remove(k.handle);
+    }
+    jit.remove(fwd.handle);
+    jit.remove(bwd.handle);
+  }
 }
