@@ -61,10 +61,11 @@ Value* scalef(llvm::IRBuilder<>& b, Value* y, Value* fn) {
     return nullptr;
   const unsigned n = vt->getNumElements();
   if ((n == 8 || n == 4) && has_feature(b, "+avx512vl"))
-    return b.CreateIntrinsic(n == 8 ? llvm::Intrinsic::x86_avx512_mask_scalef_ps_256
-                                    : llvm::Intrinsic::x86_avx512_mask_scalef_ps_128,
-                             {}, {y, fn, llvm::Constant::getNullValue(vt),
-                                  b.getInt8(static_cast<uint8_t>((1u << n) - 1))});
+    return b.CreateIntrinsic(
+        n == 8 ? llvm::Intrinsic::x86_avx512_mask_scalef_ps_256
+               : llvm::Intrinsic::x86_avx512_mask_scalef_ps_128,
+        {},
+        {y, fn, llvm::Constant::getNullValue(vt), b.getInt8(static_cast<uint8_t>((1u << n) - 1))});
   if (n % 16 != 0 || !llvm::isPowerOf2_32(n))
     return nullptr;
   // Wider vectors (the elementwise chains' two registers) in pieces of 16 lanes.

@@ -297,8 +297,8 @@ TEST_CASE("exp equals fast_math.h's fast_exp bit for bit over its whole range (v
   std::vector<float> x;
   for (double v = -112; v <= 96; v += 1.0 / 64)
     x.push_back(static_cast<float>(v));
-  for (float v : {-104.0f, -103.97f, -87.34f, -87.33f, 88.72f, 88.73f, 89.0f, 0.0f, -0.0f,
-                  1e-30f, -1e-30f, std::numeric_limits<float>::infinity(),
+  for (float v : {-104.0f, -103.97f, -87.34f, -87.33f, 88.72f, 88.73f, 89.0f, 0.0f, -0.0f, 1e-30f,
+                  -1e-30f, std::numeric_limits<float>::infinity(),
                   -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()})
     x.push_back(v);
   const int64_t n = static_cast<int64_t>(x.size());
@@ -336,8 +336,7 @@ TEST_CASE("exp equals fast_math.h's fast_exp bit for bit over its whole range (v
   // On AVX-512 hosts the scaling is vscalefps (the instruction's intrinsic in the IR).
   const std::string& f = jit.target_features();
   if ((f + ",").find("+avx512f,") != std::string::npos)
-    CHECK(jit.optimized_ir(spec(150)).find("llvm.x86.avx512.mask.scalef.ps") !=
-          std::string::npos);
+    CHECK(jit.optimized_ir(spec(150)).find("llvm.x86.avx512.mask.scalef.ps") != std::string::npos);
 }
 
 TEST_CASE("the inner loop is vectorized on AVX hosts") {

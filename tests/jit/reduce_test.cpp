@@ -14,8 +14,8 @@
 
 #include <cmath>
 #include <limits>
-#include <span>
 #include <random>
+#include <span>
 #include <vector>
 
 using namespace pejit;
@@ -456,7 +456,8 @@ bool same_or_both_nan(std::span<const float> a, std::span<const float> b) {
   if (a.size() != b.size())
     return false;
   for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::isnan(a[i]) && std::isnan(b[i])) && !test::same_bits(a.subspan(i, 1), b.subspan(i, 1)))
+    if (!(std::isnan(a[i]) && std::isnan(b[i])) &&
+        !test::same_bits(a.subspan(i, 1), b.subspan(i, 1)))
       return false;
   return true;
 }
@@ -469,18 +470,20 @@ TEST_CASE("row max in interleaved accumulators: rows with +0 and -0 maxima, infi
   std::mt19937 rng(21);
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int64_t c : {64, 100, 1000}) {
+  for (int64_t c : {80, 100, 1000}) {
     CAPTURE(c);
-    // Row 0: +0 in vector 1 and -0 in vector 0 of one lane (a single accumulator keeps -0,
-    // interleaved ones +0); row 1 the other way round; row 2 zeros of both signs in every
-    // accumulator; row 3 a +inf; row 4 all -inf; row 5 a NaN first; row 6 a NaN later.
+    // Row 0: lane 3 holds +0 in vector 1 and -0 in vector 4. In row order the max keeps the
+    // first, +0; in four interleaved accumulators vector 4 shares the first accumulator with
+    // vector 0, which is combined first, so it keeps -0. Row 1 the other way round. Row 2
+    // zeros of both signs in every accumulator; row 3 a +inf; row 4 all -inf; row 5 a NaN
+    // first; row 6 a NaN last.
     const int64_t rows = 7;
     Tensor x = random_f32(Shape{rows, c}, rng, -30.0f, -1.0f);
     float* p = x.f32();
-    p[0 * c + 3] = -0.0f;
     p[0 * c + 16 + 3] = 0.0f;
-    p[1 * c + 3] = 0.0f;
+    p[0 * c + 64 + 3] = -0.0f;
     p[1 * c + 16 + 3] = -0.0f;
+    p[1 * c + 64 + 3] = 0.0f;
     for (int64_t i = 0; i < c; i += 7)
       p[2 * c + i] = i % 2 ? 0.0f : -0.0f;
     p[3 * c + c / 2] = inf;
@@ -489,8 +492,8 @@ TEST_CASE("row max in interleaved accumulators: rows with +0 and -0 maxima, infi
     p[5 * c] = nan;
     p[6 * c + c - 1] = nan;
     Tensor y = random_labels(rows, c, rng);
-    y.i32()[0] = 16 + 3; // the labels on the zero maxima
-    y.i32()[1] = 3;
+    y.i32()[0] = 64 + 3; // the labels on the zero maxima
+    y.i32()[1] = 16 + 3;
     Tensor gy = random_f32(Shape{rows}, rng, -2.0f, 2.0f);
     CompiledReduce fwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropy, .width = c});
     CompiledReduce bwd = jit.compile_reduce({.kind = ReduceKind::CrossEntropyBwd, .width = c});
