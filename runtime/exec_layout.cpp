@@ -10,7 +10,7 @@ using specializer::RowRef;
 
 namespace {
 
-int64_t numel_of(const std::vector<int64_t>& dims) {
+int64_t numel_of(std::span<const int64_t> dims) {
   int64_t n = 1;
   for (auto d : dims)
     n *= d;

@@ -22,7 +22,7 @@
 namespace pejit::runtime {
 
 struct PlanExecutor::Impl {
-  static Shape rows_shape(int64_t rows, const std::vector<int64_t>& dims) {
+  static Shape rows_shape(int64_t rows, std::span<const int64_t> dims) {
     Shape s{rows};
     for (auto d : dims)
       s.push_back(d);

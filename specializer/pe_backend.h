@@ -51,7 +51,7 @@ inline TensorSig sig_of(const ir::Type& t, const interp::DimBindings& dims) {
 }
 
 inline ir::Type type_of(const TensorSig& s) {
-  std::vector<int64_t> d = s.dims;
+  std::vector<int64_t> d = s.dims.vec();
   return s.dtype == DType::F32 ? ir::t_f32(d) : ir::t_i32(d);
 }
 

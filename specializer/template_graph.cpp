@@ -28,7 +28,7 @@ using interp::Values;
 namespace {
 
 graph::ShapeType shape_type(const TensorSig& s) {
-  return graph::ShapeType{s.dtype, s.dims};
+  return graph::ShapeType{s.dtype, s.dims.vec()};
 }
 
 void flatten(const Value& v, std::vector<Value>& out) {

@@ -100,13 +100,13 @@ struct Program {
 };
 
 TensorSig f32(std::vector<int64_t> dims) {
-  return {DType::F32, std::move(dims)};
+  return {DType::F32, specializer::SigDims(dims.begin(), dims.end())};
 }
 TensorSig i32(std::vector<int64_t> dims) {
-  return {DType::I32, std::move(dims)};
+  return {DType::I32, specializer::SigDims(dims.begin(), dims.end())};
 }
 
-Shape with_rows(int64_t rows, const std::vector<int64_t>& dims) {
+Shape with_rows(int64_t rows, std::span<const int64_t> dims) {
   Shape s{rows};
   for (int64_t d : dims)
     s.push_back(d);
@@ -411,7 +411,7 @@ TEST_SUITE("runtime") {
       for (const auto& s : t->results)
         seeds.push_back(random_rows(s, kRows, rng));
       runtime::RunnerCache fwd_cache(p.m, p.dims, &shared_kernels(),
-                                      runtime::GraphRunner::CompileScope{.forward_only = true});
+                                     runtime::GraphRunner::CompileScope{.forward_only = true});
       auto fwd = fwd_cache.get(*t, true);
       auto full = make_runner(p.m, p.dims, *t, &shared_kernels());
       REQUIRE(fwd != nullptr);

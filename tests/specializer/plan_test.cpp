@@ -473,7 +473,7 @@ TEST_SUITE("specializer") {
       }
       ++sum_groups;
       sum_rows += g.instances.size();
-      CHECK(seen.insert({g.level, g.results.at(0).dims}).second);
+      CHECK(seen.insert({g.level, g.results.at(0).dims.vec()}).second);
       REQUIRE(g.segments.size() == g.instances.size() + 1);
       CHECK(g.segments.front() == 0);
       CHECK(static_cast<size_t>(g.segments.back()) == g.args.size());
@@ -484,5 +484,33 @@ TEST_SUITE("specializer") {
     CHECK(sum_rows >= nodes);
     CHECK(sum_groups <= 2 * static_cast<size_t>(plan.levels) + 1);
     CHECK(sum_groups * 4 < sum_rows);
+  }
+
+  TEST_CASE("signature dimensions: held inline up to a tensor's rank, compared by value") {
+    using specializer::SigDims;
+    using specializer::TensorSig;
+    TensorSig a{DType::F32, {3, 5}};
+    TensorSig b = a; // a copy owns its dimensions
+    b.dims[1] = 7;
+    CHECK(a.dims.size() == 2);
+    CHECK(a.dims[1] == 5);
+    CHECK_FALSE(a == b);
+    b.dims[1] = 5;
+    CHECK(a == b);
+    CHECK_FALSE(a == (TensorSig{DType::F32, {3}}));    // a prefix is another signature
+    CHECK_FALSE(a == (TensorSig{DType::I32, {3, 5}})); // and so is another dtype
+    CHECK(a.str() == "f32[3, 5]");
+    std::span<const int64_t> view = a.dims;
+    CHECK(std::vector<int64_t>(view.begin(), view.end()) == std::vector<int64_t>{3, 5});
+    CHECK(TensorSig{}.str() == "f32[]");
+    SigDims d;
+    for (size_t i = 0; i < Shape::kMaxRank; ++i)
+      d.push_back(static_cast<int64_t>(i + 1));
+    CHECK(d.size() == Shape::kMaxRank);
+    CHECK(d.back() == static_cast<int64_t>(Shape::kMaxRank));
+    CHECK_THROWS_WITH_AS(d.push_back(9), doctest::Contains("more than 8 dimensions"), Error);
+    CHECK(d.size() == Shape::kMaxRank); // unchanged
+    const std::vector<int64_t> nine{1, 2, 3, 4, 5, 6, 7, 8, 9};
+    CHECK_THROWS_AS(SigDims(nine.begin(), nine.end()), Error);
   }
 }

@@ -89,7 +89,7 @@ Tensor random_tensor(const specializer::TensorSig& s, std::mt19937& rng) {
   return t;
 }
 
-std::string dims_text(const std::vector<int64_t>& d) {
+std::string dims_text(std::span<const int64_t> d) {
   std::string s;
   for (size_t i = 0; i < d.size(); ++i)
     s += (i ? ", " : "") + std::to_string(d[i]);
