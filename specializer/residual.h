@@ -50,9 +50,9 @@ public:
   SigDims() = default;
   SigDims(std::initializer_list<int64_t> d) { assign(d.begin(), d.end()); }
   explicit SigDims(std::span<const int64_t> d) { assign(d.begin(), d.end()); }
-  template <class It> SigDims(It b, It e) { assign(b, e); }
+  template <std::input_iterator It> SigDims(It b, It e) { assign(b, e); }
   /// Throws pejit::Error past Shape::kMaxRank dimensions.
-  template <class It> void assign(It b, It e) {
+  template <std::input_iterator It> void assign(It b, It e) {
     n_ = 0;
     for (; b != e; ++b)
       push_back(*b);
