@@ -46,7 +46,7 @@ inline TensorSig sig_of(const ir::Type& t, const interp::DimBindings& dims) {
   s.dtype = t->elem == ir::Elem::F32 ? DType::F32 : DType::I32;
   auto sh = interp::concrete_shape(t, dims);
   auto d = sh.dims();
-  s.dims.assign(d.begin(), d.end());
+  s.dims = SigDims(d.begin(), d.end());
   return s;
 }
 

@@ -11,10 +11,6 @@
 
 namespace pejit::specializer {
 
-void SigDims::too_many() {
-  throw Error("shape: more than " + std::to_string(Shape::kMaxRank) + " dimensions");
-}
-
 TensorSig random_key_sig() {
   return TensorSig{DType::I32, {kernels::kRandomKeyWidth}};
 }

@@ -17,10 +17,8 @@
 #include "src/tensor/tensor.h"
 #include "src/util/diagnostics.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <iterator>
 #include <memory>
 #include <span>
@@ -42,48 +40,26 @@ struct Ref {
   bool operator==(const Ref& o) const { return kind == o.kind && index == o.index && out == o.out; }
 };
 
-/// A signature's dimensions, held inline (at most Shape::kMaxRank, as every tensor's): a plan
-/// copies its templates' signatures into each group, and a batch has hundreds of groups.
-/// The part of std::vector's interface that signatures use.
-class SigDims {
+/// A signature's dimensions: a Shape (inline, at most Shape::kMaxRank, as every tensor's;
+/// a plan copies its templates' signatures into each group, and a batch has hundreds of
+/// groups), with the part of std::vector's interface that signatures use.
+class SigDims : public Shape {
 public:
+  using Shape::Shape;
   SigDims() = default;
-  SigDims(std::initializer_list<int64_t> d) { assign(d.begin(), d.end()); }
-  explicit SigDims(std::span<const int64_t> d) { assign(d.begin(), d.end()); }
-  template <std::input_iterator It> SigDims(It b, It e) { assign(b, e); }
   /// Throws pejit::Error past Shape::kMaxRank dimensions.
-  template <std::input_iterator It> void assign(It b, It e) {
-    n_ = 0;
+  template <std::input_iterator It> SigDims(It b, It e) {
     for (; b != e; ++b)
       push_back(*b);
   }
-  void push_back(int64_t d) {
-    if (n_ >= Shape::kMaxRank) [[unlikely]]
-      too_many();
-    d_[n_++] = d;
-  }
-  void clear() { n_ = 0; }
-  size_t size() const { return n_; }
-  bool empty() const { return n_ == 0; }
-  int64_t operator[](size_t i) const { return d_[i]; }
-  int64_t& operator[](size_t i) { return d_[i]; }
-  int64_t front() const { return d_[0]; }
-  int64_t back() const { return d_[n_ - 1]; }
-  const int64_t* data() const { return d_; }
-  const int64_t* begin() const { return d_; }
-  const int64_t* end() const { return d_ + n_; }
-  int64_t* begin() { return d_; }
-  int64_t* end() { return d_ + n_; }
-  operator std::span<const int64_t>() const { return {d_, n_}; }
+  size_t size() const { return rank(); }
+  bool empty() const { return rank() == 0; }
+  int64_t front() const { return (*this)[0]; }
+  int64_t back() const { return (*this)[rank() - 1]; }
+  const int64_t* data() const { return begin(); }
+  operator std::span<const int64_t>() const { return dims(); }
   /// A copy as a vector, for the interfaces that take one.
-  std::vector<int64_t> vec() const { return {d_, d_ + n_}; }
-  bool operator==(const SigDims& o) const { return n_ == o.n_ && std::equal(d_, d_ + n_, o.d_); }
-
-private:
-  [[noreturn]] static void too_many();
-
-  int64_t d_[Shape::kMaxRank] = {};
-  uint8_t n_ = 0;
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
 };
 
 /// dtype and per-instance dimensions of a tensor.
