@@ -308,6 +308,10 @@ int main(int argc, char** argv) {
               threads, threads == 1 ? "" : "s", nbatches, unit, trees_n / total_s, unit,
               1e3 * total_s / nbatches, 1e3 * plan_s / nbatches, 1e3 * run_s / nbatches,
               1e3 * step_s / nbatches);
+  const runtime::SpecializerService::MemoFacts memo = service.fragment_memo();
+  std::printf("fragment memo after the run: %.1f MiB%s\n",
+              static_cast<double>(memo.bytes) / (1 << 20),
+              memo.full ? " (full: past its bound, replaying what it holds)" : "");
   std::printf("SGEMM peak in this run: %.1f GFLOP/s before, %.1f after\n", peak_before, peak_after);
   std::printf("%-28s %9s %11s %8s %9s %8s\n", "family", "calls/bt", "ms/batch", "of run", "GFLOP/s",
               "of peak");

@@ -5,6 +5,7 @@
 #include "runtime/chrome_trace.h"
 #include "runtime/fault_hooks.h"
 #include "specializer/batch_walk.h"
+#include "specializer/fragments.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
 
@@ -152,6 +153,12 @@ void SpecializerService::forget(const std::vector<std::string>& entries) {
   for (const auto& e : entries)
     refused_.erase(e);
   cones_.clear();
+}
+
+SpecializerService::MemoFacts SpecializerService::fragment_memo() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const specializer::FragmentMemo* fm = templates_.pe_memo().fragments.p.get();
+  return fm == nullptr ? MemoFacts{} : MemoFacts{fm->bytes(), fm->full};
 }
 
 } // namespace pejit::runtime

@@ -103,6 +103,14 @@ public:
   /// changed).
   void forget(const std::vector<std::string>& entries);
 
+  /// The partial evaluator's fragment memo: the memory it holds (FragmentMemo::bytes) and
+  /// whether it is full (past PeOptions::fragment_memo_bytes), for reports.
+  struct MemoFacts {
+    size_t bytes = 0;
+    bool full = false;
+  };
+  MemoFacts fragment_memo();
+
 private:
   struct Refusal {
     uint64_t cone;

@@ -40,8 +40,10 @@
 // - Skeletons are 128 bits of two independent hashes computed bottom-up as BatchScan walks the
 //   batch (no table lookup per node): exact up to a 2^-128-per-pair collision, far below the
 //   64-bit skeleton key that already identifies a batch's plan.
-// - Bounds: PeOptions::fragment_memo_bytes; past it, every fragment is dropped before the next
-//   batch.
+// - Bounds: PeOptions::fragment_memo_bytes; past it the memo is full: it records nothing more
+//   and replays what it holds, until a window of batches gets less than a quarter of its
+//   instances from replays (the data moved on); then it is dropped before the next batch
+//   (FragmentMemo::stale).
 // - Not handled: List arguments at the top of a call (list tails are views; a recursion over a
 //   list is evaluated), Int/Bool-only results are memoized but gain little.
 #include "specializer/partial_eval.h"
@@ -472,12 +474,15 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
     memo.cones.emplace_back(entry, cone);
   }
 
-  // Fragments, within their memory bound (dropped whole past it, before this batch).
+  // Fragments, within their memory bound: full past it (nothing more recorded), dropped whole
+  // before this batch once stale.
   FragmentMemo* frags = nullptr;
   if (opt.fragment_memo_bytes > 0) {
     auto& fp = memo.fragments.p;
-    if (!fp || fp->bytes() > opt.fragment_memo_bytes)
+    if (!fp || fp->stale())
       fp = std::make_shared<FragmentMemo>();
+    if (!fp->full && fp->bytes() > opt.fragment_memo_bytes)
+      fp->full = true;
     frags = fp.get();
     ++frags->run;
   }
@@ -533,6 +538,8 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   out.residual.fuel_used = be->fuel_used();
   out.replayed = be->replayed();
   out.recorded = be->recorded();
+  if (frags != nullptr && frags->full)
+    frags->count_full_run(out.residual.instances.size(), be->replayed_instances());
 
   return out;
 }

@@ -55,9 +55,11 @@ struct PeOptions {
   int max_depth = interp::CallLimit::kDefaultMaxDepth;
   int calls_per_level = interp::CallLimit::kCallsPerLevel;
   /// Memory for the fragments of inlined calls (partial_eval.cpp), kept across batches in the
-  /// TemplateTable; past it they are dropped before the next batch. 0: no fragments, every
-  /// call is evaluated.
-  size_t fragment_memo_bytes = size_t{64} << 20;
+  /// TemplateTable; past it the memo records nothing more and replays what it holds, until it
+  /// stops paying (FragmentMemo::stale). 0: no fragments, every call is evaluated. Room for
+  /// the fragments of the SST training set with the zoo's BiLSTM tagger, whose fragments (a
+  /// sentence's whole residual each) are the largest measured (bench/RESULTS.md, Session 25).
+  size_t fragment_memo_bytes = size_t{256} << 20;
   /// Whether Residual::inputs gets a copy of each payload tensor. A caller that plans and then
   /// runs the plan on the payloads it collects itself (the engine) turns it off: the residual
   /// then only counts its input slots (Residual::num_inputs) and the batch scan touches no

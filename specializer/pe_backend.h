@@ -119,6 +119,8 @@ public:
   /// Whether input() keeps each payload tensor in Residual::inputs (PeOptions::keep_inputs).
   void set_keep_inputs(bool keep) { keep_inputs_ = keep; }
   size_t replayed() const { return replayed_; }
+  /// Instances appended by the replays of calls (nested calls' included).
+  size_t replayed_instances() const { return replayed_instances_; }
   size_t recorded() const { return recorded_; }
   int32_t sig_of_value(const Value& v) { return sig(v); }
 
@@ -312,7 +314,7 @@ private:
   bool replaying_ = false;
   size_t sums0_ = 0; ///< replay_call: where the replayed fragment's sums are in rsums_
   int64_t call_uids_ = 0;
-  size_t replayed_ = 0, recorded_ = 0;
+  size_t replayed_ = 0, recorded_ = 0, replayed_instances_ = 0;
   std::vector<int32_t> rsums_; ///< replay: the result sums' parts of fragments replayed
   std::vector<size_t> rcalls_; ///< replay: per nested call, where its sums are in rsums_
   std::vector<int32_t> sum_tmp_;

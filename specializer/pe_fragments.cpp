@@ -3,6 +3,8 @@
 // note, with the conditions under which a replay is exact, is at the top of partial_eval.cpp.
 #include "specializer/pe_backend.h"
 
+#include <tuple>
+
 // GCC 12 reports a std::string copy inlined into the flattened replay() as a memcpy of 2^63
 // bytes that may overlap (-Wrestrict): a known false positive of its range analysis after
 // inlining; no string here is that long or overlaps.
@@ -57,11 +59,19 @@ namespace pejit::specializer::pe {
     }
   }
   FragmentMemo& fm = *frags_;
-  auto [id, fresh] = fm.keys.emplace(fkey_, static_cast<int32_t>(fm.fragments.size()));
-  if (fresh)
-    fm.fragments.emplace_back();
-  const FragmentMemo::Fragment& fr = fm.fragments[static_cast<size_t>(id)];
   using State = FragmentMemo::Fragment::State;
+  int32_t id = -1;
+  if (fm.full) { // replays what it holds; records nothing
+    id = fm.keys.find(fkey_);
+    if (id < 0 || fm.fragments[static_cast<size_t>(id)].state != State::Ok)
+      return drop_frame(frame);
+  } else {
+    bool fresh = false;
+    std::tie(id, fresh) = fm.keys.emplace(fkey_, static_cast<int32_t>(fm.fragments.size()));
+    if (fresh)
+      fm.fragments.emplace_back();
+  }
+  const FragmentMemo::Fragment& fr = fm.fragments[static_cast<size_t>(id)];
   if (fr.state == State::Ok) {
     // Taken only where the evaluation would stay within the bounds: else it runs, and
     // refuses or fails where it would have.
@@ -76,6 +86,7 @@ namespace pejit::specializer::pe {
     }
     replay_call(id, frame, out, flat, uid);
     ++replayed_;
+    replayed_instances_ += fr.instances;
     used_ += fr.fuel;
     if (recs_.empty())
       frames_.resize(frame);

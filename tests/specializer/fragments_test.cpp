@@ -293,6 +293,83 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     CHECK(again.replayed == 1); // under the loose bound the whole chain replays
   }
 
+  TEST_CASE("fragments: past the memory bound the memo records nothing more and keeps "
+            "replaying what it holds") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(40, 11, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
+    std::vector<interp::Value> batches;
+    for (size_t b = 0; b + 10 <= trees.size(); b += 10)
+      batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+    specializer::PeOptions tiny; // full after the first batch's recording
+    tiny.fragment_memo_bytes = 1;
+    specializer::TemplateTable tt, cold;
+    auto first = specializer::partially_evaluate(*md.m, md.dims, "loss", batches[0], tt, tiny);
+    REQUIRE(first.recorded > 0);
+    const specializer::FragmentMemo* fm = tt.pe_memo().fragments.p.get();
+    REQUIRE(fm != nullptr);
+    const size_t held = fm->fragments.size(), bytes = fm->bytes();
+    // Batches never seen record nothing (the memo is the same object, no bigger); the first
+    // batch, seen again, replays every tree whole. Each residual is evaluation's.
+    for (size_t k = 0; k < 2 * specializer::FragmentMemo::kFullWindow; ++k) {
+      CAPTURE(k);
+      const size_t b = k % 2 == 0 ? 0 : 1 + (k / 2) % (batches.size() - 1);
+      auto a = specializer::partially_evaluate(*md.m, md.dims, "loss", batches[b], tt, tiny);
+      CHECK(a.recorded == 0);
+      if (b == 0)
+        CHECK(a.replayed == 10);
+      if (k < 4) {
+        auto c = specializer::partially_evaluate(*md.m, md.dims, "loss", batches[b], cold,
+                                                 no_fragments());
+        REQUIRE(canonical(a, tt) == canonical(c, cold));
+      }
+      REQUIRE(tt.pe_memo().fragments.p.get() == fm); // still paying: kept
+    }
+    CHECK(fm->full);
+    CHECK(fm->fragments.size() == held);
+    CHECK(fm->bytes() == bytes);
+  }
+
+  TEST_CASE("fragments: a full memo that stops paying (the batches moved on) is dropped after "
+            "a window, and recording starts again") {
+    // Two entries over the same trees through two encoders: a memo filled by `left` holds
+    // nothing that `right` can replay.
+    Model md(R"(param W : f32[2] = normal(0.0, 1.0)
+type T = L(x: f32[2]) | N(l: T, r: T)
+fn enc_l(t: T) -> f32[2] { match t { L(x) => tanh(x) N(l, r) => tanh(enc_l(l) * W + enc_l(r)) } }
+fn enc_r(t: T) -> f32[2] { match t { L(x) => sigmoid(x) N(l, r) => sigmoid(enc_r(l) + enc_r(r)) } }
+entry left(ts: List[T]) -> f32[] { sum_list(map(fn t => sum(enc_l(t)), ts)) }
+entry right(ts: List[T]) -> f32[] { sum_list(map(fn t => sum(enc_r(t)), ts)) }
+)",
+             false);
+    auto leaf = [](float v) {
+      return interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, v))});
+    };
+    auto node = [](interp::Value l, interp::Value r) {
+      return interp::Value::adt(1, {std::move(l), std::move(r)});
+    };
+    interp::Value batch = interp::Value::list(
+        {node(leaf(1), node(leaf(2), leaf(3))), node(node(leaf(4), leaf(5)), leaf(6))});
+    specializer::PeOptions tiny;
+    tiny.fragment_memo_bytes = 1;
+    specializer::TemplateTable tt;
+    REQUIRE(specializer::partially_evaluate(*md.m, md.dims, "left", batch, tt, tiny).recorded > 0);
+    const specializer::FragmentMemo* full = tt.pe_memo().fragments.p.get();
+    // The first `right` run finds the memo full: from then on a window of runs replays
+    // nothing, and the memo is dropped before the run after it, which records.
+    for (uint32_t k = 0; k < specializer::FragmentMemo::kFullWindow; ++k) {
+      CAPTURE(k);
+      auto r = specializer::partially_evaluate(*md.m, md.dims, "right", batch, tt, tiny);
+      REQUIRE(r.ok);
+      CHECK(r.replayed == 0);
+      CHECK(r.recorded == 0);
+      REQUIRE(tt.pe_memo().fragments.p.get() == full);
+    }
+    auto again = specializer::partially_evaluate(*md.m, md.dims, "right", batch, tt, tiny);
+    CHECK(again.recorded > 0);
+    CHECK(tt.pe_memo().fragments.p.get() != full);
+  }
+
   TEST_CASE("partial evaluation after a refusal or an error on the same thread equals one on a "
             "fresh thread (the per-thread scratch of the backend and the evaluator)") {
     data::Vocab vocab;
