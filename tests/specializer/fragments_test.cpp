@@ -62,6 +62,24 @@ std::string canonical(const specializer::PeResult& pe, const specializer::Templa
   return os.str();
 }
 
+// Values of the small programs' `type T = L(x: f32[2]) | N(l: T, r: T)`: a leaf whose x is
+// all v, and a node.
+interp::Value leaf(float v) {
+  return interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, v))});
+}
+interp::Value node(interp::Value l, interp::Value r) {
+  return interp::Value::adt(1, {std::move(l), std::move(r)});
+}
+
+// `trees` in batches of 10, in order (a last partial batch left out).
+std::vector<interp::Value> batches_of_10(const Model& md,
+                                         const std::vector<data::ParseTree>& trees) {
+  std::vector<interp::Value> batches;
+  for (size_t b = 0; b + 10 <= trees.size(); b += 10)
+    batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+  return batches;
+}
+
 specializer::PeOptions no_fragments() {
   specializer::PeOptions o;
   o.fragment_memo_bytes = 0;
@@ -143,9 +161,7 @@ TEST_SUITE("specializer") {
     data::Vocab vocab;
     auto trees = data::gen_sst(40, 11, data::Shape::Sst, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    std::vector<interp::Value> batches;
-    for (size_t b = 0; b + 10 <= trees.size(); b += 10)
-      batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+    std::vector<interp::Value> batches = batches_of_10(md, trees);
     batches.push_back(batches[1]);
     for (std::string entry : {"loss", "infer"}) {
       CAPTURE(entry);
@@ -164,9 +180,7 @@ TEST_SUITE("specializer") {
     data::Vocab vocab;
     auto trees = data::gen_sst(120, 7, data::Shape::Sst, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    std::vector<interp::Value> batches;
-    for (size_t b = 0; b + 10 <= trees.size(); b += 10)
-      batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+    std::vector<interp::Value> batches = batches_of_10(md, trees);
     batches.push_back(batches[0]); // a batch seen before: whole trees replayed
     for (std::string entry : {"loss", "infer", "infer_nodes"}) {
       CAPTURE(entry);
@@ -240,12 +254,6 @@ entry loss(ts: List[T]) -> f32[] {
 }
 )",
              false);
-    auto leaf = [](float v) {
-      return interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, v))});
-    };
-    auto node = [](interp::Value l, interp::Value r) {
-      return interp::Value::adt(1, {std::move(l), std::move(r)});
-    };
     interp::Value t1 = node(leaf(1), node(leaf(2), leaf(3)));
     interp::Value t2 = node(node(leaf(4), leaf(5)), leaf(6));
     std::vector<interp::Value> batches{
@@ -262,10 +270,10 @@ entry loss(ts: List[T]) -> f32[] { sum_list(map(f, ts)) }
 entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
 )",
              false);
-    auto leaf = interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, 1.0f))});
-    interp::Value chain = leaf;
+    const interp::Value one = leaf(1);
+    interp::Value chain = one;
     for (int i = 0; i < 60; ++i)
-      chain = interp::Value::adt(1, {leaf, chain});
+      chain = node(one, chain);
     interp::Value batch = interp::Value::list({chain});
     // Fuel: grow's fragments replay exponential work in bulk; the refusal comes where the
     // evaluation would have run out, with the same fuel spent.
@@ -298,9 +306,7 @@ entry work(ts: List[T]) -> f32[] { let k = grow(40); sum_list(map(f, ts)) }
     data::Vocab vocab;
     auto trees = data::gen_sst(40, 11, data::Shape::Sst, vocab);
     Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
-    std::vector<interp::Value> batches;
-    for (size_t b = 0; b + 10 <= trees.size(); b += 10)
-      batches.push_back(test::tree_batch(*md.m, {trees.begin() + b, trees.begin() + b + 10}));
+    std::vector<interp::Value> batches = batches_of_10(md, trees);
     specializer::PeOptions tiny; // full after the first batch's recording
     tiny.fragment_memo_bytes = 1;
     specializer::TemplateTable tt, cold;
@@ -342,12 +348,6 @@ entry left(ts: List[T]) -> f32[] { sum_list(map(fn t => sum(enc_l(t)), ts)) }
 entry right(ts: List[T]) -> f32[] { sum_list(map(fn t => sum(enc_r(t)), ts)) }
 )",
              false);
-    auto leaf = [](float v) {
-      return interp::Value::adt(0, {interp::Value::tensor(Tensor::full({2}, v))});
-    };
-    auto node = [](interp::Value l, interp::Value r) {
-      return interp::Value::adt(1, {std::move(l), std::move(r)});
-    };
     interp::Value batch = interp::Value::list(
         {node(leaf(1), node(leaf(2), leaf(3))), node(node(leaf(4), leaf(5)), leaf(6))});
     specializer::PeOptions tiny;
