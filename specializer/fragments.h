@@ -92,27 +92,24 @@ struct FragmentMemo {
   /// part it holds in every epoch, where dropping the memo each time it filled would record
   /// every call again and replay none. While full, each window of kFullWindow partial
   /// evaluations counts the instances they made and those replays appended; a window in which
-  /// replays made less than a quarter means the batches moved on to other data, and the memo
-  /// is dropped before the next batch, to record afresh (stale()).
+  /// replays made less than a quarter means the batches moved on to other data: the memo is
+  /// then stale, and dropped before the next batch, to record afresh.
   static constexpr uint32_t kFullWindow = 64;
   bool full = false;
+  bool stale = false;
   uint32_t window_runs = 0;
   uint64_t window_instances = 0, window_replayed = 0;
-  /// Counts one partial evaluation while full: `instances` made, `replayed` of them by replays.
+  /// Counts one partial evaluation while full: `instances` made, `replayed` of them by
+  /// replays. At a window's end, sets `stale` from it and starts the next.
   void count_full_run(uint64_t instances, uint64_t replayed) {
     ++window_runs;
     window_instances += instances;
     window_replayed += replayed;
-  }
-  /// Full, a window has ended, and replays made less than a quarter of its instances. A
-  /// window that ends otherwise starts the next one.
-  bool stale() {
-    if (!full || window_runs < kFullWindow)
-      return false;
-    const bool moved_on = window_replayed * 4 < window_instances;
+    if (window_runs < kFullWindow)
+      return;
+    stale = window_replayed * 4 < window_instances;
     window_runs = 0;
     window_instances = window_replayed = 0;
-    return moved_on;
   }
 
   /// An estimate of the memory held, to bound it (PeOptions::fragment_memo_bytes).

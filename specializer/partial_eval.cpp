@@ -479,7 +479,7 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   FragmentMemo* frags = nullptr;
   if (opt.fragment_memo_bytes > 0) {
     auto& fp = memo.fragments.p;
-    if (!fp || fp->stale())
+    if (!fp || fp->stale)
       fp = std::make_shared<FragmentMemo>();
     if (!fp->full && fp->bytes() > opt.fragment_memo_bytes)
       fp->full = true;

@@ -3,8 +3,6 @@
 // note, with the conditions under which a replay is exact, is at the top of partial_eval.cpp.
 #include "specializer/pe_backend.h"
 
-#include <tuple>
-
 // GCC 12 reports a std::string copy inlined into the flattened replay() as a memcpy of 2^63
 // bytes that may overlap (-Wrestrict): a known false positive of its range analysis after
 // inlining; no string here is that long or overlaps.
@@ -66,8 +64,8 @@ namespace pejit::specializer::pe {
     if (id < 0 || fm.fragments[static_cast<size_t>(id)].state != State::Ok)
       return drop_frame(frame);
   } else {
-    bool fresh = false;
-    std::tie(id, fresh) = fm.keys.emplace(fkey_, static_cast<int32_t>(fm.fragments.size()));
+    auto [at, fresh] = fm.keys.emplace(fkey_, static_cast<int32_t>(fm.fragments.size()));
+    id = at;
     if (fresh)
       fm.fragments.emplace_back();
   }
