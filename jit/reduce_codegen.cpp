@@ -141,6 +141,10 @@ public:
     for (int i = 0; i < nin; ++i)
       in_.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, in, i), "in.p"));
     out_ = b_.CreateLoad(ptr, out, "out.p");
+    if (spec_.row_stats) // out[1] of the forward, in[3] of the backward; either may be null
+      stats_ = spec_.kind == ReduceKind::CrossEntropy
+                   ? b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, out, 1), "stats.p")
+                   : b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, in, nin), "stats.p");
     Value* result = b_.getInt64(-1);
     switch (spec_.kind) {
     case ReduceKind::SumRows:
@@ -378,10 +382,65 @@ private:
     return fold(load(t, acc), static_cast<unsigned>(std::min<int64_t>(c, kLanes)));
   }
 
+  // body(false), or with row statistics (stats_, which the caller may pass as null) a branch
+  // on the pointer: body(true) when it is set, body(false) when not.
+  template <class Body> void with_stats(Body body) {
+    if (stats_ == nullptr)
+      return body(false);
+    auto* set = llvm::BasicBlock::Create(ctx_, "stats", fn_);
+    auto* unset = llvm::BasicBlock::Create(ctx_, "no.stats", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "stats.join", fn_);
+    b_.CreateCondBr(b_.CreateIsNotNull(stats_), set, unset);
+    b_.SetInsertPoint(set);
+    body(true);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(unset);
+    body(false);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+  }
+
+  // The backward of a row from the forward's m and s (ReduceSpec::row_stats): e^(x_i - m) times
+  // gy / s, stored once, where the full backward stores e^(x_i - m) and then scales it: the same
+  // products, so the same bits.
+  void emit_cross_entropy_bwd_from_stats(Value* r, Value* row, Value* idx) {
+    const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
+    llvm::Type* t = vec(kLanes);
+    Value* st = at(stats_, b_.CreateShl(r, 1, "", true, true));
+    Value* m = load(f32_, st);
+    Value* s = load(f32_, at(st, 1));
+    Value* dst = at(out_, b_.CreateMul(r, b_.getInt64(c), "", true, true));
+    Value* g = load(f32_, at(in_[2], r));
+    Value* scale = b_.CreateVectorSplat(kLanes, b_.CreateFDiv(g, s, "scale"));
+    Value* ms = b_.CreateVectorSplat(kLanes, m);
+    if (whole > 0)
+      emit_loop(b_.getInt64(whole), "bwd.blk", [&](Value* k) {
+        Value* col = b_.CreateShl(k, 4, "", true, true);
+        store(b_.CreateFMul(emit_exp(b_.CreateFSub(load(t, at(row, col)), ms)), scale),
+              at(dst, col));
+      });
+    if (rem > 0) {
+      Value* e = emit_exp(
+          b_.CreateFSub(load_partial(row, whole * kLanes, static_cast<unsigned>(rem), m), ms));
+      Value* v = b_.CreateFMul(e, scale);
+      for (unsigned j = 0; j < static_cast<unsigned>(rem); ++j)
+        store(b_.CreateExtractElement(v, uint64_t{j}), at(dst, whole * kLanes + j));
+    }
+    Value* p = at(dst, idx);
+    store(b_.CreateFSub(load(f32_, p), g), p);
+  }
+
   Value* emit_cross_entropy(bool backward) {
-    const int64_t c = spec_.width;
     llvm::AllocaInst* first_bad = slot(i64_, "first_bad");
     b_.CreateStore(b_.getInt64(-1), first_bad);
+    with_stats([&](bool stats) { emit_cross_entropy_rows(backward, stats, first_bad); });
+    return b_.CreateLoad(i64_, first_bad);
+  }
+
+  // The rows of emit_cross_entropy; `stats`: the row statistics are written (forward) or read
+  // (backward).
+  void emit_cross_entropy_rows(bool backward, bool stats, llvm::AllocaInst* first_bad) {
+    const int64_t c = spec_.width;
     row_loop([&](Value* r) {
       // A shared logits row or label: every row reads the same one (stride 0).
       Value* row = spec_.shared_logits
@@ -395,9 +454,16 @@ private:
       Value* is_first = b_.CreateAnd(bad, b_.CreateICmpSLT(fb, b_.getInt64(0)));
       b_.CreateStore(b_.CreateSelect(is_first, r, fb), first_bad);
       Value* idx = b_.CreateSExt(b_.CreateSelect(bad, b_.getInt32(0), label), i64_, "idx");
+      if (backward && stats)
+        return emit_cross_entropy_bwd_from_stats(r, row, idx);
       Value* m = emit_row_max(row);
       if (!backward) {
         Value* s = emit_exp_sum(row, m, nullptr);
+        if (stats) {
+          Value* st = at(stats_, b_.CreateShl(r, 1, "", true, true));
+          store(m, st);
+          store(s, at(st, 1));
+        }
         Value* inf = b_.CreateFCmpOEQ(
             b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, m),
             llvm::ConstantFP::getInfinity(f32_)); // all -inf, or a +inf: avoid inf - inf
@@ -424,7 +490,6 @@ private:
       Value* p = at(dst, idx);
       store(b_.CreateFSub(load(f32_, p), g), p);
     });
-    return b_.CreateLoad(i64_, first_bad);
   }
 
   // ---- along a row: a per-row value's sum and mean, softmax and log-softmax -----------------
@@ -547,6 +612,7 @@ private:
   Value* rows_ = nullptr;
   std::vector<Value*> in_;
   Value* out_ = nullptr;
+  Value* stats_ = nullptr; ///< the row statistics' pointer (ReduceSpec::row_stats; CPU only)
   bool gpu_ = false;
 };
 

@@ -45,8 +45,9 @@ int reduce_inputs(ReduceKind kind) {
 }
 
 std::string ReduceSpec::signature() const {
-  return fmt::format("reduce {} {} w={}{}{}", dtype, reduce_kind_name(kind), width,
-                     shared_logits ? " shared=logits" : "", shared_label ? " shared=label" : "");
+  return fmt::format("reduce {} {} w={}{}{}{}", dtype, reduce_kind_name(kind), width,
+                     shared_logits ? " shared=logits" : "", shared_label ? " shared=label" : "",
+                     row_stats ? " stats" : "");
 }
 
 std::string ReduceSpec::canonical_text() const {
@@ -66,6 +67,10 @@ void ReduceSpec::validate() const {
                             reduce_kind_name(kind)));
   if (shared_logits && shared_label)
     throw Error("reduce kernel: cross-entropy with both logits and label shared");
+  if (row_stats && (!ce || shared_logits))
+    throw Error(fmt::format("reduce kernel: row statistics of {}{} (only cross-entropy over "
+                            "per-row logits)",
+                            reduce_kind_name(kind), shared_logits ? " with shared logits" : ""));
   switch (kind) {
   case ReduceKind::SumRows:
   case ReduceKind::CrossEntropy:

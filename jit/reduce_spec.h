@@ -66,6 +66,13 @@ struct ReduceSpec {
   /// read by every row (a template specialized to a constant state), i.e. a stride of 0; each
   /// row computes what it computes with that row or label in its place.
   bool shared_logits = false, shared_label = false;
+  /// Cross-entropy kinds with per-row logits, CPU kernels only: the row statistics passed from
+  /// the forward to the backward. CrossEntropy also writes, when out[1] is not null, each row's
+  /// m and s (f32 [rows, 2], the values its loss used); CrossEntropyBwd reads them from in[3]
+  /// when it is not null and then makes one pass over a row (e^(x_i - m) * (gy / s), the same
+  /// bits as computing m and s itself, which it does when in[3] is null). The GPU kernels
+  /// ignore it.
+  bool row_stats = false;
   /// The family has one schedule, "default" (vectors of the host's width over the columns for
   /// SumRows; 16-lane sums per row for the others); nothing else is accepted yet.
   std::string schedule = "default";
@@ -78,7 +85,8 @@ struct ReduceSpec {
   std::string signature() const;
 
   /// Throws pejit::Error naming the problem (width < 1, an unknown dtype or schedule, a shared
-  /// operand of a kind other than cross-entropy or both shared).
+  /// operand of a kind other than cross-entropy or both shared, row statistics of another kind
+  /// or of shared logits).
   void validate() const;
 };
 

@@ -52,10 +52,26 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   Tensor y = Tensor::empty(
       DType::F32, kind == jit::ReduceKind::SumRows ? n.type.shape() : with_rows(rows, n.type.dims));
   const int nin = jit::reduce_inputs(kind);
-  const void* in[3] = {};
+  const void* in[4] = {};
   for (int i = 0; i < nin; ++i)
     in[i] = val(static_cast<size_t>(i)).raw();
-  void* out[1] = {y.raw()};
+  void* out[2] = {y.raw(), nullptr};
+  // Row statistics (ReduceSpec::row_stats): the forward writes them, its backward reads them
+  // when this forward wrote them (else it computes them: the same bits).
+  float* row_stats = nullptr;
+  if (r.spec.row_stats && kind == jit::ReduceKind::CrossEntropy) {
+    st.row_stats.resize(program().reductions.size());
+    Tensor& t = st.row_stats[index];
+    t = Tensor::empty(DType::F32, Shape{rows, 2});
+    row_stats = t.f32();
+    out[1] = row_stats;
+  } else if (r.stats_from >= 0 && static_cast<size_t>(r.stats_from) < st.row_stats.size()) {
+    Tensor& t = st.row_stats[static_cast<size_t>(r.stats_from)];
+    if (t.defined() && t.numel() == rows * 2) {
+      row_stats = t.f32();
+      in[3] = row_stats;
+    }
+  }
   // The kinds with a result per row split by rows (each row's result is its own: the same
   // bits in any block); a sum over the rows (SumRows) runs whole, in its one row order.
   const int64_t step =
@@ -74,17 +90,22 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
                    : val(static_cast<size_t>(i)).numel() / rows;
     per[3] = y.numel() / rows;
     std::atomic<bool> bad{false};
-    st.workers->for_blocks((rows + step - 1) / step,
-                           [&](int64_t b) {
-                             const int64_t r0 = b * step, n = std::min(step, rows - r0);
-                             const void* bin[3] = {};
-                             for (int i = 0; i < nin; ++i)
-                               bin[i] = static_cast<const char*>(in[i]) + r0 * per[i] * 4;
-                             void* bout[1] = {static_cast<char*>(out[0]) + r0 * per[3] * 4};
-                             if (kernel->reduce().fn(bin, bout, n * r.per_row) >= 0)
-                               bad = true;
-                           },
-                           static_cast<int>(Family::Other));
+    st.workers->for_blocks(
+        (rows + step - 1) / step,
+        [&](int64_t b) {
+          const int64_t r0 = b * step, n = std::min(step, rows - r0);
+          const void* bin[4] = {};
+          for (int i = 0; i < nin; ++i)
+            bin[i] = static_cast<const char*>(in[i]) + r0 * per[i] * 4;
+          void* bout[2] = {static_cast<char*>(out[0]) + r0 * per[3] * 4, nullptr};
+          if (out[1] != nullptr) // row statistics: two floats a row
+            bout[1] = row_stats + r0 * 2;
+          else if (in[3] != nullptr)
+            bin[3] = row_stats + r0 * 2;
+          if (kernel->reduce().fn(bin, bout, n * r.per_row) >= 0)
+            bad = true;
+        },
+        static_cast<int>(Family::Other));
     if (bad)
       return false; // a label out of range: the reference kernel says which
   }
@@ -92,6 +113,8 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   if (stats.profile)
     record(stats.time, Family::Other, t0);
   stats.jit_reductions++;
+  if (in[3] != nullptr)
+    stats.ce_from_stats++;
   return true;
 }
 

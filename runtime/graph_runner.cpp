@@ -380,6 +380,8 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
   const specializer::KernelProgram& p = program();
   st.views =
       p.kernels && !tg_.fwd_kernels.empty() && (st.inference ? forward_compiled() : compiled());
+  for (Tensor& t : st.row_stats) // a backward reads only what this forward writes
+    t = Tensor();
   for (NodeId id : leaves_) {
     const Node& n = g.node(id);
     if (n.kind == Kind::Const) {

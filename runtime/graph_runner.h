@@ -51,7 +51,9 @@ struct GraphRunStats {
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) run on JIT kernels
-  int64_t row_gathers = 0;    ///< lookups of per-row ids in a shared table (RowGather)
+  /// Of those, cross-entropy backwards that read their forward's row statistics (one pass).
+  int64_t ce_from_stats = 0;
+  int64_t row_gathers = 0; ///< lookups of per-row ids in a shared table (RowGather)
   /// Last-axis slices that are a caller's block (an argument's gradient, a result), copied
   /// straight into it instead of running on reference kernels and being copied there after.
   int64_t direct_slices = 0;
@@ -144,6 +146,9 @@ public:
     std::vector<float*> ins, outs;
     /// Slice nodes whose value is a caller's block (bind_slices), with that block.
     std::vector<std::pair<graph::NodeId, Tensor>> slice_dests;
+    /// By reduction index: the row statistics a cross-entropy forward kernel wrote in this
+    /// forward (ReductionSpec::stats_from), f32 [rows, 2]; undefined where none were.
+    std::vector<Tensor> row_stats;
   };
 
   /// Executes `tg.program` (made by the template pipeline's lower pass); its kernel steps

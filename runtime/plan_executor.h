@@ -55,6 +55,7 @@ struct PlanStats {
   int64_t jit_launches = 0;                    ///< compiled elementwise runs launched
   int64_t ref_nodes = 0;                       ///< template-graph nodes run on reference kernels
   int64_t jit_reductions = 0; ///< row sums and cross-entropy (and backward) on JIT kernels
+  int64_t ce_from_stats = 0;  ///< GraphRunStats::ce_from_stats
   int64_t in_place = 0; ///< splits, concats and result copies saved: runs read / wrote in place
   /// Slices that are an argument's gradient or a result, copied straight into its block
   /// (not run on reference kernels and copied there after; GraphRunStats::direct_slices).

@@ -71,6 +71,7 @@ struct PlanExecutor::Impl {
     stats.ref_nodes += rs.ref_nodes;
     stats.direct_slices += rs.direct_slices;
     stats.jit_reductions += rs.jit_reductions;
+    stats.ce_from_stats += rs.ce_from_stats;
     accumulate(stats.profile, rs.time);
   }
 

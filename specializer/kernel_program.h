@@ -148,6 +148,9 @@ struct ReductionSpec {
   /// The kernel's rows per plan row: a reduction along rows of a per-row matrix (softmax over
   /// the last axis of a [a, w] value) runs a rows of w floats for each.
   int64_t per_row = 1;
+  /// A cross-entropy backward with spec.row_stats: the index of the forward reduction whose
+  /// row statistics it reads (that forward's spec has row_stats too); else -1.
+  int32_t stats_from = -1;
 };
 
 /// A deferrable weight gradient's TN GEMM over the groups' row stretches.

@@ -19,6 +19,35 @@ using graph::NodeId;
 using ops::GradOp;
 using ops::OpId;
 
+namespace {
+
+// A cross-entropy backward over wide per-row logits reads the row statistics of the forward on
+// the same logits and labels (jit::ReduceSpec::row_stats): one pass over each row instead of
+// three (its max, its exponentials, their scaling). Narrow rows (a few classes, a vector or
+// two) keep the kernels they had.
+void link_row_stats(Lowering& l) {
+  constexpr int64_t kStatsWidth = 256;
+  auto& rs = l.p.reductions;
+  for (ReductionSpec& b : rs) {
+    if (b.spec.kind != jit::ReduceKind::CrossEntropyBwd || b.spec.shared_logits ||
+        b.spec.width < kStatsWidth)
+      continue;
+    const Node& bn = l.g.node(b.node);
+    for (size_t f = 0; f < rs.size(); ++f) {
+      const Node& fn = l.g.node(rs[f].node);
+      if (rs[f].spec.kind == jit::ReduceKind::CrossEntropy && rs[f].spec.width == b.spec.width &&
+          !rs[f].spec.shared_logits && fn.operands[0] == bn.operands[0] &&
+          fn.operands[1] == bn.operands[1]) {
+        rs[f].spec.row_stats = b.spec.row_stats = true;
+        b.stats_from = static_cast<int32_t>(f);
+        break;
+      }
+    }
+  }
+}
+
+} // namespace
+
 void plan_reductions(Lowering& l) {
   const graph::Graph& g = l.g;
   l.reduction_of.assign(g.size(), -1);
@@ -106,6 +135,7 @@ void plan_reductions(Lowering& l) {
   for (NodeId o : l.tg.bwd_param_grads)
     if (o != graph::kNoNode && l.cls(o) == RowClass::Rows && g.node(o).type.dtype == DType::F32)
       add(o, jit::ReduceKind::SumRows, g.node(o).type.numel(), true);
+  link_row_stats(l);
 }
 
 void plan_weight_grads(Lowering& l) {

@@ -12,6 +12,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -180,6 +181,73 @@ TEST_CASE("cross_entropy: JIT equals the reference algorithm without contraction
     CHECK(test::same_bits(loss, want_l));
     CHECK(test::same_bits(dx, want_d));
   }
+}
+
+TEST_CASE("cross_entropy: the backward from the forward's row statistics equals the full "
+          "backward bit for bit, and either pointer may be null") {
+  Jit jit;
+  std::mt19937 rng(8);
+  for (int64_t c : {5, 16, 17, 300, 1000}) {
+    CAPTURE(c);
+    const ReduceSpec plain_f{.kind = ReduceKind::CrossEntropy, .width = c};
+    const ReduceSpec plain_b{.kind = ReduceKind::CrossEntropyBwd, .width = c};
+    ReduceSpec stats_f = plain_f, stats_b = plain_b;
+    stats_f.row_stats = stats_b.row_stats = true;
+    CHECK(stats_b.canonical_text() ==
+          plain_b.canonical_text().replace(plain_b.canonical_text().find(" sched"), 0, " stats"));
+    CompiledReduce f0 = jit.compile_reduce(plain_f), b0 = jit.compile_reduce(plain_b);
+    CompiledReduce f1 = jit.compile_reduce(stats_f), b1 = jit.compile_reduce(stats_b);
+    const int64_t rows = 40;
+    Tensor x = random_f32(Shape{rows, c}, rng, -30.0f, 30.0f);
+    Tensor y = random_labels(rows, c, rng);
+    Tensor gy = random_f32(Shape{rows}, rng, -2.0f, 2.0f);
+    auto empty = [](Shape s) { return Tensor::empty(DType::F32, std::move(s)); };
+    Tensor want_l = empty({rows}), want_d = empty({rows, c});
+    {
+      const void* in[] = {x.raw(), y.raw(), gy.raw()};
+      void* ol[] = {want_l.raw()};
+      void* od[] = {want_d.raw()};
+      REQUIRE(f0.fn(in, ol, rows) == -1);
+      REQUIRE(b0.fn(in, od, rows) == -1);
+    }
+    // The forward with statistics: the same losses, and each row's m and s.
+    Tensor loss = empty({rows}), stats = Tensor::full(Shape{rows, 2}, -7.0f);
+    const void* in[] = {x.raw(), y.raw(), gy.raw(), stats.raw()};
+    void* ol[] = {loss.raw(), stats.raw()};
+    REQUIRE(f1.fn(in, ol, rows) == -1);
+    CHECK(test::same_bits(loss, want_l));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.f32() + r * c;
+      CHECK(stats.f32()[2 * r] == *std::max_element(xr, xr + c));
+      CHECK(stats.f32()[2 * r + 1] >= 1.0f);
+    }
+    // The backward from them, and without them (in[3] null): the full backward's bits.
+    Tensor dx = empty({rows, c}), dx_null = empty({rows, c});
+    void* od[] = {dx.raw()};
+    REQUIRE(b1.fn(in, od, rows) == -1);
+    CHECK(test::same_bits(dx, want_d));
+    const void* in_null[] = {x.raw(), y.raw(), gy.raw(), nullptr};
+    void* od_null[] = {dx_null.raw()};
+    REQUIRE(b1.fn(in_null, od_null, rows) == -1);
+    CHECK(test::same_bits(dx_null, want_d));
+    // The forward without a place for them (out[1] null): the same losses.
+    Tensor loss_null = empty({rows});
+    void* ol_null[] = {loss_null.raw(), nullptr};
+    REQUIRE(f1.fn(in, ol_null, rows) == -1);
+    CHECK(test::same_bits(loss_null, want_l));
+    // Statistics the backward did not come from (a wrong m) change its result: it reads them.
+    stats.f32()[0] += 1.0f;
+    REQUIRE(b1.fn(in, od, rows) == -1);
+    CHECK_FALSE(test::same_bits(dx, want_d));
+  }
+  // Only cross-entropy over per-row logits has them.
+  CHECK_THROWS_WITH_AS(
+      jit.compile_reduce({.kind = ReduceKind::Softmax, .width = 8, .row_stats = true}),
+      doctest::Contains("row statistics of softmax"), Error);
+  CHECK_THROWS_WITH_AS(
+      jit.compile_reduce(
+          {.kind = ReduceKind::CrossEntropy, .width = 8, .shared_logits = true, .row_stats = true}),
+      doctest::Contains("with shared logits"), Error);
 }
 
 TEST_CASE("cross_entropy: one logits row or one label shared by every row (stride 0) gives the "

@@ -3,7 +3,9 @@
 // computed from a parameter (per-row logits). Both lower to cross-entropy kernels that read
 // the shared operand with stride 0 (jit/reduce_spec.h); their plans match the generic path on
 // every executor (loss and every gradient), no group runs in the batching interpreter, and
-// on JIT kernels one thread and two give the same bits.
+// on JIT kernels one thread and two give the same bits. Also the language model's wide
+// cross-entropy, whose backward reads the row statistics of its forward (jit::ReduceSpec::
+// row_stats).
 #include "runtime/parallel.h"
 #include "specializer/template_graph.h"
 #include "tests/support/plan_check.h"
@@ -19,6 +21,7 @@ using namespace pejit;
 namespace {
 
 constexpr const char* kModel = PEJIT_SOURCE_DIR "/tests/runtime/models/shared_loss.pe";
+constexpr const char* kLm = PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe";
 
 // Sentences of lengths 0 to 6 over `vocab` words, as List[List[i32[]]].
 interp::Value sentences(int count, int vocab) {
@@ -33,6 +36,7 @@ interp::Value sentences(int count, int vocab) {
 }
 
 // The cross-entropy reductions of the batch's templates, by their spec's text.
+// With a backward's `from` the signature of the forward whose row statistics it reads.
 std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& batch) {
   specializer::TemplateTable tt;
   auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
@@ -48,9 +52,45 @@ std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& 
     for (const auto& r : p.reductions)
       if (r.spec.kind == jit::ReduceKind::CrossEntropy ||
           r.spec.kind == jit::ReduceKind::CrossEntropyBwd)
-        out.push_back(r.spec.signature());
+        out.push_back(
+            r.spec.signature() +
+            (r.stats_from >= 0
+                 ? " from " + p.reductions[static_cast<size_t>(r.stats_from)].spec.signature()
+                 : ""));
   }
   return out;
+}
+
+// Each configuration's loss and gradients on JIT kernels, with `threads` threads (every row
+// block its own hand-off); the executor's stats in `st`.
+std::pair<float, std::vector<Tensor>> run_jit(test::FileModel& md, const interp::Value& batch,
+                                              int threads, runtime::PlanStats& st) {
+  specializer::TemplateTable tt;
+  auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+  REQUIRE(pe.ok);
+  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+  runtime::Workers workers(threads, runtime::SplitPolicy{1});
+  runtime::ExecOptions o;
+  o.kernels = &test::shared_test_kernels();
+  o.workers = &workers;
+  runtime::PlanExecutor ex(md.m, md.dims, o);
+  auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
+  st = ex.stats();
+  std::vector<Tensor> grads;
+  for (size_t p = 0; p < md.params.values.size(); ++p)
+    grads.push_back(got.grads[p].to_dense(md.params.values[p].shape()));
+  return {static_cast<float>(got.loss), std::move(grads)};
+}
+
+void check_same_bits(const std::vector<std::pair<float, std::vector<Tensor>>>& runs,
+                     const test::FileModel& md) {
+  for (size_t i = 1; i < runs.size(); ++i) {
+    CHECK(test::same_bits(static_cast<double>(runs[0].first), static_cast<double>(runs[i].first)));
+    for (size_t p = 0; p < runs[0].second.size(); ++p) {
+      CAPTURE(md.params.names[p]);
+      CHECK(test::same_bits(runs[0].second[p], runs[i].second[p]));
+    }
+  }
 }
 
 } // namespace
@@ -85,31 +125,52 @@ TEST_SUITE("runtime") {
     CHECK(has("reduce f32 cross_entropy_bwd" + w + " shared=label"));
     CHECK(has("reduce f32 cross_entropy" + w));
 
+    // Narrow logits: no row statistics.
+    for (const std::string& k : kernels)
+      CHECK(k.find(" stats") == std::string::npos);
+
     // One thread and two (every row block its own hand-off): the same loss and gradients.
-    specializer::TemplateTable tt;
-    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-    REQUIRE(pe.ok);
-    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
-    std::vector<float> losses;
-    std::vector<std::vector<Tensor>> grads;
+    std::vector<std::pair<float, std::vector<Tensor>>> runs;
     for (int threads : {1, 2}) {
       CAPTURE(threads);
-      runtime::Workers workers(threads, runtime::SplitPolicy{1});
-      runtime::ExecOptions o;
-      o.kernels = &test::shared_test_kernels();
-      o.workers = &workers;
-      runtime::PlanExecutor ex(md.m, md.dims, o);
-      auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
-      CHECK(ex.stats().jit_reductions > 0);
-      losses.push_back(static_cast<float>(got.loss));
-      grads.emplace_back();
-      for (size_t p = 0; p < md.params.values.size(); ++p)
-        grads.back().push_back(got.grads[p].to_dense(md.params.values[p].shape()));
+      runtime::PlanStats st;
+      runs.push_back(run_jit(md, batch, threads, st));
+      CHECK(st.jit_reductions > 0);
     }
-    CHECK(test::same_bits(static_cast<double>(losses[0]), static_cast<double>(losses[1])));
-    for (size_t p = 0; p < grads[0].size(); ++p) {
-      CAPTURE(md.params.names[p]);
-      CHECK(test::same_bits(grads[0][p], grads[1][p]));
+    check_same_bits(runs, md);
+  }
+
+  TEST_CASE("row statistics: the language model's wide cross-entropy backward reads its "
+            "forward's and its plans == generic path with the same bits on 1 and 2 threads") {
+    const int vocab = 300; // from kStatsWidth (256) on, as a vocabulary's logits are
+    test::FileModel md(kLm, vocab);
+    interp::Value batch = sentences(30, vocab);
+    for (const auto& [mode, st] : test::check_plan_matches_generic(md, batch)) {
+      CAPTURE(test::exec_name(mode));
+      if (mode != test::Exec::Interpreter)
+        CHECK(st.groups_interpreted == 0);
+      if (mode == test::Exec::GraphsJit)
+        CHECK(st.ce_from_stats > 0);
+      else
+        CHECK(st.ce_from_stats == 0); // reference kernels: no statistics
     }
+    const std::string w = " w=" + std::to_string(vocab);
+    // Per-row logits linked; the first word's (from the zero state: one logits row for all)
+    // without statistics.
+    auto kernels = loss_kernels(md, batch);
+    std::sort(kernels.begin(), kernels.end());
+    CHECK(kernels == std::vector<std::string>{"reduce f32 cross_entropy" + w + " shared=logits",
+                                              "reduce f32 cross_entropy" + w + " stats",
+                                              "reduce f32 cross_entropy_bwd" + w + " shared=logits",
+                                              "reduce f32 cross_entropy_bwd" + w + " stats from " +
+                                                  "reduce f32 cross_entropy" + w + " stats"});
+    std::vector<std::pair<float, std::vector<Tensor>>> runs;
+    for (int threads : {1, 2}) {
+      CAPTURE(threads);
+      runtime::PlanStats st;
+      runs.push_back(run_jit(md, batch, threads, st));
+      CHECK(st.ce_from_stats > 0);
+    }
+    check_same_bits(runs, md);
   }
 }
