@@ -400,13 +400,16 @@ private:
     b_.SetInsertPoint(join);
   }
 
+  // Row r's statistics: its m, then its s.
+  Value* stats_of(Value* r) { return at(stats_, b_.CreateShl(r, 1, "", true, true)); }
+
   // The backward of a row from the forward's m and s (ReduceSpec::row_stats): e^(x_i - m) times
   // gy / s, stored once, where the full backward stores e^(x_i - m) and then scales it: the same
   // products, so the same bits.
   void emit_cross_entropy_bwd_from_stats(Value* r, Value* row, Value* idx) {
     const int64_t c = spec_.width, whole = c / kLanes, rem = c % kLanes;
     llvm::Type* t = vec(kLanes);
-    Value* st = at(stats_, b_.CreateShl(r, 1, "", true, true));
+    Value* st = stats_of(r);
     Value* m = load(f32_, st);
     Value* s = load(f32_, at(st, 1));
     Value* dst = at(out_, b_.CreateMul(r, b_.getInt64(c), "", true, true));
@@ -460,7 +463,7 @@ private:
       if (!backward) {
         Value* s = emit_exp_sum(row, m, nullptr);
         if (stats) {
-          Value* st = at(stats_, b_.CreateShl(r, 1, "", true, true));
+          Value* st = stats_of(r);
           store(m, st);
           store(s, at(st, 1));
         }
