@@ -250,17 +250,7 @@ private:
       copy_loop(true);
       return;
     }
-    auto* ind = llvm::BasicBlock::Create(ctx_, "rows.ind", fn_);
-    auto* dense = llvm::BasicBlock::Create(ctx_, "rows.dense", fn_);
-    auto* next = llvm::BasicBlock::Create(ctx_, "rows.next", fn_);
-    b_.CreateCondBr(b_.CreateIsNotNull(rows), ind, dense);
-    b_.SetInsertPoint(ind);
-    copy_loop(true);
-    b_.CreateBr(next);
-    b_.SetInsertPoint(dense);
-    copy_loop(false);
-    b_.CreateBr(next);
-    b_.SetInsertPoint(next);
+    emit_on_null(b_, fn_, rows, "rows.ind", copy_loop);
   }
 
   llvm::Function* emit_rows(const std::string& fn_name, llvm::Function::LinkageTypes linkage,

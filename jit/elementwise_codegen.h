@@ -63,6 +63,24 @@ llvm::BranchInst* emit_counted_loop(llvm::IRBuilder<>& b, llvm::Function* fn, ll
   return latch;
 }
 
+/// body(true) where the pointer `p` is not null, body(false) where it is: two copies of the code
+/// in `fn` behind one branch, joined after (blocks named `name`, `name`.null, `name`.join).
+template <class Body>
+void emit_on_null(llvm::IRBuilder<>& b, llvm::Function* fn, llvm::Value* p, const char* name,
+                  Body body) {
+  auto* set = llvm::BasicBlock::Create(b.getContext(), name, fn);
+  auto* unset = llvm::BasicBlock::Create(b.getContext(), std::string(name) + ".null", fn);
+  auto* join = llvm::BasicBlock::Create(b.getContext(), std::string(name) + ".join", fn);
+  b.CreateCondBr(b.CreateIsNotNull(p), set, unset);
+  b.SetInsertPoint(set);
+  body(true);
+  b.CreateBr(join);
+  b.SetInsertPoint(unset);
+  body(false);
+  b.CreateBr(join);
+  b.SetInsertPoint(join);
+}
+
 /// Floats per vector register that the GEMM family uses on `target` (16 with AVX-512;
 /// gemm_codegen.cpp).
 int gemm_lanes(const CodegenTarget& target);

@@ -382,24 +382,6 @@ private:
     return fold(load(t, acc), static_cast<unsigned>(std::min<int64_t>(c, kLanes)));
   }
 
-  // body(false), or with row statistics (stats_, which the caller may pass as null) a branch
-  // on the pointer: body(true) when it is set, body(false) when not.
-  template <class Body> void with_stats(Body body) {
-    if (stats_ == nullptr)
-      return body(false);
-    auto* set = llvm::BasicBlock::Create(ctx_, "stats", fn_);
-    auto* unset = llvm::BasicBlock::Create(ctx_, "no.stats", fn_);
-    auto* join = llvm::BasicBlock::Create(ctx_, "stats.join", fn_);
-    b_.CreateCondBr(b_.CreateIsNotNull(stats_), set, unset);
-    b_.SetInsertPoint(set);
-    body(true);
-    b_.CreateBr(join);
-    b_.SetInsertPoint(unset);
-    body(false);
-    b_.CreateBr(join);
-    b_.SetInsertPoint(join);
-  }
-
   // Row r's statistics: its m, then its s.
   Value* stats_of(Value* r) { return at(stats_, b_.CreateShl(r, 1, "", true, true)); }
 
@@ -436,7 +418,12 @@ private:
   Value* emit_cross_entropy(bool backward) {
     llvm::AllocaInst* first_bad = slot(i64_, "first_bad");
     b_.CreateStore(b_.getInt64(-1), first_bad);
-    with_stats([&](bool stats) { emit_cross_entropy_rows(backward, stats, first_bad); });
+    // With row statistics (which the caller may pass as null): both forms, on the pointer.
+    auto rows = [&](bool stats) { emit_cross_entropy_rows(backward, stats, first_bad); };
+    if (stats_ == nullptr)
+      rows(false);
+    else
+      emit_on_null(b_, fn_, stats_, "stats", rows);
     return b_.CreateLoad(i64_, first_bad);
   }
 

@@ -35,8 +35,8 @@ interp::Value sentences(int count, int vocab) {
   return interp::Value::list(sents);
 }
 
-// The cross-entropy reductions of the batch's templates, by their spec's text.
-// With a backward's `from` the signature of the forward whose row statistics it reads.
+// The cross-entropy reductions of the batch's templates, by their spec's text (a backward
+// that reads row statistics: then " from " and its forward's).
 std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& batch) {
   specializer::TemplateTable tt;
   auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
@@ -61,35 +61,34 @@ std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& 
   return out;
 }
 
-// Each configuration's loss and gradients on JIT kernels, with `threads` threads (every row
-// block its own hand-off); the executor's stats in `st`.
-std::pair<float, std::vector<Tensor>> run_jit(test::FileModel& md, const interp::Value& batch,
-                                              int threads, runtime::PlanStats& st) {
+// The plan's loss and gradients on JIT kernels with 1 thread and with 2 (every row block its
+// own hand-off): `check` sees each run's executor stats, and both give the same bits.
+template <class Check>
+void check_threads_same_bits(test::FileModel& md, const interp::Value& batch, Check check) {
   specializer::TemplateTable tt;
   auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
   REQUIRE(pe.ok);
   specializer::Plan plan = specializer::make_plan(pe.residual, tt);
-  runtime::Workers workers(threads, runtime::SplitPolicy{1});
-  runtime::ExecOptions o;
-  o.kernels = &test::shared_test_kernels();
-  o.workers = &workers;
-  runtime::PlanExecutor ex(md.m, md.dims, o);
-  auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
-  st = ex.stats();
-  std::vector<Tensor> grads;
-  for (size_t p = 0; p < md.params.values.size(); ++p)
-    grads.push_back(got.grads[p].to_dense(md.params.values[p].shape()));
-  return {static_cast<float>(got.loss), std::move(grads)};
-}
-
-void check_same_bits(const std::vector<std::pair<float, std::vector<Tensor>>>& runs,
-                     const test::FileModel& md) {
-  for (size_t i = 1; i < runs.size(); ++i) {
-    CHECK(test::same_bits(static_cast<double>(runs[0].first), static_cast<double>(runs[i].first)));
-    for (size_t p = 0; p < runs[0].second.size(); ++p) {
-      CAPTURE(md.params.names[p]);
-      CHECK(test::same_bits(runs[0].second[p], runs[i].second[p]));
-    }
+  std::vector<float> losses;
+  std::vector<std::vector<Tensor>> grads;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    runtime::Workers workers(threads, runtime::SplitPolicy{1});
+    runtime::ExecOptions o;
+    o.kernels = &test::shared_test_kernels();
+    o.workers = &workers;
+    runtime::PlanExecutor ex(md.m, md.dims, o);
+    auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
+    check(ex.stats());
+    losses.push_back(static_cast<float>(got.loss));
+    grads.emplace_back();
+    for (size_t p = 0; p < md.params.values.size(); ++p)
+      grads.back().push_back(got.grads[p].to_dense(md.params.values[p].shape()));
+  }
+  CHECK(test::same_bits(static_cast<double>(losses[0]), static_cast<double>(losses[1])));
+  for (size_t p = 0; p < grads[0].size(); ++p) {
+    CAPTURE(md.params.names[p]);
+    CHECK(test::same_bits(grads[0][p], grads[1][p]));
   }
 }
 
@@ -129,15 +128,8 @@ TEST_SUITE("runtime") {
     for (const std::string& k : kernels)
       CHECK(k.find(" stats") == std::string::npos);
 
-    // One thread and two (every row block its own hand-off): the same loss and gradients.
-    std::vector<std::pair<float, std::vector<Tensor>>> runs;
-    for (int threads : {1, 2}) {
-      CAPTURE(threads);
-      runtime::PlanStats st;
-      runs.push_back(run_jit(md, batch, threads, st));
-      CHECK(st.jit_reductions > 0);
-    }
-    check_same_bits(runs, md);
+    check_threads_same_bits(md, batch,
+                            [](const runtime::PlanStats& st) { CHECK(st.jit_reductions > 0); });
   }
 
   TEST_CASE("row statistics: the language model's wide cross-entropy backward reads its "
@@ -164,13 +156,7 @@ TEST_SUITE("runtime") {
                                               "reduce f32 cross_entropy_bwd" + w + " shared=logits",
                                               "reduce f32 cross_entropy_bwd" + w + " stats from " +
                                                   "reduce f32 cross_entropy" + w + " stats"});
-    std::vector<std::pair<float, std::vector<Tensor>>> runs;
-    for (int threads : {1, 2}) {
-      CAPTURE(threads);
-      runtime::PlanStats st;
-      runs.push_back(run_jit(md, batch, threads, st));
-      CHECK(st.ce_from_stats > 0);
-    }
-    check_same_bits(runs, md);
+    check_threads_same_bits(md, batch,
+                            [](const runtime::PlanStats& st) { CHECK(st.ce_from_stats > 0); });
   }
 }
