@@ -58,19 +58,15 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   void* out[2] = {y.raw(), nullptr};
   // Row statistics (ReduceSpec::row_stats): the forward writes them, its backward reads them
   // when this forward wrote them (else it computes them: the same bits).
-  float* row_stats = nullptr;
   if (r.spec.row_stats && kind == jit::ReduceKind::CrossEntropy) {
     st.row_stats.resize(program().reductions.size());
     Tensor& t = st.row_stats[index];
     t = Tensor::empty(DType::F32, Shape{rows, 2});
-    row_stats = t.f32();
-    out[1] = row_stats;
+    out[1] = t.raw();
   } else if (r.stats_from >= 0 && static_cast<size_t>(r.stats_from) < st.row_stats.size()) {
-    Tensor& t = st.row_stats[static_cast<size_t>(r.stats_from)];
-    if (t.defined() && t.numel() == rows * 2) {
-      row_stats = t.f32();
-      in[3] = row_stats;
-    }
+    const Tensor& t = st.row_stats[static_cast<size_t>(r.stats_from)];
+    if (t.defined() && t.numel() == rows * 2)
+      in[3] = t.raw();
   }
   // The kinds with a result per row split by rows (each row's result is its own: the same
   // bits in any block); a sum over the rows (SumRows) runs whole, in its one row order.
@@ -99,9 +95,9 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
             bin[i] = static_cast<const char*>(in[i]) + r0 * per[i] * 4;
           void* bout[2] = {static_cast<char*>(out[0]) + r0 * per[3] * 4, nullptr};
           if (out[1] != nullptr) // row statistics: two floats a row
-            bout[1] = row_stats + r0 * 2;
-          else if (in[3] != nullptr)
-            bin[3] = row_stats + r0 * 2;
+            bout[1] = static_cast<float*>(out[1]) + r0 * 2;
+          if (in[3] != nullptr)
+            bin[3] = static_cast<const float*>(in[3]) + r0 * 2;
           if (kernel->reduce().fn(bin, bout, n * r.per_row) >= 0)
             bad = true;
         },
