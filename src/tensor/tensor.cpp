@@ -37,13 +37,6 @@ void Shape::push_back(int64_t d) {
   dims_[rank_++] = d;
 }
 
-int64_t Shape::numel() const {
-  int64_t n = 1;
-  for (size_t i = 0; i < rank_; ++i)
-    n *= dims_[i];
-  return n;
-}
-
 bool Shape::operator==(const Shape& o) const {
   if (rank_ != o.rank_)
     return false;
@@ -64,55 +57,6 @@ std::string Shape::str() const {
 }
 
 // ---- Tensor ------------------------------------------------------------------------------
-
-Tensor::Tensor(const Tensor& o)
-    : st_(o.st_), shape_(o.shape_), numel_(o.numel_), offset_(o.offset_), dtype_(o.dtype_) {
-  if (st_ != nullptr)
-    detail::storage_retain(st_);
-}
-
-Tensor::Tensor(Tensor&& o) noexcept
-    : st_(o.st_), shape_(o.shape_), numel_(o.numel_), offset_(o.offset_), dtype_(o.dtype_) {
-  o.st_ = nullptr;
-  o.shape_ = Shape();
-  o.numel_ = 0;
-  o.offset_ = 0;
-}
-
-Tensor& Tensor::operator=(const Tensor& o) {
-  if (o.st_ != nullptr)
-    detail::storage_retain(o.st_);
-  if (st_ != nullptr)
-    detail::storage_release(st_);
-  st_ = o.st_;
-  shape_ = o.shape_;
-  numel_ = o.numel_;
-  offset_ = o.offset_;
-  dtype_ = o.dtype_;
-  return *this;
-}
-
-Tensor& Tensor::operator=(Tensor&& o) noexcept {
-  if (this != &o) {
-    if (st_ != nullptr)
-      detail::storage_release(st_);
-    st_ = o.st_;
-    shape_ = o.shape_;
-    numel_ = o.numel_;
-    offset_ = o.offset_;
-    dtype_ = o.dtype_;
-    o.st_ = nullptr;
-    o.shape_ = Shape();
-    o.numel_ = 0;
-    o.offset_ = 0;
-  }
-  return *this;
-}
-
-Tensor::~Tensor() {
-  if (st_ != nullptr)
-    detail::storage_release(st_);
-}
 
 Tensor Tensor::empty(DType dt, const Shape& shape) {
   Tensor t;
@@ -173,35 +117,11 @@ int64_t Tensor::dim(int i) const {
   return shape_[static_cast<size_t>(j)];
 }
 
-static void check_typed(const detail::StorageHeader* st, DType have, DType want) {
-  if (st == nullptr)
+void Tensor::bad_access(DType want) const {
+  if (st_ == nullptr)
     throw Error(std::string("tensor: ") + dtype_name(want) + " access to an undefined tensor");
-  if (have != want)
-    throw Error(std::string("tensor: ") + dtype_name(want) + " access to a " + dtype_name(have) +
-                " tensor");
-}
-
-float* Tensor::f32() {
-  check_typed(st_, dtype_, DType::F32);
-  return static_cast<float*>(st_->data()) + offset_;
-}
-const float* Tensor::f32() const {
-  check_typed(st_, dtype_, DType::F32);
-  return static_cast<const float*>(st_->data()) + offset_;
-}
-int32_t* Tensor::i32() {
-  check_typed(st_, dtype_, DType::I32);
-  return static_cast<int32_t*>(st_->data()) + offset_;
-}
-const int32_t* Tensor::i32() const {
-  check_typed(st_, dtype_, DType::I32);
-  return static_cast<const int32_t*>(st_->data()) + offset_;
-}
-void* Tensor::raw() {
-  return st_ == nullptr ? nullptr : static_cast<char*>(st_->data()) + offset_ * 4;
-}
-const void* Tensor::raw() const {
-  return st_ == nullptr ? nullptr : static_cast<const char*>(st_->data()) + offset_ * 4;
+  throw Error(std::string("tensor: ") + dtype_name(want) + " access to a " + dtype_name(dtype_) +
+              " tensor");
 }
 
 float Tensor::item_f32() const {
@@ -224,29 +144,18 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-Tensor Tensor::reshaped(const Shape& shape) const {
+void Tensor::bad_reshape(const Shape& shape) const {
   if (!defined())
     throw Error("tensor: reshape of an undefined tensor");
-  if (shape.numel() != numel_)
-    throw Error("tensor: cannot reshape " + shape_.str() + " to " + shape.str() +
-                " (element counts differ)");
-  Tensor t = *this;
-  t.shape_ = shape;
-  return t;
+  throw Error("tensor: cannot reshape " + shape_.str() + " to " + shape.str() +
+              " (element counts differ)");
 }
 
-Tensor Tensor::view(int64_t offset, DType dt, const Shape& shape) const {
+void Tensor::bad_view(int64_t offset, const Shape& shape) const {
   if (!defined())
     throw Error("tensor: view of an undefined tensor");
-  if (offset < 0 || offset + shape.numel() > numel_)
-    throw Error("tensor: view of " + std::to_string(shape.numel()) + " elements at " +
-                std::to_string(offset) + " out of range of " + shape_.str());
-  Tensor t = *this;
-  t.offset_ = offset_ + offset;
-  t.shape_ = shape;
-  t.numel_ = shape.numel();
-  t.dtype_ = dt;
-  return t;
+  throw Error("tensor: view of " + std::to_string(shape.numel()) + " elements at " +
+              std::to_string(offset) + " out of range of " + shape_.str());
 }
 
 bool Tensor::unique() const {

@@ -4,6 +4,8 @@
 // A Tensor is a cheap handle: copying it shares the storage; clone() copies the data.
 #pragma once
 
+#include "src/tensor/storage_pool.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -38,7 +40,12 @@ public:
   int64_t operator[](size_t i) const { return dims_[i]; }
   int64_t& operator[](size_t i) { return dims_[i]; }
   /// Product of the dimensions; 1 for rank 0.
-  int64_t numel() const;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (size_t i = 0; i < rank_; ++i)
+      n *= dims_[i];
+    return n;
+  }
   /// Appends a dimension; throws pejit::Error past kMaxRank.
   void push_back(int64_t d);
   const int64_t* begin() const { return dims_; }
@@ -55,21 +62,42 @@ private:
   uint8_t rank_ = 0;
 };
 
-namespace detail {
-struct StorageHeader; // defined in tensor/storage_pool.h
-}
-
 /// A dense, contiguous, row-major tensor with shared, ref-counted, 64-byte-aligned storage.
 /// Copies share storage; write in place only when unique() (or after clone()).
 class Tensor {
 public:
   /// An undefined tensor (defined() == false).
   Tensor() = default;
-  Tensor(const Tensor& o);
-  Tensor(Tensor&& o) noexcept;
-  Tensor& operator=(const Tensor& o);
-  Tensor& operator=(Tensor&& o) noexcept;
-  ~Tensor();
+  Tensor(const Tensor& o)
+      : st_(o.st_), shape_(o.shape_), numel_(o.numel_), offset_(o.offset_), dtype_(o.dtype_) {
+    if (st_ != nullptr)
+      detail::storage_retain(st_);
+  }
+  Tensor(Tensor&& o) noexcept
+      : st_(o.st_), shape_(o.shape_), numel_(o.numel_), offset_(o.offset_), dtype_(o.dtype_) {
+    o.forget();
+  }
+  Tensor& operator=(const Tensor& o) {
+    if (o.st_ != nullptr)
+      detail::storage_retain(o.st_);
+    if (st_ != nullptr)
+      detail::storage_release(st_);
+    take_fields(o);
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      if (st_ != nullptr)
+        detail::storage_release(st_);
+      take_fields(o);
+      o.forget();
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (st_ != nullptr)
+      detail::storage_release(st_);
+  }
 
   /// Uninitialized contents.
   static Tensor empty(DType dt, const Shape& shape);
@@ -92,13 +120,13 @@ public:
   size_t nbytes() const { return static_cast<size_t>(numel_) * 4; }
 
   /// Typed data pointers; throw pejit::Error on an undefined tensor or the wrong dtype.
-  float* f32();
-  const float* f32() const;
-  int32_t* i32();
-  const int32_t* i32() const;
+  float* f32() { return static_cast<float*>(typed(DType::F32)); }
+  const float* f32() const { return static_cast<const float*>(typed(DType::F32)); }
+  int32_t* i32() { return static_cast<int32_t*>(typed(DType::I32)); }
+  const int32_t* i32() const { return static_cast<const int32_t*>(typed(DType::I32)); }
   /// Untyped data pointer (nullptr when undefined).
-  void* raw();
-  const void* raw() const;
+  void* raw() { return st_ == nullptr ? nullptr : static_cast<char*>(st_->data()) + offset_ * 4; }
+  const void* raw() const { return const_cast<Tensor*>(this)->raw(); }
 
   /// The single element; throws pejit::Error unless numel() == 1 and the dtype matches.
   float item_f32() const;
@@ -107,11 +135,28 @@ public:
   /// A deep copy with its own storage.
   Tensor clone() const;
   /// Same storage viewed with another shape; throws pejit::Error when numel differs.
-  Tensor reshaped(const Shape& shape) const;
+  Tensor reshaped(const Shape& shape) const {
+    const int64_t n = shape.numel();
+    if (st_ == nullptr || n != numel_)
+      bad_reshape(shape);
+    Tensor t = *this;
+    t.shape_ = shape;
+    return t;
+  }
   /// `shape` elements of type `dt` starting `offset` elements into this tensor's data, sharing
   /// its storage (an arena's slot). Both dtypes are 4 bytes wide. Throws pejit::Error when the
   /// view does not fit inside this tensor.
-  Tensor view(int64_t offset, DType dt, const Shape& shape) const;
+  Tensor view(int64_t offset, DType dt, const Shape& shape) const {
+    const int64_t n = shape.numel();
+    if (st_ == nullptr || offset < 0 || offset + n > numel_)
+      bad_view(offset, shape);
+    Tensor t = *this;
+    t.offset_ = offset_ + offset;
+    t.shape_ = shape;
+    t.numel_ = n;
+    t.dtype_ = dt;
+    return t;
+  }
   /// True when no other Tensor shares this storage (so it is safe to write in place).
   bool unique() const;
   /// True when both tensors view the same storage.
@@ -123,6 +168,29 @@ public:
   std::string str() const;
 
 private:
+  // The checked data pointer; the throws are out of line, off the accessors' fast path.
+  void* typed(DType want) const {
+    if (st_ == nullptr || dtype_ != want) [[unlikely]]
+      bad_access(want);
+    return static_cast<char*>(st_->data()) + offset_ * 4;
+  }
+  [[noreturn, gnu::cold]] void bad_access(DType want) const;
+  [[noreturn, gnu::cold]] void bad_reshape(const Shape& shape) const;
+  [[noreturn, gnu::cold]] void bad_view(int64_t offset, const Shape& shape) const;
+  void take_fields(const Tensor& o) {
+    st_ = o.st_;
+    shape_ = o.shape_;
+    numel_ = o.numel_;
+    offset_ = o.offset_;
+    dtype_ = o.dtype_;
+  }
+  void forget() {
+    st_ = nullptr;
+    shape_ = Shape();
+    numel_ = 0;
+    offset_ = 0;
+  }
+
   detail::StorageHeader* st_ = nullptr;
   Shape shape_;
   int64_t numel_ = 0;
