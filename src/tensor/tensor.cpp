@@ -1,5 +1,5 @@
-// Shape and Tensor: construction, checked accessors, reshaping and the debug printer. Storage
-// comes from the pool in storage_pool.cpp.
+// Shape and Tensor: construction, the errors of the inline accessors (tensor.h) and the debug
+// printer. Storage comes from the pool in storage_pool.cpp.
 #include "src/tensor/tensor.h"
 
 #include "src/tensor/storage_pool.h"

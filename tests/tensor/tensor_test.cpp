@@ -90,6 +90,18 @@ TEST_SUITE("tensor") {
     CHECK(r.shape() == Shape{3, 2});
     CHECK(r.f32() == a.f32());
     CHECK_THROWS_WITH_AS(a.reshaped({4}), doctest::Contains("[2, 3]"), Error);
+    Tensor v = a.view(2, DType::I32, {2, 2});
+    CHECK(v.dtype() == DType::I32);
+    CHECK(v.i32() == reinterpret_cast<const int32_t*>(a.f32() + 2));
+    CHECK(v.numel() == 4);
+    CHECK_THROWS_WITH_AS(a.view(3, DType::F32, {2, 2}), doctest::Contains("out of range"), Error);
+    CHECK_THROWS_WITH_AS(a.view(-1, DType::F32, {2}), doctest::Contains("at -1"), Error);
+    CHECK_THROWS_WITH_AS(v.f32(), doctest::Contains("f32 access to a i32"), Error);
+    CHECK_THROWS_WITH_AS(Tensor().view(0, DType::F32, {1}), doctest::Contains("undefined"), Error);
+    CHECK_THROWS_WITH_AS(Tensor().reshaped({1}), doctest::Contains("undefined"), Error);
+    CHECK_THROWS_WITH_AS(Tensor().i32(), doctest::Contains("undefined"), Error);
+    CHECK(Tensor().raw() == nullptr);
+    v = Tensor();
     b = Tensor();
     r = Tensor();
     CHECK(a.unique());
