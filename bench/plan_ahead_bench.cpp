@@ -16,7 +16,7 @@
 //   pejit_plan_ahead_bench [TRAIN_FILE] [EXAMPLES] [EPOCHS] [--model FILE.pe] [--dump FILE]
 //                          [--separate-walks]
 //
-// --dump FILE: every measured batch's plan (its residual, groups and layout size) to FILE, to
+// --dump FILE: every measured batch's plan (its residual, groups and layout) to FILE, to
 // check that a change to planning leaves every plan as it was. --separate-walks: the batch's
 // facts by the four separate walks the engine made before specializer::walk_batch (A/B).
 #include "bench/bench_data.h"
@@ -86,6 +86,8 @@ void dump_plan(std::ostream& os, const runtime::PlanEntry& e, uint64_t key) {
      << r.num_inputs << " consts " << r.consts.size() << "\n";
   bench::write_residual_and_plan(os, r, e.plan);
   os << "\nlayout " << e.layout.bytes() << "\n";
+  bench::write_layout(os, e.layout);
+  os << "\n";
 }
 
 // What the pipeline does for one batch (runtime/engine.cpp: the facts, the key, make).

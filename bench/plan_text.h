@@ -1,15 +1,17 @@
 // The text of a residual's instances and outputs and of its plan: every template id, argument
 // and row, so that the plans two builds make can be compared byte for byte
-// (pejit_plan_bench --dump, pejit_plan_ahead_bench --dump).
+// (pejit_plan_bench --dump, pejit_plan_ahead_bench --dump), and of the executor's layout of
+// a plan: every offset and index map.
 #pragma once
 
+#include "runtime/exec_layout.h"
 #include "specializer/plan.h"
 
 #include <ostream>
 
 namespace pejit::bench {
 
-/// From the instances to the plan's row map, without a final newline.
+/// From the instances to the rows each group reads, without a final newline.
 inline void write_residual_and_plan(std::ostream& os, const specializer::Residual& r,
                                     const specializer::Plan& p) {
   auto ref = [&](const specializer::Ref& a) {
@@ -42,12 +44,22 @@ inline void write_residual_and_plan(std::ostream& os, const specializer::Residua
     for (const auto& s : g.results)
       os << " " << s.str();
     os << "\n";
-    for (const auto& a : g.args) {
-      os << " a " << a.sig.str() << (a.shared ? " shared" : " rows");
-      if (a.shared)
-        ref(a.shared_ref);
-      for (const auto& x : a.rows)
-        row(x);
+    // A per-row argument's rows, as the plan reads them from the residual (GroupArg): a sum's
+    // term k is the k-th argument of its rows' instances, in order.
+    const bool sum = g.tmpl == specializer::Instance::kSumN;
+    size_t seg = 0, term = 0;
+    for (size_t a = 0; a < g.args.size(); ++a) {
+      os << " a " << g.args[a].sig.str() << (g.args[a].shared ? " shared" : " rows");
+      if (g.args[a].shared) {
+        ref(g.args[a].shared_ref);
+      } else if (sum) {
+        while (term == r.instances[static_cast<size_t>(g.instances[seg])].num_args)
+          ++seg, term = 0;
+        row(specializer::row_ref(p, r.args(static_cast<size_t>(g.instances[seg]))[term++]));
+      } else {
+        for (int32_t i : g.instances)
+          row(specializer::row_ref(p, r.args(static_cast<size_t>(i))[a]));
+      }
       os << "\n";
     }
   }
@@ -60,6 +72,35 @@ inline void write_residual_and_plan(std::ostream& os, const specializer::Residua
   os << "\nrow_of";
   for (auto g : p.row_of)
     os << " " << g;
+}
+
+/// Every offset and index map of a layout, without a final newline.
+inline void write_layout(std::ostream& os, const runtime::ExecLayout& l) {
+  auto src = [&](const runtime::RowSource& s) {
+    os << " " << static_cast<int>(s.kind) << ":" << s.index << "@" << s.off;
+  };
+  for (const auto& g : l.groups) {
+    os << "G " << g.rows;
+    for (const auto& a : g.args)
+      os << " a" << (a.shared ? "s" : "") << " " << a.off << " " << a.grad_off << " " << a.row_elems
+         << " " << a.first_row << "+" << a.num_rows;
+    for (const auto& r : g.results)
+      os << " r " << r.off << " " << r.seed_off << " " << r.row_elems << " " << r.seed_first;
+    os << "\n";
+  }
+  os << "sources";
+  for (const auto& s : l.sources)
+    src(s);
+  os << "\nlouts";
+  for (const auto& s : l.outputs)
+    src(s);
+  os << "\nseed_start";
+  for (auto x : l.seed_start)
+    os << " " << x;
+  os << "\nseed_src";
+  for (auto x : l.seed_src)
+    os << " " << x;
+  os << "\nelems " << l.forward_elems << " " << l.total_elems;
 }
 
 } // namespace pejit::bench

@@ -1,12 +1,13 @@
 // The plan executor's layout (exec_layout.h): linear in the plan's rows.
 #include "runtime/exec_layout.h"
 
+#include "src/util/check.h"
+
 namespace pejit::runtime {
 
 using specializer::Group;
 using specializer::Instance;
 using specializer::Ref;
-using specializer::RowRef;
 
 namespace {
 
@@ -33,7 +34,12 @@ size_t ExecLayout::bytes() const {
   return b;
 }
 
-ExecLayout make_layout(const specializer::Plan& plan) {
+ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residual& r) {
+  PEJIT_CHECK(plan.group_of.size() == r.instances.size())
+      << "make_layout: a plan of " << plan.group_of.size() << " instances for a residual of "
+      << r.instances.size();
+  const Instance* const insts = r.instances.data();
+  const Ref* const pool = r.arg_pool.data();
   ExecLayout L;
   L.groups.resize(plan.groups.size());
   int64_t top = 0;
@@ -53,25 +59,47 @@ ExecLayout make_layout(const specializer::Plan& plan) {
       G.results[k].off = take(G.rows * G.results[k].row_elems);
     }
   }
-  auto source = [&L](const RowRef& rr, int64_t row_elems) {
-    RowSource s{rr.kind, rr.index, 0};
-    if (rr.kind == Ref::Kind::Inst) {
-      const auto& res =
-          L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)];
-      s.off = res.off + rr.row * row_elems;
+  auto source = [&L, &plan](const Ref& a, int64_t row_elems) {
+    RowSource s{a.kind, a.index, 0};
+    if (a.kind == Ref::Kind::Inst) {
+      const auto i = static_cast<size_t>(a.index);
+      s.index = plan.group_of[i];
+      s.off = L.groups[static_cast<size_t>(s.index)].results[static_cast<size_t>(a.out)].off +
+              plan.row_of[i] * row_elems;
     }
     return s;
+  };
+  // The rows every per-row argument reads, from the residual (GroupArg): f(a, i, ref) for row
+  // i of argument a; a SumN group's term a is row 0 of its own argument, and its row (the
+  // sum it is a term of) is `seg`.
+  auto each_row = [&](const Group& g, auto&& f) {
+    if (g.tmpl == Instance::kSumN) {
+      size_t a = 0;
+      for (size_t seg = 0; seg < g.instances.size(); ++seg) {
+        const Instance& in = insts[static_cast<size_t>(g.instances[seg])];
+        for (uint32_t k = 0; k < in.num_args; ++k, ++a)
+          f(a, seg, pool[in.first_arg + k]);
+      }
+      return;
+    }
+    for (size_t a = 0; a < g.args.size(); ++a) {
+      if (g.args[a].shared)
+        continue;
+      for (size_t i = 0; i < g.instances.size(); ++i)
+        f(a, i, pool[insts[static_cast<size_t>(g.instances[i])].first_arg + a]);
+    }
   };
   size_t num_sources = 0; // sized once: a batch's plan has thousands of rows
   for (const Group& g : plan.groups)
     for (const auto& ga : g.args)
-      num_sources += ga.shared ? 0 : ga.rows.size();
+      num_sources += ga.shared ? 0 : g.tmpl == Instance::kSumN ? 1 : g.instances.size();
   L.sources.reserve(num_sources);
   L.outputs.reserve(plan.outputs.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const Group& g = plan.groups[gi];
     auto& G = L.groups[gi];
     G.args.resize(g.args.size());
+    const bool sum = g.tmpl == Instance::kSumN;
     for (size_t a = 0; a < g.args.size(); ++a) {
       const auto& ga = g.args[a];
       auto& A = G.args[a];
@@ -79,18 +107,23 @@ ExecLayout make_layout(const specializer::Plan& plan) {
       A.row_elems = numel_of(ga.sig.dims);
       if (ga.shared)
         continue;
-      A.first_row = static_cast<uint32_t>(L.sources.size());
-      A.num_rows = static_cast<uint32_t>(ga.rows.size());
-      for (const auto& rr : ga.rows)
-        L.sources.push_back(source(rr, A.row_elems));
-      if (g.tmpl != Instance::kSumN) // a sum reads its terms where they are
-        A.off = take(static_cast<int64_t>(ga.rows.size()) * A.row_elems);
+      A.num_rows = sum ? 1 : static_cast<uint32_t>(g.instances.size());
+      if (!sum) // a sum reads its terms where they are
+        A.off = take(static_cast<int64_t>(A.num_rows) * A.row_elems);
     }
+    each_row(g, [&](size_t a, size_t i, const Ref& ref) {
+      auto& A = G.args[a];
+      if (i == 0 || sum)
+        A.first_row = static_cast<uint32_t>(L.sources.size());
+      L.sources.push_back(source(ref, A.row_elems));
+    });
   }
-  for (const auto& o : plan.outputs) {
+  for (const auto& o : r.outputs) {
     int64_t row_elems =
         o.kind == Ref::Kind::Inst
-            ? L.groups[static_cast<size_t>(o.index)].results[static_cast<size_t>(o.out)].row_elems
+            ? L.groups[static_cast<size_t>(plan.group_of[static_cast<size_t>(o.index)])]
+                  .results[static_cast<size_t>(o.out)]
+                  .row_elems
             : 0;
     L.outputs.push_back(source(o, row_elems));
   }
@@ -118,26 +151,16 @@ ExecLayout make_layout(const specializer::Plan& plan) {
       const Group& g = plan.groups[gi];
       const auto& G = L.groups[gi];
       const bool sum = g.tmpl == Instance::kSumN;
-      size_t seg = 0; // a sum's row whose terms args[a] is among
-      for (size_t a = 0; a < g.args.size(); ++a) {
-        const auto& ga = g.args[a];
-        if (sum)
-          while (seg + 1 < g.segments.size() && static_cast<size_t>(g.segments[seg + 1]) <= a)
-            ++seg;
-        if (ga.shared || ga.sig.dtype != DType::F32)
-          continue;
-        for (size_t i = 0; i < ga.rows.size(); ++i) {
-          const RowRef& rr = ga.rows[i];
-          if (rr.kind != Ref::Kind::Inst)
-            continue;
-          // A sum's term reads the seed of its row as it is.
-          int64_t src =
-              sum ? G.results[0].seed_off + static_cast<int64_t>(seg) * G.results[0].row_elems
-                  : G.args[a].grad_off + static_cast<int64_t>(i) * G.args[a].row_elems;
-          f(L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)], rr.row,
-            src);
-        }
-      }
+      each_row(g, [&](size_t a, size_t i, const Ref& ref) {
+        if (ref.kind != Ref::Kind::Inst || g.args[a].sig.dtype != DType::F32)
+          return;
+        // A sum's term reads the seed of its row as it is.
+        int64_t src = sum ? G.results[0].seed_off + static_cast<int64_t>(i) * G.results[0].row_elems
+                          : G.args[a].grad_off + static_cast<int64_t>(i) * G.args[a].row_elems;
+        const auto p = static_cast<size_t>(ref.index);
+        f(L.groups[static_cast<size_t>(plan.group_of[p])].results[static_cast<size_t>(ref.out)],
+          plan.row_of[p], src);
+      });
     }
   };
   // Each result with a seed block gets rows + 1 bounds in seed_start: counted, summed into

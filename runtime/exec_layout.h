@@ -61,7 +61,8 @@ struct ExecLayout {
   size_t bytes() const; ///< memory this layout holds (for cache accounting)
 };
 
-/// The layout of `plan` (deterministic; depends only on the plan).
-ExecLayout make_layout(const specializer::Plan& plan);
+/// The layout of `plan`, made from the residual `r` (whose instances give the per-row
+/// arguments' rows: GroupArg). Deterministic: depends only on the two.
+ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residual& r);
 
 } // namespace pejit::runtime

@@ -356,7 +356,7 @@ const ExecLayout* PlanExecutor::Impl::forward(const specializer::Plan& plan,
                                               const interp::Params& params, bool train,
                                               PlanStats& stats) {
   if (layout == nullptr) {
-    own = make_layout(plan);
+    own = make_layout(plan, r);
     layout = &own;
   }
   reserve(train ? layout->total_elems : layout->forward_elems);

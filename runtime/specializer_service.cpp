@@ -132,7 +132,7 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     e->plan = specializer::make_plan(pe.residual, templates_);
     e->residual = std::move(pe.residual);
     e->residual.inputs.clear();
-    e->layout = make_layout(e->plan);
+    e->layout = make_layout(e->plan, e->residual);
     if (!snapshot_ || snapshot_->size() != templates_.size())
       snapshot_ = std::make_shared<const specializer::TemplateTable>(templates_);
     e->templates = snapshot_;

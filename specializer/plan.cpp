@@ -1,4 +1,4 @@
-// The batching schedule: levels, groups and row maps (see plan.h).
+// The batching schedule: levels and groups (see plan.h).
 #include "specializer/plan.h"
 
 #include "src/util/check.h"
@@ -226,60 +226,34 @@ Plan make_plan(const Residual& r, const TemplateTable& templates) {
   for (int32_t g : perm)
     p.groups.push_back(std::move(groups[static_cast<size_t>(g)]));
 
-  auto row_ref = [&](const Ref& a) {
-    RowRef rr;
-    rr.kind = a.kind;
-    rr.index = a.index;
-    if (a.kind == Ref::Kind::Inst) {
-      rr.index = group_of[static_cast<size_t>(a.index)];
-      rr.out = a.out;
-      rr.row = row_of[static_cast<size_t>(a.index)];
-    }
-    return rr;
-  };
-  // Row maps of arguments that are not shared.
+  // A SumN group's terms: one argument each (its signature; the rows are read from the
+  // residual, GroupArg), row k's terms after row k - 1's: hundreds for a batch's loss, so a
+  // scalar's empty dims are not copied term by term.
   for (auto& g : p.groups) {
-    if (g.tmpl == Instance::kSumN) {
-      // One argument of one row per term (hundreds for a batch's loss), all of the sum's
-      // signature: a scalar's empty dims are not copied term by term. Row k's terms follow
-      // row k - 1's.
-      const Instance& first = insts[static_cast<size_t>(g.instances[0])];
-      const TensorSig& sig = r.sum_sigs[static_cast<size_t>(first.sum_sig)];
-      size_t terms = 0;
-      for (int32_t i : g.instances)
-        terms += insts[static_cast<size_t>(i)].num_args;
-      g.args.resize(terms);
-      g.segments.resize(g.instances.size() + 1);
-      size_t at = 0;
-      for (size_t k = 0; k < g.instances.size(); ++k) {
-        g.segments[k] = static_cast<int32_t>(at);
-        for (const Ref& a : args_of(static_cast<size_t>(g.instances[k]))) {
-          GroupArg& ga = g.args[at++];
-          ga.sig.dtype = sig.dtype;
-          if (!sig.dims.empty())
-            ga.sig.dims = sig.dims;
-          ga.rows.resize(1);
-          ga.rows[0] = row_ref(a);
-        }
-      }
-      g.segments.back() = static_cast<int32_t>(at);
+    if (g.tmpl != Instance::kSumN)
       continue;
+    const Instance& first = insts[static_cast<size_t>(g.instances[0])];
+    const TensorSig& sig = r.sum_sigs[static_cast<size_t>(first.sum_sig)];
+    size_t terms = 0;
+    for (int32_t i : g.instances)
+      terms += insts[static_cast<size_t>(i)].num_args;
+    g.args.resize(terms);
+    g.segments.resize(g.instances.size() + 1);
+    size_t at = 0;
+    for (size_t k = 0; k < g.instances.size(); ++k) {
+      g.segments[k] = static_cast<int32_t>(at);
+      const size_t end = at + insts[static_cast<size_t>(g.instances[k])].num_args;
+      for (; at < end; ++at) {
+        g.args[at].sig.dtype = sig.dtype;
+        if (!sig.dims.empty())
+          g.args[at].sig.dims = sig.dims;
+      }
     }
-    const int32_t* rows_of = g.instances.data();
-    const size_t num_rows = g.instances.size();
-    for (size_t a = 0; a < g.args.size(); ++a) {
-      if (g.args[a].shared)
-        continue;
-      auto& rows = g.args[a].rows;
-      rows.resize(num_rows);
-      RowRef* out = rows.data();
-      for (size_t k = 0; k < num_rows; ++k)
-        out[k] = row_ref(pool[insts[static_cast<size_t>(rows_of[k])].first_arg + a]);
-    }
+    g.segments.back() = static_cast<int32_t>(at);
   }
   p.outputs.reserve(r.outputs.size());
   for (const auto& o : r.outputs)
-    p.outputs.push_back(row_ref(o));
+    p.outputs.push_back(row_ref(p, o));
   p.levels = max_level + 1;
   return p;
 }

@@ -15,9 +15,7 @@
 
 #include "specializer/residual.h"
 
-#include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,70 +30,14 @@ struct RowRef {
   int32_t row = 0;
 };
 
-/// A row map: a vector of RowRef that holds one row inline. A batch's loss sum has one
-/// argument of one row per term (hundreds), which would otherwise cost an allocation each.
-class RowList {
-public:
-  RowList() = default;
-  RowList(const RowList& o) { assign(o.begin(), o.end()); }
-  RowList(RowList&& o) noexcept { take(o); }
-  RowList& operator=(const RowList& o) {
-    if (this != &o)
-      assign(o.begin(), o.end());
-    return *this;
-  }
-  RowList& operator=(RowList&& o) noexcept {
-    if (this != &o) {
-      heap_.reset();
-      take(o);
-    }
-    return *this;
-  }
-
-  size_t size() const { return size_; }
-  RowRef* data() { return heap_ ? heap_.get() : &one_; }
-  const RowRef* data() const { return heap_ ? heap_.get() : &one_; }
-  RowRef& operator[](size_t i) { return data()[i]; }
-  const RowRef& operator[](size_t i) const { return data()[i]; }
-  const RowRef* begin() const { return data(); }
-  const RowRef* end() const { return data() + size_; }
-  RowRef* begin() { return data(); }
-  RowRef* end() { return data() + size_; }
-  /// n default rows (what was there is lost).
-  void resize(size_t n) {
-    heap_.reset();
-    size_ = n;
-    if (n > 1)
-      heap_ = std::make_unique<RowRef[]>(n);
-    else
-      one_ = RowRef{};
-  }
-  void assign(size_t n, const RowRef& r) {
-    resize(n);
-    std::fill(begin(), end(), r);
-  }
-  void assign(const RowRef* first, const RowRef* last) {
-    resize(static_cast<size_t>(last - first));
-    std::copy(first, last, begin());
-  }
-
-private:
-  std::unique_ptr<RowRef[]> heap_; ///< null: at most one row, in one_
-  RowRef one_;
-  size_t size_ = 0;
-
-  void take(RowList& o) {
-    heap_ = std::move(o.heap_);
-    one_ = o.one_;
-    size_ = o.size_;
-    o.size_ = 0;
-  }
-};
-
+/// A group's argument: shared by every row, or read row by row. A per-row argument's rows are
+/// not copied into the plan: row i of argument a is what the residual's instance
+/// `instances[i]` takes as its argument a (for a SumN group, the terms of row k are instance
+/// `instances[k]`'s arguments, in order), as a RowRef through the plan's group_of and row_of
+/// (row_ref below).
 struct GroupArg {
   bool shared = false;
   Ref shared_ref; ///< shared: the same tensor for every row
-  RowList rows;   ///< not shared: row i comes from rows[i]
   TensorSig sig;  ///< per-row signature
 };
 
@@ -125,5 +67,19 @@ struct Plan {
 
 /// Builds the plan of a residual program.
 Plan make_plan(const Residual& r, const TemplateTable& templates);
+
+/// Where the plan made from a residual reads `a`, one of that residual's references: an
+/// instance's result as (its group, out, its row), anything else as itself.
+inline RowRef row_ref(const Plan& p, const Ref& a) {
+  RowRef rr;
+  rr.kind = a.kind;
+  rr.index = a.index;
+  if (a.kind == Ref::Kind::Inst) {
+    rr.index = p.group_of[static_cast<size_t>(a.index)];
+    rr.out = a.out;
+    rr.row = p.row_of[static_cast<size_t>(a.index)];
+  }
+  return rr;
+}
 
 } // namespace pejit::specializer

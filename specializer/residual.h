@@ -283,7 +283,8 @@ void fill_random_inputs(const Residual& r, const interp::RandomState& rs,
 
 /// What a plan made from `planned` runs on for one batch: that batch's payloads as the inputs
 /// (with the random key slots filled for `rs`), and `planned`'s constants, outputs and key. The
-/// instance list is left out: a plan has its row maps.
+/// instance list is left out: a plan runs on its layout (runtime::make_layout), made from the
+/// whole residual when the plan was made.
 Residual with_payloads(const Residual& planned, std::vector<Tensor> payloads,
                        const interp::RandomState& rs);
 

@@ -253,6 +253,7 @@ std::vector<GpuKernel> optimizer_kernels(jit::OptimizerStepSpec::Rule rule,
 
 std::vector<GpuKernel> plan_gpu_kernels(const ir::Module& m, const interp::DimBindings& dims,
                                         const specializer::Plan& plan,
+                                        const specializer::Residual& residual,
                                         const specializer::TemplateTable& templates) {
   std::vector<bool> used(templates.size(), false);
   for (const auto& g : plan.groups)
@@ -289,7 +290,7 @@ std::vector<GpuKernel> plan_gpu_kernels(const ir::Module& m, const interp::DimBi
         sparse.push_back(s->width);
     out.insert(out.end(), ks.begin(), ks.end());
   }
-  std::vector<GpuKernel> generic = generic_kernels(make_layout(plan));
+  std::vector<GpuKernel> generic = generic_kernels(make_layout(plan, residual));
   out.insert(out.end(), generic.begin(), generic.end());
   for (auto rule : {jit::OptimizerStepSpec::Rule::Sgd, jit::OptimizerStepSpec::Rule::Adagrad,
                     jit::OptimizerStepSpec::Rule::Adam}) {

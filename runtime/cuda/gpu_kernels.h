@@ -77,12 +77,13 @@ GpuKernel take_kernel(const specializer::Template& t, const std::string& prefix)
 std::vector<GpuKernel> optimizer_kernels(jit::OptimizerStepSpec::Rule rule,
                                          const std::vector<int64_t>& sparse_widths);
 
-/// Every GPU kernel of the templates `plan` launches, in template order (names start with the
-/// template's name and id), then the launch list's generic kernels (generic_kernels), then
-/// the optimizer kernels of every rule (the sparse ones at the
-/// widths of the plan's row-sparse gradients). No JIT and no device needed.
+/// Every GPU kernel of the templates `plan` (made from `residual`) launches, in template order
+/// (names start with the template's name and id), then the launch list's generic kernels
+/// (generic_kernels), then the optimizer kernels of every rule (the sparse ones at the widths of
+/// the plan's row-sparse gradients). No JIT and no device needed.
 std::vector<GpuKernel> plan_gpu_kernels(const ir::Module& m, const interp::DimBindings& dims,
                                         const specializer::Plan& plan,
+                                        const specializer::Residual& residual,
                                         const specializer::TemplateTable& templates);
 
 /// `pejit dump --emit ptx`'s text for `kernels`: per kernel "// NAME (WHERE): TEXT" and, for a

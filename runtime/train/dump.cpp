@@ -72,7 +72,7 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
   {
     // The executor's arena for this plan: forward blocks, and with the seed and gradient
     // blocks of training.
-    ExecLayout layout = make_layout(plan);
+    ExecLayout layout = make_layout(plan, pe.residual);
     out << "arena_bytes_forward=" << layout.forward_elems * 4
         << " arena_bytes_training=" << layout.total_elems * 4 << "\n";
   }
@@ -95,7 +95,7 @@ void dump(const DumpOptions& opt, std::ostream& out, std::ostream* warnings) {
     if (!jit::PtxCompiler::available())
       throw Error("--emit ptx: this LLVM has no NVPTX target");
     jit::PtxCompiler ptx;
-    out << cuda::print_gpu_kernels(cuda::plan_gpu_kernels(*m, dims, plan, tt), ptx);
+    out << cuda::print_gpu_kernels(cuda::plan_gpu_kernels(*m, dims, plan, pe.residual, tt), ptx);
 #else
     throw Error("--emit ptx: this pejit was built without the CUDA backend (PEJIT_CUDA=OFF)");
 #endif

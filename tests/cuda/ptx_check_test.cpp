@@ -219,7 +219,7 @@ TEST_SUITE("cuda") {
       auto pe = specializer::partially_evaluate(*m, dims, "loss", p.batch, tt);
       REQUIRE(pe.ok);
       specializer::Plan plan = specializer::make_plan(pe.residual, tt);
-      Counts c = check_kernels(runtime::cuda::plan_gpu_kernels(*m, dims, plan, tt), pc);
+      Counts c = check_kernels(runtime::cuda::plan_gpu_kernels(*m, dims, plan, pe.residual, tt), pc);
       for (const auto& [k, n] : c.by_kind)
         total.by_kind[k] += n;
       total.ptx += c.ptx;

@@ -38,7 +38,7 @@ struct PlannedBatch {
     pe = specializer::partially_evaluate(*m, dims, "loss", batch, tt);
     REQUIRE_MESSAGE(pe.ok, pe.where.str() << ": " << pe.reason);
     plan = specializer::make_plan(pe.residual, tt);
-    layout = runtime::make_layout(plan);
+    layout = runtime::make_layout(plan, pe.residual);
     params = interp::init_params(*m, dims, 3);
   }
 };
