@@ -7,9 +7,12 @@
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
 #include "pejit/error.h"
+#include "runtime/exec_layout.h"
 #include "runtime/plan_executor.h"
 #include "runtime/runner_cache.h"
+#include "specializer/residual.h"
 #include "src/interp/interpreter.h"
+#include "src/util/check.h"
 #include "tests/support/compare.h"
 #include "tests/support/planned_batch.h"
 
@@ -181,6 +184,23 @@ TEST_SUITE("runtime") {
       auto ex = make_executor(b, options(c));
       check_same_bits(train_step(*ex, b, false), train_step(*ex, b, true), b.params);
     }
+  }
+
+  TEST_CASE("make_layout reads the rows from the plan's residual and refuses another") {
+    PlannedBatch b(12, 44);
+    // The rows a layout gathers are the instances' arguments: every row of a per-row argument
+    // is a source, and every sum term one row of its own.
+    size_t rows = 0;
+    for (const auto& g : b.plan.groups)
+      for (const auto& a : g.args)
+        rows += a.shared ? 0 : g.tmpl == specializer::Instance::kSumN ? 1 : g.instances.size();
+    CHECK(b.layout.sources.size() == rows);
+    CHECK(rows > b.plan.groups.size());
+    // What a plan runs on per batch (with_payloads) has no instances: no layout from it.
+    specializer::Residual bare = specializer::with_payloads(b.pe.residual, {}, {});
+    CHECK(bare.instances.empty());
+    CHECK_THROWS_WITH_AS(runtime::make_layout(b.plan, bare),
+                         doctest::Contains("make_layout: a plan of"), InternalError);
   }
 
   TEST_CASE("PlanExecutor: the arena is reused across runs and plans, leaving no trace") {
