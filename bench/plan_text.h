@@ -11,6 +11,13 @@
 
 namespace pejit::bench {
 
+/// `name` and the numbers of `xs`, each after a space.
+template <class Range> void write_numbers(std::ostream& os, const char* name, const Range& xs) {
+  os << name;
+  for (const auto& x : xs)
+    os << " " << x;
+}
+
 /// From the instances to the rows each group reads, without a final newline.
 inline void write_residual_and_plan(std::ostream& os, const specializer::Residual& r,
                                     const specializer::Plan& p) {
@@ -66,12 +73,8 @@ inline void write_residual_and_plan(std::ostream& os, const specializer::Residua
   os << "pout";
   for (const auto& o : p.outputs)
     row(o);
-  os << "\ngroup_of";
-  for (auto g : p.group_of)
-    os << " " << g;
-  os << "\nrow_of";
-  for (auto g : p.row_of)
-    os << " " << g;
+  write_numbers(os, "\ngroup_of", p.group_of);
+  write_numbers(os, "\nrow_of", p.row_of);
 }
 
 /// Every offset and index map of a layout, without a final newline.
@@ -94,12 +97,8 @@ inline void write_layout(std::ostream& os, const runtime::ExecLayout& l) {
   os << "\nlouts";
   for (const auto& s : l.outputs)
     src(s);
-  os << "\nseed_start";
-  for (auto x : l.seed_start)
-    os << " " << x;
-  os << "\nseed_src";
-  for (auto x : l.seed_src)
-    os << " " << x;
+  write_numbers(os, "\nseed_start", l.seed_start);
+  write_numbers(os, "\nseed_src", l.seed_src);
   os << "\nelems " << l.forward_elems << " " << l.total_elems;
 }
 
