@@ -100,6 +100,16 @@ ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residua
     auto& G = L.groups[gi];
     G.args.resize(g.args.size());
     const bool sum = g.tmpl == Instance::kSumN;
+    // The residual is the plan's: every row's instance is of its group's template and takes
+    // its arguments (a sum group: one argument per term), so each_row reads inside both.
+    size_t terms = 0;
+    for (int32_t i : g.instances) {
+      const Instance& in = insts[static_cast<size_t>(i)];
+      PEJIT_CHECK(in.tmpl == g.tmpl && (sum || in.num_args == g.args.size()))
+          << "make_layout: instance " << i << " is not of its group's template and arity";
+      terms += in.num_args;
+    }
+    PEJIT_CHECK(!sum || terms == g.args.size()) << "make_layout: a sum group's terms differ";
     for (size_t a = 0; a < g.args.size(); ++a) {
       const auto& ga = g.args[a];
       auto& A = G.args[a];
