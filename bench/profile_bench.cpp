@@ -13,7 +13,7 @@
 //
 //   pejit_profile_bench [TRAIN_FILE] [TREES] [EPOCHS] [--model FILE.pe]
 //                       [--ab-panels | --ab-core | --ab-wgrad | --no-merge] [--threads N]
-//                       [--serial-blocks]
+//                       [--serial-blocks] [--stages]
 //
 // Any model `pejit train` takes: the data file is read and encoded as `pejit train` reads it
 // for the model's `loss` entry (runtime/train/common.h: trees into the batch element's ADT,
@@ -25,6 +25,10 @@
 // can be set beside its time on one; planning stays on the calling thread. With N > 1 the
 // last epoch's splits are timed (runtime::SplitTimes): the splits' wall time, the blocks' time
 // on the calling thread and on the other workers, the hand-off and the wait at the join.
+// --stages: also where the last epoch's planning went, stage by stage, in microseconds per
+// batch (runtime::PlanningStages: the batch's walk, its payloads' equality pattern, the scan
+// and the evaluation of partial evaluation, merging, make_plan, make_layout), printed before
+// the family table.
 // --serial-blocks: the same blocks as N threads make, run in order on the calling thread
 // (SplitPolicy::serial): the blocks' time on one core, to set beside the N-thread run's.
 //
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
   std::string ab_mode, model = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
   int threads = 1;
   runtime::SplitPolicy policy;
+  bool stages_on = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc)
@@ -149,6 +154,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--serial-blocks")
       policy.serial = true;
+    else if (a == "--stages")
+      stages_on = true;
     else if (a == "--ab-panels" || a == "--ab-core" || a == "--ab-wgrad" || a == "--no-merge")
       ab_mode = a;
     else if (a.rfind("--", 0) != 0 && pos.size() < 3)
@@ -228,6 +235,7 @@ int main(int argc, char** argv) {
   opt.set_workers(workers);
   runtime::ChromeTrace trace(false);
   runtime::SpecializerService service(m, dims, merge, nullptr, trace);
+  runtime::PlanningStages stages; // --stages: the last epoch's
   interp::RandomState rs;
   rs.seed = 1;
   rs.train = true;
@@ -244,6 +252,8 @@ int main(int argc, char** argv) {
       first = exec.stats().profile;
       if (threads > 1 && !ab) // the A/B executors' splits are not the training's
         split_workers->time_splits(&splits);
+      if (stages_on)
+        service.time_stages(&stages);
       plan_s = run_s = step_s = total_s = 0;
       nbatches = 0;
     }
@@ -313,6 +323,16 @@ int main(int argc, char** argv) {
               static_cast<double>(memo.bytes) / (1 << 20),
               memo.full ? " (full: past its bound, replaying what it holds)" : "");
   std::printf("SGEMM peak in this run: %.1f GFLOP/s before, %.1f after\n", peak_before, peak_after);
+  if (stages_on) {
+    service.time_stages(nullptr);
+    auto us = [](double s, int64_t n) { return n > 0 ? 1e6 * s / static_cast<double>(n) : 0.0; };
+    const int64_t w = stages.walked, p = stages.planned;
+    std::printf("planning stages, us per batch: walk %.1f, payload pattern %.1f, scan %.1f, "
+                "evaluation %.1f, merge %.1f, plan %.1f, layout %.1f (%lld batches)\n",
+                us(stages.walk, w), us(stages.payload_pattern, w), us(stages.scan, p),
+                us(stages.evaluate, p), us(stages.merge, p), us(stages.plan, p),
+                us(stages.layout, p), static_cast<long long>(p));
+  }
   std::printf("%-28s %9s %11s %8s %9s %8s\n", "family", "calls/bt", "ms/batch", "of run", "GFLOP/s",
               "of peak");
   double profiled = 0;

@@ -17,6 +17,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h * 0xff51afd7ed558ccdull;
@@ -61,7 +65,9 @@ static constexpr size_t kKeptPayloads = size_t{1} << 16;
 
 BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
   thread_local specializer::BatchWalk w; // its vectors' capacity kept per thread
+  const auto t0 = stages_ ? Clock::now() : Clock::time_point{};
   specializer::walk_batch(batch, w);
+  const auto t1 = stages_ ? Clock::now() : Clock::time_point{};
   BatchPart b;
   b.depth = w.depth;
   b.skeleton = w.skeleton;
@@ -69,6 +75,11 @@ BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
   if (merge_equal_) {
     b.key.slots = specializer::equal_payload_slots(w.payloads, w.sites);
     b.key.hash = with_pattern(b.key.hash, b.key.slots);
+  }
+  if (stages_) {
+    stages_->walk += secs(t0, t1);
+    stages_->payload_pattern += secs(t1, Clock::now());
+    stages_->walked++;
   }
   if (w.payloads.size() <= kKeptPayloads) {
     b.payloads.reserve(w.payloads.size());
@@ -117,7 +128,9 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     pe_opt.max_depth = max_depth_;
     pe_opt.depth = known.depth;
     pe_opt.skeleton = known.skeleton;
+    auto t_pe0 = Clock::now();
     auto pe = specializer::partially_evaluate(*m_, dims_, entry, batch, templates_, pe_opt);
+    auto t_pe = Clock::now();
     if (!pe.ok) {
       why = "refused at " + pe.where.str() + ": " + pe.reason;
       refused_[entry] = {cone, why};
@@ -125,21 +138,32 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     }
     if (merge_equal_)
       specializer::merge_equal_instances(pe.residual, slots);
+    auto t_merge = Clock::now();
     auto e = std::make_shared<PlanEntry>();
     e->entry = entry;
     if (faults_)
       faults_->before_planning(entry);
     e->plan = specializer::make_plan(pe.residual, templates_);
+    auto t_plan = Clock::now();
     e->residual = std::move(pe.residual);
     e->residual.inputs.clear();
     e->layout = make_layout(e->plan, e->residual);
+    auto t_layout = Clock::now();
     if (!snapshot_ || snapshot_->size() != templates_.size())
       snapshot_ = std::make_shared<const specializer::TemplateTable>(templates_);
     e->templates = snapshot_;
     e->bytes = sizeof(PlanEntry) + e->residual.instances.size() * 64 + e->plan.groups.size() * 256 +
                e->layout.bytes();
     auto t1 = Clock::now();
-    seconds = std::chrono::duration<double>(t1 - t0).count();
+    seconds = secs(t0, t1);
+    if (stages_) {
+      stages_->scan += pe.scan_seconds;
+      stages_->evaluate += secs(t_pe0, t_pe) - pe.scan_seconds;
+      stages_->merge += secs(t_pe, t_merge);
+      stages_->plan += secs(t_merge, t_plan);
+      stages_->layout += secs(t_plan, t_layout);
+      stages_->planned++;
+    }
     trace_.add("plan " + entry, "specialize", t0, t1);
     return e;
   } catch (const std::exception& ex) {

@@ -56,6 +56,19 @@ struct BatchPart {
   std::vector<Tensor> payloads;
 };
 
+/// Where planning time went, stage by stage, summed over the batches walked and planned since
+/// SpecializerService::time_stages: for benches that look for what to shorten.
+struct PlanningStages {
+  double walk = 0;            ///< walk_batch: depth, skeleton, payloads and their sites
+  double payload_pattern = 0; ///< equal_payload_slots (with merge_equal)
+  double scan = 0;            ///< partial evaluation's scan of the batch (PeResult)
+  double evaluate = 0;        ///< partial evaluation after the scan: fragments replayed, recorded
+  double merge = 0;           ///< merge_equal_instances
+  double plan = 0;            ///< make_plan
+  double layout = 0;          ///< make_layout
+  int64_t walked = 0, planned = 0; ///< batches
+};
+
 /// What the caller of SpecializerService::make already knows of the batch (its BatchPart's
 /// depth and skeleton hash), which partial evaluation then does not find again.
 struct BatchKnown {
@@ -111,6 +124,11 @@ public:
   };
   MemoFacts fragment_memo();
 
+  /// From now on, sums each stage's time into `*stages` (null: no more). Not synchronized:
+  /// for a caller that walks and plans its batches on one thread (pejit_profile_bench
+  /// --stages); `*stages` must outlive the timing.
+  void time_stages(PlanningStages* stages) { stages_ = stages; }
+
 private:
   struct Refusal {
     uint64_t cone;
@@ -123,6 +141,7 @@ private:
   const FaultHooks* const faults_;
   ChromeTrace& trace_;
   ConeVersions cones_;
+  PlanningStages* stages_ = nullptr; ///< time_stages'
 
   std::mutex mu_;                        // held for a whole partial evaluation: one at a time
   specializer::TemplateTable templates_; // under mu_

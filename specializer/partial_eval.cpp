@@ -51,6 +51,7 @@
 #include "specializer/pe_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -495,8 +496,11 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   be->reserve();
   if (frags)
     be->set_fragments(frags, pool.get());
+  const auto scan_start = std::chrono::steady_clock::now();
   BatchScan scan(*be, m, dims, pool, frags, !opt.skeleton.has_value());
   Value arg = scan.scan(batch, f->params[0].type);
+  out.scan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - scan_start).count();
   uint64_t h = opt.skeleton ? *opt.skeleton : scan.h;
   size_t values = scan.count;
   if (!scan.ok) {

@@ -81,6 +81,9 @@ struct PeResult {
   std::string reason; ///< refusal: why
   /// Inlined calls replayed from fragments, and fragments recorded (partial_eval.cpp).
   size_t replayed = 0, recorded = 0;
+  /// Of the call's time, the scan of the batch before its evaluation (BatchScan: checked
+  /// against the entry's type, payloads numbered, structure rebuilt).
+  double scan_seconds = 0;
 };
 
 /// Partially evaluates `entry` on `batch` (its single argument). Throws pejit::Error only for

@@ -1,9 +1,10 @@
 #!/bin/sh
 # A smoke run of bench/zoo.sh's roofline section: pejit_profile_bench --model on every zoo model,
 # each on the data it trains on (generated here: SST-like trees, n-ary trees for the child-sum
-# TreeLSTM, ListOps, plain sentences for the LSTM language model), one short epoch; each must
-# end with its roofline line and a positive FLOP count per tree (per sentence for the list
-# model). Timing does not matter here.
+# TreeLSTM, ListOps, plain sentences for the LSTM language model), one short epoch, with
+# --stages; each must end with its roofline line and a positive FLOP count per tree (per
+# sentence for the list model), and print its planning stages, every one timed. Timing does
+# not matter here.
 #   profile_check.sh BUILD_DIR WORKDIR
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,7 +23,7 @@ for spec in treelstm/treelstm:sst:tree treegru/treegru:sst:tree recnn/recnn:sst:
   data=${rest%%:*} unit=${rest#*:}
   name=$(basename "$model")
   if ! "$build/pejit_profile_bench" "$work/$data.txt" 50 1 --model "$src/examples/$model.pe" \
-    >"$work/$name.out" 2>&1; then
+    --stages >"$work/$name.out" 2>&1; then
     cat "$work/$name.out"
     echo "FAIL: $name: pejit_profile_bench exited with an error"
     fail=1
@@ -35,6 +36,14 @@ for spec in treelstm/treelstm:sst:tree treegru/treegru:sst:tree recnn/recnn:sst:
     echo "FAIL: $name: no roofline line with a positive FLOP count per $unit"
     fail=1
   fi
+  # Every stage of planning timed (merging too: the bench merges as the engine does).
+  grep '^planning stages, us per batch: ' "$work/$name.out" || true
+  times=$(sed -n 's/^planning stages, us per batch: walk \([0-9.]*\), payload pattern \([0-9.]*\), scan \([0-9.]*\), evaluation \([0-9.]*\), merge \([0-9.]*\), plan \([0-9.]*\), layout \([0-9.]*\) (\([0-9]*\) batches)$/\1 \2 \3 \4 \5 \6 \7 \8/p' "$work/$name.out")
+  if ! echo "$times" | awk '{ ok = NF == 8 && $8 == 2; for (i = 1; i <= 7; ++i) ok = ok && $i > 0 }
+      END { exit !(NR == 1 && ok) }'; then
+    echo "FAIL: $name: no planning stages line with every stage timed over the 2 batches"
+    fail=1
+  fi
 done
 [ "$fail" = 0 ] || exit 1
-echo "PASS: a roofline line with a positive FLOP count for every zoo model"
+echo "PASS: a roofline line with a positive FLOP count and every planning stage timed for every zoo model"
