@@ -8,6 +8,7 @@
 #include "specializer/plan.h"
 
 #include <ostream>
+#include <vector>
 
 namespace pejit::bench {
 
@@ -51,22 +52,18 @@ inline void write_residual_and_plan(std::ostream& os, const specializer::Residua
     for (const auto& s : g.results)
       os << " " << s.str();
     os << "\n";
-    // A per-row argument's rows, as the plan reads them from the residual (GroupArg): a sum's
-    // term k is the k-th argument of its rows' instances, in order.
-    const bool sum = g.tmpl == specializer::Instance::kSumN;
-    size_t seg = 0, term = 0;
+    // Each argument's line, a per-row one with the rows the plan reads (each_arg_row; a sum's
+    // terms are one argument each).
+    std::vector<std::vector<specializer::RowRef>> rows(g.args.size());
+    specializer::each_arg_row(r, g, [&](size_t a, size_t, const specializer::Ref& x) {
+      rows[a].push_back(specializer::row_ref(p, x));
+    });
     for (size_t a = 0; a < g.args.size(); ++a) {
       os << " a " << g.args[a].sig.str() << (g.args[a].shared ? " shared" : " rows");
-      if (g.args[a].shared) {
+      if (g.args[a].shared)
         ref(g.args[a].shared_ref);
-      } else if (sum) {
-        while (term == r.instances[static_cast<size_t>(g.instances[seg])].num_args)
-          ++seg, term = 0;
-        row(specializer::row_ref(p, r.args(static_cast<size_t>(g.instances[seg]))[term++]));
-      } else {
-        for (int32_t i : g.instances)
-          row(specializer::row_ref(p, r.args(static_cast<size_t>(i))[a]));
-      }
+      for (const auto& x : rows[a])
+        row(x);
       os << "\n";
     }
   }

@@ -8,6 +8,7 @@ namespace pejit::runtime {
 using specializer::Group;
 using specializer::Instance;
 using specializer::Ref;
+using specializer::RowRef;
 
 namespace {
 
@@ -39,7 +40,6 @@ ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residua
       << "make_layout: a plan of " << plan.group_of.size() << " instances for a residual of "
       << r.instances.size();
   const Instance* const insts = r.instances.data();
-  const Ref* const pool = r.arg_pool.data();
   ExecLayout L;
   L.groups.resize(plan.groups.size());
   int64_t top = 0;
@@ -59,35 +59,12 @@ ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residua
       G.results[k].off = take(G.rows * G.results[k].row_elems);
     }
   }
-  auto source = [&L, &plan](const Ref& a, int64_t row_elems) {
-    RowSource s{a.kind, a.index, 0};
-    if (a.kind == Ref::Kind::Inst) {
-      const auto i = static_cast<size_t>(a.index);
-      s.index = plan.group_of[i];
-      s.off = L.groups[static_cast<size_t>(s.index)].results[static_cast<size_t>(a.out)].off +
-              plan.row_of[i] * row_elems;
-    }
+  auto source = [&L](const RowRef& rr, int64_t row_elems) {
+    RowSource s{rr.kind, rr.index, 0};
+    if (rr.kind == Ref::Kind::Inst)
+      s.off = L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)].off +
+              rr.row * row_elems;
     return s;
-  };
-  // The rows every per-row argument reads, from the residual (GroupArg): f(a, i, ref) for row
-  // i of argument a; a SumN group's term a is row 0 of its own argument, and its row (the
-  // sum it is a term of) is `seg`.
-  auto each_row = [&](const Group& g, auto&& f) {
-    if (g.tmpl == Instance::kSumN) {
-      size_t a = 0;
-      for (size_t seg = 0; seg < g.instances.size(); ++seg) {
-        const Instance& in = insts[static_cast<size_t>(g.instances[seg])];
-        for (uint32_t k = 0; k < in.num_args; ++k, ++a)
-          f(a, seg, pool[in.first_arg + k]);
-      }
-      return;
-    }
-    for (size_t a = 0; a < g.args.size(); ++a) {
-      if (g.args[a].shared)
-        continue;
-      for (size_t i = 0; i < g.instances.size(); ++i)
-        f(a, i, pool[insts[static_cast<size_t>(g.instances[i])].first_arg + a]);
-    }
   };
   size_t num_sources = 0; // sized once: a batch's plan has thousands of rows
   for (const Group& g : plan.groups)
@@ -101,7 +78,7 @@ ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residua
     G.args.resize(g.args.size());
     const bool sum = g.tmpl == Instance::kSumN;
     // The residual is the plan's: every row's instance is of its group's template and takes
-    // its arguments (a sum group: one argument per term), so each_row reads inside both.
+    // its arguments (a sum group: one argument per term), so each_arg_row reads inside both.
     size_t terms = 0;
     for (int32_t i : g.instances) {
       const Instance& in = insts[static_cast<size_t>(i)];
@@ -121,19 +98,17 @@ ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residua
       if (!sum) // a sum reads its terms where they are
         A.off = take(static_cast<int64_t>(A.num_rows) * A.row_elems);
     }
-    each_row(g, [&](size_t a, size_t i, const Ref& ref) {
+    specializer::each_arg_row(r, g, [&](size_t a, size_t i, const Ref& ref) {
       auto& A = G.args[a];
       if (i == 0 || sum)
         A.first_row = static_cast<uint32_t>(L.sources.size());
-      L.sources.push_back(source(ref, A.row_elems));
+      L.sources.push_back(source(specializer::row_ref(plan, ref), A.row_elems));
     });
   }
-  for (const auto& o : r.outputs) {
+  for (const auto& o : plan.outputs) {
     int64_t row_elems =
         o.kind == Ref::Kind::Inst
-            ? L.groups[static_cast<size_t>(plan.group_of[static_cast<size_t>(o.index)])]
-                  .results[static_cast<size_t>(o.out)]
-                  .row_elems
+            ? L.groups[static_cast<size_t>(o.index)].results[static_cast<size_t>(o.out)].row_elems
             : 0;
     L.outputs.push_back(source(o, row_elems));
   }
@@ -161,15 +136,15 @@ ExecLayout make_layout(const specializer::Plan& plan, const specializer::Residua
       const Group& g = plan.groups[gi];
       const auto& G = L.groups[gi];
       const bool sum = g.tmpl == Instance::kSumN;
-      each_row(g, [&](size_t a, size_t i, const Ref& ref) {
+      specializer::each_arg_row(r, g, [&](size_t a, size_t i, const Ref& ref) {
         if (ref.kind != Ref::Kind::Inst || g.args[a].sig.dtype != DType::F32)
           return;
         // A sum's term reads the seed of its row as it is.
         int64_t src = sum ? G.results[0].seed_off + static_cast<int64_t>(i) * G.results[0].row_elems
                           : G.args[a].grad_off + static_cast<int64_t>(i) * G.args[a].row_elems;
-        const auto p = static_cast<size_t>(ref.index);
-        f(L.groups[static_cast<size_t>(plan.group_of[p])].results[static_cast<size_t>(ref.out)],
-          plan.row_of[p], src);
+        const RowRef rr = specializer::row_ref(plan, ref);
+        f(L.groups[static_cast<size_t>(rr.index)].results[static_cast<size_t>(rr.out)], rr.row,
+          src);
       });
     }
   };

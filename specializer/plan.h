@@ -82,4 +82,27 @@ inline RowRef row_ref(const Plan& p, const Ref& a) {
   return rr;
 }
 
+/// The rows group `g` of a plan made from `r` reads (GroupArg): f(a, i, ref) for row i of each
+/// per-row argument a, argument after argument; for a SumN group, f(a, k, ref) for each term
+/// a in order, k the row (the sum) it is a term of.
+template <class F> void each_arg_row(const Residual& r, const Group& g, F&& f) {
+  const Instance* const insts = r.instances.data();
+  const Ref* const pool = r.arg_pool.data();
+  if (g.tmpl == Instance::kSumN) {
+    size_t a = 0;
+    for (size_t k = 0; k < g.instances.size(); ++k) {
+      const Instance& in = insts[static_cast<size_t>(g.instances[k])];
+      for (uint32_t j = 0; j < in.num_args; ++j, ++a)
+        f(a, k, pool[in.first_arg + j]);
+    }
+    return;
+  }
+  for (size_t a = 0; a < g.args.size(); ++a) {
+    if (g.args[a].shared)
+      continue;
+    for (size_t i = 0; i < g.instances.size(); ++i)
+      f(a, i, pool[insts[static_cast<size_t>(g.instances[i])].first_arg + a]);
+  }
+}
+
 } // namespace pejit::specializer
