@@ -157,8 +157,9 @@ TEST_CASE("a rank with another seed is found before the first step") {
 }
 
 TEST_CASE("a deep input's step, run on a thread of its own, reduces like any other") {
-  // 6,000 levels: more stack than the calling thread has, so the step runs on a thread started
-  // for it and the gradient reductions start from there (MPI used serialized).
+  // 1,500 levels: more stack than the calling thread has (interp/call_limit.h: 16 KiB per level
+  // past the default bound, 24 MiB here against a main thread's 8), so the step runs on a
+  // thread started for it and the gradient reductions start from there (MPI used serialized).
   auto caterpillar = [](const pejit::Session& s, int depth, int word) {
     auto leaf = [&](int w) {
       return s.make("Leaf", {pejit::Value::scalar_i32(w % 40), pejit::Value::scalar_i32(w % 5)});
@@ -171,7 +172,7 @@ TEST_CASE("a deep input's step, run on a thread of its own, reduces like any oth
   for (std::string mode : {"generic", "specialized"}) {
     CAPTURE(mode);
     // SGD: a step proportional to the gradient (Adagrad's first step is lr * sign(g), and the
-    // 6,000 nodes' sums leave elements near zero whose sign the order of the sum decides).
+    // 1,500 nodes' sums leave elements near zero whose sign the order of the sum decides).
     auto od = options(mode, "mpi"), oo = options(mode, "off");
     od.optimizer = oo.optimizer = "sgd";
     od.lr = oo.lr = 0.01f;
@@ -179,7 +180,7 @@ TEST_CASE("a deep input's step, run on a thread of its own, reduces like any oth
     auto one = pejit::Session::from_file(kModel, oo);
     std::vector<pejit::Value> all;
     for (int k = 0; k < dist.ranks(); ++k)
-      all.push_back(caterpillar(dist, 6000, 3 * k + 1));
+      all.push_back(caterpillar(dist, 1500, 3 * k + 1));
     float l1 = one.step("loss", pejit::Value::list(all));
     float ld = dist.step("loss", part(dist, all));
     CHECK(std::abs(ld - l1) <= 1e-4 * std::abs(l1));
