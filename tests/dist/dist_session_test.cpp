@@ -3,6 +3,7 @@
 // the whole batch (a local Session each rank runs beside), every rank holds the same bits, and
 // a failure on one rank is an error on all of them, after which the job goes on.
 #include "pejit/pejit.h"
+#include "src/util/native_stack.h"
 
 #include <doctest/doctest.h>
 
@@ -182,7 +183,9 @@ TEST_CASE("a deep input's step, run on a thread of its own, reduces like any oth
     for (int k = 0; k < dist.ranks(); ++k)
       all.push_back(caterpillar(dist, 1500, 3 * k + 1));
     float l1 = one.step("loss", pejit::Value::list(all));
+    const uint64_t threads = pejit::util::native_stack_threads();
     float ld = dist.step("loss", part(dist, all));
+    CHECK(pejit::util::native_stack_threads() > threads); // the step ran on a thread of its own
     CHECK(std::abs(ld - l1) <= 1e-4 * std::abs(l1));
     CHECK(param_diff(dist, one) < 1e-3);
     dist.check_replicas();
