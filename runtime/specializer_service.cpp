@@ -21,6 +21,11 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A stage boundary for time_stages: the clock only while someone is timing the stages.
+Clock::time_point stage_stamp(const PlanningStages* stages) {
+  return stages != nullptr ? Clock::now() : Clock::time_point{};
+}
+
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h * 0xff51afd7ed558ccdull;
@@ -65,9 +70,9 @@ static constexpr size_t kKeptPayloads = size_t{1} << 16;
 
 BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
   thread_local specializer::BatchWalk w; // its vectors' capacity kept per thread
-  const auto t0 = stages_ ? Clock::now() : Clock::time_point{};
+  const auto t0 = stage_stamp(stages_);
   specializer::walk_batch(batch, w);
-  const auto t1 = stages_ ? Clock::now() : Clock::time_point{};
+  const auto t1 = stage_stamp(stages_);
   BatchPart b;
   b.depth = w.depth;
   b.skeleton = w.skeleton;
@@ -128,9 +133,9 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     pe_opt.max_depth = max_depth_;
     pe_opt.depth = known.depth;
     pe_opt.skeleton = known.skeleton;
-    auto t_pe0 = Clock::now();
+    auto t_pe0 = stage_stamp(stages_);
     auto pe = specializer::partially_evaluate(*m_, dims_, entry, batch, templates_, pe_opt);
-    auto t_pe = Clock::now();
+    auto t_pe = stage_stamp(stages_);
     if (!pe.ok) {
       why = "refused at " + pe.where.str() + ": " + pe.reason;
       refused_[entry] = {cone, why};
@@ -138,17 +143,17 @@ std::shared_ptr<const PlanEntry> SpecializerService::make(const std::string& ent
     }
     if (merge_equal_)
       specializer::merge_equal_instances(pe.residual, slots);
-    auto t_merge = Clock::now();
+    auto t_merge = stage_stamp(stages_);
     auto e = std::make_shared<PlanEntry>();
     e->entry = entry;
     if (faults_)
       faults_->before_planning(entry);
     e->plan = specializer::make_plan(pe.residual, templates_);
-    auto t_plan = Clock::now();
+    auto t_plan = stage_stamp(stages_);
     e->residual = std::move(pe.residual);
     e->residual.inputs.clear();
     e->layout = make_layout(e->plan, e->residual);
-    auto t_layout = Clock::now();
+    auto t_layout = stage_stamp(stages_);
     if (!snapshot_ || snapshot_->size() != templates_.size())
       snapshot_ = std::make_shared<const specializer::TemplateTable>(templates_);
     e->templates = snapshot_;
