@@ -43,7 +43,7 @@ template <class F> void each_payload(const Value& v, uint64_t site, F& f) {
   }
 }
 
-uint64_t mix(uint64_t h, uint64_t v) {
+uint64_t merge_mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * 0xff51afd7ed558ccdull;
   return h ^ (h >> 29);
 }
@@ -137,19 +137,19 @@ template <class At> std::vector<int32_t> equal_slots(size_t count, At at) {
   for (size_t i = 0; i < count; ++i) {
     const auto [tp, site] = at(i);
     const Tensor& t = *tp;
-    uint64_t h = mix(mix(site, static_cast<uint64_t>(t.dtype())), t.rank());
+    uint64_t h = merge_mix(merge_mix(site, static_cast<uint64_t>(t.dtype())), t.rank());
     for (size_t d = 0; d < t.rank(); ++d)
-      h = mix(h, static_cast<uint64_t>(t.dim(d)));
+      h = merge_mix(h, static_cast<uint64_t>(t.dim(d)));
     const size_t n = t.nbytes();
     const auto* b = static_cast<const unsigned char*>(t.raw());
     size_t k = 0;
     for (; k + 8 <= n; k += 8) {
       uint64_t w;
       std::memcpy(&w, b + k, 8);
-      h = mix(h, w);
+      h = merge_mix(h, w);
     }
     if (k < n) // the last partial word
-      h = mix(h, partial_word(b + k, n - k));
+      h = merge_mix(h, partial_word(b + k, n - k));
     rep[i] = table.find_or_add(h, static_cast<int32_t>(i), [&](int32_t j) {
       const auto [u, usite] = at(static_cast<size_t>(j));
       if (usite != site || u->dtype() != t.dtype() || !(u->shape() == t.shape()))
@@ -183,7 +183,7 @@ uint64_t payload_pattern_hash(const std::vector<int32_t>& slots) {
   uint64_t h = 0;
   for (size_t s = 0; s < slots.size(); ++s)
     if (slots[s] != static_cast<int32_t>(s))
-      h = mix(h ^ s, static_cast<uint64_t>(slots[s]) + 1);
+      h = merge_mix(h ^ s, static_cast<uint64_t>(slots[s]) + 1);
   return h;
 }
 
@@ -220,7 +220,7 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
     const Instance in = insts[i];
     PEJIT_CHECK(in.first_arg >= top) << "merge_equal_instances: arguments out of order";
     const uint32_t first = top;
-    uint64_t h = mix(static_cast<uint64_t>(in.tmpl), static_cast<uint64_t>(in.sum_sig));
+    uint64_t h = merge_mix(static_cast<uint64_t>(in.tmpl), static_cast<uint64_t>(in.sum_sig));
     // Field by field: a Ref rebuilt in a register-sized temporary and read back whole would
     // make the load wait for the stores of its parts (no store forwarding), once per argument.
     for (uint32_t k = 0; k < in.num_args; ++k) {
@@ -234,7 +234,7 @@ size_t merge_equal_instances(Residual& r, const std::vector<int32_t>& slot_rep) 
       c.kind = kind;
       c.index = index;
       c.out = out;
-      h = mix(h, (static_cast<uint64_t>(kind) << 56) ^ (static_cast<uint64_t>(out) << 32) ^
+      h = merge_mix(h, (static_cast<uint64_t>(kind) << 56) ^ (static_cast<uint64_t>(out) << 32) ^
                      static_cast<uint32_t>(index));
     }
     const Instance mine{in.tmpl, first, in.num_args, in.sum_sig};

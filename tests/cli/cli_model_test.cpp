@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+namespace tests_cli_cli_model_test {
+
 using namespace pejit::cli_test;
 
 namespace {
@@ -105,3 +107,5 @@ TEST_SUITE("cli") {
     CHECK(jp[0]["specialized_batches"] == 1);
   }
 }
+
+} // namespace tests_cli_cli_model_test

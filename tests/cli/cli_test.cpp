@@ -17,6 +17,8 @@
 #include <sstream>
 #include <sys/wait.h>
 
+namespace tests_cli_cli_test {
+
 using namespace pejit::cli_test;
 
 TEST_SUITE("cli") {
@@ -627,3 +629,5 @@ TEST_SUITE("cli") {
     CHECK(run_pejit("tune " + kModel + " --data " + data).code == 2); // --out is required
   }
 }
+
+} // namespace tests_cli_cli_test

@@ -14,6 +14,8 @@
 #include <set>
 #include <string>
 
+namespace tests_cli_data_cli_test {
+
 namespace {
 
 using pejit::cli_test::Run;
@@ -224,3 +226,5 @@ entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => enc(t).1, batch)) 
   }
 
 } // TEST_SUITE
+
+} // namespace tests_cli_data_cli_test

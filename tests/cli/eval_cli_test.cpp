@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace tests_cli_eval_cli_test {
+
 using namespace pejit::cli_test;
 
 namespace {
@@ -254,3 +256,5 @@ TEST_SUITE("cli") {
     CHECK(pejit::runtime::add_eval_entry(none).name.empty());
   }
 }
+
+} // namespace tests_cli_eval_cli_test

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+namespace tests_cli_interpreted_cli_test {
+
 using namespace pejit::cli_test;
 
 namespace {
@@ -207,3 +209,5 @@ TEST_SUITE("cli") {
     CHECK(s.jit > 99.0);
   }
 }
+
+} // namespace tests_cli_interpreted_cli_test

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_cli_nary_cli_test {
+
 using namespace pejit::cli_test;
 
 namespace {
@@ -117,3 +119,5 @@ TEST_SUITE("cli") {
     CHECK(ok.code == 0);
   }
 }
+
+} // namespace tests_cli_nary_cli_test

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_cli_paper_cli_test {
+
 using namespace pejit::cli_test;
 
 namespace {
@@ -424,3 +426,5 @@ TEST_CASE("cli --kernel-cache: a second train and an eval link the kernels the f
   CHECK(zero.code != 0);
   CHECK(zero.err.find("--kernel-cache-max-mb") != std::string::npos);
 }
+
+} // namespace tests_cli_paper_cli_test

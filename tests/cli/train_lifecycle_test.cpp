@@ -24,6 +24,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace tests_cli_train_lifecycle_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -427,3 +429,5 @@ TEST_SUITE("cli") {
     CHECK(lonely.err.find("--patience needs --save-best") != std::string::npos);
   }
 }
+
+} // namespace tests_cli_train_lifecycle_test

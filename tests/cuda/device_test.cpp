@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <string>
 
+namespace tests_cuda_device_test {
+
 using namespace pejit;
 using runtime::cuda::parse_device;
 using runtime::cuda::probe_cuda_device;
@@ -101,3 +103,5 @@ TEST_SUITE("cuda") {
       CHECK(out.find("no CUDA device: cuda:7: ") != std::string::npos);
   }
 }
+
+} // namespace tests_cuda_device_test

@@ -18,6 +18,8 @@
 #include <memory>
 #include <random>
 
+namespace tests_cuda_gpu_run_test {
+
 using namespace pejit;
 using runtime::cuda::CudaDriver;
 using runtime::cuda::DevicePtr;
@@ -231,3 +233,5 @@ TEST_SUITE("cuda") {
     CHECK(same_bits(from_device<float>(*d, dv, pv.size()), pv));
   }
 }
+
+} // namespace tests_cuda_gpu_run_test

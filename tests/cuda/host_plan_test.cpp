@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <set>
 
+namespace tests_cuda_host_plan_test {
+
 using namespace pejit;
 using namespace pejit::runtime::cuda;
 
@@ -241,3 +243,5 @@ TEST_SUITE("cuda") {
     CHECK_THROWS(CapturePolicy(CaptureOptions{.capacity = 0}));
   }
 }
+
+} // namespace tests_cuda_host_plan_test

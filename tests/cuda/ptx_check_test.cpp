@@ -23,6 +23,8 @@
 #include <sstream>
 #include <unistd.h>
 
+namespace tests_cuda_ptx_check_test {
+
 using namespace pejit;
 namespace fs = std::filesystem;
 
@@ -229,3 +231,5 @@ TEST_SUITE("cuda") {
       CHECK_MESSAGE(total.by_kind[kind] > 0, kind);
   }
 }
+
+} // namespace tests_cuda_ptx_check_test

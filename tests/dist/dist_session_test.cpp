@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_dist_dist_session_test {
+
 namespace {
 
 const std::string kModel = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
@@ -191,3 +193,5 @@ TEST_CASE("a deep input's step, run on a thread of its own, reduces like any oth
     dist.check_replicas();
   }
 }
+
+} // namespace tests_dist_dist_session_test

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_graph_graph_test {
+
 using namespace pejit;
 using namespace pejit::graph;
 using ops::Attr;
@@ -408,3 +410,5 @@ TEST_SUITE("graph") {
     CHECK(concats == 2);
   }
 }
+
+} // namespace tests_graph_graph_test

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+namespace tests_interp_deep_value_test {
+
 using namespace pejit;
 using interp::Value;
 using interp::Values;
@@ -92,3 +94,5 @@ TEST_SUITE("interp") {
     CHECK(interp::CallLimit::of(4000, size_t{1} << 40).calls == INT32_MAX);
   }
 }
+
+} // namespace tests_interp_deep_value_test

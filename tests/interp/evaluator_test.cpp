@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_interp_evaluator_test {
+
 using namespace pejit;
 using namespace pejit::interp::programs_test;
 using interp::Value;
@@ -327,3 +329,5 @@ entry imod(a: Int, b: Int) -> Int {
   }
 
 } // TEST_SUITE
+
+} // namespace tests_interp_evaluator_test

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_interp_ops_grad_test {
+
 using namespace pejit;
 using namespace pejit::interp::test;
 using interp::Value;
@@ -417,3 +419,5 @@ entry L(c: f32[2, 3], d: f32[5, 3], i: i32[2]) -> f32[] { sum(take(E, i) * c) + 
   }
 
 } // TEST_SUITE
+
+} // namespace tests_interp_ops_grad_test

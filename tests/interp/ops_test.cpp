@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_interp_ops_test {
+
 using namespace pejit;
 using namespace pejit::interp::test;
 using interp::Value;
@@ -368,3 +370,5 @@ entry f(x: f32[2], W: f32[2, 3], b: f32[3]) -> f32[3] { tanh(x @ W + b) }
   }
 
 } // TEST_SUITE
+
+} // namespace tests_interp_ops_test

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_interp_programs_test {
+
 using namespace pejit;
 using namespace pejit::interp::programs_test;
 using interp::Value;
@@ -381,3 +383,5 @@ TEST_SUITE("interp") {
   }
 
 } // TEST_SUITE
+
+} // namespace tests_interp_programs_test

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+namespace tests_interp_treelstm_test {
+
 using namespace pejit;
 
 namespace {
@@ -117,3 +119,5 @@ TEST_SUITE("interp") {
     CHECK(after < 0.9 * before);
   }
 }
+
+} // namespace tests_interp_treelstm_test

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+namespace tests_ir_builder_test {
+
 using namespace pejit;
 using namespace pejit::ir;
 using namespace pejit::testing;
@@ -101,3 +103,5 @@ TEST_SUITE("ir") {
     CHECK_FALSE(m.put(built_program()[8])); // same printed form: unchanged
   }
 }
+
+} // namespace tests_ir_builder_test

@@ -10,6 +10,8 @@
 #include <climits>
 #include <cmath>
 
+namespace tests_ir_printer_test {
+
 using namespace pejit;
 using namespace pejit::ir;
 using namespace pejit::testing;
@@ -106,3 +108,5 @@ TEST_SUITE("ir") {
                  "}");
   }
 }
+
+} // namespace tests_ir_printer_test

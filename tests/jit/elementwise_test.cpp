@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_jit_elementwise_test {
+
 using namespace pejit::jit;
 
 namespace {
@@ -372,3 +374,5 @@ TEST_CASE("the inner loop is vectorized on AVX hosts") {
     ++stores;
   CHECK(stores == 1);
 }
+
+} // namespace tests_jit_elementwise_test

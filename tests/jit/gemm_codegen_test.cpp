@@ -15,6 +15,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_jit_gemm_codegen_test {
+
 using namespace pejit::jit;
 using pejit::jit::test::random_floats;
 
@@ -183,3 +185,5 @@ TEST_CASE("the NN gemm is 16-wide fma code on AVX-512 hosts") {
   CHECK(ir.find("@llvm.fma.v16f32") != std::string::npos);
   CHECK(ir.find("@llvm.masked.store.v16f32") != std::string::npos); // 750 % 16 = 14
 }
+
+} // namespace tests_jit_gemm_codegen_test

@@ -17,6 +17,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_jit_gemm_panel_test {
+
 using namespace pejit::jit;
 using pejit::jit::test::random_floats;
 namespace kernels = pejit::kernels;
@@ -373,3 +375,5 @@ TEST_CASE("panel kernel gathers and fills: validation") {
   s.fill_inputs = {0}; // not a panel kernel
   CHECK_THROWS_AS(s.validate(), pejit::Error);
 }
+
+} // namespace tests_jit_gemm_panel_test

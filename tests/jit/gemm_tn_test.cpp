@@ -17,6 +17,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_jit_gemm_tn_test {
+
 using namespace pejit::jit;
 using pejit::jit::test::random_floats;
 
@@ -193,3 +195,5 @@ TEST_CASE("TN gemm spec: the default block, stretches in the text, validation") 
   GemmSpec acc{.layout = GemmLayout::TN, .m = 3, .n = 8, .accumulate = true, .stretches = true};
   CHECK_THROWS_WITH_AS(acc.validate(), doctest::Contains("run-time argument"), pejit::Error);
 }
+
+} // namespace tests_jit_gemm_tn_test

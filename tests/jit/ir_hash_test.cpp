@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+namespace tests_jit_ir_hash_test {
+
 using namespace pejit::jit;
 
 namespace {
@@ -86,3 +88,5 @@ TEST_CASE("a reduce kernel's ir_hash is the hash of optimized_ir, from any Jit")
   CHECK(a.optimized_ir(ReduceSpec{.kind = ReduceKind::SumRows, .width = 5}) !=
         a.optimized_ir(ReduceSpec{.kind = ReduceKind::SumRows, .width = 6}));
 }
+
+} // namespace tests_jit_ir_hash_test

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+namespace tests_jit_jit_test {
+
 using namespace pejit::jit;
 
 namespace {
@@ -103,3 +105,5 @@ TEST_CASE("concurrent compiles from four threads: two compile threads, or none (
     CHECK(jit.live_kernels() == 4 * 3);
   }
 }
+
+} // namespace tests_jit_jit_test

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+namespace tests_jit_kernel_cache_test {
+
 using namespace pejit::jit;
 
 namespace {
@@ -126,3 +128,5 @@ TEST_CASE("a failed compile throws pejit::Error, leaves no entry, and the cache 
   CHECK(cache.size() == 0);
   CHECK(run_scale(*cache.get(scale(8)), 8) == 6.0f);
 }
+
+} // namespace tests_jit_kernel_cache_test

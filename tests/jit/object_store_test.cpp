@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace tests_jit_object_store_test {
+
 using namespace pejit::jit;
 namespace fs = std::filesystem;
 
@@ -261,3 +263,5 @@ TEST_CASE("a kernel compiled again while its evicted copy is live gets a symbol 
   CHECK(run(again->elementwise()) == run(held->elementwise()));
   CHECK(cache.stats().evictions == 2);
 }
+
+} // namespace tests_jit_object_store_test

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+namespace tests_jit_panel_test {
+
 using namespace pejit::jit;
 
 namespace {
@@ -197,3 +199,5 @@ TEST_CASE("panel kernel with a scratch input: the core refills one panel's rows,
     }
   }
 }
+
+} // namespace tests_jit_panel_test

@@ -19,6 +19,8 @@
 #include <span>
 #include <vector>
 
+namespace tests_jit_reduce_test {
+
 using namespace pejit;
 using namespace pejit::jit;
 
@@ -595,3 +597,5 @@ TEST_CASE("row max in interleaved accumulators: rows with +0 and -0 maxima, infi
     jit.remove(bwd.handle);
   }
 }
+
+} // namespace tests_jit_reduce_test

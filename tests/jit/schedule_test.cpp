@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace tests_jit_schedule_test {
+
 using namespace pejit::jit;
 
 namespace {
@@ -392,3 +394,5 @@ TEST_CASE("the tuner sizes strided arrays by their stride: every candidate of a 
   ScheduleEntry e = tune_kernel(jit, spec, opt);
   CHECK(e.candidates == static_cast<int>(tune_candidates(spec, jit.vector_lanes()).size()));
 }
+
+} // namespace tests_jit_schedule_test

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <vector>
 
+namespace tests_kernels_elementwise_test {
+
 using namespace pejit;
 using namespace pejit::kernels;
 using namespace pejit::test;
@@ -140,3 +142,5 @@ TEST_SUITE("kernels") {
                          Error);
   }
 }
+
+} // namespace tests_kernels_elementwise_test

@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+namespace tests_kernels_fast_math_test {
+
 using namespace pejit;
 using namespace pejit::kernels;
 
@@ -74,3 +76,5 @@ TEST_SUITE("kernels") {
     }
   }
 }
+
+} // namespace tests_kernels_fast_math_test

@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_kernels_gemm_test {
+
 using namespace pejit;
 using namespace pejit::kernels;
 
@@ -297,3 +299,5 @@ TEST_SUITE("kernels") {
     CHECK_THROWS_AS(matmul(A, Tensor::zeros(DType::I32, {3, 2})), Error);
   }
 }
+
+} // namespace tests_kernels_gemm_test

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_kernels_layout_test {
+
 using namespace pejit;
 using namespace pejit::kernels;
 using namespace pejit::test;
@@ -119,3 +121,5 @@ TEST_SUITE("kernels") {
     CHECK_THROWS_AS(add_rows_inplace(wrong, c), Error);
   }
 }
+
+} // namespace tests_kernels_layout_test

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <vector>
 
+namespace tests_kernels_random_test {
+
 using namespace pejit;
 using kernels::Philox4x32;
 
@@ -145,3 +147,5 @@ TEST_SUITE("kernels") {
     CHECK(std::memcmp(u.f32(), u.f32() + d, d * 4) != 0);
   }
 }
+
+} // namespace tests_kernels_random_test

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <vector>
 
+namespace tests_kernels_reduce_test {
+
 using namespace pejit;
 using namespace pejit::kernels;
 using namespace pejit::test;
@@ -102,3 +104,5 @@ TEST_SUITE("kernels") {
     CHECK_THROWS_AS(argmax(F({2, 0}, {})), Error);
   }
 }
+
+} // namespace tests_kernels_reduce_test

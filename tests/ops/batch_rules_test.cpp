@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_ops_batch_rules_test {
+
 using namespace pejit;
 using ops::GradOp;
 using ops::OpId;
@@ -155,3 +157,5 @@ TEST_SUITE("ops") {
     check_ok(classify(RowNode::sum_n(), {S, R, R}), R);
   }
 }
+
+} // namespace tests_ops_batch_rules_test

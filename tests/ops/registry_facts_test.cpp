@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 
+namespace tests_ops_registry_facts_test {
+
 using namespace pejit;
 using ops::GradOp;
 using ops::KernelClass;
@@ -92,3 +94,5 @@ TEST_SUITE("ops") {
     CHECK(ops::grad_op_name(GradOp::MatMulGradB) == std::string("matmul_grad_b"));
   }
 }
+
+} // namespace tests_ops_registry_facts_test

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 
+namespace tests_parse_errors_test {
+
 namespace fs = std::filesystem;
 using namespace pejit;
 using namespace pejit::testing;
@@ -69,3 +71,5 @@ TEST_SUITE("parse") {
     }
   }
 }
+
+} // namespace tests_parse_errors_test

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <random>
 
+namespace tests_parse_fuzz_test {
+
 namespace fs = std::filesystem;
 using namespace pejit;
 using namespace pejit::testing;
@@ -176,3 +178,5 @@ TEST_SUITE("parse") {
     CHECK(checked_ok > 0);      // and some still reach the checker whole
   }
 }
+
+} // namespace tests_parse_fuzz_test

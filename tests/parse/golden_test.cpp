@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+namespace tests_parse_golden_test {
+
 namespace fs = std::filesystem;
 using namespace pejit;
 using namespace pejit::testing;
@@ -93,3 +95,5 @@ TEST_SUITE("parse") {
     }
   }
 }
+
+} // namespace tests_parse_golden_test

@@ -9,6 +9,8 @@
 
 #include <climits>
 
+namespace tests_parse_parser_test {
+
 using namespace pejit;
 using namespace pejit::ir;
 using namespace pejit::testing;
@@ -262,3 +264,5 @@ TEST_SUITE("parse") {
     CHECK(two.size() == 2);
   }
 }
+
+} // namespace tests_parse_parser_test

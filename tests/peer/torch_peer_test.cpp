@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <filesystem>
 
+namespace tests_peer_torch_peer_test {
+
 using namespace pejit;
 
 namespace {
@@ -98,3 +100,5 @@ TEST_SUITE("peer") {
     fs::remove_all(dir);
   }
 }
+
+} // namespace tests_peer_torch_peer_test

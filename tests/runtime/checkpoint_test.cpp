@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+namespace tests_runtime_checkpoint_test {
+
 using namespace pejit;
 using namespace pejit::checkpoint;
 namespace fs = std::filesystem;
@@ -381,3 +383,5 @@ TEST_SUITE("checkpoint") {
     CHECK_THROWS_WITH_AS(save(path, ck), doctest::Contains("negative epoch"), Error);
   }
 }
+
+} // namespace tests_runtime_checkpoint_test

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_data_errors_test {
+
 using namespace pejit;
 
 namespace {
@@ -336,3 +338,5 @@ entry loss(batch: List[T]) -> f32[] { sum_list(map(ce, batch)) }
   }
 
 } // TEST_SUITE
+
+} // namespace tests_runtime_data_errors_test

@@ -17,6 +17,8 @@
 #include <cmath>
 #include <string>
 
+namespace tests_runtime_deep_input_test {
+
 using namespace pejit;
 using interp::Value;
 using interp::Values;
@@ -236,3 +238,5 @@ TEST_SUITE("deep inputs 1M" * doctest::skip()) {
     long_sentence(1000000);
   }
 }
+
+} // namespace tests_runtime_deep_input_test

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_dropout_test {
+
 using namespace pejit;
 
 namespace {
@@ -331,3 +333,5 @@ TEST_SUITE("runtime") {
     CHECK(s1.random_step() == 4);
   }
 }
+
+} // namespace tests_runtime_dropout_test

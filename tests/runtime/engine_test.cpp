@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cmath>
 
+namespace tests_runtime_engine_test {
+
 using namespace pejit;
 
 namespace {
@@ -572,3 +574,5 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(cache.evictions() == 0); // an invalidation is not an eviction
   }
 }
+
+} // namespace tests_runtime_engine_test

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_graph_runner_test {
+
 using namespace pejit;
 using runtime::GraphRunner;
 using specializer::TensorSig;
@@ -461,3 +463,5 @@ TEST_SUITE("runtime") {
     }
   }
 }
+
+} // namespace tests_runtime_graph_runner_test

@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace tests_runtime_kernel_cache_dir_test {
+
 using namespace pejit;
 namespace fs = std::filesystem;
 
@@ -152,3 +154,5 @@ TEST_CASE("kernel cache directory: a second session links every kernel, the same
   CHECK(error.find("kernel cache directory '" + file.string() + "'") != std::string::npos);
   fs::remove_all(dir);
 }
+
+} // namespace tests_runtime_kernel_cache_dir_test

@@ -16,6 +16,8 @@
 #include <map>
 #include <set>
 
+namespace tests_runtime_kernel_dump_test {
+
 using namespace pejit;
 
 namespace {
@@ -229,3 +231,5 @@ TEST_SUITE("kernel_dump") {
     CHECK(llvm.find("i64 @pejit_reduce(") != std::string::npos);
   }
 }
+
+} // namespace tests_runtime_kernel_dump_test

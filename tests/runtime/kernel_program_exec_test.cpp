@@ -15,6 +15,8 @@
 
 #include <random>
 
+namespace tests_runtime_kernel_program_exec_test {
+
 using namespace pejit;
 
 namespace {
@@ -189,3 +191,5 @@ TEST_SUITE("runtime") {
     CHECK_THROWS_AS(r.forward(kRows, args, params, results, bad, stats), pejit::Error);
   }
 }
+
+} // namespace tests_runtime_kernel_program_exec_test

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_labels_test {
+
 using namespace pejit;
 using namespace pejit::runtime;
 
@@ -135,3 +137,5 @@ TEST_CASE("labels binary: scoring counts the labeled nodes of the trees kept") {
     s.step("loss", SessionAccess::wrap(enc.batch(ds, idx, 0, ds.size())));
   }
 }
+
+} // namespace tests_runtime_labels_test

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <string>
 
+namespace tests_runtime_named_dims_test {
+
 using namespace pejit;
 
 namespace {
@@ -195,3 +197,5 @@ entry g() -> f32[H - K] { zeros(H - K) }
                          pejit::Error);
   }
 }
+
+} // namespace tests_runtime_named_dims_test

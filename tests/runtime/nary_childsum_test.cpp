@@ -20,6 +20,8 @@
 
 #include <cmath>
 
+namespace tests_runtime_nary_childsum_test {
+
 using namespace pejit;
 
 namespace {
@@ -141,3 +143,5 @@ TEST_SUITE("examples") {
     CHECK(ref.loss == doctest::Approx(want).epsilon(1e-5));
   }
 }
+
+} // namespace tests_runtime_nary_childsum_test

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_nary_data_test {
+
 using namespace pejit;
 
 namespace {
@@ -271,3 +273,5 @@ entry loss(batch: List[T]) -> f32[] { 0.0 }
     CHECK(mirrored > negated * 8 / 10);
   }
 }
+
+} // namespace tests_runtime_nary_data_test

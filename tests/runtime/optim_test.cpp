@@ -12,8 +12,11 @@
 
 #include <random>
 
+namespace tests_runtime_optim_test {
+
 using namespace pejit;
 using namespace pejit::optim;
+using pejit::optim::Optimizer; // not pejit::Optimizer (pejit.h), which a unity batch may include
 using interp::ParamGrad;
 using interp::Params;
 using kernels::RowSparse;
@@ -368,3 +371,5 @@ TEST_SUITE("optim") {
     CHECK(test::same_bits(snap[0].second, m));
   }
 }
+
+} // namespace tests_runtime_optim_test

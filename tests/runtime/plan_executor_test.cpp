@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_plan_executor_test {
+
 using namespace pejit;
 using test::PlannedBatch;
 
@@ -263,3 +265,5 @@ TEST_SUITE("runtime") {
     }
   }
 }
+
+} // namespace tests_runtime_plan_executor_test

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+namespace tests_runtime_profile_test {
+
 using namespace pejit;
 using test::PlannedBatch;
 
@@ -87,3 +89,5 @@ TEST_SUITE("runtime") {
     }
   }
 }
+
+} // namespace tests_runtime_profile_test

@@ -16,6 +16,8 @@
 #include <string>
 #include <unistd.h>
 
+namespace tests_runtime_reader_fuzz_test {
+
 using namespace pejit::fuzz;
 
 namespace {
@@ -155,3 +157,5 @@ TEST_SUITE("fuzz") {
     fuzz(Target::Schedules, 2000);
   }
 }
+
+} // namespace tests_runtime_reader_fuzz_test

@@ -15,6 +15,8 @@
 
 #include <string>
 
+namespace tests_runtime_reverse_test {
+
 using namespace pejit;
 
 namespace {
@@ -115,3 +117,5 @@ TEST_SUITE("list builtins") {
     CHECK(pb.residual.fuel_used < pr.residual.fuel_used);
   }
 }
+
+} // namespace tests_runtime_reverse_test

@@ -13,6 +13,8 @@
 #include <set>
 #include <unistd.h>
 
+namespace tests_runtime_schedule_api_test {
+
 namespace {
 
 const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
@@ -164,3 +166,5 @@ TEST_SUITE("session") {
                          pejit::Error);
   }
 }
+
+} // namespace tests_runtime_schedule_api_test

@@ -11,8 +11,11 @@
 #include <cmath>
 #include <numbers>
 
+namespace tests_runtime_schedule_test {
+
 using namespace pejit;
 using namespace pejit::optim;
+using pejit::optim::Optimizer; // not pejit::Optimizer (pejit.h), which a unity batch may include
 
 TEST_CASE("lr schedules: factors by step") {
   CHECK(LrSchedule::parse("").factor(1000) == 1.0);
@@ -82,3 +85,5 @@ TEST_CASE("optimizer: per-parameter lr and weight decay, and the lr scale") {
   neg.param_lr["w"] = -1;
   CHECK_THROWS_AS(Optimizer{neg}, Error);
 }
+
+} // namespace tests_runtime_schedule_test

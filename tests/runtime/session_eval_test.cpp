@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_session_eval_test {
+
 namespace {
 
 using pejit::runtime::SessionAccess;
@@ -199,3 +201,5 @@ entry loss(batch: List[Tree]) -> f32[] { sum_list(map(fn t => encode(t).0, batch
     CHECK(s.entries() == std::vector<std::string>{"loss", "infer_nodes", "__eval"});
   }
 }
+
+} // namespace tests_runtime_session_eval_test

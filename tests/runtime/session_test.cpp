@@ -20,6 +20,8 @@
 #include <malloc.h>
 #endif
 
+namespace tests_runtime_session_test {
+
 namespace {
 
 const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
@@ -413,3 +415,5 @@ TEST_SUITE("session") {
 #endif
   }
 }
+
+} // namespace tests_runtime_session_test

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+namespace tests_runtime_shared_loss_test {
+
 using namespace pejit;
 
 namespace {
@@ -160,3 +162,5 @@ TEST_SUITE("runtime") {
                             [](const runtime::PlanStats& st) { CHECK(st.ce_from_stats > 0); });
   }
 }
+
+} // namespace tests_runtime_shared_loss_test

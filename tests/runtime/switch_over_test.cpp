@@ -18,6 +18,8 @@
 #include <mutex>
 #include <optional>
 
+namespace tests_runtime_switch_over_test {
+
 using namespace pejit;
 
 namespace {
@@ -231,3 +233,5 @@ TEST_SUITE("engine") {
     }
   }
 }
+
+} // namespace tests_runtime_switch_over_test

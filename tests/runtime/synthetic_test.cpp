@@ -12,6 +12,8 @@
 #include <array>
 #include <map>
 
+namespace tests_runtime_synthetic_test {
+
 using namespace pejit::data;
 
 namespace {
@@ -251,3 +253,5 @@ TEST_SUITE("data") {
   }
 
 } // TEST_SUITE
+
+} // namespace tests_runtime_synthetic_test

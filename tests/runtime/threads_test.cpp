@@ -24,6 +24,8 @@
 #include <stdexcept>
 #include <thread>
 
+namespace tests_runtime_threads_test {
+
 using namespace pejit;
 
 namespace {
@@ -393,3 +395,5 @@ TEST_SUITE("threads_blocks") {
       CHECK_MESSAGE(test::same_bits(prof2[p], one[p]), "gradient " << b.params.names[p]);
   }
 }
+
+} // namespace tests_runtime_threads_test

@@ -12,6 +12,8 @@
 #include <string>
 #include <unistd.h>
 
+namespace tests_runtime_training_state_test {
+
 namespace {
 
 // The NaN model (tests/support/nan_model.h) over 8 words of width 4.
@@ -118,3 +120,5 @@ TEST_SUITE("session") {
     }
   }
 }
+
+} // namespace tests_runtime_training_state_test

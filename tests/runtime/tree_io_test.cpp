@@ -14,6 +14,8 @@
 #include <random>
 #include <unistd.h>
 
+namespace tests_runtime_tree_io_test {
+
 using namespace pejit::data;
 namespace fs = std::filesystem;
 
@@ -316,3 +318,5 @@ TEST_SUITE("data") {
   }
 
 } // TEST_SUITE
+
+} // namespace tests_runtime_tree_io_test

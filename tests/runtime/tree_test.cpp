@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+namespace tests_runtime_tree_test {
+
 using namespace pejit::data;
 
 namespace {
@@ -76,3 +78,5 @@ TEST_SUITE("data") {
   }
 
 } // TEST_SUITE
+
+} // namespace tests_runtime_tree_test

@@ -22,6 +22,8 @@
 #include <set>
 #include <string>
 
+namespace tests_runtime_zoo_test {
+
 using namespace pejit;
 
 namespace {
@@ -269,3 +271,5 @@ TEST_SUITE("examples") {
                 "(1 (2 a) (3 b) (0 c) (4 d))\n(3 (2 (4 c) (1 d)) (0 e))\n");
   }
 }
+
+} // namespace tests_runtime_zoo_test

@@ -20,6 +20,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace tests_specializer_batch_rules_agree_test {
+
 using namespace pejit;
 using graph::Kind;
 using graph::NodeId;
@@ -210,3 +212,5 @@ TEST_SUITE("specializer") {
     MESSAGE(counts.templates << " templates, " << counts.refused << " refused by both");
   }
 }
+
+} // namespace tests_specializer_batch_rules_agree_test

@@ -10,6 +10,8 @@
 
 #include <doctest/doctest.h>
 
+namespace tests_specializer_batch_walk_test {
+
 using namespace pejit;
 using interp::Value;
 using interp::Values;
@@ -92,3 +94,5 @@ TEST_SUITE("specializer") {
     }
   }
 }
+
+} // namespace tests_specializer_batch_walk_test

@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <regex>
 
+namespace tests_specializer_dump_golden_test {
+
 namespace fs = std::filesystem;
 using namespace pejit;
 using namespace pejit::testing;
@@ -114,3 +116,5 @@ TEST_SUITE("specializer") {
     check_golden(golden, got);
   }
 }
+
+} // namespace tests_specializer_dump_golden_test

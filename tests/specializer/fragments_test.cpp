@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+namespace tests_specializer_fragments_test {
+
 using namespace pejit;
 
 namespace {
@@ -410,3 +412,5 @@ entry right(ts: List[T]) -> f32[] { sum_list(map(fn t => sum(enc_r(t)), ts)) }
     CHECK(b_twice() == want);
   }
 }
+
+} // namespace tests_specializer_fragments_test

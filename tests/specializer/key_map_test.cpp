@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+namespace tests_specializer_key_map_test {
+
 using namespace pejit::specializer;
 
 namespace {
@@ -69,3 +71,5 @@ TEST_CASE("KeyMap: fragment keys (function, 128-bit skeleton) one word apart") {
   km.prefetch(a); // a hint only
   CHECK(km.find(a) == 10);
 }
+
+} // namespace tests_specializer_key_map_test

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <sstream>
 
+namespace tests_specializer_lower_test {
+
 using namespace pejit;
 using namespace pejit::specializer;
 using graph::NodeId;
@@ -340,3 +342,5 @@ TEST_SUITE("specializer") {
     CHECK(os.str().find("cross_entropy_bwd") != std::string::npos);
   }
 }
+
+} // namespace tests_specializer_lower_test

@@ -19,6 +19,8 @@
 #include <map>
 #include <set>
 
+namespace tests_specializer_partial_eval_test {
+
 using namespace pejit;
 
 namespace {
@@ -317,3 +319,5 @@ entry loss(xs: List[f32[2]]) -> f32[] { let k = grow(60); sum_list(map(fn x => s
     }
   }
 }
+
+} // namespace tests_specializer_partial_eval_test

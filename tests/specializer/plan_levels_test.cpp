@@ -16,6 +16,8 @@
 
 #include <algorithm>
 
+namespace tests_specializer_plan_levels_test {
+
 using namespace pejit;
 
 namespace {
@@ -119,3 +121,5 @@ TEST_CASE("plan levels: random programs, with and without sums flowing into temp
     }
   }
 }
+
+} // namespace tests_specializer_plan_levels_test

@@ -20,6 +20,8 @@
 #include <random>
 #include <set>
 
+namespace tests_specializer_plan_test {
+
 using namespace pejit;
 
 namespace {
@@ -514,3 +516,5 @@ TEST_SUITE("specializer") {
     CHECK_THROWS_AS(SigDims(nine.begin(), nine.end()), Error);
   }
 }
+
+} // namespace tests_specializer_plan_test

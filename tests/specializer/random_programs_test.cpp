@@ -25,6 +25,8 @@
 #include <optional>
 #include <sstream>
 
+namespace tests_specializer_random_programs_test {
+
 using namespace pejit;
 
 namespace {
@@ -288,3 +290,5 @@ entry loss(xs: List[f32[4]]) -> f32[] { sum_list(map(fn x => sum(f(x) + f(x * 2.
     run_seeds(first, count, opt, trace);
   }
 }
+
+} // namespace tests_specializer_random_programs_test

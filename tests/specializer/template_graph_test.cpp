@@ -21,6 +21,8 @@
 #include <random>
 #include <sstream>
 
+namespace tests_specializer_template_graph_test {
+
 using namespace pejit;
 using graph::NodeId;
 
@@ -558,3 +560,5 @@ fn k(x: f32[], n: Int) -> f32[] { if n > 0 { k(x * 2.0, n - 1) } else { x } }
     CHECK(d.find("fwd 0: concat+matmul[300x750]") != std::string::npos);
   }
 }
+
+} // namespace tests_specializer_template_graph_test

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+namespace tests_tensor_tensor_test {
+
 using namespace pejit;
 
 TEST_SUITE("tensor") {
@@ -157,3 +159,5 @@ TEST_SUITE("tensor") {
     CHECK(tensor_pool_stats().cached_bytes == 0);
   }
 }
+
+} // namespace tests_tensor_tensor_test

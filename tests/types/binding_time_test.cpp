@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+namespace tests_types_binding_time_test {
+
 using namespace pejit;
 
 TEST_SUITE("types") {
@@ -62,3 +64,5 @@ entry s(n: Int) -> Int { count(n) }
     CHECK(d.all()[1].message.find("'k'") != std::string::npos);
   }
 }
+
+} // namespace tests_types_binding_time_test

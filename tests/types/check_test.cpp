@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace tests_types_check_test {
+
 using namespace pejit;
 
 namespace {
@@ -217,3 +219,5 @@ fn count(xs: List[Int]) -> Int { match xs { [] => 0, h :: t => 1 + count(t) } }
     CHECK(lam->captures[0].kind == ir::VarRef::Kind::Local);
   }
 }
+
+} // namespace tests_types_check_test

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace tests_types_errors_test {
+
 using namespace pejit;
 
 TEST_SUITE("types") {
@@ -52,3 +54,5 @@ TEST_SUITE("types") {
     CHECK(files >= 10);
   }
 }
+
+} // namespace tests_types_errors_test
