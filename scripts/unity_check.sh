@@ -25,7 +25,8 @@ bash scripts/setup.sh
 if [ ! -d build ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake -S . -B build-names -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -fno-inline -w" \
-  -DPEJIT_UNITY_BUILD=OFF -DPEJIT_TESTS=OFF -DPEJIT_BENCH=OFF -DPEJIT_PYTHON=OFF >/dev/null
+cmake -S . -B build-names -G Ninja -DCMAKE_BUILD_TYPE=None \
+  -DCMAKE_CXX_FLAGS="-O0 -fno-inline -w" -DPEJIT_UNITY_BUILD=OFF -DPEJIT_TESTS=OFF \
+  -DPEJIT_BENCH=OFF -DPEJIT_PYTHON=OFF >/dev/null
 cmake --build build-names --target pejit_core pejit_specializer pejit_jit pejit_runtime
 python3 scripts/unity_names.py build build-names

@@ -41,7 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOREIGN = ("std::", "__gnu_cxx::", "fmt::", "nlohmann::", "tbb::", "boost::", "llvm::", "__cxx")
 # Symbols the compiler makes (static initialisers, clones, lambdas' bodies); names that begin with
 # two underscores belong to the C and C++ libraries' headers (__gthread_active_p).
-GENERATED = re.compile(r"_GLOBAL__|__static_initialization|__tcf_|\{lambda|\.(cold|isra|constprop|part|localalias)")
+GENERATED = re.compile(r"_GLOBAL__|__static_initialization|__tcf_|\{lambda"
+                       r"|\.(cold|isra|constprop|part|localalias)")
 
 
 def batches(unity_build):
