@@ -1,6 +1,7 @@
 // What a Session reports (include/pejit/pejit.h): statistics, compiled kernels, and the
 // distributed job's ranks, slices and replica checks.
 #include "runtime/session_impl.h"
+#include "src/util/hash_mix.h"
 
 namespace pejit {
 
@@ -110,10 +111,7 @@ std::vector<std::vector<double>> Session::gather_ranks(const std::vector<double>
 
 uint64_t Session::param_hash() const {
   uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t x) {
-    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdull;
-  };
+  auto mix = [&h](uint64_t x) { h = util::hash_mix(h, x); };
   for (size_t i = 0; i < impl_->params.names.size(); ++i) {
     for (char c : impl_->params.names[i])
       mix(static_cast<unsigned char>(c));

@@ -8,6 +8,7 @@
 #include "specializer/fragments.h"
 #include "specializer/merge_instances.h"
 #include "specializer/partial_eval.h"
+#include "src/util/hash_mix.h"
 
 #include <chrono>
 
@@ -24,11 +25,6 @@ double secs(Clock::time_point a, Clock::time_point b) {
 // A stage boundary for time_stages: the clock only while someone is timing the stages.
 Clock::time_point stage_stamp(const PlanningStages* stages) {
   return stages != nullptr ? Clock::now() : Clock::time_point{};
-}
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdull;
 }
 
 } // namespace
@@ -61,7 +57,7 @@ PlanKey SpecializerService::batch_key(const interp::Value& batch) const {
 }
 
 uint64_t SpecializerService::with_pattern(uint64_t skeleton, const std::vector<int32_t>& slots) {
-  return mix(skeleton, specializer::payload_pattern_hash(slots));
+  return util::hash_mix(skeleton, specializer::payload_pattern_hash(slots));
 }
 
 // One walk (specializer::walk_batch) for the depth, the key's hashes and the payloads. The
@@ -100,12 +96,12 @@ BatchPart SpecializerService::batch_part(const interp::Value& batch) const {
 PlanKey SpecializerService::key(const std::string& entry, PlanKey batch_part) {
   PlanKey k = std::move(batch_part);
   for (char c : entry)
-    k.hash = mix(k.hash, static_cast<uint8_t>(c));
-  k.hash = mix(k.hash, cones_.of(entry));
+    k.hash = util::hash_mix(k.hash, static_cast<uint8_t>(c));
+  k.hash = util::hash_mix(k.hash, cones_.of(entry));
   for (const auto& [n, s] : dims_) {
     for (char c : n)
-      k.hash = mix(k.hash, static_cast<uint8_t>(c));
-    k.hash = mix(k.hash, static_cast<uint64_t>(s));
+      k.hash = util::hash_mix(k.hash, static_cast<uint8_t>(c));
+    k.hash = util::hash_mix(k.hash, static_cast<uint64_t>(s));
   }
   return k;
 }

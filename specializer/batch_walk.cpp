@@ -142,7 +142,7 @@ private:
 } // namespace
 
 void walk_batch(const Value& batch, BatchWalk& out) {
-  using pe::mix;
+  using util::hash_mix;
   out.payloads.clear();
   out.sites.clear();
   warm(batch);
@@ -158,13 +158,13 @@ void walk_batch(const Value& batch, BatchWalk& out) {
       prefetch_elements(*stack.back().v);
     deepest = std::max(deepest, it.depth);
     const Value& v = *it.v;
-    h = mix(h, static_cast<uint64_t>(v.kind()));
+    h = hash_mix(h, static_cast<uint64_t>(v.kind()));
     switch (v.kind()) {
     case Value::Kind::Int:
-      h = mix(h, static_cast<uint64_t>(v.as_int()));
+      h = hash_mix(h, static_cast<uint64_t>(v.as_int()));
       break;
     case Value::Kind::Bool:
-      h = mix(h, static_cast<uint64_t>(v.as_bool()));
+      h = hash_mix(h, static_cast<uint64_t>(v.as_bool()));
       break;
     case Value::Kind::Tensor: {
       const Tensor& t = v.as_tensor();
@@ -177,9 +177,9 @@ void walk_batch(const Value& batch, BatchWalk& out) {
     case Value::Kind::Adt: {
       const bool adt = v.kind() == Value::Kind::Adt;
       if (adt)
-        h = mix(h, static_cast<uint64_t>(v.tag()));
+        h = hash_mix(h, static_cast<uint64_t>(v.tag()));
       const auto& xs = v.items();
-      h = mix(h, xs.size());
+      h = hash_mix(h, xs.size());
       const uint64_t outer =
           adt ? (uint64_t{2} << 60) | (static_cast<uint64_t>(v.tag()) << 32) : uint64_t{1} << 60;
       stack.make_room(xs.size());
@@ -191,7 +191,7 @@ void walk_batch(const Value& batch, BatchWalk& out) {
     }
     case Value::Kind::List: {
       const size_t n = v.list_size();
-      h = mix(h, n);
+      h = hash_mix(h, n);
       stack.make_room(n);
       for (size_t i = n; i > 0; --i) {
         stack.push_unchecked({&v.list_at(i - 1), it.depth + i, it.site});

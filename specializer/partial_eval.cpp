@@ -60,29 +60,29 @@ namespace pejit::specializer {
 using interp::Value;
 using interp::Values;
 using pe::flatten_type;
-using pe::mix;
 using pe::NodePool;
 using pe::PeBackend;
 using pe::PoolNode;
 using pe::Refused;
 using pe::sig_of;
 using pe::tensors_only;
+using util::hash_mix;
 
 namespace {
 
 uint64_t hash_str(uint64_t h, const std::string& s) {
   for (char c : s)
-    h = mix(h, static_cast<uint8_t>(c));
-  return mix(h, s.size());
+    h = hash_mix(h, static_cast<uint8_t>(c));
+  return hash_mix(h, s.size());
 }
 
 void hash_value(uint64_t& h, const Value& v, size_t& count) {
   ++count;
-  h = mix(h, static_cast<uint64_t>(v.kind()));
+  h = hash_mix(h, static_cast<uint64_t>(v.kind()));
   switch (v.kind()) {
   case Value::Kind::Int:
   case Value::Kind::Bool:
-    h = mix(h, static_cast<uint64_t>(v.kind() == Value::Kind::Int ? v.as_int() : v.as_bool()));
+    h = hash_mix(h, static_cast<uint64_t>(v.kind() == Value::Kind::Int ? v.as_int() : v.as_bool()));
     break;
   case Value::Kind::Tensor: {
     h = pe::mix_tensor_sig(h, v.as_tensor());
@@ -91,13 +91,13 @@ void hash_value(uint64_t& h, const Value& v, size_t& count) {
   case Value::Kind::Tuple:
   case Value::Kind::Adt:
     if (v.kind() == Value::Kind::Adt)
-      h = mix(h, static_cast<uint64_t>(v.tag()));
-    h = mix(h, v.items().size());
+      h = hash_mix(h, static_cast<uint64_t>(v.tag()));
+    h = hash_mix(h, v.items().size());
     for (const auto& x : v.items())
       hash_value(h, x, count);
     break;
   case Value::Kind::List:
-    h = mix(h, v.list_size());
+    h = hash_mix(h, v.list_size());
     for (size_t i = 0; i < v.list_size(); ++i)
       hash_value(h, v.list_at(i), count);
     break;
@@ -189,7 +189,7 @@ private:
 
   void hmix(uint64_t v) {
     if (hash_)
-      h = mix(h, v);
+      h = hash_mix(h, v);
   }
 
   // Checks v against the type, hashes it, and appends its rebuilt value to `out`.
@@ -289,7 +289,7 @@ private:
     bool known;
   };
   static void mix2(Skeleton& s, uint64_t v) {
-    s.h1 = mix(s.h1, v);
+    s.h1 = hash_mix(s.h1, v);
     s.h2 = (s.h2 ^ v) * 0x9fb21c651e98df25ull;
     s.h2 ^= s.h2 >> 29;
   }
@@ -459,9 +459,9 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   // The memo is valid for one module state and dimension binding.
   uint64_t dims_h = 0;
   for (const auto& [name, size] : dims)
-    dims_h = mix(hash_str(dims_h, name), static_cast<uint64_t>(size));
-  uint64_t stamp =
-      mix(mix(mix(0x5bd1e995ull, reinterpret_cast<uintptr_t>(&m)), m.generation()), dims_h);
+    dims_h = hash_mix(hash_str(dims_h, name), static_cast<uint64_t>(size));
+  uint64_t stamp = hash_mix(
+      hash_mix(hash_mix(0x5bd1e995ull, reinterpret_cast<uintptr_t>(&m)), m.generation()), dims_h);
   PeMemo& memo = templates.pe_memo();
   if (!memo.valid || memo.stamp != stamp)
     memo.reset(stamp);
@@ -519,9 +519,9 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
     hash_value(tmp, batch, values);
   }
   h = hash_str(h, entry);
-  h = mix(h, cone);
+  h = hash_mix(h, cone);
   for (const auto& [name, size] : dims)
-    h = mix(hash_str(h, name), static_cast<uint64_t>(size));
+    h = hash_mix(hash_str(h, name), static_cast<uint64_t>(size));
   out.residual.key = h;
 
   be->set_fuel(PeOptions::kFuelBase + opt.fuel_per_value * values);

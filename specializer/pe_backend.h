@@ -11,6 +11,7 @@
 #include "src/interp/evaluator.h"
 #include "src/interp/random.h"
 #include "src/ops/emitter.h"
+#include "src/util/hash_mix.h"
 
 #include <algorithm>
 #include <memory>
@@ -27,18 +28,15 @@ struct Refused {
   std::string reason;
 };
 
-inline uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdull;
-}
+using util::hash_mix;
 
 /// What a tensor adds to a batch's skeleton hash: its dtype and shape, never its contents
 /// (the one rule of skeleton_hash, the fused batch walk and the argument scan).
 inline uint64_t mix_tensor_sig(uint64_t h, const Tensor& t) {
-  h = mix(h, static_cast<uint64_t>(t.dtype()));
+  h = hash_mix(h, static_cast<uint64_t>(t.dtype()));
   for (auto d : t.shape().dims())
-    h = mix(h, static_cast<uint64_t>(d));
-  return mix(h, t.rank());
+    h = hash_mix(h, static_cast<uint64_t>(d));
+  return hash_mix(h, t.rank());
 }
 
 inline TensorSig sig_of(const ir::Type& t, const interp::DimBindings& dims) {
