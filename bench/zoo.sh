@@ -4,6 +4,8 @@
 # (pejit_profile_bench --model: the roofline line), and for the models with a PyTorch peer
 # (TreeLSTM, child-sum TreeLSTM, Tree-GRU) pejit's steady training trees/s against the peer's
 # level-batched style, paired (pejit, then the peer, on the same core, per round).
+# The roofline runs ROUNDS rounds, each of every model in turn (so that the host's drift
+# reaches every model alike), and gives each model's median and range over the rounds.
 #
 #   bench/zoo.sh [-b BUILD] [-d FILE] [-s FILE] [-l LIMIT] [-n ROUNDS] [-a ARITY]
 #     -b BUILD   the build (default build-bench, else build)
@@ -11,7 +13,7 @@
 #     -s FILE    sentences for the LSTM language model (default ../shared/data/ptb/valid.txt,
 #                else `pejit gen sst --sentences`)
 #     -l LIMIT   trees (sentences) per run (default 2000)
-#     -n ROUNDS  paired rounds (default 3)
+#     -n ROUNDS  rounds of the roofline runs and of the paired peer runs (default 3)
 #     -a ARITY   the child-sum model's n-ary trees: `pejit gen sst --arity ARITY` (default 4)
 # ListOps trains on `pejit gen listops` expressions, the BiLSTM tagger on the -d trees (a label
 # per leaf).
@@ -51,15 +53,36 @@ py=/usr/bin/python3
 echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  pejit=$pejit data=$data sentences=$sents limit=$limit"
 
 echo "== roofline (one core; useful GEMM FLOPs; the step's rate over the SGEMM peak)"
-for m in treelstm/treelstm treegru/treegru recnn/recnn nary_treelstm/nary_treelstm \
-  childsum/childsum listops/listops rnn/rnn tagger/tagger; do
-  case $m in
-  childsum/childsum) d=$nary ;;
-  listops/listops) d=$listops ;;
-  rnn/rnn) d=$sents ;;
-  *) d=$data ;;
-  esac
-  taskset -c 0 "$build/pejit_profile_bench" "$d" "$limit" 3 --model "examples/$m.pe" | tail -1
+models="treelstm/treelstm treegru/treegru recnn/recnn nary_treelstm/nary_treelstm
+  childsum/childsum listops/listops rnn/rnn tagger/tagger"
+for i in $(seq 1 "$rounds"); do
+  for m in $models; do
+    case $m in
+    childsum/childsum) d=$nary ;;
+    listops/listops) d=$listops ;;
+    rnn/rnn) d=$sents ;;
+    *) d=$data ;;
+    esac
+    line=$(taskset -c 0 "$build/pejit_profile_bench" "$d" "$limit" 3 --model "examples/$m.pe" |
+      tail -1)
+    echo "round $i: $line"
+    echo "$line" >>"$out/roofline.$(basename "$m")"
+  done
+done
+for m in $models; do
+  name=$(basename "$m")
+  # The step's share of the peak, with and without the inline planning, per round.
+  $py -c '
+import re, statistics, sys
+name, path = sys.argv[1], sys.argv[2]
+rows = [re.search(r"= (\d+)% of the SGEMM peak \((\d+)% without", l) for l in open(path)]
+if not rows or any(r is None for r in rows):
+    sys.exit(f"zoo: {name}: a roofline run gave no roofline line")
+a = [int(r.group(1)) for r in rows]
+b = [int(r.group(2)) for r in rows]
+print(f"{name}: median {statistics.median(a):g}% of the SGEMM peak (range {min(a)}-{max(a)}), "
+      f"{statistics.median(b):g}% without the inline planning (range {min(b)}-{max(b)}), "
+      f"{len(a)} rounds")' "$name" "$out/roofline.$name"
 done
 
 steady() { # median over epochs 1.. of pejit's --json trees_per_s
