@@ -257,7 +257,43 @@ private:
           merge(c, k);
       return;
     }
+    if (cands.empty()) {
+      if (int k = sibling_kernel(id, n); k >= 0) {
+        kernel_of_[static_cast<size_t>(id)] = k;
+        groups_[static_cast<size_t>(k)].nodes.push_back(id);
+        return;
+      }
+    }
     open(id, kNoNode);
+  }
+
+  // An elementwise node that reads no kernel's value (only inputs, and in a backward the
+  // forward's values) and that no kernel reads (a result or a gradient) would be a chain of
+  // its own: the first standalone chain that holds an elementwise node of its shape and reads
+  // one of its row operands takes it instead (one pass over the shared rows and one launch,
+  // not two; the child-sum forget gate's dc = dy * f beside the gate gradient that reads dy).
+  // It adds no edge between kernels, so their order and the other fusions stay as they were.
+  // A node that a kernel reads is left to join its reader's kernel as before. -1: none.
+  int sibling_kernel(NodeId id, const Node& n) const {
+    if (kernel_class(n) != ops::KernelClass::Elementwise)
+      return -1;
+    for (NodeId u : users_[static_cast<size_t>(id)])
+      if (in_set_[static_cast<size_t>(u)])
+        return -1;
+    for (NodeId o : n.operands) {
+      if (g_.node(o).kind == Kind::Const || g_.node(o).type.dims != n.type.dims)
+        continue;
+      for (NodeId u : users_[static_cast<size_t>(o)]) {
+        const int k = u < id ? kernel(u) : -1;
+        if (k < 0 || !groups_[static_cast<size_t>(k)].alive || !is_pure(k, false))
+          continue;
+        for (NodeId m : groups_[static_cast<size_t>(k)].nodes)
+          if (kernel_class(g_.node(m)) == ops::KernelClass::Elementwise &&
+              g_.node(m).type.dims == n.type.dims && g_.node(m).type.dtype == n.type.dtype)
+            return k;
+      }
+    }
+    return -1;
   }
 
   std::vector<Kernel> finish() {

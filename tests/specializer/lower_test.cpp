@@ -3,8 +3,8 @@
 // sum and the splits read in place, the cell's other argument filled per panel), the
 // backward chain feeding dY·W^T, the deferred weight gradient and the bias gradient's row
 // sum; a GRU cell's two input-gradient GEMMs each fed by its chain, a RecNN's by its lone
-// tanh gradient; the loss on reduction kernels; reference steps only without kernels; an
-// unsupported template and why.
+// tanh gradient; a child-sum forget gate's two gradients in one run; the loss on reduction
+// kernels; reference steps only without kernels; an unsupported template and why.
 #include "specializer/passes/lower.h"
 
 #include "specializer/template_graph.h"
@@ -51,6 +51,10 @@ fn gru(hl: f32[4], hr: f32[4]) -> f32[4] {
 }
 
 fn rec(c1: f32[4], c2: f32[4]) -> f32[4] { tanh(concat(c1, c2) @ Uh) }
+
+param Uf : f32[4, 4] = xavier
+
+fn forget(h: f32[4], c: f32[4]) -> f32[4] { sigmoid(h @ Uf) * c }
 )";
 
 struct Fixture {
@@ -226,6 +230,35 @@ TEST_SUITE("specializer") {
     auto bgemms = steps_of<RowGemm>(p.bwd);
     REQUIRE(bgemms.size() == 1);
     CHECK(bgemms[0]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+  }
+
+  TEST_CASE("lower: a gradient that reads only the seed and forward values (the child-sum "
+            "forget gate's dc) runs in the gate gradient's run, whose dY·W^T is its core") {
+    Fixture f;
+    TemplateGraph tg = f.compile("forget", {kVec4, kVec4}, {kVec4});
+    const KernelProgram& p = tg.program;
+    REQUIRE_MESSAGE(p.supported(), p.why);
+    const graph::Graph& g = tg.g;
+    // dc = dy * f reads the seed and the forward's f, as the gate gradient does; alone it was
+    // a kernel of one mul on a reference kernel, and it stood between the gate gradient's run
+    // and dY·Uf^T, so that the GEMM was no panel core.
+    auto bruns = steps_of<ElementwiseRun>(p.bwd);
+    REQUIRE(bruns.size() == 1);
+    CHECK(bruns[0]->count == 3);
+    CHECK(!bruns[0]->spec.core_first);
+    auto bgemms = steps_of<RowGemm>(p.bwd);
+    REQUIRE(bgemms.size() == 1);
+    CHECK(bgemms[0]->transposed);
+    CHECK(bgemms[0]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+    for (const auto& k : p.bwd)
+      for (size_t i = 0; i < k.steps.size(); ++i) {
+        if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
+          i += r->count;
+          continue;
+        }
+        if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
+          FAIL_CHECK("on a reference kernel: " << graph::print_node(g, n->node));
+      }
   }
 
   TEST_CASE("lower: the loss and its backward run on reduction kernels") {
