@@ -177,6 +177,8 @@ llvm::Value* emit_elementwise_op(llvm::IRBuilder<>& b, ElementwiseOp op, llvm::V
     return b.CreateFMul(b.CreateFMul(y, x), b.CreateFSub(f(1), x));
   case ElementwiseOp::TanhBwd: // gy * (1 - y*y)
     return b.CreateFMul(y, b.CreateFSub(f(1), b.CreateFMul(x, x)));
+  case ElementwiseOp::ReluBwd: // x > 0 ? gy : 0, as kernels::relu_backward
+    return b.CreateSelect(b.CreateFCmpOGT(x, f(0)), y, f(0));
   }
   return nullptr;
 }

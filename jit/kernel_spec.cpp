@@ -20,6 +20,7 @@ bool is_binary(ElementwiseOp op) {
   case ElementwiseOp::Div:
   case ElementwiseOp::SigmoidBwd:
   case ElementwiseOp::TanhBwd:
+  case ElementwiseOp::ReluBwd:
     return true;
   default:
     return false;
@@ -50,6 +51,8 @@ const char* op_name(ElementwiseOp op) {
     return "sigmoid_bwd";
   case ElementwiseOp::TanhBwd:
     return "tanh_bwd";
+  case ElementwiseOp::ReluBwd:
+    return "relu_bwd";
   }
   return "?";
 }
@@ -86,6 +89,8 @@ std::optional<ElementwiseOp> elementwise_op(ops::GradOp g) {
     return ElementwiseOp::SigmoidBwd;
   case ops::GradOp::TanhBwd:
     return ElementwiseOp::TanhBwd;
+  case ops::GradOp::ReluBwd:
+    return ElementwiseOp::ReluBwd;
   default:
     return std::nullopt;
   }

@@ -37,6 +37,7 @@ enum class ElementwiseOp {
   Relu,       ///< max(a, 0)
   SigmoidBwd, ///< b * a * (1 - a), with a = sigmoid's output y and b = the output gradient gy
   TanhBwd,    ///< b * (1 - a * a), with a = tanh's output y and b = gy
+  ReluBwd,    ///< b where a > 0, else 0, with a = relu's input x and b = gy
 };
 
 /// True for ops that read two values.

@@ -171,8 +171,8 @@ void find_cores(Lowering& l, const std::vector<std::vector<NodeId>>& users,
       }
     }
   // Backward: the dY·W^T (MatMulGradA) whose dY is a concat that the run writes, or one of
-  // its outputs, met next (in this kernel or at the start of the next) with only such
-  // concats between.
+  // its outputs, met next (in this kernel or at the start of a later one) with only such
+  // concats and deferred weight gradients (run after the whole backward) between.
   for (size_t ki = 0; ki < l.bwd_runs.size(); ++ki)
     for (ElementwiseRun& r : l.bwd_runs[ki]) {
       std::vector<NodeId> made; // the concats the run writes in place, and its outputs
@@ -201,15 +201,15 @@ void find_cores(Lowering& l, const std::vector<std::vector<NodeId>>& users,
         continue;
       bool reached = false, ok = true;
       size_t t = r.first + r.count;
-      for (size_t kk = ki; kk < tg.bwd_kernels.size() && kk <= ki + 1 && ok && !reached;
-           ++kk, t = 0) {
+      for (size_t kk = ki; kk < tg.bwd_kernels.size() && ok && !reached; ++kk, t = 0) {
         const auto& nodes = tg.bwd_kernels[kk].nodes;
         for (; t < nodes.size(); ++t) {
           if (nodes[t] == q) {
             reached = true;
             break;
           }
-          if (std::find(made.begin(), made.end(), nodes[t]) == made.end()) {
+          if (std::find(made.begin(), made.end(), nodes[t]) == made.end() &&
+              !l.deferrable[static_cast<size_t>(nodes[t])]) {
             ok = false;
             break;
           }

@@ -44,6 +44,8 @@ double reference_op(ElementwiseOp op, double a, double b) {
     return b * a * (1 - a);
   case ElementwiseOp::TanhBwd:
     return b * (1 - a * a);
+  case ElementwiseOp::ReluBwd:
+    return a > 0 ? b : 0.0;
   }
   return 0;
 }
@@ -137,7 +139,8 @@ TEST_CASE("each elementwise op matches the reference, full and broadcast inputs"
   const ElementwiseOp unary[] = {ElementwiseOp::Neg, ElementwiseOp::Exp, ElementwiseOp::Tanh,
                                  ElementwiseOp::Sigmoid, ElementwiseOp::Relu};
   const ElementwiseOp binary[] = {ElementwiseOp::Add, ElementwiseOp::Sub, ElementwiseOp::Mul,
-                                  ElementwiseOp::SigmoidBwd, ElementwiseOp::TanhBwd};
+                                  ElementwiseOp::SigmoidBwd, ElementwiseOp::TanhBwd,
+                                  ElementwiseOp::ReluBwd};
   for (int64_t w : kWidths) {
     CAPTURE(w);
     for (ElementwiseOp op : unary) {

@@ -3,8 +3,9 @@
 // sum and the splits read in place, the cell's other argument filled per panel), the
 // backward chain feeding dY·W^T, the deferred weight gradient and the bias gradient's row
 // sum; a GRU cell's two input-gradient GEMMs each fed by its chain, a RecNN's by its lone
-// tanh gradient; a child-sum forget gate's two gradients in one run; the loss on reduction
-// kernels; reference steps only without kernels; an unsupported template and why.
+// tanh gradient; a child-sum forget gate's two gradients in one run; a ReLU gradient's run
+// with the next dY·W^T as its core; the loss on reduction kernels; reference steps only
+// without kernels; an unsupported template and why.
 #include "specializer/passes/lower.h"
 
 #include "specializer/template_graph.h"
@@ -55,6 +56,8 @@ fn rec(c1: f32[4], c2: f32[4]) -> f32[4] { tanh(concat(c1, c2) @ Uh) }
 param Uf : f32[4, 4] = xavier
 
 fn forget(h: f32[4], c: f32[4]) -> f32[4] { sigmoid(h @ Uf) * c }
+
+fn mlp(h: f32[4]) -> f32[3] { relu(h @ Uf) @ V }
 )";
 
 struct Fixture {
@@ -250,6 +253,36 @@ TEST_SUITE("specializer") {
     REQUIRE(bgemms.size() == 1);
     CHECK(bgemms[0]->transposed);
     CHECK(bgemms[0]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+    for (const auto& k : p.bwd)
+      for (size_t i = 0; i < k.steps.size(); ++i) {
+        if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
+          i += r->count;
+          continue;
+        }
+        if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
+          FAIL_CHECK("on a reference kernel: " << graph::print_node(g, n->node));
+      }
+  }
+
+  TEST_CASE("lower: a ReLU gradient is a run, and the dY·W^T after it its core, past the "
+            "deferred weight gradient between them (ListOps' classifier)") {
+    Fixture f;
+    TemplateGraph tg = f.compile("mlp", {kVec4}, {{DType::F32, {3}}});
+    const KernelProgram& p = tg.program;
+    REQUIRE_MESSAGE(p.supported(), p.why);
+    const graph::Graph& g = tg.g;
+    // Backward: dY·V^T (its dY the seed: no run makes it), then relu_bwd, V's deferred weight
+    // gradient, and dY·Uf^T, whose dY relu_bwd makes.
+    auto bruns = steps_of<ElementwiseRun>(p.bwd);
+    REQUIRE(bruns.size() == 1);
+    CHECK(bruns[0]->count == 1);
+    CHECK(!bruns[0]->spec.core_first);
+    CHECK(bruns[0]->spec.ops.at(0).op == jit::ElementwiseOp::ReluBwd);
+    auto bgemms = steps_of<RowGemm>(p.bwd);
+    REQUIRE(bgemms.size() == 2);
+    CHECK(bgemms[0]->fused_into_run < 0);
+    CHECK(bgemms[1]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+    CHECK(steps_of<DeferredWeightGrad>(p.bwd).size() == 2);
     for (const auto& k : p.bwd)
       for (size_t i = 0; i < k.steps.size(); ++i) {
         if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
