@@ -15,10 +15,10 @@
 // standalone chains are then merged into it when no third kernel lies between them. An
 // elementwise node that reads no kernel's value and that no kernel reads joins a standalone
 // chain that reads one of its row operands and holds a node of its shape (a sibling: one pass
-// over the shared rows). A node no kernel can take opens a standalone chain. Kernels are returned in a topological order
-// (ties by smallest node id), so the result is deterministic. Within a kernel, nodes run in
-// id order, except around an input gradient's GEMM: the fusible nodes it does not need run
-// after it (Kernel::nodes).
+// over the shared rows). A node no kernel can take opens a standalone chain. Kernels are
+// returned in a topological order (ties by smallest node id), so the result is deterministic.
+// Within a kernel, nodes run in id order, except around an input gradient's GEMM: the fusible
+// nodes it does not need run after it (Kernel::nodes).
 // Inputs and constants belong to no kernel: they are buffers and immediates that kernels
 // read. Not done: fusing two anchors (a reduction into a matmul epilogue), recomputation
 // instead of storing, shape-aware cost decisions.

@@ -138,9 +138,9 @@ TEST_CASE("each elementwise op matches the reference, full and broadcast inputs"
   Jit jit;
   const ElementwiseOp unary[] = {ElementwiseOp::Neg, ElementwiseOp::Exp, ElementwiseOp::Tanh,
                                  ElementwiseOp::Sigmoid, ElementwiseOp::Relu};
-  const ElementwiseOp binary[] = {ElementwiseOp::Add, ElementwiseOp::Sub, ElementwiseOp::Mul,
-                                  ElementwiseOp::SigmoidBwd, ElementwiseOp::TanhBwd,
-                                  ElementwiseOp::ReluBwd};
+  const ElementwiseOp binary[] = {ElementwiseOp::Add,     ElementwiseOp::Sub,
+                                  ElementwiseOp::Mul,     ElementwiseOp::SigmoidBwd,
+                                  ElementwiseOp::TanhBwd, ElementwiseOp::ReluBwd};
   for (int64_t w : kWidths) {
     CAPTURE(w);
     for (ElementwiseOp op : unary) {

@@ -97,6 +97,36 @@ bool is_op(const graph::Graph& g, NodeId id, ops::OpId op) {
   return g.node(id).kind == graph::Kind::Op && g.node(id).op() == op;
 }
 
+/// Checks that the backward has one elementwise run, of `count` nodes, and `gemms` dY·W^T
+/// steps, the last of them that run's core (computed per panel after its rows); returns the run.
+const ElementwiseRun* backward_core_run(const KernelProgram& p, size_t count, size_t gemms) {
+  auto bruns = steps_of<ElementwiseRun>(p.bwd);
+  REQUIRE(bruns.size() == 1);
+  CHECK(bruns[0]->count == count);
+  CHECK(!bruns[0]->spec.core_first);
+  auto bgemms = steps_of<RowGemm>(p.bwd);
+  REQUIRE(bgemms.size() == gemms);
+  CHECK(bgemms.back()->transposed);
+  CHECK(bgemms.back()->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+  for (size_t i = 0; i + 1 < bgemms.size(); ++i)
+    CHECK(bgemms[i]->fused_into_run < 0);
+  return bruns[0];
+}
+
+/// The nodes that a program's steps run on reference kernels outside its runs (a run's own
+/// reference steps are for an executor without its kernel).
+std::vector<NodeId> reference_steps(const std::vector<KernelSteps>& ks) {
+  std::vector<NodeId> out;
+  for (const auto& k : ks)
+    for (size_t i = 0; i < k.steps.size(); ++i) {
+      if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i]))
+        i += r->count;
+      else if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
+        out.push_back(n->node);
+    }
+  return out;
+}
+
 } // namespace
 
 TEST_SUITE("specializer") {
@@ -210,15 +240,8 @@ TEST_SUITE("specializer") {
     CHECK(std::count_if(views.begin(), views.end(), [&](const InPlaceView* v) {
             return is_op(g, v->node, ops::OpId::Slice);
           }) == 4);
-    for (const auto& k : p.bwd)
-      for (size_t i = 0; i < k.steps.size(); ++i) {
-        if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
-          i += r->count; // its nodes' reference steps, for an executor without its kernel
-          continue;
-        }
-        if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
-          CHECK_MESSAGE(is_op(g, n->node, ops::OpId::Concat), graph::print_node(g, n->node));
-      }
+    for (NodeId n : reference_steps(p.bwd))
+      CHECK_MESSAGE(is_op(g, n, ops::OpId::Concat), graph::print_node(g, n));
   }
 
   TEST_CASE("lower: a lone gradient node that is a dY·W^T's whole dY is its panel run") {
@@ -226,13 +249,7 @@ TEST_SUITE("specializer") {
     TemplateGraph tg = f.compile("rec", {kVec4, kVec4}, {kVec4});
     const KernelProgram& p = tg.program;
     REQUIRE_MESSAGE(p.supported(), p.why);
-    auto bruns = steps_of<ElementwiseRun>(p.bwd);
-    REQUIRE(bruns.size() == 1);
-    CHECK(bruns[0]->count == 1);
-    CHECK(!bruns[0]->spec.core_first);
-    auto bgemms = steps_of<RowGemm>(p.bwd);
-    REQUIRE(bgemms.size() == 1);
-    CHECK(bgemms[0]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+    backward_core_run(p, 1, 1);
   }
 
   TEST_CASE("lower: a gradient that reads only the seed and forward values (the child-sum "
@@ -245,23 +262,9 @@ TEST_SUITE("specializer") {
     // dc = dy * f reads the seed and the forward's f, as the gate gradient does; alone it was
     // a kernel of one mul on a reference kernel, and it stood between the gate gradient's run
     // and dY·Uf^T, so that the GEMM was no panel core.
-    auto bruns = steps_of<ElementwiseRun>(p.bwd);
-    REQUIRE(bruns.size() == 1);
-    CHECK(bruns[0]->count == 3);
-    CHECK(!bruns[0]->spec.core_first);
-    auto bgemms = steps_of<RowGemm>(p.bwd);
-    REQUIRE(bgemms.size() == 1);
-    CHECK(bgemms[0]->transposed);
-    CHECK(bgemms[0]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
-    for (const auto& k : p.bwd)
-      for (size_t i = 0; i < k.steps.size(); ++i) {
-        if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
-          i += r->count;
-          continue;
-        }
-        if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
-          FAIL_CHECK("on a reference kernel: " << graph::print_node(g, n->node));
-      }
+    backward_core_run(p, 3, 1);
+    for (NodeId n : reference_steps(p.bwd))
+      FAIL_CHECK("on a reference kernel: " << graph::print_node(g, n));
   }
 
   TEST_CASE("lower: a ReLU gradient is a run, and the dY·W^T after it its core, past the "
@@ -273,25 +276,11 @@ TEST_SUITE("specializer") {
     const graph::Graph& g = tg.g;
     // Backward: dY·V^T (its dY the seed: no run makes it), then relu_bwd, V's deferred weight
     // gradient, and dY·Uf^T, whose dY relu_bwd makes.
-    auto bruns = steps_of<ElementwiseRun>(p.bwd);
-    REQUIRE(bruns.size() == 1);
-    CHECK(bruns[0]->count == 1);
-    CHECK(!bruns[0]->spec.core_first);
-    CHECK(bruns[0]->spec.ops.at(0).op == jit::ElementwiseOp::ReluBwd);
-    auto bgemms = steps_of<RowGemm>(p.bwd);
-    REQUIRE(bgemms.size() == 2);
-    CHECK(bgemms[0]->fused_into_run < 0);
-    CHECK(bgemms[1]->fused_into_run == static_cast<int64_t>(bruns[0]->index));
+    const ElementwiseRun* run = backward_core_run(p, 1, 2);
+    CHECK(run->spec.ops.at(0).op == jit::ElementwiseOp::ReluBwd);
     CHECK(steps_of<DeferredWeightGrad>(p.bwd).size() == 2);
-    for (const auto& k : p.bwd)
-      for (size_t i = 0; i < k.steps.size(); ++i) {
-        if (const auto* r = std::get_if<ElementwiseRun>(&k.steps[i])) {
-          i += r->count;
-          continue;
-        }
-        if (const auto* n = std::get_if<ReferenceNode>(&k.steps[i]))
-          FAIL_CHECK("on a reference kernel: " << graph::print_node(g, n->node));
-      }
+    for (NodeId n : reference_steps(p.bwd))
+      FAIL_CHECK("on a reference kernel: " << graph::print_node(g, n));
   }
 
   TEST_CASE("lower: the loss and its backward run on reduction kernels") {
