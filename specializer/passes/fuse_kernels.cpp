@@ -270,8 +270,9 @@ private:
   // An elementwise node that reads no kernel's value (only inputs, and in a backward the
   // forward's values) and that no kernel reads (a result or a gradient) would be a chain of
   // its own: the first standalone chain that holds an elementwise node of its shape and reads
-  // one of its row operands takes it instead (one pass over the shared rows and one launch,
-  // not two; the child-sum forget gate's dc = dy * f beside the gate gradient that reads dy).
+  // one of its operands of that shape (not a constant) takes it instead (one pass over the
+  // shared values and one launch, not two; the child-sum forget gate's dc = dy * f beside the
+  // gate gradient that reads dy).
   // It adds no edge between kernels, so their order and the other fusions stay as they were.
   // A node that a kernel reads is left to join its reader's kernel as before. -1: none.
   int sibling_kernel(NodeId id, const Node& n) const {

@@ -14,8 +14,8 @@
 // (another operand's kernel depends on the chosen one); the operand kernels that are
 // standalone chains are then merged into it when no third kernel lies between them. An
 // elementwise node that reads no kernel's value and that no kernel reads joins a standalone
-// chain that reads one of its row operands and holds a node of its shape (a sibling: one pass
-// over the shared rows). A node no kernel can take opens a standalone chain. Kernels are
+// chain that reads one of its operands of its shape and holds a node of that shape (a sibling:
+// one pass over the shared values). A node no kernel can take opens a standalone chain. Kernels are
 // returned in a topological order (ties by smallest node id), so the result is deterministic.
 // Within a kernel, nodes run in id order, except around an input gradient's GEMM: the fusible
 // nodes it does not need run after it (Kernel::nodes).
