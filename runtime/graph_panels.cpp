@@ -218,7 +218,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
     const int64_t n = m.type.dims[0];
     const bool to_scratch = !r.spec.in_panel.empty();
     if (to_scratch) // one panel's rows per block of rows
-      scratch = Tensor::empty(DType::F32, Shape{blocks * std::min(st.rows, r.spec.panel_rows), n});
+      scratch = st.make(DType::F32, Shape{blocks * std::min(st.rows, r.spec.panel_rows), n});
     const bool weight_ok = w.rank() == 2 && w.dim(1) == n;
     // x's concat was skipped (panels on): the core assembles it, if its parts are plain rows.
     // Or x is an argument whose rows the caller left where they are: the core gathers them.
@@ -244,11 +244,11 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
       val(xid) = eval(xid, st);
     }
     if (gather && !x_is_arg)
-      val(xid) = Tensor::empty(DType::F32, Shape{st.rows, w.dim(0)});
+      val(xid) = st.make(DType::F32, Shape{st.rows, w.dim(0)});
     const Tensor& a = val(xid);
     if (!val(r.core).defined() && weight_ok && dense(a, w.dim(0))) {
       Tensor& c =
-          to_scratch ? scratch : (val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, n}));
+          to_scratch ? scratch : (val(r.core) = st.make(DType::F32, Shape{st.rows, n}));
       set_core(a, w, false, c);
       if (to_scratch) // one panel's rows
         core.gemm_c_step = 0;
@@ -304,7 +304,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
     if (dst != graph::kNoNode) { // a concat's columns, the concat made here
       Tensor& c = val(dst);
       if (!c.defined()) {
-        c = Tensor::empty(DType::F32, with_rows(st.rows, g.node(dst).type.dims));
+        c = st.make(DType::F32, with_rows(st.rows, g.node(dst).type.dims));
         stats.in_place++;
       }
       outs.push_back(c.f32() + off);
@@ -312,7 +312,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
     }
     Tensor& v = val(r.outputs[j]);
     if (!v.defined() || v.numel() != st.rows * r.width)
-      v = Tensor::empty(DType::F32, Shape{st.rows, r.width});
+      v = st.make(DType::F32, Shape{st.rows, r.width});
     else
       stats.in_place++; // the caller's block (bind)
     outs.push_back(v.f32());
@@ -323,7 +323,7 @@ void GraphRunner::launch(const Run& r, const jit::CachedKernel& kernel, std::vec
     const Tensor &gy = val(q.operands[0]), &w = val(q.operands[2]);
     const int64_t k = q.type.dims[0];
     if (w.rank() == 2 && w.dim(0) == k && dense(gy, w.dim(1))) {
-      val(r.core) = Tensor::empty(DType::F32, Shape{st.rows, k});
+      val(r.core) = st.make(DType::F32, Shape{st.rows, k});
       set_core(gy, w, true, val(r.core));
     } // else computed after the run, on its own
   }

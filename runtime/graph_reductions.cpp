@@ -61,7 +61,7 @@ bool GraphRunner::run_reduction(size_t index, NodeId id, State& st, GraphRunStat
   if (r.spec.row_stats && kind == jit::ReduceKind::CrossEntropy) {
     st.row_stats.resize(program().reductions.size());
     Tensor& t = st.row_stats[index];
-    t = Tensor::empty(DType::F32, Shape{rows, 2});
+    t = st.make(DType::F32, Shape{rows, 2});
     out[1] = t.raw();
   } else if (r.stats_from >= 0 && static_cast<size_t>(r.stats_from) < st.row_stats.size()) {
     const Tensor& t = st.row_stats[static_cast<size_t>(r.stats_from)];

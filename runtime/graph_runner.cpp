@@ -87,6 +87,31 @@ Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed
 
 } // namespace
 
+Tensor ScratchArena::take(DType dt, const Shape& shape) {
+  const int64_t n = shape.numel();
+  const int64_t span = (n + 15) & ~int64_t{15}; // the next view starts 64 bytes aligned
+  need_ += span;
+  if (buf_.defined() && top_ + n <= buf_.numel()) {
+    Tensor v = buf_.view(top_, dt, shape);
+    top_ += span;
+    return v;
+  }
+  overflows_++;
+  return Tensor::empty(dt, shape);
+}
+
+void ScratchArena::reset() {
+  if (need_ > 0 && (!buf_.defined() || !buf_.unique() || buf_.numel() < need_)) {
+    // An eighth more than the last run asked: the next batch's plan may be a little larger.
+    const int64_t n = std::max(need_ + need_ / 8, buf_.defined() ? buf_.numel() : 0);
+    buf_ = Tensor::empty(DType::F32, Shape{n});
+    buffers_++;
+  }
+  top_ = 0;
+  need_ = 0;
+  overflows_ = 0;
+}
+
 Tensor PackedWeights::buffer(const void* key, int64_t floats) {
   auto it = spare_.find(key);
   if (it != spare_.end() && it->second.numel() == floats && it->second.unique())
@@ -362,7 +387,7 @@ void GraphRunner::gather_rows(NodeId id, State& st, GraphRunStats& stats) const 
   const Node& n = tg_.g.node(id);
   Tensor& v = st.vals[static_cast<size_t>(id)];
   if (!v.defined()) // not a result the caller gave a block for
-    v = Tensor::empty(n.type.dtype, with_rows(st.rows, n.type.dims));
+    v = st.make(n.type.dtype, with_rows(st.rows, n.type.dims));
   auto t0 = stats.profile ? ProfileClock::now() : ProfileClock::time_point{};
   kernels::take_into(st.vals[static_cast<size_t>(n.operands[0])],
                      st.vals[static_cast<size_t>(n.operands[1])], v);

@@ -92,6 +92,31 @@ private:
   int64_t allocated_ = 0;
 };
 
+/// The intermediates of one plan run's groups (GraphRunner::State::scratch): the values its
+/// kernels write that are no caller's block (a GEMM's product, a run's outputs kept for the
+/// backward, an assembled concat) as 64-byte aligned views of one buffer, handed out in order,
+/// instead of a storage block each. Calling thread only.
+/// A run's buffer serves the next run only when no view of it is left (else the next run gets
+/// a fresh one, and the views keep theirs); past its end a request gets a block of its own,
+/// and the next run's buffer holds what this run asked for in all, and an eighth more.
+class ScratchArena {
+public:
+  /// Uninitialized elements of a 4-byte type `dt`, as Tensor::empty gives.
+  Tensor take(DType dt, const Shape& shape);
+  /// Starts a run: what take() handed out before belongs to whoever still holds it.
+  void reset();
+  /// Buffers allocated so far (not reused from the run before).
+  int64_t buffers() const { return buffers_; }
+  /// Requests this run that got a block of their own (past the buffer's end).
+  int64_t overflows() const { return overflows_; }
+
+private:
+  Tensor buf_;
+  int64_t top_ = 0;  ///< elements handed out of buf_ this run
+  int64_t need_ = 0; ///< elements this run asked for, aligned (the next buffer's size)
+  int64_t buffers_ = 0, overflows_ = 0;
+};
+
 class GraphRunner {
 public:
   /// A weight gradient left to the caller: param += a^T · gy, summed with the other groups'
@@ -149,6 +174,12 @@ public:
     /// By reduction index: the row statistics a cross-entropy forward kernel wrote in this
     /// forward (ReductionSpec::stats_from), f32 [rows, 2]; undefined where none were.
     std::vector<Tensor> row_stats;
+    /// Where the kernels' intermediates come from (null: a storage block each).
+    ScratchArena* scratch = nullptr;
+    /// An intermediate of `shape`: from `scratch` when there is one.
+    Tensor make(DType dt, const Shape& shape) const {
+      return scratch != nullptr ? scratch->take(dt, shape) : Tensor::empty(dt, shape);
+    }
   };
 
   /// Executes `tg.program` (made by the template pipeline's lower pass); its kernel steps

@@ -269,6 +269,7 @@ void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& 
     GraphRunStats rs;
     rs.profile = opt.profile;
     gs.gst.transposed = &transposed;
+    gs.gst.scratch = &scratch;
     gs.gst.deferred = train ? weight_grads.sink() : nullptr;
     gs.gst.panels = opt.panels;
     gs.gst.jit_gemm = opt.jit_gemm;
@@ -361,6 +362,7 @@ const ExecLayout* PlanExecutor::Impl::forward(const specializer::Plan& plan,
   }
   reserve(train ? layout->total_elems : layout->forward_elems);
   transposed.invalidate(); // the parameters may have changed since the last run
+  scratch.reset();
   weight_grads.clear();
   if (st.size() < plan.groups.size())
     st.resize(plan.groups.size());
@@ -397,6 +399,7 @@ std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const speci
   layout = impl_->forward(plan, layout, own, r, tt, params, false, stats_);
   Impl& I = *impl_;
   stats_.packed_buffers = I.transposed.allocated();
+  stats_.scratch_buffers = I.scratch.buffers();
   std::vector<Tensor> out;
   for (size_t k = 0; k < plan.outputs.size(); ++k) {
     const RowRef& o = plan.outputs[k];

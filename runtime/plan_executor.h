@@ -74,6 +74,9 @@ struct PlanStats {
   /// Buffers allocated for the packed weights (W and W^T in the GEMM cores' panels): the
   /// forms are packed anew each run, into the last run's buffers when the shapes match.
   int64_t packed_buffers = 0;
+  /// Buffers allocated for the template graphs' intermediates (ScratchArena): a run reuses
+  /// the last run's when nothing of it is held any more.
+  int64_t scratch_buffers = 0;
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
   /// Groups run through the batching interpreter (not on a template graph: the cases above),

@@ -208,6 +208,7 @@ PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::R
                      ready);
   I.transposed.invalidate();
   stats_.packed_buffers = I.transposed.allocated();
+  stats_.scratch_buffers = I.scratch.buffers();
   return out;
 }
 

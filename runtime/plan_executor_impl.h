@@ -47,6 +47,8 @@ struct PlanExecutor::Impl {
   interp::DimBindings dims;
   ExecOptions opt;
   Tensor arena; ///< f32 [elements]; i32 blocks are viewed as i32
+  /// The template graphs' intermediates of one run (GraphRunner::State::scratch).
+  ScratchArena scratch;
 
   // Template graphs: the engine's shared cache, or this executor's own.
   std::unique_ptr<RunnerCache> own_runners;

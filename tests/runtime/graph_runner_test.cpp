@@ -464,4 +464,49 @@ TEST_SUITE("runtime") {
   }
 }
 
+TEST_CASE("ScratchArena: one run's intermediates share a buffer that the next run reuses") {
+  runtime::ScratchArena a;
+  a.reset();
+  // The first run has no buffer yet: each request gets a block of its own.
+  Tensor x = a.take(DType::F32, Shape{3, 5});
+  Tensor y = a.take(DType::I32, Shape{7});
+  CHECK(a.overflows() == 2);
+  CHECK(!x.shares_storage(y));
+  x = Tensor(), y = Tensor();
+  a.reset(); // sized for what the first run asked: 15 and 7 elements, each 64-byte aligned
+  CHECK(a.buffers() == 1);
+  Tensor p = a.take(DType::F32, Shape{3, 5});
+  Tensor q = a.take(DType::I32, Shape{7});
+  CHECK(a.overflows() == 0);
+  CHECK(p.shares_storage(q));
+  CHECK(q.shape() == Shape{7});
+  CHECK(q.dtype() == DType::I32);
+  CHECK(reinterpret_cast<uintptr_t>(q.raw()) % 64 == 0);
+  CHECK(static_cast<const char*>(q.raw()) - static_cast<const char*>(p.raw()) == 64);
+  // Past the buffer's end: a block of its own, and the next buffer is larger.
+  Tensor r = a.take(DType::F32, Shape{40});
+  CHECK(a.overflows() == 1);
+  CHECK(!r.shares_storage(p));
+  p = Tensor(), q = Tensor(), r = Tensor();
+  a.reset();
+  CHECK(a.buffers() == 2);
+  Tensor s1 = a.take(DType::F32, Shape{15});
+  s1.f32()[0] = 42.0f;
+  CHECK(a.take(DType::F32, Shape{7}).defined());
+  CHECK(a.take(DType::F32, Shape{40}).defined());
+  CHECK(a.overflows() == 0);
+  // A view still held: the next run may not write over it, so it gets a fresh buffer.
+  a.reset();
+  CHECK(a.buffers() == 3);
+  Tensor s2 = a.take(DType::F32, Shape{15});
+  CHECK(!s2.shares_storage(s1));
+  s2.f32()[0] = 7.0f;
+  CHECK(s1.f32()[0] == 42.0f);
+  s1 = Tensor(), s2 = Tensor();
+  a.reset(); // nothing held: the buffer again
+  CHECK(a.buffers() == 3);
+  CHECK(a.take(DType::F32, Shape{15}).defined());
+  CHECK(a.overflows() == 0);
+}
+
 } // namespace tests_runtime_graph_runner_test

@@ -248,6 +248,23 @@ TEST_SUITE("runtime") {
     }
   }
 
+  TEST_CASE("PlanExecutor: a run's intermediates come from the last run's scratch buffer") {
+    PlannedBatch b(12, 61);
+    auto ex = make_executor(b, options(Config::Jit));
+    Step first = train_step(*ex, b); // no buffer yet: a storage block per intermediate
+    CHECK(ex->stats().scratch_buffers == 0);
+    check_same_bits(train_step(*ex, b), first, b.params); // one buffer, sized by the first run
+    CHECK(ex->stats().scratch_buffers == 1);
+    for (int i = 0; i < 2; ++i) {
+      check_same_bits(train_step(*ex, b), first, b.params);
+      CHECK(ex->stats().scratch_buffers == 1); // nothing of the run before is held
+    }
+    std::vector<Tensor> out1 = ex->run(b.plan, b.pe.residual, b.tt, b.params);
+    CHECK(ex->stats().scratch_buffers == 1);
+    REQUIRE(out1.size() == 1);
+    CHECK(test::same_bits(out1[0].item_f32(), first.loss));
+  }
+
   TEST_CASE("PlanExecutor: value_and_grad of an entry without one scalar result is an error") {
     PlannedBatch b(3, 59);
     specializer::TemplateTable tt;
