@@ -362,6 +362,12 @@ const ExecLayout* PlanExecutor::Impl::forward(const specializer::Plan& plan,
   }
   reserve(train ? layout->total_elems : layout->forward_elems);
   transposed.invalidate(); // the parameters may have changed since the last run
+  // What the last run's groups still hold of its scratch buffer (the values of a group whose
+  // backward had no seed, a cross-entropy's row statistics), so that this run reuses it.
+  for (GroupState& gs : st) {
+    gs.gst.vals.clear();
+    gs.gst.row_stats.clear();
+  }
   scratch.reset();
   weight_grads.clear();
   if (st.size() < plan.groups.size())

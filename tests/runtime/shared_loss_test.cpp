@@ -161,6 +161,27 @@ TEST_SUITE("runtime") {
     check_threads_same_bits(md, batch,
                             [](const runtime::PlanStats& st) { CHECK(st.ce_from_stats > 0); });
   }
+
+  TEST_CASE("row statistics: a run reuses the last run's scratch buffer, which the statistics "
+            "it kept do not hold") {
+    const int vocab = 300;
+    test::FileModel md(kLm, vocab);
+    interp::Value batch = sentences(30, vocab);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+    runtime::ExecOptions o;
+    o.kernels = &test::shared_test_kernels();
+    runtime::PlanExecutor ex(md.m, md.dims, o);
+    const double first = ex.value_and_grad(plan, pe.residual, tt, md.params).loss;
+    CHECK(ex.stats().scratch_buffers == 0); // the first run: no buffer yet
+    for (int i = 0; i < 3; ++i) {
+      CHECK(test::same_bits(ex.value_and_grad(plan, pe.residual, tt, md.params).loss, first));
+      CHECK(ex.stats().ce_from_stats > 0);
+      CHECK(ex.stats().scratch_buffers == 1);
+    }
+  }
 }
 
 } // namespace tests_runtime_shared_loss_test
