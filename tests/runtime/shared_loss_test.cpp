@@ -37,12 +37,31 @@ interp::Value sentences(int count, int vocab) {
   return interp::Value::list(sents);
 }
 
+// The batch's `loss` partially evaluated and planned, with the table of its templates.
+struct LossPlan {
+  specializer::TemplateTable tt;
+  specializer::PeResult pe;
+  specializer::Plan plan;
+  LossPlan(test::FileModel& md, const interp::Value& batch)
+      : pe(specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt)) {
+    REQUIRE(pe.ok);
+    plan = specializer::make_plan(pe.residual, tt);
+  }
+};
+
+// An executor on JIT kernels (the test program's shared cache), on `workers` if given.
+runtime::PlanExecutor jit_executor(test::FileModel& md, const runtime::Workers* workers) {
+  runtime::ExecOptions o;
+  o.kernels = &test::shared_test_kernels();
+  o.workers = workers;
+  return runtime::PlanExecutor(md.m, md.dims, o);
+}
+
 // The cross-entropy reductions of the batch's templates, by their spec's text (a backward
 // that reads row statistics: then " from " and its forward's).
 std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& batch) {
-  specializer::TemplateTable tt;
-  auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-  REQUIRE(pe.ok);
+  LossPlan lp(md, batch);
+  const specializer::TemplateTable& tt = lp.tt;
   std::vector<std::string> out;
   for (size_t i = 0; i < tt.size(); ++i) {
     const auto& t = tt.at(static_cast<int32_t>(i));
@@ -67,20 +86,14 @@ std::vector<std::string> loss_kernels(test::FileModel& md, const interp::Value& 
 // own hand-off): `check` sees each run's executor stats, and both give the same bits.
 template <class Check>
 void check_threads_same_bits(test::FileModel& md, const interp::Value& batch, Check check) {
-  specializer::TemplateTable tt;
-  auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-  REQUIRE(pe.ok);
-  specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+  LossPlan lp(md, batch);
   std::vector<float> losses;
   std::vector<std::vector<Tensor>> grads;
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     runtime::Workers workers(threads, runtime::SplitPolicy{1});
-    runtime::ExecOptions o;
-    o.kernels = &test::shared_test_kernels();
-    o.workers = &workers;
-    runtime::PlanExecutor ex(md.m, md.dims, o);
-    auto got = ex.value_and_grad(plan, pe.residual, tt, md.params);
+    runtime::PlanExecutor ex = jit_executor(md, &workers);
+    auto got = ex.value_and_grad(lp.plan, lp.pe.residual, lp.tt, md.params);
     check(ex.stats());
     losses.push_back(static_cast<float>(got.loss));
     grads.emplace_back();
@@ -166,18 +179,13 @@ TEST_SUITE("runtime") {
             "it kept do not hold") {
     const int vocab = 300;
     test::FileModel md(kLm, vocab);
-    interp::Value batch = sentences(30, vocab);
-    specializer::TemplateTable tt;
-    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
-    REQUIRE(pe.ok);
-    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
-    runtime::ExecOptions o;
-    o.kernels = &test::shared_test_kernels();
-    runtime::PlanExecutor ex(md.m, md.dims, o);
-    const double first = ex.value_and_grad(plan, pe.residual, tt, md.params).loss;
+    LossPlan lp(md, sentences(30, vocab));
+    runtime::PlanExecutor ex = jit_executor(md, nullptr);
+    auto step = [&] { return ex.value_and_grad(lp.plan, lp.pe.residual, lp.tt, md.params).loss; };
+    const double first = step();
     CHECK(ex.stats().scratch_buffers == 0); // the first run: no buffer yet
     for (int i = 0; i < 3; ++i) {
-      CHECK(test::same_bits(ex.value_and_grad(plan, pe.residual, tt, md.params).loss, first));
+      CHECK(test::same_bits(step(), first));
       CHECK(ex.stats().ce_from_stats > 0);
       CHECK(ex.stats().scratch_buffers == 1);
     }
