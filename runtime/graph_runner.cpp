@@ -7,6 +7,7 @@
 #include "jit/kernel_cache.h"
 #include "src/kernels/kernels.h"
 #include "src/ops/emitter.h"
+#include "src/util/asan.h"
 #include "src/util/check.h"
 #include "src/util/overloaded.h"
 
@@ -89,10 +90,14 @@ Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed
 
 Tensor ScratchArena::take(DType dt, const Shape& shape) {
   const int64_t n = shape.numel();
-  const int64_t span = (n + 15) & ~int64_t{15}; // the next view starts 64 bytes aligned
+  // The next view starts 64 bytes aligned; under ASan, after a poisoned redzone of 64 bytes
+  // (with the alignment's gap), so that a kernel writing past its view's end is reported.
+  const int64_t span = ((n + 15) & ~int64_t{15}) + (util::kAsan ? 16 : 0);
   need_ += span;
   if (buf_.defined() && top_ + n <= buf_.numel()) {
     Tensor v = buf_.view(top_, dt, shape);
+    const int64_t end = std::min(top_ + span, buf_.numel());
+    util::asan_poison(buf_.f32() + top_ + n, static_cast<size_t>(end - top_ - n) * 4);
     top_ += span;
     return v;
   }
@@ -106,6 +111,8 @@ void ScratchArena::reset() {
     const int64_t n = std::max(need_ + need_ / 8, buf_.defined() ? buf_.numel() : 0);
     buf_ = Tensor::empty(DType::F32, Shape{n});
     buffers_++;
+  } else if (buf_.defined()) { // reused: the last run's redzones are addressable again
+    util::asan_unpoison(buf_.raw(), buf_.nbytes());
   }
   top_ = 0;
   need_ = 0;

@@ -11,6 +11,7 @@
 #include "src/interp/recorded_op.h"
 #include "src/kernels/kernels.h"
 #include "src/ops/emitter.h"
+#include "src/util/asan.h"
 #include "src/util/check.h"
 
 #include <algorithm>
@@ -348,6 +349,32 @@ void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& 
   }
 }
 
+// The arena holds one plan's blocks at a time, 64 bytes aligned, and is reused from run to
+// run: under ASan the alignment gaps between blocks and the arena past the plan's end are
+// poisoned for the run, so that a C++ kernel, a gather or a seed sum reading or writing past
+// its block is reported instead of touching the next block (or a block of the run before).
+void PlanExecutor::Impl::poison_gaps(const ExecLayout& L, bool train) {
+  if constexpr (!util::kAsan)
+    return;
+  util::asan_poison(arena.raw(), arena.nbytes());
+  auto open = [this](int64_t off, int64_t elems) {
+    if (off >= 0 && elems > 0)
+      util::asan_unpoison(at(off), static_cast<size_t>(elems) * 4);
+  };
+  for (const ExecLayout::Group& G : L.groups) {
+    for (const ExecLayout::Result& R : G.results) {
+      open(R.off, G.rows * R.row_elems);
+      if (train)
+        open(R.seed_off, G.rows * R.row_elems);
+    }
+    for (const ExecLayout::Arg& A : G.args) {
+      open(A.off, static_cast<int64_t>(A.num_rows) * A.row_elems);
+      if (train)
+        open(A.grad_off, G.rows * A.row_elems);
+    }
+  }
+}
+
 // The forward of every group, in plan order, with the arena sized for it (and for the
 // backward when `train`); returns the layout used (`own`, made here, when none was given).
 const ExecLayout* PlanExecutor::Impl::forward(const specializer::Plan& plan,
@@ -361,6 +388,7 @@ const ExecLayout* PlanExecutor::Impl::forward(const specializer::Plan& plan,
     layout = &own;
   }
   reserve(train ? layout->total_elems : layout->forward_elems);
+  poison_gaps(*layout, train);
   transposed.invalidate(); // the parameters may have changed since the last run
   // What the last run's groups still hold of its scratch buffer (the values of a group whose
   // backward had no seed, a cross-entropy's row statistics), so that this run reuses it.

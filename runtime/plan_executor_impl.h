@@ -117,6 +117,9 @@ struct PlanExecutor::Impl {
   }
 
   char* at(int64_t off) { return static_cast<char*>(arena.raw()) + off * 4; }
+  /// Under AddressSanitizer: leaves only the blocks of `L` (its training blocks too when
+  /// `train`) addressable in the arena; nothing elsewhere.
+  void poison_gaps(const ExecLayout& L, bool train);
 
   const char* ptr(const RowSource& s, const specializer::Residual& r, const interp::Params& params);
 

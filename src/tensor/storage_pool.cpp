@@ -5,6 +5,7 @@
 #include "src/tensor/storage_pool.h"
 
 #include "src/tensor/tensor.h"
+#include "src/util/asan.h"
 #include "src/util/check.h"
 
 #include <bit>
@@ -110,7 +111,9 @@ void* system_alloc(size_t bytes) {
   return p;
 }
 
-void system_free(void* p) {
+// A block poisoned in the pool (storage_free) is made addressable again first.
+void system_free(void* p, size_t bytes) {
+  util::asan_unpoison(p, bytes);
   ::operator delete(p, std::align_val_t(64));
 }
 
@@ -134,14 +137,18 @@ StorageHeader* storage_alloc(size_t data_bytes) {
         sp.cached_bytes -= bytes;
       }
     }
-    if (block != nullptr)
+    if (block != nullptr) {
       shared().reuses.fetch_add(1, std::memory_order_relaxed);
+      util::asan_unpoison(block, bytes);
+    }
   }
   if (block == nullptr)
     block = system_alloc(bytes);
   auto* h = new (block) StorageHeader;
   h->size_class = c;
   h->block_bytes = bytes;
+  // Under ASan, the block's slack past the data (up to its class's size) is unaddressable.
+  util::asan_poison(static_cast<char*>(h->data()) + data_bytes, bytes - need);
   return h;
 }
 
@@ -151,9 +158,12 @@ void storage_free(StorageHeader* h) {
   h->~StorageHeader();
   void* block = h;
   if (c < 0) {
-    system_free(block);
+    system_free(block, bytes);
     return;
   }
+  // Under ASan, a pooled block is unaddressable until it is handed out again: a read through
+  // a pointer into storage already released is reported, not served from the next tensor's.
+  util::asan_poison(block, bytes);
   LocalCache* lc = bytes <= kLocalMaxBlock ? local_cache() : nullptr;
   if (lc != nullptr && lc->count[c] < kLocalSlots) {
     lc->slots[c][lc->count[c]++] = block;
@@ -187,7 +197,7 @@ void tensor_pool_trim() {
       sp.cached_bytes -= class_bytes(c) * blocks.size();
     }
     for (void* b : blocks)
-      system_free(b);
+      system_free(b, class_bytes(c));
   }
 }
 

@@ -12,6 +12,7 @@
 #include "src/graph/evaluate.h"
 #include "src/interp/interpreter.h"
 #include "src/types/check.h"
+#include "src/util/asan.h"
 #include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
@@ -482,7 +483,9 @@ TEST_CASE("ScratchArena: one run's intermediates share a buffer that the next ru
   CHECK(q.shape() == Shape{7});
   CHECK(q.dtype() == DType::I32);
   CHECK(reinterpret_cast<uintptr_t>(q.raw()) % 64 == 0);
-  CHECK(static_cast<const char*>(q.raw()) - static_cast<const char*>(p.raw()) == 64);
+  // p's 15 floats and the gap to 64 bytes (under ASan also a 64-byte redzone) before q.
+  CHECK(static_cast<const char*>(q.raw()) - static_cast<const char*>(p.raw()) ==
+        (util::kAsan ? 128 : 64));
   // Past the buffer's end: a block of its own, and the next buffer is larger.
   Tensor r = a.take(DType::F32, Shape{40});
   CHECK(a.overflows() == 1);
@@ -507,6 +510,37 @@ TEST_CASE("ScratchArena: one run's intermediates share a buffer that the next ru
   CHECK(a.buffers() == 3);
   CHECK(a.take(DType::F32, Shape{15}).defined());
   CHECK(a.overflows() == 0);
+}
+
+// Under AddressSanitizer (scripts/asan.sh) the bytes between two views are poisoned, so that a
+// kernel writing past its output's end is reported instead of landing in the next view; a
+// reused buffer starts clean. Elsewhere there is nothing to check.
+TEST_CASE("ScratchArena: under AddressSanitizer the bytes after each view are poisoned" *
+          doctest::skip(!util::kAsan)) {
+  runtime::ScratchArena a;
+  a.reset();
+  (void)a.take(DType::F32, Shape{10});
+  (void)a.take(DType::F32, Shape{3});
+  a.reset();
+  {
+    Tensor v = a.take(DType::F32, Shape{10});
+    Tensor w = a.take(DType::F32, Shape{3});
+    const char* p = static_cast<const char*>(v.raw());
+    CHECK(a.overflows() == 0);
+    CHECK_FALSE(util::asan_poisoned(p));
+    CHECK_FALSE(util::asan_poisoned(p + 39)); // v's last byte
+    CHECK(util::asan_poisoned(p + 40));       // the gap to 64 bytes
+    CHECK(util::asan_poisoned(p + 100));      // the redzone
+    CHECK(static_cast<const char*>(w.raw()) == p + 128);
+    CHECK_FALSE(util::asan_poisoned(p + 128));
+    CHECK(util::asan_poisoned(p + 128 + 12)); // past w's 3 floats
+  }
+  a.reset(); // nothing held: the same buffer, addressable again until the next views
+  CHECK(a.buffers() == 1);
+  Tensor big = a.take(DType::F32, Shape{30});
+  const char* p = static_cast<const char*>(big.raw());
+  CHECK_FALSE(util::asan_poisoned(p + 100)); // inside the view now
+  CHECK(util::asan_poisoned(p + 120));
 }
 
 } // namespace tests_runtime_graph_runner_test

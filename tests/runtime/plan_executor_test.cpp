@@ -12,6 +12,7 @@
 #include "runtime/runner_cache.h"
 #include "specializer/residual.h"
 #include "src/interp/interpreter.h"
+#include "src/util/asan.h"
 #include "src/util/check.h"
 #include "tests/support/compare.h"
 #include "tests/support/planned_batch.h"
@@ -263,6 +264,37 @@ TEST_SUITE("runtime") {
     CHECK(ex->stats().scratch_buffers == 1);
     REQUIRE(out1.size() == 1);
     CHECK(test::same_bits(out1[0].item_f32(), first.loss));
+  }
+
+  // Under AddressSanitizer (scripts/asan.sh) the arena's bytes outside the plan's blocks are
+  // poisoned for the run: a C++ kernel, gather or seed sum reading or writing past its block is
+  // reported. The embedding's row-sparse gradient views two blocks (the rows' ids and their
+  // gradient rows), so their ends can be looked at from here. Elsewhere nothing to check.
+  TEST_CASE("PlanExecutor: under AddressSanitizer only the plan's blocks are addressable" *
+            doctest::skip(!util::kAsan)) {
+    PlannedBatch b(12, 61);
+    auto ex = make_executor(b, options(Config::Jit));
+    for (int run = 0; run < 2; ++run) { // the second in the arena the first left
+      interp::Interpreter::Gradients g =
+          ex->value_and_grad(b.plan, b.pe.residual, b.tt, b.params, &b.layout);
+      const kernels::RowSparse* rs = nullptr;
+      for (const auto& pg : g.grads)
+        if (!pg.sparse.empty())
+          rs = &pg.sparse[0];
+      REQUIRE(rs != nullptr);
+      int gaps = 0;
+      for (const Tensor* t : {&rs->indices, &rs->rows}) {
+        const char* p = static_cast<const char*>(t->raw());
+        const auto bytes = static_cast<int64_t>(t->nbytes());
+        CHECK_FALSE(util::asan_poisoned(p));
+        CHECK_FALSE(util::asan_poisoned(p + bytes - 1));
+        if (bytes % 64 != 0) { // blocks start 64 bytes apart: a gap follows this one
+          CHECK(util::asan_poisoned(p + bytes));
+          gaps++;
+        }
+      }
+      CHECK(gaps > 0);
+    }
   }
 
   TEST_CASE("PlanExecutor: value_and_grad of an entry without one scalar result is an error") {
