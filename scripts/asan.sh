@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A representative subset of the test suite under AddressSanitizer + UBSan, sized to keep CI
-# within its time: builds build-asan/ (-DPEJIT_ASAN=ON: any UB aborts the test) with the core
-# and runtime test executables and runs them: the parser and its fuzz test, the checker, the
-# generic interpreter and its deep-value tests, every op's reference kernel and gradient, the
-# graphs; the engine, plans on reference and JIT kernels, sessions, the data readers and their
-# fuzz tests, checkpoints, the trainer and the CLI (deep inputs included).
+# within its time: builds build-asan/ (-DPEJIT_ASAN=ON: any UB aborts the test) with the core,
+# runtime, specializer and JIT test executables and runs them: the parser and its fuzz test,
+# the checker, the generic interpreter and its deep-value tests, every op's reference kernel
+# and gradient, the graphs; the engine, plans on reference and JIT kernels, sessions, the data
+# readers and their fuzz tests, checkpoints, the trainer and the CLI (deep inputs included);
+# partial evaluation, planning, the golden dumps and the random programs; the code generators.
 # `--all` builds everything and runs every ctest test but the out-of-tree install check, the
 # Python package and the MPI jobs (they load uninstrumented code: Open MPI keeps memory to the
 # end, which LeakSanitizer would report): the runtime, JIT and specializer executables too,
@@ -22,7 +23,8 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 if [[ "${1:-}" == "--all" ]]; then
   cmake --build build-asan
 else
-  cmake --build build-asan --target pejit_core_tests pejit_runtime_tests
+  cmake --build build-asan --target pejit_core_tests pejit_runtime_tests \
+    pejit_specializer_tests pejit_jit_tests
 fi
 
 # Why each option:
@@ -52,6 +54,9 @@ if [[ "${1:-}" == "--all" ]]; then
   exit 0
 fi
 build-asan/tests/pejit_core_tests
+build-asan/tests/pejit_specializer_tests
+build-asan/tests/jit/pejit_jit_tests
 # The runtime cases one process each, two at a time (ctest's label for that executable).
 ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -L runtime -E "$big_stack_throw"
-echo "asan: core and runtime tests clean under AddressSanitizer and UBSan (--all: the suite)"
+echo "asan: core, specializer, JIT and runtime tests clean under AddressSanitizer and UBSan" \
+  "(--all: the suite)"
