@@ -1,7 +1,8 @@
 // AddressSanitizer's manual poisoning, for the allocators that hand out memory ASan cannot see
-// on its own (the tensor storage pool reuses freed blocks; a plan run's scratch buffer is one
-// allocation cut into views): without it, a read of a freed pooled block or past a view's end
-// into the next view is silent under scripts/asan.sh. Outside an ASan build these do nothing.
+// into on its own (the tensor storage pool reuses freed blocks; a plan run's scratch buffer
+// and the executor's arena are single allocations cut into blocks): without it, a read of a
+// freed pooled block, or past a block's end into the next one, is silent under
+// scripts/asan.sh. Outside an ASan build these do nothing.
 #pragma once
 
 #include <cstddef>
