@@ -8,6 +8,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 namespace pejit::python {
 
 using interp::Value;
@@ -39,26 +41,55 @@ const runtime::TreeEncoder& PySession::encoder(const std::string& adt) {
   return *enc_;
 }
 
-Value PySession::encode(const PyDataset& ds, const int64_t* idx, size_t n,
+Value PySession::encode(const std::shared_ptr<const PyDataset>& ds, const int64_t* idx, size_t n,
                         const std::string& entry) {
-  ir::Type elem = batch_element(entry);
-  const runtime::TreeEncoder* enc = nullptr;
-  if (ds.is_trees) {
-    if (elem->kind != ir::TypeKind::Adt)
-      throw Error("entry '" + entry + "' takes batches of " + ir::type_str(elem) +
-                  ", the data set holds trees");
-    enc = &encoder(elem->name);
-  }
-  interp::Values xs;
-  xs.reserve(n);
+  if (!ds)
+    throw Error("batch: no data set");
+  std::vector<size_t> at(n);
   for (size_t i = 0; i < n; ++i) {
-    if (idx[i] < 0 || static_cast<size_t>(idx[i]) >= ds.size())
+    if (idx[i] < 0 || static_cast<size_t>(idx[i]) >= ds->size())
       throw Error("example index " + std::to_string(idx[i]) + " out of range (the data set has " +
-                  std::to_string(ds.size()) + ")");
-    size_t k = static_cast<size_t>(idx[i]);
-    xs.push_back(enc ? enc->encode(ds.trees[k]) : runtime::encode_sentence(ds.sents[k]));
+                  std::to_string(ds->size()) + ")");
+    at[i] = static_cast<size_t>(idx[i]);
   }
-  return Value::list(std::move(xs));
+  // What the encoding depends on: the batch element's type and the definitions of the ADTs.
+  // Not the module's generation: the scoring's hidden entry (SessionAccess::eval_entry) and
+  // changed functions leave the examples' values as they are.
+  const ir::Type elem = batch_element(entry);
+  if (ds->is_trees && elem->kind != ir::TypeKind::Adt)
+    throw Error("entry '" + entry + "' takes batches of " + ir::type_str(elem) +
+                ", the data set holds trees");
+  std::string stamp = ir::type_str(elem);
+  for (const auto& adt : module().adts())
+    stamp += " " + adt->name + "#" + std::to_string(module().version(adt->name));
+  std::erase_if(kept_, [](const Kept& x) { return x.data.expired(); });
+  auto it = std::find_if(kept_.begin(), kept_.end(),
+                         [&](const Kept& x) { return x.data.lock() == ds && x.entry == entry; });
+  if (it != kept_.end() && (it->size != ds->size() || it->stamp != stamp)) {
+    kept_.erase(it); // a limit() since, or a changed batch type
+    it = kept_.end();
+  }
+  if (it == kept_.end()) {
+    // The data sets of a training loop and a few more.
+    constexpr size_t kKept = 4;
+    if (kept_.size() >= kKept)
+      kept_.erase(kept_.begin());
+    Kept x;
+    x.data = ds;
+    x.size = ds->size();
+    x.stamp = stamp;
+    x.entry = entry;
+    x.enc = std::make_unique<runtime::Encoder>(module(), *ds, elem, SessionAccess::dims(s));
+    x.examples = std::make_unique<runtime::KeptExamples>(*ds, *x.enc);
+    kept_.push_back(std::move(x));
+    it = kept_.end() - 1;
+  }
+  std::rotate(it, it + 1, kept_.end());
+  runtime::KeptExamples& kept = *kept_.back().examples;
+  const int64_t before = kept.encoded();
+  Value v = kept.batch(at, 0, n);
+  encoded_examples_ += kept.encoded() - before;
+  return v;
 }
 
 namespace {

@@ -54,8 +54,14 @@ struct PySession {
   ir::Type batch_element(const std::string& entry) const;
   /// The encoder of trees into values of ADT `adt` (cached per ADT and module generation).
   const runtime::TreeEncoder& encoder(const std::string& adt);
-  /// Examples idx[0..n) of `ds` as one batch (a List), encoded as `pejit train` does.
-  interp::Value encode(const PyDataset& ds, const int64_t* idx, size_t n, const std::string& entry);
+  /// Examples idx[0..n) of `ds` as one batch (a List), encoded as `pejit train` does: each
+  /// example once, then kept for every later batch that holds it (runtime::KeptExamples), while
+  /// the entry's batch type and the data set's size are the same. Kept for a few data sets, and
+  /// while `ds` lives.
+  interp::Value encode(const std::shared_ptr<const PyDataset>& ds, const int64_t* idx, size_t n,
+                       const std::string& entry);
+  /// Examples encode() has encoded, over all its calls ("encoded_examples" in stats()).
+  int64_t encoded_examples() const { return encoded_examples_; }
   /// `ds` in batches of `batch` made ready to be scored as `pejit train` scores an epoch (one
   /// pass per batch where the model has the evaluation entry): kept from an earlier call on
   /// the same data set and batch size while the module and the data set's size are the same,
@@ -72,6 +78,15 @@ private:
     std::unique_ptr<runtime::EvalSet> set; // over *data and *enc
   };
   std::vector<Scored> scored_; // the most recent last
+  struct Kept {
+    std::weak_ptr<const PyDataset> data;
+    size_t size = 0;
+    std::string entry, stamp; // stamp: the batch element's type and the ADTs' versions
+    std::unique_ptr<runtime::Encoder> enc;
+    std::unique_ptr<runtime::KeptExamples> examples; // over *data and *enc
+  };
+  std::vector<Kept> kept_; // the most recent last
+  int64_t encoded_examples_ = 0;
   std::recursive_mutex mu_;
   std::optional<runtime::TreeEncoder> enc_;
   std::string enc_adt_;

@@ -84,6 +84,7 @@ py::dict stats_dict(PySession& ps) {
   d["interpreted_seconds"] = s.interpreted_seconds;
   d["kernels_compiled"] = s.kernels_compiled;
   d["kernels_cached"] = s.kernels_cached;
+  d["encoded_examples"] = ps.encoded_examples();
   d["rank"] = s.rank;
   d["ranks"] = s.ranks;
   d["grad_reductions"] = s.grad_reductions;
@@ -205,7 +206,7 @@ PYBIND11_MODULE(_pejit, m) {
           "Converts a batch once (a list of trees, tuples, Values) for repeated steps.")
       .def(
           "batch",
-          [](PySession& ps, const PyDataset& ds,
+          [](PySession& ps, const std::shared_ptr<const PyDataset>& ds,
              py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx,
              const std::string& entry) {
             auto lock = ps.lock();
@@ -213,7 +214,8 @@ PYBIND11_MODULE(_pejit, m) {
                 ps.encode(ds, idx.data(), static_cast<size_t>(idx.size()), entry))};
           },
           py::arg("data"), py::arg("indices"), py::arg("entry") = "loss",
-          "Examples data[i] for i in indices as one batch, encoded as `pejit train` does.")
+          "Examples data[i] for i in indices as one batch, encoded as `pejit train` does: each "
+          "example once, kept for the later batches that hold it.")
       .def(
           "step",
           [](PySession& ps, const std::string& entry, py::handle batch, Optimizer* opt) {

@@ -1,6 +1,7 @@
 """pejit.score(): one run per batch of the session's hidden evaluation entry for the loss and
 the predictions (as `pejit train` scores an epoch), each data set's batches encoded once and
-kept, and a loss changed by add_source seen by the next scoring."""
+kept, and a loss changed by add_source seen by the next scoring; Session.batch's examples
+encoded once and kept."""
 
 import pytest
 
@@ -50,6 +51,32 @@ def test_one_pass_per_batch_encoded_once(pejit, sst_data):
     # The evaluation entry is the session's own: not listed with the model's.
     assert s.entries == ["loss", "leaf_loss", "infer"]
     assert not any(k.startswith("__eval") for k in s.stats()["per_entry"])
+
+
+def test_batch_encodes_each_example_once(pejit, sst_data):
+    s, ds, dev = open_session(pejit, sst_data)
+
+    def encoded():
+        return s.stats()["encoded_examples"]
+
+    s.batch(ds, [0, 1, 2])
+    assert encoded() == 3
+    s.batch(ds, [2, 1, 0, 3])  # only example 3 is new
+    assert encoded() == 4
+    # The scoring's hidden entry and a changed loss leave the batch type as it was: the
+    # examples stay kept.
+    pejit.score(s, ds, 20)
+    s.batch(ds, [0, 3])
+    assert encoded() == 4
+    assert s.add_source(DOUBLE_LOSS, "double.pe") == ["loss"]
+    s.batch(ds, [1])
+    assert encoded() == 4
+    # Another data set's examples are its own; a data set cut shorter is encoded again.
+    s.batch(dev, [0, 1])
+    assert encoded() == 6
+    ds.limit(50)
+    s.batch(ds, [0])
+    assert encoded() == 7
 
 
 def test_score_sees_a_loss_changed_by_add_source(pejit, sst_data):

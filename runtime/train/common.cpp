@@ -223,7 +223,42 @@ Value Encoder::batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b
   Values xs;
   xs.reserve(e - b);
   for (size_t i = b; i < e; ++i)
-    xs.push_back(ds.is_trees ? trees->encode(ds.trees[idx[i]]) : encode_sentence(ds.sents[idx[i]]));
+    xs.push_back(example(ds, idx[i]));
+  return Value::list(std::move(xs));
+}
+
+Value Encoder::example(const Dataset& ds, size_t i) const {
+  return ds.is_trees ? trees->encode(ds.trees[i]) : encode_sentence(ds.sents[i]);
+}
+
+KeptExamples::KeptExamples(const Dataset& ds, const Encoder& enc, int64_t max_nodes)
+    : ds_(&ds), enc_(&enc), kept_(ds.size()), keep_(ds.size()) {
+  int64_t held = 0;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const auto size =
+        static_cast<int64_t>(ds.is_trees ? ds.trees[i].nodes.size() : ds.sents[i].size());
+    keep_[i] = held + size <= max_nodes;
+    if (keep_[i])
+      held += size;
+  }
+}
+
+Value KeptExamples::batch(const std::vector<size_t>& idx, size_t b, size_t e) {
+  Values xs;
+  xs.reserve(e - b);
+  for (size_t k = b; k < e; ++k) {
+    const size_t i = idx[k];
+    if (!keep_[i]) {
+      xs.push_back(enc_->example(*ds_, i));
+      ++encoded_;
+      continue;
+    }
+    if (kept_[i].kind() == Value::Kind::None) {
+      kept_[i] = enc_->example(*ds_, i);
+      ++encoded_;
+    }
+    xs.push_back(kept_[i]);
+  }
   return Value::list(std::move(xs));
 }
 
@@ -382,7 +417,8 @@ pejit::Value EvalSet::run(Session& session, const std::string& entry, size_t i,
 pejit::Value EvalSet::batch(size_t i) {
   if (held_[i])
     return kept_[i];
-  pejit::Value v = SessionAccess::wrap(enc_->batch(*ds_, idx_, begin(i), end(i)));
+  pejit::Value v = SessionAccess::wrap(examples_ ? examples_->batch(idx_, begin(i), end(i))
+                                                 : enc_->batch(*ds_, idx_, begin(i), end(i)));
   encoded_ += 1;
   if (keep_[i]) {
     kept_[i] = v;

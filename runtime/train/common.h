@@ -138,6 +138,33 @@ struct Encoder {
   void check(const Dataset& ds) const;
   /// Examples idx[b], ..., idx[e - 1].
   interp::Value batch(const Dataset& ds, const std::vector<size_t>& idx, size_t b, size_t e) const;
+  /// Example i of `ds`, as an element of batch().
+  interp::Value example(const Dataset& ds, size_t i) const;
+};
+
+/// The training set's examples for the training loop's batches (BatchFeed): each encoded on
+/// its first use and kept for the next epochs, whose batches share it (an encoded example is
+/// an immutable value), so that an epoch after the first encodes nothing. What is kept is
+/// bounded by `max_nodes` (tree nodes or sentence words, summed in the data set's order): the
+/// examples past it are encoded again for each batch that holds them. `ds` and `enc` must
+/// outlive it; it is used from one thread.
+class KeptExamples {
+public:
+  /// The default bound, EvalSet's: all of SST's training set, several times.
+  static constexpr int64_t kMaxNodes = int64_t{2} << 20;
+
+  KeptExamples(const Dataset& ds, const Encoder& enc, int64_t max_nodes = kMaxNodes);
+  /// Examples idx[b], ..., idx[e - 1] as one batch value: Encoder::batch's.
+  interp::Value batch(const std::vector<size_t>& idx, size_t b, size_t e);
+  /// Examples encoded so far, over all batches: each kept one counts once.
+  int64_t encoded() const { return encoded_; }
+
+private:
+  const Dataset* ds_;
+  const Encoder* enc_;
+  std::vector<interp::Value> kept_; // example i once encoded, where keep_[i]
+  std::vector<bool> keep_;          // within the bound
+  int64_t encoded_ = 0;
 };
 
 /// Called in a handler for an error of a step or a run on examples idx[lo], ..., idx[hi - 1]
@@ -175,8 +202,8 @@ void score_roots(const interp::Value& preds, const std::vector<data::ParseTree>&
 /// it are encoded again on each scoring. `ds` and `enc` must outlive the set.
 class EvalSet {
 public:
-  /// The default bound on the nodes kept encoded: all of SST's training set, several times.
-  static constexpr int64_t kMaxNodes = int64_t{2} << 20;
+  /// The default bound on the nodes kept encoded: KeptExamples'.
+  static constexpr int64_t kMaxNodes = KeptExamples::kMaxNodes;
 
   EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank = 0, int ranks = 1,
           bool one_pass = false, int64_t max_nodes = kMaxNodes);
@@ -190,6 +217,9 @@ public:
   size_t end(size_t i) const { return bounds_[i].second; }
   /// Batch i, encoded (kept from an earlier call where the bound allowed).
   pejit::Value batch(size_t i);
+  /// Makes the batches of what `ex` (of the same data set) keeps, rather than encoding the
+  /// examples again: the training set's scoring then shares the training loop's examples.
+  void share(KeptExamples& ex) { examples_ = &ex; }
   /// Session::run of `entry` on batch i, `v` (batch(i)). A kept batch runs with what walking
   /// it finds (its nesting depth, plan key and payloads: SessionAccess::facts), found on its
   /// first run and kept with it; the set must then be run on that one session.
@@ -205,6 +235,7 @@ public:
 private:
   const Dataset* ds_;
   const Encoder* enc_;
+  KeptExamples* examples_ = nullptr; // share()
   bool one_pass_;
   std::vector<std::pair<size_t, size_t>> bounds_;
   std::vector<int64_t> nodes_;

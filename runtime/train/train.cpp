@@ -139,6 +139,7 @@ std::string EpochStats::json() const {
   j["trees_per_s"] = trees_per_s;
   j["seconds"] = seconds;
   j["batches"] = batches;
+  j["encoded_examples"] = encoded_examples;
   j["threads"] = threads;
   j["specialized_batches"] = specialized_batches;
   j["generic_batches"] = generic_batches;
@@ -447,19 +448,25 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     return "; the last good state (the parameters before that batch) is saved in " + latest;
   };
 
-  // The sets scored after each epoch, encoded on the first scoring and kept for the next ones;
-  // one entry per batch for the loss and the predictions.
+  // Each training example is encoded once and kept for the later epochs (KeptExamples).
+  KeptExamples examples(train_ds, enc);
+  // The sets scored after each epoch, encoded on the first scoring and kept for the next ones
+  // (the training set's of the examples kept for training); one entry per batch for the loss
+  // and the predictions.
   std::optional<EvalSet> train_set, dev_set;
-  if (opt.train_eval)
+  if (opt.train_eval) {
     train_set.emplace(train_ds, enc, opt.eval_batch, session.rank(), session.ranks(), true);
+    train_set->share(examples);
+  }
   if (!opt.dev.empty())
     dev_set.emplace(dev_ds, enc, opt.eval_batch, session.rank(), session.ranks(), true);
 
   std::vector<EpochStats> all;
-  // Batches are encoded once, `lookahead` ahead of training, and handed to the session's
-  // pipeline (auto and specialized mode). Without a pipeline (generic) each is encoded just
-  // before its step: encoded ahead, its values would be out of the caches when the step walks
-  // them (the skeleton key, the scan).
+  // Batches are made `lookahead` ahead of training and handed to the session's pipeline (auto
+  // and specialized mode). Without a pipeline (generic) each is made just before its step.
+  std::vector<int64_t> loss_nodes(n); // Dataset::nodes of each example, counted once
+  for (size_t i = 0; i < n; ++i)
+    loss_nodes[i] = train_ds.nodes(i);
   const size_t look =
       parse_mode(so.mode) != Mode::Generic ? static_cast<size_t>(std::max(1, so.lookahead)) : 0;
   int ep = start_epoch;
@@ -473,7 +480,8 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     int64_t trees_here = 0; // stepped by this process (a resumed epoch began elsewhere)
     auto last_print = Clock::now();
     SessionStats before = session.stats();
-    BatchFeed feed(session, enc, train_ds, order, bs, first, look);
+    const int64_t encoded_before = examples.encoded();
+    BatchFeed feed(session, examples, train_ds, order, bs, first, look);
     for (size_t b = first; b < nb; ++b) {
       stop_if_signalled(ep, b);
       size_t lo = b * bs;
@@ -524,7 +532,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
       }
       run.loss_sum += loss;
       for (size_t i = lo; i < hi; ++i)
-        run.nodes += train_ds.nodes(order[i]);
+        run.nodes += loss_nodes[order[i]];
       run.trees += static_cast<int64_t>(hi - lo);
       trees_here += static_cast<int64_t>(hi - lo);
       run.batches += 1;
@@ -559,6 +567,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
       st.root_acc = ratio(s.root_ok, s.roots);
       st.node_acc = ratio(s.node_ok, s.labeled);
     }
+    st.encoded_examples = examples.encoded() - encoded_before;
     if (!opt.dev.empty()) {
       Scores s = score(session, *dev_set);
       st.dev_loss_per_node = s.loss / std::max<int64_t>(1, s.nodes);

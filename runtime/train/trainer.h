@@ -89,6 +89,10 @@ struct EpochStats {
   int64_t trees = 0, nodes = 0;
   double trees_per_s = 0, seconds = 0;
   int64_t batches = 0, specialized_batches = 0, generic_batches = 0;
+  /// Training examples encoded in the epoch (for its batches and the training set's scoring):
+  /// each is kept once encoded (KeptExamples), so a later epoch encodes only those past the
+  /// bound.
+  int64_t encoded_examples = 0;
   int threads = 1; ///< the session's (SessionOptions::threads resolved)
   double specialized_seconds = 0, generic_seconds = 0;
   int64_t jit_batches = 0;

@@ -79,6 +79,9 @@ TEST_SUITE("cli") {
     CHECK(js[1]["batches"] == 32);
     CHECK(js[1]["generic_batches"].get<int>() + js[1]["specialized_batches"].get<int>() == 32);
     CHECK(js[1]["loss"].get<double>() < js[0]["loss"].get<double>());
+    // Each example encoded once, in the first epoch, for its batch and the scoring alike.
+    CHECK(js[0]["encoded_examples"] == 800);
+    CHECK(js[1]["encoded_examples"] == 0);
 
     // Majority class of the dev roots.
     pejit::data::Vocab v;

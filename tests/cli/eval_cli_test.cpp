@@ -5,6 +5,8 @@
 #include "runtime/train/common.h"
 #include "runtime/train/eval_entry.h"
 #include "runtime/train/trainer.h"
+#include "specializer/merge_instances.h"
+#include "specializer/partial_eval.h"
 #include "src/types/check.h"
 #include "tests/cli/cli_util.h"
 
@@ -13,6 +15,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 namespace tests_cli_eval_cli_test {
@@ -200,6 +203,66 @@ TEST_SUITE("cli") {
     REQUIRE(shard.batches() == 1);
     CHECK(shard.begin(0) == 20);
     CHECK(shard.nodes(0) == all.nodes(1));
+  }
+
+  TEST_CASE("KeptExamples: each example encoded once within the bound and shared by the "
+            "batches of every epoch and by the scoring") {
+    using namespace pejit::runtime;
+    using pejit::interp::Value;
+    std::string data = tmp("kept_data.txt");
+    REQUIRE(run_pejit("gen sst --trees 50 --seed 34 -o " + data).code == 0);
+    auto m = load_model(kModel);
+    pejit::data::Vocab vocab;
+    Dataset ds = read_dataset(data, vocab, true, batch_element_type(*m, "loss"));
+    REQUIRE(ds.size() == 50);
+    const Encoder enc(*m, ds, batch_element_type(*m, "loss"));
+    std::vector<size_t> order(50), reversed(50);
+    std::iota(order.begin(), order.end(), 0);
+    std::iota(reversed.rbegin(), reversed.rend(), 0);
+    // The same value as Encoder::batch's: the same skeleton and the same payloads.
+    auto same_as_encoded = [&](const Value& v, const std::vector<size_t>& idx, size_t b, size_t e) {
+      Value want = enc.batch(ds, idx, b, e);
+      CHECK(pejit::specializer::skeleton_hash(v) == pejit::specializer::skeleton_hash(want));
+      std::vector<pejit::Tensor> got, exp;
+      pejit::specializer::batch_payloads(v, got);
+      pejit::specializer::batch_payloads(want, exp);
+      REQUIRE(got.size() == exp.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        CHECK(got[i].item_i32() == exp[i].item_i32());
+    };
+    // An example's node in a batch: its fields' vector, which a kept example shares.
+    auto node = [](const Value& batch, size_t k) { return &batch.list_at(k).items(); };
+
+    KeptExamples kept(ds, enc);
+    Value a = kept.batch(order, 0, 25), b = kept.batch(order, 25, 50);
+    CHECK(kept.encoded() == 50);
+    same_as_encoded(a, order, 0, 25);
+    same_as_encoded(b, order, 25, 50);
+    // A second epoch in another order encodes nothing: its batches hold the first epoch's
+    // very examples.
+    Value c = kept.batch(reversed, 0, 25);
+    CHECK(kept.encoded() == 50);
+    same_as_encoded(c, reversed, 0, 25);
+    CHECK(node(c, 0) == node(b, 24)); // example 49
+    CHECK(node(c, 24) == node(b, 0)); // example 25
+
+    // The scoring of the same data set shares them too.
+    EvalSet scored(ds, enc, 20);
+    scored.share(kept);
+    const Value& s0 = pejit::runtime::SessionAccess::unwrap(scored.batch(0));
+    CHECK(node(s0, 3) == node(a, 3));
+    CHECK(kept.encoded() == 50);
+
+    // A bound that holds the first 10 examples: the others are encoded for every batch.
+    int64_t first_ten = 0;
+    for (size_t i = 0; i < 10; ++i)
+      first_ten += static_cast<int64_t>(ds.trees[i].nodes.size());
+    KeptExamples bounded(ds, enc, first_ten);
+    Value x = bounded.batch(order, 0, 20), y = bounded.batch(order, 0, 20);
+    CHECK(bounded.encoded() == 10 + 10 + 10);
+    CHECK(node(x, 9) == node(y, 9));
+    CHECK(node(x, 10) != node(y, 10));
+    same_as_encoded(y, order, 0, 20);
   }
 
   TEST_CASE("eval: one pass with infer when the model has no infer_nodes, the loss alone "
