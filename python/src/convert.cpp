@@ -41,6 +41,26 @@ const runtime::TreeEncoder& PySession::encoder(const std::string& adt) {
   return *enc_;
 }
 
+std::string PySession::batch_stamp(const ir::Type& elem) const {
+  std::string stamp = ir::type_str(elem);
+  for (const auto& adt : module().adts())
+    stamp += " " + adt->name + "#" + std::to_string(module().version(adt->name));
+  return stamp;
+}
+
+std::vector<PySession::Kept>::iterator
+PySession::find_kept(const std::shared_ptr<const PyDataset>& ds, const std::string& entry,
+                     const std::string& stamp) {
+  std::erase_if(kept_, [](const Kept& x) { return x.data.expired(); });
+  auto it = std::find_if(kept_.begin(), kept_.end(),
+                         [&](const Kept& x) { return x.data.lock() == ds && x.entry == entry; });
+  if (it != kept_.end() && (it->size != ds->size() || it->stamp != stamp)) {
+    kept_.erase(it); // a limit() since, or a changed batch type
+    it = kept_.end();
+  }
+  return it;
+}
+
 Value PySession::encode(const std::shared_ptr<const PyDataset>& ds, const int64_t* idx, size_t n,
                         const std::string& entry) {
   if (!ds)
@@ -52,23 +72,12 @@ Value PySession::encode(const std::shared_ptr<const PyDataset>& ds, const int64_
                   std::to_string(ds->size()) + ")");
     at[i] = static_cast<size_t>(idx[i]);
   }
-  // What the encoding depends on: the batch element's type and the definitions of the ADTs.
-  // Not the module's generation: the scoring's hidden entry (SessionAccess::eval_entry) and
-  // changed functions leave the examples' values as they are.
   const ir::Type elem = batch_element(entry);
   if (ds->is_trees && elem->kind != ir::TypeKind::Adt)
     throw Error("entry '" + entry + "' takes batches of " + ir::type_str(elem) +
                 ", the data set holds trees");
-  std::string stamp = ir::type_str(elem);
-  for (const auto& adt : module().adts())
-    stamp += " " + adt->name + "#" + std::to_string(module().version(adt->name));
-  std::erase_if(kept_, [](const Kept& x) { return x.data.expired(); });
-  auto it = std::find_if(kept_.begin(), kept_.end(),
-                         [&](const Kept& x) { return x.data.lock() == ds && x.entry == entry; });
-  if (it != kept_.end() && (it->size != ds->size() || it->stamp != stamp)) {
-    kept_.erase(it); // a limit() since, or a changed batch type
-    it = kept_.end();
-  }
+  const std::string stamp = batch_stamp(elem);
+  auto it = find_kept(ds, entry, stamp);
   if (it == kept_.end()) {
     // The data sets of a training loop and a few more.
     constexpr size_t kKept = 4;
@@ -79,17 +88,28 @@ Value PySession::encode(const std::shared_ptr<const PyDataset>& ds, const int64_
     x.size = ds->size();
     x.stamp = stamp;
     x.entry = entry;
-    x.enc = std::make_unique<runtime::Encoder>(module(), *ds, elem, SessionAccess::dims(s));
-    x.examples = std::make_unique<runtime::KeptExamples>(*ds, *x.enc);
+    x.examples =
+        std::make_shared<Examples>(module(), *ds, elem, SessionAccess::dims(s), retired_encoded_);
     kept_.push_back(std::move(x));
     it = kept_.end() - 1;
   }
   std::rotate(it, it + 1, kept_.end());
-  runtime::KeptExamples& kept = *kept_.back().examples;
-  const int64_t before = kept.encoded();
-  Value v = kept.batch(at, 0, n);
-  encoded_examples_ += kept.encoded() - before;
-  return v;
+  return kept_.back().examples->kept.batch(at, 0, n);
+}
+
+int64_t PySession::encoded_examples() const {
+  std::vector<const Examples*> live; // each once: a scoring set may share encode()'s
+  for (const Kept& k : kept_)
+    live.push_back(k.examples.get());
+  for (const Scored& x : scored_)
+    if (x.examples)
+      live.push_back(x.examples.get());
+  std::sort(live.begin(), live.end());
+  live.erase(std::unique(live.begin(), live.end()), live.end());
+  int64_t n = retired_encoded_;
+  for (const Examples* e : live)
+    n += e->kept.encoded();
+  return n;
 }
 
 namespace {

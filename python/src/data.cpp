@@ -66,6 +66,12 @@ runtime::EvalSet& PySession::eval_set(const std::shared_ptr<const PyDataset>& ds
   x.generation = gen;
   x.enc = std::make_unique<runtime::Encoder>(module(), *ds, elem, SessionAccess::dims(s));
   x.set = std::make_unique<runtime::EvalSet>(*ds, *x.enc, batch, s.rank(), s.ranks(), true);
+  // The examples a training loop's batches (encode()) hold already: shared, not encoded again.
+  auto kept = find_kept(ds, "loss", batch_stamp(elem));
+  if (kept != kept_.end()) {
+    x.examples = kept->examples;
+    x.set->share(x.examples->kept);
+  }
   scored_.push_back(std::move(x));
   return *scored_.back().set;
 }

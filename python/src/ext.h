@@ -60,8 +60,9 @@ struct PySession {
   /// while `ds` lives.
   interp::Value encode(const std::shared_ptr<const PyDataset>& ds, const int64_t* idx, size_t n,
                        const std::string& entry);
-  /// Examples encode() has encoded, over all its calls ("encoded_examples" in stats()).
-  int64_t encoded_examples() const { return encoded_examples_; }
+  /// Examples encoded into batches so far, by encode() and by the scoring sets that share its
+  /// examples ("encoded_examples" in stats()): a data set's examples count once while kept.
+  int64_t encoded_examples() const;
   /// `ds` in batches of `batch` made ready to be scored as `pejit train` scores an epoch (one
   /// pass per batch where the model has the evaluation entry): kept from an earlier call on
   /// the same data set and batch size while the module and the data set's size are the same,
@@ -69,24 +70,44 @@ struct PySession {
   runtime::EvalSet& eval_set(const std::shared_ptr<const PyDataset>& ds, int batch);
 
 private:
+  /// A data set's examples, each encoded once (runtime::KeptExamples over its own encoder).
+  /// When it goes, what it encoded is added to `retired` (encoded_examples()).
+  struct Examples {
+    Examples(const ir::Module& m, const PyDataset& ds, const ir::Type& elem,
+             const interp::DimBindings& dims, int64_t& retired)
+        : enc(m, ds, elem, dims), kept(ds, enc), retired(&retired) {}
+    Examples(const Examples&) = delete;
+    Examples& operator=(const Examples&) = delete;
+    ~Examples() { *retired += kept.encoded(); }
+    runtime::Encoder enc;
+    runtime::KeptExamples kept; // over the data set and enc
+    int64_t* retired;
+  };
+  struct Kept {
+    std::weak_ptr<const PyDataset> data;
+    size_t size = 0;
+    std::string entry, stamp; // stamp: batch_stamp(the entry's batch element)
+    std::shared_ptr<Examples> examples;
+  };
+  /// What encoding examples into `elem` depends on: its type and the ADTs' versions (not the
+  /// module's generation, which the scoring's hidden entry and changed functions move).
+  std::string batch_stamp(const ir::Type& elem) const;
+  /// encode()'s entry for `ds` and `entry` while it holds for `stamp`, else none (and the
+  /// entry, made for another stamp or another size of the data set, dropped).
+  std::vector<Kept>::iterator find_kept(const std::shared_ptr<const PyDataset>& ds,
+                                        const std::string& entry, const std::string& stamp);
   struct Scored {
     std::weak_ptr<const PyDataset> data;
     size_t size = 0;
     int batch = 0;
     uint64_t generation = 0;
     std::unique_ptr<runtime::Encoder> enc;
+    std::shared_ptr<Examples> examples;    // encode()'s of the data set, which set shares
     std::unique_ptr<runtime::EvalSet> set; // over *data and *enc
   };
-  std::vector<Scored> scored_; // the most recent last
-  struct Kept {
-    std::weak_ptr<const PyDataset> data;
-    size_t size = 0;
-    std::string entry, stamp; // stamp: the batch element's type and the ADTs' versions
-    std::unique_ptr<runtime::Encoder> enc;
-    std::unique_ptr<runtime::KeptExamples> examples; // over *data and *enc
-  };
-  std::vector<Kept> kept_; // the most recent last
-  int64_t encoded_examples_ = 0;
+  int64_t retired_encoded_ = 0; // by the Examples gone (declared first: they go before it)
+  std::vector<Scored> scored_;  // the most recent last
+  std::vector<Kept> kept_;      // the most recent last
   std::recursive_mutex mu_;
   std::optional<runtime::TreeEncoder> enc_;
   std::string enc_adt_;

@@ -63,20 +63,24 @@ def test_batch_encodes_each_example_once(pejit, sst_data):
     assert encoded() == 3
     s.batch(ds, [2, 1, 0, 3])  # only example 3 is new
     assert encoded() == 4
+    # The scoring shares the kept examples: it encodes the 76 others, each once.
+    first = pejit.score(s, ds, 20)
+    assert first["encoded_batches"] == 4 and encoded() == 80
+    assert pejit.score(s, ds, 20)["loss"] == first["loss"]
     # The scoring's hidden entry and a changed loss leave the batch type as it was: the
     # examples stay kept.
-    pejit.score(s, ds, 20)
-    s.batch(ds, [0, 3])
-    assert encoded() == 4
+    s.batch(ds, [0, 3, 79])
+    assert encoded() == 80
     assert s.add_source(DOUBLE_LOSS, "double.pe") == ["loss"]
     s.batch(ds, [1])
-    assert encoded() == 4
+    pejit.score(s, ds, 20)
+    assert encoded() == 80
     # Another data set's examples are its own; a data set cut shorter is encoded again.
     s.batch(dev, [0, 1])
-    assert encoded() == 6
+    assert encoded() == 82
     ds.limit(50)
     s.batch(ds, [0])
-    assert encoded() == 7
+    assert encoded() == 83
 
 
 def test_score_sees_a_loss_changed_by_add_source(pejit, sst_data):
