@@ -135,14 +135,29 @@ TEST_SUITE("cli") {
     CHECK(two_rounds["node_acc"] == two["node_acc"]);
   }
 
+  // 50 generated trees (`pejit gen sst --seed SEED`) read for the example model's `loss`, as
+  // `pejit train` reads its data.
+  struct Generated {
+    Generated(const std::string& name, int seed) {
+      std::string data = tmp(name);
+      REQUIRE(run_pejit("gen sst --trees 50 --seed " + std::to_string(seed) + " -o " + data).code ==
+              0);
+      m = pejit::runtime::load_model(kModel);
+      ds = pejit::runtime::read_dataset(data, vocab, true,
+                                        pejit::runtime::batch_element_type(*m, "loss"));
+      REQUIRE(ds.size() == 50);
+    }
+    std::shared_ptr<pejit::ir::Module> m;
+    pejit::data::Vocab vocab;
+    pejit::runtime::Dataset ds;
+  };
+
   TEST_CASE("EvalSet: batches encoded once and kept within the bound, the others each time") {
     using namespace pejit::runtime;
-    std::string data = tmp("evalset_data.txt");
-    REQUIRE(run_pejit("gen sst --trees 50 --seed 33 -o " + data).code == 0);
-    auto m = load_model(kModel);
-    pejit::data::Vocab vocab;
-    Dataset ds = read_dataset(data, vocab, true, batch_element_type(*m, "loss"));
-    REQUIRE(ds.size() == 50);
+    Generated g("evalset_data.txt", 33);
+    auto& m = g.m;
+    auto& vocab = g.vocab;
+    const Dataset& ds = g.ds;
     const Encoder enc(*m, ds, batch_element_type(*m, "loss"));
     int64_t first_two = 0; // the nodes of the first two batches of 20 trees
     for (size_t i = 0; i < 40; ++i)
@@ -209,12 +224,9 @@ TEST_SUITE("cli") {
             "batches of every epoch and by the scoring") {
     using namespace pejit::runtime;
     using pejit::interp::Value;
-    std::string data = tmp("kept_data.txt");
-    REQUIRE(run_pejit("gen sst --trees 50 --seed 34 -o " + data).code == 0);
-    auto m = load_model(kModel);
-    pejit::data::Vocab vocab;
-    Dataset ds = read_dataset(data, vocab, true, batch_element_type(*m, "loss"));
-    REQUIRE(ds.size() == 50);
+    Generated g("kept_data.txt", 34);
+    const auto& m = g.m;
+    const Dataset& ds = g.ds;
     const Encoder enc(*m, ds, batch_element_type(*m, "loss"));
     std::vector<size_t> order(50), reversed(50);
     std::iota(order.begin(), order.end(), 0);
