@@ -121,6 +121,7 @@ def train(
     n = len(train_ds)
     nb = (n + batch - 1) // batch
     order_gen = _pejit.BatchOrder(n, seed)
+    loss_nodes = [train_ds.nodes(i) for i in range(n)]  # each example's, counted once
     look = max(1, lookahead) if mode == "auto" else 0
     for ep in range(epochs):
         order = order_gen.next_epoch(not fixed_batches)
@@ -151,7 +152,7 @@ def train(
                 )
             lo, hi = b * batch, min(n, b * batch + batch)
             loss_sum += loss
-            nodes += sum(train_ds.nodes(int(i)) for i in order[lo:hi])
+            nodes += sum(loss_nodes[i] for i in order[lo:hi])
             trees += hi - lo
             if bar is not None:
                 bar.set_postfix_str(
