@@ -292,6 +292,13 @@ struct Engine::Impl {
         return run_generic();
       }
     }
+    // Its kernels compile in the background (auto mode) if nobody has asked for them yet:
+    // asked for before the run, so that the run's later groups find those ready (most are, as
+    // kernels of templates compiled for other plans) rather than running all on reference
+    // kernels, which for a large batch (a scoring pass over 500 trees) takes many times its
+    // run on JIT kernels.
+    if (pipeline && compiles() && !e->compile_requested.exchange(true))
+      pipeline->background([this, e] { compile_plan(*e); });
     // The plan's constants and outputs with this batch's payloads. `own_payloads`: the
     // facts' payloads, which no one else reads, moved rather than copied (a copy is an atomic
     // increment on each payload's storage, and a decrement at the end).
@@ -326,9 +333,6 @@ struct Engine::Impl {
                   " (the generic path ran that batch; --mode auto falls back to it)");
     }
     auto t1 = Clock::now();
-    // Its kernels compile in the background (auto mode) if nobody has asked for them yet.
-    if (pipeline && compiles() && !e->compile_requested.exchange(true))
-      pipeline->background([this, e] { compile_plan(*e); });
     bool on_jit = exec.stats().jit_launches > launches;
     trace.add(std::string(what) + " " + entry + (on_jit ? " (plan, jit)" : " (plan)"), "execute",
               t0, t1);

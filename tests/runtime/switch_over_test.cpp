@@ -15,8 +15,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 namespace tests_runtime_switch_over_test {
 
@@ -211,9 +213,56 @@ void check_same(const Run& got, const Run& ref) {
 #endif
 }
 
+// Records the entries whose kernels the engine is asked to compile; before a plan of an entry
+// runs, waits (up to 30 s: the pipeline's thread may still be compiling the templates known
+// at the start) for that entry's compile to have been asked for, and records whether it was.
+class CompileBeforeRun : public runtime::FaultHooks {
+public:
+  void before_compile(const std::string& entry) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    asked_.insert(entry);
+    cv_.notify_all();
+  }
+  void before_execute(const std::string& entry) const override {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool asked =
+        cv_.wait_for(lock, std::chrono::seconds(30), [&] { return asked_.count(entry) > 0; });
+    first_run_.emplace(entry, asked); // the entry's first run only
+  }
+  /// Whether the compile of `entry`'s kernels had been asked for when its first run began.
+  std::optional<bool> asked_before_first_run(const std::string& entry) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = first_run_.find(entry);
+    return it == first_run_.end() ? std::nullopt : std::optional<bool>(it->second);
+  }
+
+private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable std::set<std::string> asked_;
+  mutable std::map<std::string, bool> first_run_;
+};
+
 } // namespace
 
 TEST_SUITE("engine") {
+  TEST_CASE("auto: a new plan's kernels are asked for before its first run, not after it") {
+    // A plan made inline (nothing prefetched) runs while the pipeline compiles its kernels:
+    // asked for before the run, the groups that find them ready run on them; asked for after
+    // it, a large batch (a scoring pass over 500 trees) ran wholly on reference kernels.
+    Data d(1, 1);
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Auto;
+    auto hooks = std::make_shared<CompileBeforeRun>();
+    runtime::Engine engine(d.m, d.dims, eo, hooks);
+    interp::Params params = interp::init_params(*d.m, d.dims, 7);
+    (void)engine.value_and_grad("loss", d.train[0], params);
+    (void)engine.run("infer_nodes", d.dev[0], params);
+    engine.drain();
+    CHECK(hooks->asked_before_first_run("loss") == std::optional<bool>(true));
+    CHECK(hooks->asked_before_first_run("infer_nodes") == std::optional<bool>(true));
+  }
+
   TEST_CASE("auto: the switch-over to JIT kernels at any batch, or never, gives the same bits") {
     Data d(6, 2);
     const int epochs = 3;
