@@ -235,8 +235,7 @@ KeptExamples::KeptExamples(const Dataset& ds, const Encoder& enc, int64_t max_no
     : ds_(&ds), enc_(&enc), kept_(ds.size()), keep_(ds.size()) {
   int64_t held = 0;
   for (size_t i = 0; i < ds.size(); ++i) {
-    const auto size =
-        static_cast<int64_t>(ds.is_trees ? ds.trees[i].nodes.size() : ds.sents[i].size());
+    const int64_t size = ds.size_of(i);
     keep_[i] = held + size <= max_nodes;
     if (keep_[i])
       held += size;
@@ -387,8 +386,7 @@ EvalSet::EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank, int
     int64_t n = 0, size = 0;
     for (size_t i = b; i < e; ++i) {
       n += ds.nodes(i);
-      size += ds.is_trees ? static_cast<int64_t>(ds.trees[i].nodes.size())
-                          : static_cast<int64_t>(ds.sents[i].size());
+      size += ds.size_of(i);
     }
     bounds_.emplace_back(b, e);
     nodes_.push_back(n);

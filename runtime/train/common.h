@@ -82,6 +82,11 @@ struct Dataset {
   size_t size() const { return is_trees ? trees.size() : sents.size(); }
   /// Nodes that carry a loss: labeled nodes of a tree, or the words of a sentence.
   int64_t nodes(size_t i) const;
+  /// What example i is made of: a tree's nodes, or a sentence's words (the bounds on what the
+  /// encoded sets keep count these).
+  int64_t size_of(size_t i) const {
+    return static_cast<int64_t>(is_trees ? trees[i].nodes.size() : sents[i].size());
+  }
   /// Keeps the first n examples (n <= 0: all).
   void limit(int64_t n);
   /// Calls f(word id) for every token: each leaf of each tree, each word of each sentence.
