@@ -165,6 +165,21 @@ struct Engine::Impl {
 
   bool compiles() const { return runners && runners->jit(); }
 
+  // A claimed plan key (PlanCache::claim): published, or else abandoned when it goes.
+  struct Claim {
+    PlanCache& plans;
+    uint64_t key;
+    bool published = false;
+    void publish(std::shared_ptr<const PlanEntry> e, int uses) {
+      plans.publish(key, std::move(e), uses);
+      published = true;
+    }
+    ~Claim() {
+      if (!published)
+        plans.abandon(key);
+    }
+  };
+
   // The plan for `batch`: cached, or made now (counted); null with the reason when the batch
   // must run generic.
   std::shared_ptr<const PlanEntry> plan_for(const std::string& entry, const Value& batch,
@@ -175,34 +190,43 @@ struct Engine::Impl {
     }
     PlanKey key = facts ? specializer.key(entry, PlanKey{facts->key_hash, facts->slots})
                         : specializer.key(entry, batch);
-    if (auto e = plans.lookup(key.hash, true)) {
+    // A plan the pipeline is making now is waited for: making it here too would wait for the
+    // specializer anyway (one plan at a time), and then do that work again.
+    if (auto e = plans.use_or_claim(key.hash)) {
       stats.plan_hit();
       return e;
     }
+    Claim claim{plans, key.hash};
     double s = 0;
     auto e = specializer.make(entry, batch, key.slots, why, s,
                               facts ? BatchKnown{facts->depth, facts->skeleton} : BatchKnown{});
     if (e)
-      plans.publish(key.hash, e, 1);
+      claim.publish(e, 1);
     stats.plan_miss(s);
     return e;
   }
 
-  // The pipeline's work for one prefetched batch: plan it unless its plan is cached, publish
-  // the plan and compile its kernels (the plan runs on reference kernels meanwhile).
-  // Its facts (BatchFacts) are kept for the step that runs it (take_facts), which then need
-  // not walk the batch again on the training thread.
+  // The pipeline's work for one prefetched batch: plan_known(). Its facts (BatchFacts) are
+  // kept for the step that runs it (take_facts), which then need not walk the batch again on
+  // the training thread.
   void plan_ahead(const std::string& entry, const Value& batch, std::shared_ptr<BatchFacts> f) {
     keep_facts(batch, f);
-    PlanKey key = specializer.key(entry, PlanKey{f->key_hash, f->slots});
-    if (plans.lookup(key.hash, false))
+    plan_known(entry, batch, *f);
+  }
+
+  // Plans a batch whose facts are known unless its plan is cached or being made, publishes
+  // the plan and compiles its kernels (the plan runs on reference kernels meanwhile).
+  void plan_known(const std::string& entry, const Value& batch, const BatchFacts& f) {
+    PlanKey key = specializer.key(entry, PlanKey{f.key_hash, f.slots});
+    if (!plans.claim(key.hash))
       return;
+    Claim claim{plans, key.hash};
     std::string why;
     double s = 0;
-    auto e = specializer.make(entry, batch, key.slots, why, s, BatchKnown{f->depth, f->skeleton});
+    auto e = specializer.make(entry, batch, key.slots, why, s, BatchKnown{f.depth, f.skeleton});
     if (!e)
       return; // that batch will be planned inline, or run generic
-    plans.publish(key.hash, e, 0);
+    claim.publish(e, 0);
     stats.plan_prefetched(s);
     if (!e->compile_requested.exchange(true))
       compile_plan(*e);
@@ -219,7 +243,6 @@ struct Engine::Impl {
     f.payloads = std::move(p.payloads);
     return f;
   }
-
 
   // The same list: the same elements at the same address (a view of other elements differs).
   static bool same_list(const Value& a, const Value& b) {
@@ -478,6 +501,16 @@ BatchFacts Engine::facts(const Value& batch) const {
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {
   if (impl_->pipeline)
     impl_->pipeline->prefetch(entry, std::move(batches));
+}
+
+void Engine::prefetch(const std::string& entry, const Value& batch,
+                      std::shared_ptr<const BatchFacts> facts) {
+  Impl& I = *impl_;
+  if (!I.pipeline)
+    return;
+  I.pipeline->background([&I, entry, batch, f = std::move(facts)] {
+    on_stack_for_depth(f->depth, I.opt.max_depth, [&] { I.plan_known(entry, batch, *f); });
+  });
 }
 
 void Engine::later(std::function<void()> task) {

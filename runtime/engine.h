@@ -168,6 +168,11 @@ public:
   /// Hands batches that will come next to the background pipeline (auto mode; a no-op
   /// otherwise). Their plans are published in the plan cache as they are made.
   void prefetch(const std::string& entry, std::vector<interp::Value> batches);
+  /// Hands one batch whose facts are known (a batch run again and again, such as a scoring
+  /// pass's next batch) to the pipeline to be planned while the caller runs another; its plan
+  /// is published as prefetch() publishes. A no-op without a pipeline.
+  void prefetch(const std::string& entry, const interp::Value& batch,
+                std::shared_ptr<const BatchFacts> facts);
   /// Waits until the pipeline has planned (and compiled) everything handed to it. Call it
   /// before changing the module's definitions: background work reads them.
   /// Runs `task` on the planning pipeline's threads when there is a pipeline (after what is

@@ -10,17 +10,43 @@ std::shared_ptr<const PlanEntry> PlanCache::lookup(uint64_t key, bool use) {
   auto it = slots_.find(key);
   if (it == slots_.end())
     return nullptr;
+  return use ? this->use(it) : it->second.entry;
+}
+
+std::shared_ptr<const PlanEntry> PlanCache::use_or_claim(uint64_t key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  made_.wait(lock, [&] { return making_.count(key) == 0; });
+  auto it = slots_.find(key);
+  if (it != slots_.end())
+    return use(it);
+  making_.insert(key);
+  return nullptr;
+}
+
+bool PlanCache::claim(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.count(key) == 0 && making_.insert(key).second;
+}
+
+void PlanCache::abandon(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (making_.erase(key))
+    made_.notify_all();
+}
+
+std::shared_ptr<const PlanEntry> PlanCache::use(Slots::iterator it) {
+  const uint64_t key = it->first;
   Slot& slot = it->second;
   std::shared_ptr<const PlanEntry> entry = slot.entry; // evict() below may drop the slot
-  if (use && slot.reused) {
+  if (slot.reused) {
     lru_.splice(lru_.begin(), lru_, slot.pos);
-  } else if (use && ++slot.uses >= 2) { // a second use: off probation
+  } else if (++slot.uses >= 2) { // a second use: off probation
     probation_.erase(slot.pos);
     lru_.push_front(key);
     slot.pos = lru_.begin();
     slot.reused = true;
     evict();
-  } else if (use) { // a plan made ahead ran: it may leave probation now
+  } else { // a plan made ahead ran: it may leave probation now
     evict();
   }
   return entry;
@@ -28,6 +54,8 @@ std::shared_ptr<const PlanEntry> PlanCache::lookup(uint64_t key, bool use) {
 
 void PlanCache::publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (making_.erase(key))
+    made_.notify_all();
   if (slots_.count(key))
     return;
   bytes_ += e->bytes;

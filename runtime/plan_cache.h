@@ -7,6 +7,7 @@
 #include "specializer/plan.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -44,8 +45,9 @@ struct PlanCacheLimits {
 /// second use moves it to the LRU list of reused plans. A key that left probation unused is
 /// remembered (a ghost): if its plan is published again it goes straight to the LRU list, so
 /// passes that repeat less often than probation turns over (evaluation each epoch, fixed
-/// batches) are kept from their second pass on. Owns the lists, the slots, the ghosts and the
-/// eviction count, all under its one lock.
+/// batches) are kept from their second pass on. A key whose plan is being made is claimed, so
+/// that a batch that catches up with it waits for that plan instead of making it twice. Owns
+/// the lists, the slots, the ghosts, the claims and the eviction count, all under its one lock.
 class PlanCache {
 public:
   explicit PlanCache(PlanCacheLimits limits) : limits_(limits) {}
@@ -53,8 +55,17 @@ public:
   /// The plan for `key`, or null. `use`: a batch is about to run it (counts towards
   /// promotion); else the caller only asks whether it exists.
   std::shared_ptr<const PlanEntry> lookup(uint64_t key, bool use);
-  /// Publishes `e` under `key` unless a plan is there already. `uses`: 1 for a plan made for
-  /// the batch that runs it now, 0 for one made ahead.
+  /// The plan for `key` for a batch about to run it (a use, as lookup), waiting while another
+  /// thread makes it (claim): a batch that catches up with its plan being made ahead waits for
+  /// that plan rather than making it again. Else null, and `key` is claimed for the caller,
+  /// who makes its plan and publishes it, or abandons the claim.
+  std::shared_ptr<const PlanEntry> use_or_claim(uint64_t key);
+  /// Claims `key` for making its plan: false when its plan is cached or being made.
+  bool claim(uint64_t key);
+  /// Ends a claim that made no plan (the batch cannot be planned): waiters look again.
+  void abandon(uint64_t key);
+  /// Publishes `e` under `key` unless a plan is there already, ending a claim of `key`.
+  /// `uses`: 1 for a plan made for the batch that runs it now, 0 for one made ahead.
   void publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses);
   /// Drops the plans of these entries (their definitions changed).
   void drop_entries(const std::vector<std::string>& entries);
@@ -73,8 +84,9 @@ private:
   using Slots = std::unordered_map<uint64_t, Slot>;
   static constexpr size_t kGhosts = size_t{1} << 16;
 
-  void drop(Slots::iterator it); // mu_ held
-  void evict();                  // mu_ held
+  void drop(Slots::iterator it);                            // mu_ held
+  void evict();                                             // mu_ held
+  std::shared_ptr<const PlanEntry> use(Slots::iterator it); // mu_ held
 
   const PlanCacheLimits limits_;
   mutable std::mutex mu_;
@@ -84,6 +96,8 @@ private:
   size_t bytes_ = 0;
   std::unordered_set<uint64_t> ghosts_; // keys that left probation unused, oldest first in
   std::deque<uint64_t> ghost_order_;    // ghost_order_, at most kGhosts
+  std::unordered_set<uint64_t> making_; // claimed keys
+  std::condition_variable made_;        // a claim ended
   int64_t evictions_ = 0;
 };
 

@@ -50,7 +50,8 @@ interp::Params zero_params(const ir::Module& m, const interp::DimBindings& dims)
 Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
                                             const SessionOptions& opt,
                                             const checkpoint::Checkpoint* params,
-                                            const std::string& params_path, bool inference) {
+                                            const std::string& params_path, bool inference,
+                                            std::shared_ptr<const runtime::FaultHooks> faults) {
   runtime::cuda::require_device(runtime::cuda::parse_device(opt.device));
   check_distributed(opt.distributed);
   runtime::EngineOptions eo;
@@ -80,7 +81,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   } else {
     impl->params = interp::init_params(*impl->module, impl->dims, opt.seed);
   }
-  impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo);
+  impl->engine = std::make_unique<runtime::Engine>(impl->module, impl->dims, eo, std::move(faults));
   if (opt.distributed == "mpi" ||
       (opt.distributed == "auto" && runtime::dist::detect_launch().size > 1)) {
     impl->comm = &runtime::dist::Comm::world();
@@ -126,6 +127,11 @@ Value runtime::SessionAccess::run(Session& s, const std::string& entry, const Va
       detail::wrap(s.impl_->engine->run(entry, detail::unwrap(batch), s.impl_->params, &facts));
   s.impl_->account(entry);
   return out;
+}
+
+void runtime::SessionAccess::prefetch(Session& s, const std::string& entry, const Value& batch,
+                                      std::shared_ptr<const BatchFacts> facts) {
+  s.impl_->engine->prefetch(entry, detail::unwrap(batch), std::move(facts));
 }
 
 Value runtime::SessionAccess::wrap(interp::Value v) {

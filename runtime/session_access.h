@@ -21,7 +21,8 @@ struct Checkpoint;
 }
 namespace pejit::runtime {
 struct BatchFacts;
-}
+class FaultHooks;
+} // namespace pejit::runtime
 
 namespace pejit::runtime {
 
@@ -30,10 +31,12 @@ struct SessionAccess {
   /// With `params`, its parameters are the checkpoint's (read from `params_path`), not drawn
   /// from their initializers: what evaluation, which loads them anyway, needs. Throws
   /// pejit::Error as Session::load_params does. `inference`: the session will only run()
-  /// (EngineOptions::inference: forward kernels alone are compiled).
+  /// (EngineOptions::inference: forward kernels alone are compiled). `faults`: tests only
+  /// (runtime/fault_hooks.h), the engine's hooks.
   static Session from_module(std::shared_ptr<ir::Module> m, const SessionOptions& opt,
                              const checkpoint::Checkpoint* params = nullptr,
-                             const std::string& params_path = {}, bool inference = false);
+                             const std::string& params_path = {}, bool inference = false,
+                             std::shared_ptr<const FaultHooks> faults = nullptr);
   static const ir::Module& module(const Session& s);
   /// The session's own optimizer, for the trainer's schedule and per-parameter options.
   static optim::Optimizer& optimizer(Session& s);
@@ -47,6 +50,10 @@ struct SessionAccess {
   /// Session::run on `batch`, whose facts() these are.
   static Value run(Session& s, const std::string& entry, const Value& batch,
                    const BatchFacts& facts);
+  /// Hands `batch`, whose facts() these are, to the planning pipeline to be planned while the
+  /// caller runs another (Engine::prefetch); a no-op in generic mode.
+  static void prefetch(Session& s, const std::string& entry, const Value& batch,
+                       std::shared_ptr<const BatchFacts> facts);
   /// The session's one-pass evaluation entry (runtime/train/eval_entry.h): added to its
   /// module on first use (after the engine's background work, as add_source), made again
   /// after add_source changes `loss`, `infer_nodes` or `infer` (its copies of their bodies

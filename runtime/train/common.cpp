@@ -399,17 +399,28 @@ EvalSet::EvalSet(const Dataset& ds, const Encoder& enc, int batch, int rank, int
   facts_.resize(bounds_.size());
 }
 
-pejit::Value EvalSet::run(Session& session, const std::string& entry, size_t i,
-                          const pejit::Value& v) {
-  if (!held_[i])
-    return session.run(entry, v);
+const std::shared_ptr<const BatchFacts>& EvalSet::facts(Session& session, size_t i,
+                                                        const pejit::Value& v) {
   if (facts_of_ == nullptr)
     facts_of_ = &session;
   if (facts_of_ != &session)
     throw Error("internal: an evaluation set's batches were run on another session");
   if (!facts_[i])
     facts_[i] = SessionAccess::facts(session, v);
-  return SessionAccess::run(session, entry, v, *facts_[i]);
+  return facts_[i];
+}
+
+pejit::Value EvalSet::run(Session& session, const std::string& entry, size_t i,
+                          const pejit::Value& v) {
+  if (!held_[i])
+    return session.run(entry, v);
+  return SessionAccess::run(session, entry, v, *facts(session, i, v));
+}
+
+void EvalSet::prefetch(Session& session, const std::string& entry, size_t i,
+                       const pejit::Value& v) {
+  if (held_[i])
+    SessionAccess::prefetch(session, entry, v, facts(session, i, v));
 }
 
 pejit::Value EvalSet::batch(size_t i) {
@@ -440,9 +451,22 @@ Scores score_shard(Session& session, EvalSet& set) {
   const bool one_pass = !fused.name.empty();
   const std::string pred_entry = one_pass ? fused.preds : has_nodes ? "infer_nodes" : "infer";
   std::vector<size_t> idx;
+  // Each batch's plans are made on the planning pipeline while the batch before it runs (a
+  // pass's batches are large, and planned from the second pass on only where the plan cache
+  // did not keep them).
+  auto prefetch = [&](size_t k, const pejit::Value& v) {
+    set.prefetch(session, one_pass ? fused.name : "loss", k, v);
+    if (!one_pass && ds.is_trees && (has_nodes || has_infer))
+      set.prefetch(session, pred_entry, k, v);
+  };
+  pejit::Value next = set.batches() > 0 ? set.batch(0) : pejit::Value();
   for (size_t k = 0; k < set.batches(); ++k) {
     const size_t b = set.begin(k), e = set.end(k);
-    pejit::Value v = set.batch(k);
+    pejit::Value v = std::move(next);
+    if (k + 1 < set.batches()) {
+      next = set.batch(k + 1);
+      prefetch(k + 1, next);
+    }
     pejit::Value out; // holds what `preds` refers to
     const Value* preds = nullptr;
     try {

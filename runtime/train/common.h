@@ -229,6 +229,10 @@ public:
   /// it finds (its nesting depth, plan key and payloads: SessionAccess::facts), found on its
   /// first run and kept with it; the set must then be run on that one session.
   pejit::Value run(Session& session, const std::string& entry, size_t i, const pejit::Value& v);
+  /// Hands batch i (`v`, batch(i)) of `entry` to the session's planning pipeline, to be
+  /// planned while the batch before it runs (SessionAccess::prefetch, with the facts run()
+  /// keeps). A batch not kept is planned when it runs.
+  void prefetch(Session& session, const std::string& entry, size_t i, const pejit::Value& v);
   /// The nodes that carry a loss in batch i (Dataset::nodes summed).
   int64_t nodes(size_t i) const { return nodes_[i]; }
   /// Batches encoded so far, over all scorings: batches() after any number of them when every
@@ -246,6 +250,9 @@ private:
   std::vector<int64_t> nodes_;
   std::vector<pejit::Value> kept_; // batch i when held[i]
   std::vector<bool> held_;
+  /// Batch i's facts, found on its first run or prefetch (a kept batch's).
+  const std::shared_ptr<const BatchFacts>& facts(Session& session, size_t i, const pejit::Value& v);
+
   std::vector<std::shared_ptr<const BatchFacts>> facts_; // of kept batches, once run
   const Session* facts_of_ = nullptr;                    // the session they were found on
   std::vector<bool> keep_;                               // within the bound

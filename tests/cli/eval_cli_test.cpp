@@ -1,6 +1,7 @@
 // `pejit eval`'s one-pass scoring: the loss and every prediction from one entry per batch
 // (runtime/train/eval_entry.h), no gradients, the same scores as the two entries run apart on
 // the generic path; --rounds; and the entry's name kept clear of the model's definitions.
+#include "runtime/fault_hooks.h"
 #include "runtime/session_access.h"
 #include "runtime/train/common.h"
 #include "runtime/train/eval_entry.h"
@@ -13,9 +14,13 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 namespace tests_cli_eval_cli_test {
@@ -218,6 +223,65 @@ TEST_SUITE("cli") {
     REQUIRE(shard.batches() == 1);
     CHECK(shard.begin(0) == 20);
     CHECK(shard.nodes(0) == all.nodes(1));
+  }
+
+  // Before the first plan run of the watched entry, waits (up to 30 s) for a second batch of
+  // it to begin its partial evaluation, and records whether one did.
+  class NextPlannedBeforeRun : public pejit::runtime::FaultHooks {
+  public:
+    void watch(const std::string& entry) {
+      std::lock_guard<std::mutex> lock(mu_);
+      entry_ = entry;
+    }
+    void before_partial_eval(const std::string& entry) const override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (entry == entry_)
+        ++begun_;
+      cv_.notify_all();
+    }
+    void before_execute(const std::string& entry) const override {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (entry != entry_ || first_run_)
+        return;
+      first_run_ = cv_.wait_for(lock, std::chrono::seconds(30), [&] { return begun_ >= 2; });
+    }
+    std::optional<bool> next_began_before_first_run() const {
+      std::lock_guard<std::mutex> lock(mu_);
+      return first_run_;
+    }
+
+  private:
+    mutable std::mutex mu_;
+    mutable std::condition_variable cv_;
+    std::string entry_;
+    mutable int begun_ = 0;
+    mutable std::optional<bool> first_run_;
+  };
+
+  TEST_CASE("scoring: a batch is planned on the pipeline while the one before it runs") {
+    using namespace pejit::runtime;
+    Generated g("prefetch_data.txt", 34);
+    const Encoder enc(*g.m, g.ds, batch_element_type(*g.m, "loss"));
+    pejit::SessionOptions so;
+    so.mode = "specialized";
+    so.compile.jit = false;
+    for (const auto& [name, size] : vocab_dims(*g.m, g.vocab))
+      so.dims[name] = size;
+    auto hooks = std::make_shared<NextPlannedBeforeRun>();
+    pejit::Session session = SessionAccess::from_module(g.m, so, nullptr, {}, false, hooks);
+    const std::string eval = SessionAccess::eval_entry(session).name; // what score() runs
+    REQUIRE(!eval.empty());
+    hooks->watch(eval);
+    EvalSet set(g.ds, enc, 20, 0, 1, /*one_pass=*/true);
+    REQUIRE(set.batches() == 3);
+    const Scores first = score(session, set);
+    CHECK(hooks->next_began_before_first_run() == std::optional<bool>(true));
+    CHECK(session.stats().plans_prefetched >= 1);
+    // The same scores as a pass whose plans are all cached.
+    const Scores again = score(session, set);
+    CHECK(again.loss == first.loss);
+    CHECK(again.root_ok == first.root_ok);
+    CHECK(again.node_ok == first.node_ok);
   }
 
   TEST_CASE("KeptExamples: each example encoded once within the bound and shared by the "

@@ -10,13 +10,15 @@
 #include "runtime/plan_cache.h"
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
-#include "tests/support/compare.h"
 #include "src/util/check.h"
+#include "tests/support/compare.h"
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace tests_runtime_engine_test {
 
@@ -559,6 +561,32 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(cache.lookup(2, false) == nullptr);
     CHECK(cache.lookup(5, false) != nullptr);
     CHECK(cache.evictions() == 2);
+  }
+
+  TEST_CASE("plan cache: a batch that catches up with its plan being made waits for it") {
+    runtime::PlanCache cache({});
+    REQUIRE(cache.claim(1)); // the pipeline makes key 1's plan
+    CHECK_FALSE(cache.claim(1));
+    auto made = plan_of("a");
+    std::thread maker([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cache.publish(1, made, 0);
+    });
+    CHECK(cache.use_or_claim(1) == made); // waited for it rather than making it again
+    maker.join();
+    CHECK_FALSE(cache.claim(1)); // cached
+    // A claim that ends without a plan (the batch cannot be planned): the waiter claims the
+    // key itself, to make the plan or find the reason.
+    REQUIRE(cache.claim(2));
+    std::thread failer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cache.abandon(2);
+    });
+    CHECK(cache.use_or_claim(2) == nullptr);
+    failer.join();
+    CHECK_FALSE(cache.claim(2)); // the waiter holds it
+    cache.abandon(2);
+    CHECK(cache.claim(2));
   }
 
   TEST_CASE("plan cache: drop_entries drops exactly the plans of those entries") {
