@@ -1,7 +1,10 @@
 // The native stack as a resource: how much of it is left to the calling thread, and running
-// a function on a thread of its own whose stack is as large as the caller asks (recursive
-// stages on deep inputs: the evaluator, the walks over a batch's values). Ordinary inputs run
-// where they are; only an input that needs more stack than the caller has pays for a thread.
+// a function on another thread whose stack is as large as the caller asks (recursive stages on
+// deep inputs: the evaluator, the walks over a batch's values). Ordinary inputs run where they
+// are; only an input that needs more stack than the caller has runs on another thread. That
+// thread is kept for the caller's next such input where its stack is moderate (a scoring
+// pass's 500-tree batches, each a few hundred levels deep), so that a pass starts it once and
+// its thread-local buffers outlive each batch; a deeper input gets a thread of its own.
 #pragma once
 
 #include <cstddef>
@@ -17,18 +20,29 @@ namespace pejit::util {
 /// low: the stack's size minus what is used, less a reserve for signal handlers and libc).
 size_t native_stack_left();
 
-/// Threads started by run_with_native_stack in this process (to check that ordinary inputs
-/// start none).
+/// Threads started by run_on_stack in this process.
 uint64_t native_stack_threads();
+/// Bodies run_on_stack ran in this process (to check that ordinary inputs run none).
+uint64_t native_stack_runs();
 
-/// The native stack the last thread started by run_on_new_stack touched, in bytes (its
-/// resident pages when it ended; thread-local storage at its top included).
+/// The native stack of the thread run_on_stack last ran a body on, as resident after it, in
+/// bytes (the pages its bodies touched; thread-local storage at its top included): what the
+/// body touched, at most, on a thread started for it.
 size_t native_stack_last_used();
 
-/// Runs `body(arg)` on a new thread whose stack is `bytes` (rounded up to pages; reserved, its
-/// pages committed only as they are touched) and waits for it. Throws pejit::Error naming
-/// `bytes` when the stack cannot be reserved. `body` must not throw.
-void run_on_new_stack(size_t bytes, void (*body)(void*), void* arg);
+/// Stacks up to this size (after rounding) are kept with their thread for the caller's next
+/// body (one per calling thread, ended when the caller ends); larger ones get a thread each.
+inline constexpr size_t kKeptStackBytes = size_t{64} << 20;
+/// A kept thread whose stack has more than this resident after a body is not kept (its pages
+/// would stay with it).
+inline constexpr size_t kKeptStackResident = size_t{8} << 20;
+
+/// Runs `body(arg)` on another thread whose stack is at least `bytes` (reserved, its pages
+/// committed only as they are touched) and waits for it: the caller's kept thread when its
+/// stack is large enough, else a thread started now (kept when its stack is at most
+/// kKeptStackBytes, the size then rounded up to a power of two). Throws pejit::Error naming the
+/// size when the stack cannot be reserved or the thread not started. `body` must not throw.
+void run_on_stack(size_t bytes, void (*body)(void*), void* arg);
 
 /// fn() on this thread when `bytes` of stack are left here, else on a thread with a stack of
 /// `reserve` bytes (at least `bytes`); its result or exception is the caller's.
@@ -41,7 +55,7 @@ template <class F> decltype(auto) with_native_stack(size_t bytes, size_t reserve
     std::exception_ptr error;
     std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> out{};
   } box{&fn, nullptr};
-  run_on_new_stack(
+  run_on_stack(
       reserve > bytes ? reserve : bytes,
       [](void* p) {
         Box& b = *static_cast<Box*>(p);

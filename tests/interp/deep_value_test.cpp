@@ -1,7 +1,7 @@
 // Values deeper than the native stack: their depth is measured and they are freed without
 // recursion (a thread with an ordinary stack survives a 1,000,000-level tree), and
 // util::with_native_stack runs work on a thread whose stack fits, handing back its result or
-// its exception.
+// its exception, and keeps a moderate stack's thread for the caller's next body.
 #include "pejit/error.h"
 #include "src/interp/call_limit.h"
 #include "src/interp/value.h"
@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <alloca.h>
+#include <bit>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -76,6 +78,46 @@ TEST_SUITE("interp") {
                          "inner", Error);
     std::string s = util::with_native_stack(big, big, [] { return std::string("moved out"); });
     CHECK(s == "moved out");
+  }
+
+  TEST_CASE("with_native_stack: a moderate stack's thread is kept for the caller's next body") {
+    // On a thread of the test's own, so that no thread kept by an earlier test is there; its
+    // kept thread ends with it.
+    std::thread([] {
+      thread_local int calls = 0; // of the thread each body runs on
+      auto count = [] { return ++calls; };
+      // More than this thread has left: another thread's stack, of a moderate size.
+      const size_t need = util::native_stack_left() + (size_t{4} << 20);
+      REQUIRE(std::bit_ceil(2 * need + (size_t{1} << 20)) <= util::kKeptStackBytes);
+      const uint64_t threads = util::native_stack_threads(), runs = util::native_stack_runs();
+      CHECK(util::with_native_stack(need, need, count) == 1);
+      CHECK(util::with_native_stack(need, need, count) == 2); // the same thread, kept
+      CHECK(util::native_stack_threads() == threads + 1);
+      CHECK(util::native_stack_runs() == runs + 2);
+      // A larger stack replaces it, and serves the smaller requests after it.
+      CHECK(util::with_native_stack(2 * need, 2 * need, count) == 1);
+      CHECK(util::with_native_stack(need, need, count) == 2);
+      CHECK(util::native_stack_threads() == threads + 2);
+      // A body that leaves more of the stack resident than a kept thread may hold: its thread
+      // ends after it.
+      auto deep = [] {
+        const size_t n = util::kKeptStackResident + (size_t{1} << 20);
+        auto* p = static_cast<volatile char*>(alloca(n));
+        for (size_t i = 0; i < n; i += 4096)
+          p[i] = 1;
+        return ++calls;
+      };
+      CHECK(util::with_native_stack(2 * need, 2 * need, deep) == 3);
+      CHECK(util::native_stack_last_used() > util::kKeptStackResident);
+      CHECK(util::with_native_stack(need, need, count) == 1);
+      CHECK(util::native_stack_threads() == threads + 3);
+      // Past kKeptStackBytes: a thread for each body.
+      const size_t big = util::kKeptStackBytes * 2;
+      CHECK(util::with_native_stack(big, big, count) == 1);
+      CHECK(util::with_native_stack(big, big, count) == 1);
+      CHECK(util::native_stack_threads() == threads + 5);
+      CHECK(util::native_stack_runs() == runs + 8);
+    }).join();
   }
 
   TEST_CASE("CallLimit: max_depth plus calls per level, stack only past the default bound") {

@@ -121,7 +121,7 @@ void same_in_both_modes(const Model& md, const Value& batch) {
   size_t used_g = util::native_stack_last_used();
   auto [ls, ns] = step(md, runtime::Mode::Specialized, batch);
   size_t used_s = util::native_stack_last_used();
-  CHECK(util::native_stack_threads() == threads + 2);
+  CHECK(util::native_stack_threads() == threads + 2); // too deep to keep: a thread each
   MESSAGE("depth " << depth << ": native stack touched per level: generic " << used_g / depth
                    << " B, specialized " << used_s / depth << " B; reserved " << reserved / depth
                    << " B");
@@ -175,7 +175,7 @@ TEST_SUITE("deep inputs") {
     size_t depth = interp::nesting_depth(batches[0]);
     CHECK(depth > 25);
     CHECK(depth < 200);
-    uint64_t threads = util::native_stack_threads();
+    uint64_t threads = util::native_stack_threads(), runs = util::native_stack_runs();
     for (auto mode : {runtime::Mode::Generic, runtime::Mode::Specialized, runtime::Mode::Auto}) {
       runtime::EngineOptions eo;
       eo.mode = mode;
@@ -189,6 +189,7 @@ TEST_SUITE("deep inputs") {
       engine.drain();
     }
     CHECK(util::native_stack_threads() == threads);
+    CHECK(util::native_stack_runs() == runs);
   }
 
   TEST_CASE("the LSTM language model of examples/rnn trains on a 3,000-token sentence") {
