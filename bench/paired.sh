@@ -15,11 +15,14 @@
 #     -c CPUS     taskset CPU list (default 0: one core)
 #     -M MODEL    the model (default examples/treelstm/treelstm.pe)
 #     -x "FLAGS"  more flags for pejit train
+#     -s          score the training set after each epoch, as `pejit train` does by default
+#                 (without it the runs pass --no-train-eval)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a="" b="" data=../shared/data/sst/train.txt pairs=5 epochs=3 mode=specialized cpus=0 extra=""
+train_eval=--no-train-eval
 model=examples/treelstm/treelstm.pe
-while getopts "a:b:d:n:e:m:c:M:x:h" o; do
+while getopts "a:b:d:n:e:m:c:M:x:sh" o; do
   case $o in
   a) a=$OPTARG ;;
   b) b=$OPTARG ;;
@@ -30,10 +33,11 @@ while getopts "a:b:d:n:e:m:c:M:x:h" o; do
   c) cpus=$OPTARG ;;
   M) model=$OPTARG ;;
   x) extra=$OPTARG ;;
-  *) sed -n 2,17p "$0"; exit 2 ;;
+  s) train_eval="" ;;
+  *) sed -n 2,19p "$0"; exit 2 ;;
   esac
 done
-if [ -z "$a" ] || [ -z "$b" ]; then sed -n 2,17p "$0"; exit 2; fi
+if [ -z "$a" ] || [ -z "$b" ]; then sed -n 2,19p "$0"; exit 2; fi
 out=$(mktemp -d /tmp/pejit-paired.XXXXXX)
 # shellcheck source=bench/options.sh
 . bench/options.sh
@@ -52,7 +56,7 @@ run() { # BUILD OUTFILE: the run's --json lines in OUTFILE, its wall seconds in 
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
   taskset -c "$cpus" "$1/pejit" train "$model" --data "$data" --epochs "$epochs" --mode "$mode" \
-    --json --no-train-eval --progress 0 $extra >"$2" 2>/dev/null
+    --json $train_eval --progress 0 $extra >"$2" 2>/dev/null
   t1=$(date +%s.%N)
   /usr/bin/python3 -c "print(f'{$t1 - $t0:.2f}')" >"$2.wall"
 }
