@@ -150,8 +150,9 @@ private:
       if (body_ == nullptr)
         return; // stopped, with nothing handed over
       auto* body = body_;
+      void* arg = arg_;
       lock.unlock();
-      body(arg_);
+      body(arg);
       lock.lock();
       body_ = nullptr;
       cv_.notify_all();
