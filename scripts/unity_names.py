@@ -93,7 +93,10 @@ def split_name(demangled):
         elif c == ">":
             depth = max(depth - 1, 0)
         elif c == "(" and depth == 0:
-            name = strip_templates(text[:i]).split(" ")[-1]
+            words = strip_templates(text[:i]).split(" ")
+            name = words[-1]
+            if len(words) > 1 and words[-2].endswith("operator"):
+                name = words[-2] + " " + name  # a conversion operator: 'ns::C::operator bool'
             rest, parens = text[i:], 0
             for j, d in enumerate(rest):
                 parens += {"(": 1, ")": -1}.get(d, 0)
