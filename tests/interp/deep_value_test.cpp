@@ -11,6 +11,7 @@
 
 #include <alloca.h>
 #include <bit>
+#include <pthread.h>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -24,6 +25,23 @@ using interp::Values;
 namespace {
 Value leaf() {
   return Value::adt(0, {Value::integer(1)});
+}
+// fn() on a new thread whose stack is `bytes`, joined.
+template <class F> void on_thread_with_stack(size_t bytes, F fn) {
+  pthread_attr_t attr;
+  REQUIRE(pthread_attr_init(&attr) == 0);
+  REQUIRE(pthread_attr_setstacksize(&attr, bytes) == 0);
+  pthread_t th{};
+  const int rc = pthread_create(
+      &th, &attr,
+      [](void* p) -> void* {
+        (*static_cast<F*>(p))();
+        return nullptr;
+      },
+      &fn);
+  pthread_attr_destroy(&attr);
+  REQUIRE(rc == 0);
+  pthread_join(th, nullptr);
 }
 Value chain(size_t depth) {
   Value t = leaf();
@@ -81,21 +99,24 @@ TEST_SUITE("interp") {
   }
 
   TEST_CASE("with_native_stack: a moderate stack's thread is kept for the caller's next body") {
-    // On a thread of the test's own, so that no thread kept by an earlier test is there; its
-    // kept thread ends with it.
-    std::thread([] {
+    // On a thread of the test's own, with a stack of a known size (the sanitizer stages raise
+    // the default), so that no thread kept by an earlier test is there; its kept thread ends
+    // with it. Asserts there are CHECKs: a REQUIRE would throw out of that thread.
+    on_thread_with_stack(size_t{4} << 20, [] {
       thread_local int calls = 0; // of the thread each body runs on
       auto count = [] { return ++calls; };
-      // More than this thread has left: another thread's stack, of a moderate size.
+      // More than this thread has left, so another thread's stack; then a stack larger than
+      // the first's rounded size, both of them kept.
       const size_t need = util::native_stack_left() + (size_t{4} << 20);
-      REQUIRE(std::bit_ceil(2 * need + (size_t{1} << 20)) <= util::kKeptStackBytes);
+      const size_t larger = std::bit_ceil(need + (size_t{1} << 20)) + (size_t{1} << 20);
+      CHECK(std::bit_ceil(larger + (size_t{1} << 20)) <= util::kKeptStackBytes);
       const uint64_t threads = util::native_stack_threads(), runs = util::native_stack_runs();
       CHECK(util::with_native_stack(need, need, count) == 1);
       CHECK(util::with_native_stack(need, need, count) == 2); // the same thread, kept
       CHECK(util::native_stack_threads() == threads + 1);
       CHECK(util::native_stack_runs() == runs + 2);
       // A larger stack replaces it, and serves the smaller requests after it.
-      CHECK(util::with_native_stack(2 * need, 2 * need, count) == 1);
+      CHECK(util::with_native_stack(larger, larger, count) == 1);
       CHECK(util::with_native_stack(need, need, count) == 2);
       CHECK(util::native_stack_threads() == threads + 2);
       // A body that leaves more of the stack resident than a kept thread may hold: its thread
@@ -107,7 +128,7 @@ TEST_SUITE("interp") {
           p[i] = 1;
         return ++calls;
       };
-      CHECK(util::with_native_stack(2 * need, 2 * need, deep) == 3);
+      CHECK(util::with_native_stack(larger, larger, deep) == 3);
       CHECK(util::native_stack_last_used() > util::kKeptStackResident);
       CHECK(util::with_native_stack(need, need, count) == 1);
       CHECK(util::native_stack_threads() == threads + 3);
@@ -117,7 +138,7 @@ TEST_SUITE("interp") {
       CHECK(util::with_native_stack(big, big, count) == 1);
       CHECK(util::native_stack_threads() == threads + 5);
       CHECK(util::native_stack_runs() == runs + 8);
-    }).join();
+    });
   }
 
   TEST_CASE("CallLimit: max_depth plus calls per level, stack only past the default bound") {
