@@ -5,12 +5,9 @@
 
 namespace pejit::runtime {
 
-std::shared_ptr<const PlanEntry> PlanCache::lookup(uint64_t key, bool use) {
+bool PlanCache::cached(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = slots_.find(key);
-  if (it == slots_.end())
-    return nullptr;
-  return use ? this->use(it) : it->second.entry;
+  return slots_.count(key) != 0;
 }
 
 std::shared_ptr<const PlanEntry> PlanCache::use_or_claim(uint64_t key) {

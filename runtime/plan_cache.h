@@ -52,10 +52,10 @@ class PlanCache {
 public:
   explicit PlanCache(PlanCacheLimits limits) : limits_(limits) {}
 
-  /// The plan for `key`, or null. `use`: a batch is about to run it (counts towards
-  /// promotion); else the caller only asks whether it exists.
-  std::shared_ptr<const PlanEntry> lookup(uint64_t key, bool use);
-  /// The plan for `key` for a batch about to run it (a use, as lookup), waiting while another
+  /// Whether a plan for `key` is cached. Only asks: neither a use nor a refresh.
+  bool cached(uint64_t key) const;
+  /// The plan for `key` for a batch about to run it (a use: counts towards promotion and
+  /// refreshes its place on the LRU list), waiting while another
   /// thread makes it (claim): a batch that catches up with its plan being made ahead waits for
   /// that plan rather than making it again. Else null, and `key` is claimed for the caller,
   /// who makes its plan and publishes it, or abandons the claim.

@@ -516,15 +516,15 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
       cache.publish(k, plan_of("a"), 1);
     CHECK(cache.count("a") == 2);
     CHECK(cache.evictions() == 2);
-    CHECK(cache.lookup(1, false) == nullptr); // the oldest went first
-    CHECK(cache.lookup(2, false) == nullptr);
-    CHECK(cache.lookup(3, false) != nullptr);
+    CHECK_FALSE(cache.cached(1)); // the oldest went first
+    CHECK_FALSE(cache.cached(2));
+    CHECK(cache.cached(3));
     // Key 1 left probation unused: published again, it goes to the LRU list and stays while
     // new plans churn through probation.
     cache.publish(1, plan_of("a"), 1);
     for (uint64_t k = 10; k < 20; ++k)
       cache.publish(k, plan_of("a"), 1);
-    CHECK(cache.lookup(1, false) != nullptr);
+    CHECK(cache.cached(1));
     CHECK(cache.count("a") == 3); // 1 on the LRU list, two on probation
   }
 
@@ -532,17 +532,17 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     runtime::PlanCache cache({/*entries=*/2, /*bytes=*/1000, /*probation_entries=*/1});
     for (uint64_t k = 1; k <= 3; ++k) {
       cache.publish(k, plan_of("a"), 1);
-      CHECK(cache.lookup(k, true) != nullptr); // the second use: off probation
+      CHECK(cache.use_or_claim(k) != nullptr); // the second use: off probation
     }
     // Looking without using neither promotes nor refreshes.
     cache.publish(4, plan_of("a"), 1);
-    CHECK(cache.lookup(4, false) != nullptr);
+    CHECK(cache.cached(4));
     cache.publish(5, plan_of("a"), 1);
-    CHECK(cache.lookup(4, false) == nullptr); // stayed on probation, pushed out by 5
+    CHECK_FALSE(cache.cached(4)); // stayed on probation, pushed out by 5
     // Three promoted into room for two: 1, the least recently used, is gone.
-    CHECK(cache.lookup(1, false) == nullptr);
-    CHECK(cache.lookup(2, true) != nullptr);
-    CHECK(cache.lookup(3, true) != nullptr);
+    CHECK_FALSE(cache.cached(1));
+    CHECK(cache.use_or_claim(2) != nullptr);
+    CHECK(cache.use_or_claim(3) != nullptr);
     CHECK(cache.evictions() == 2);
   }
 
@@ -553,13 +553,13 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(cache.count("a") == 4);
     CHECK(cache.evictions() == 0);
     // Its batch ran: that plan may leave probation now, the others still wait.
-    CHECK(cache.lookup(1, true) != nullptr);
-    CHECK(cache.lookup(1, false) == nullptr);
+    CHECK(cache.use_or_claim(1) != nullptr);
+    CHECK_FALSE(cache.cached(1));
     CHECK(cache.count("a") == 3);
     // Over the byte bound, even unused plans go, oldest first.
     cache.publish(5, plan_of("a", 80), 0);
-    CHECK(cache.lookup(2, false) == nullptr);
-    CHECK(cache.lookup(5, false) != nullptr);
+    CHECK_FALSE(cache.cached(2));
+    CHECK(cache.cached(5));
     CHECK(cache.evictions() == 2);
   }
 
@@ -594,11 +594,11 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     cache.publish(1, plan_of("a"), 1);
     cache.publish(2, plan_of("b"), 1);
     cache.publish(3, plan_of("a"), 0);
-    CHECK(cache.lookup(2, true) != nullptr); // b's plan on the LRU list
+    CHECK(cache.use_or_claim(2) != nullptr); // b's plan on the LRU list
     cache.drop_entries({"b"});
     CHECK(cache.count("a") == 2);
     CHECK(cache.count("b") == 0);
-    CHECK(cache.lookup(2, false) == nullptr);
+    CHECK_FALSE(cache.cached(2));
     CHECK(cache.evictions() == 0); // an invalidation is not an eviction
   }
 }
