@@ -15,14 +15,17 @@
 #     -c CPUS     taskset CPU list (default 0: one core)
 #     -M MODEL    the model (default examples/treelstm/treelstm.pe)
 #     -x "FLAGS"  more flags for pejit train
+#     -y "FLAGS"  more flags for B's runs only: with -a and -b the same build, two ways of
+#                 running it (-y "--shuffle batches")
 #     -s          score the training set after each epoch, as `pejit train` does by default
 #                 (without it the runs pass --no-train-eval)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a="" b="" data=../shared/data/sst/train.txt pairs=5 epochs=3 mode=specialized cpus=0 extra=""
+extra_b=""
 train_eval=--no-train-eval
 model=examples/treelstm/treelstm.pe
-while getopts "a:b:d:n:e:m:c:M:x:sh" o; do
+while getopts "a:b:d:n:e:m:c:M:x:y:sh" o; do
   case $o in
   a) a=$OPTARG ;;
   b) b=$OPTARG ;;
@@ -33,11 +36,12 @@ while getopts "a:b:d:n:e:m:c:M:x:sh" o; do
   c) cpus=$OPTARG ;;
   M) model=$OPTARG ;;
   x) extra=$OPTARG ;;
+  y) extra_b=$OPTARG ;;
   s) train_eval="" ;;
-  *) sed -n 2,19p "$0"; exit 2 ;;
+  *) sed -n 2,21p "$0"; exit 2 ;;
   esac
 done
-if [ -z "$a" ] || [ -z "$b" ]; then sed -n 2,19p "$0"; exit 2; fi
+if [ -z "$a" ] || [ -z "$b" ]; then sed -n 2,21p "$0"; exit 2; fi
 out=$(mktemp -d /tmp/pejit-paired.XXXXXX)
 # shellcheck source=bench/options.sh
 . bench/options.sh
@@ -51,21 +55,21 @@ xs = [json.loads(l)["trees_per_s"] for l in open(sys.argv[1]) if l.startswith("{
 print(statistics.median(xs[1:] if len(xs) > 1 else xs))' "$1"
 }
 
-run() { # BUILD OUTFILE: the run's --json lines in OUTFILE, its wall seconds in OUTFILE.wall
+run() { # BUILD OUTFILE [FLAGS]: the run's --json lines in OUTFILE, its wall seconds in OUTFILE.wall
   local t0 t1
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
   taskset -c "$cpus" "$1/pejit" train "$model" --data "$data" --epochs "$epochs" --mode "$mode" \
-    --json $train_eval --progress 0 $extra >"$2" 2>/dev/null
+    --json $train_eval --progress 0 $extra ${3:-} >"$2" 2>/dev/null
   t1=$(date +%s.%N)
   /usr/bin/python3 -c "print(f'{$t1 - $t0:.2f}')" >"$2.wall"
 }
 
-echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  A=$a B=$b data=$data mode=$mode cpus=$cpus model=$model"
+echo "start $(date -u +%FT%TZ)  load $(cut -d' ' -f1-3 /proc/loadavg)  A=$a B=$b${extra_b:+ (B: $extra_b)} data=$data mode=$mode cpus=$cpus model=$model"
 ratios=() walls=()
 for i in $(seq 1 "$pairs"); do
   run "$a" "$out/a.$i.json"
-  run "$b" "$out/b.$i.json"
+  run "$b" "$out/b.$i.json" "$extra_b"
   ta=$(steady "$out/a.$i.json")
   tb=$(steady "$out/b.$i.json")
   wa=$(cat "$out/a.$i.json.wall")

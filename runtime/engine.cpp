@@ -144,7 +144,7 @@ struct Engine::Impl {
         trace(!opt.trace_file.empty()),
         specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),
         plans(PlanCacheLimits{opt.plan_cache_entries, opt.plan_cache_bytes,
-                              opt.plan_probation_entries}) {
+                              opt.plan_probation_entries, opt.batches_repeat}) {
     if (faults && runners && faults->corrupt_kernel_ir())
       runners->inject_compile_failure(true);
     // Both planned modes plan ahead in the background; auto also runs a plan on reference

@@ -44,6 +44,8 @@ struct EngineOptions {
   size_t plan_cache_bytes = 512u << 20;
   /// New plans wait on a probation list this long (oldest out first) until a second use.
   size_t plan_probation_entries = 64;
+  /// The caller's batches repeat (SessionOptions::batches_repeat): new plans skip probation.
+  bool batches_repeat = false;
   int lookahead = 8; ///< batches the pipeline may plan ahead
   /// Nested calls allowed besides 4 per level of a batch's nesting (interp/call_limit.h).
   int max_depth = 4000;

@@ -56,10 +56,10 @@ void PlanCache::publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int us
   if (slots_.count(key))
     return;
   bytes_ += e->bytes;
-  bool ghost = ghosts_.erase(key) > 0;
-  auto& list = ghost ? lru_ : probation_;
+  const bool reused = ghosts_.erase(key) > 0 || limits_.repeat;
+  auto& list = reused ? lru_ : probation_;
   list.push_front(key);
-  slots_.emplace(key, Slot{std::move(e), list.begin(), ghost, uses});
+  slots_.emplace(key, Slot{std::move(e), list.begin(), reused, uses});
   evict();
 }
 

@@ -38,6 +38,9 @@ struct PlanCacheLimits {
   size_t entries = 2048;         ///< plans on the LRU list of reused plans
   size_t bytes = 512u << 20;     ///< bytes of every cached plan, both lists
   size_t probation_entries = 64; ///< plans on the probation list
+  /// The caller's batches repeat (SessionOptions::batches_repeat): a new plan goes straight
+  /// to the LRU list, as a ghost's does.
+  bool repeat = false;
 };
 
 /// The 2Q cache of plans over plan keys. A new plan waits on a short probation list (oldest

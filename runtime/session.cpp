@@ -60,6 +60,7 @@ Session runtime::SessionAccess::from_module(std::shared_ptr<ir::Module> m,
   eo.max_depth = opt.max_depth;
   eo.trace_file = opt.trace_file;
   eo.merge_equal = opt.merge_equal;
+  eo.batches_repeat = opt.batches_repeat;
   eo.jit = opt.compile.jit;
   eo.kernel_cache_dir = opt.compile.kernel_cache_dir;
   eo.kernel_cache_max_bytes = opt.compile.kernel_cache_max_bytes;

@@ -134,6 +134,11 @@ struct SessionOptions {
   /// Instances of a batch that compute the same thing (one function on equal arguments, a
   /// repeated word's leaf) run once; false: every instance runs. Results are the same.
   bool merge_equal = true;
+  /// The caller's batches come back: the same batches (the same trees) every epoch, in any
+  /// order (`pejit train --shuffle batches` or `none`). Each plan is then kept from its first
+  /// use rather than from its second (within the plan cache's bounds), so the second epoch
+  /// plans nothing either. Results are the same.
+  bool batches_repeat = false;
   CompileOptions compile;
   /// A Chrome trace (chrome://tracing, Perfetto) of the pipeline's stages and the batches'
   /// runs, written by Session::write_trace(); empty: nothing is recorded.

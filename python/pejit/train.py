@@ -72,6 +72,7 @@ def train(
     lookahead=8,
     limit=0,
     fixed_batches=False,
+    shuffle="examples",
     train_eval=True,
     eval_batch=500,
     merge_equal=True,
@@ -82,8 +83,9 @@ def train(
     """Trains the model file `model` on the bracket-tree (or sentence) file `data`.
 
     Options are those of `pejit train` (--epochs, --batch, --seed, --lr, --optimizer,
-    --weight-decay, --clip, --mode, --lookahead, --limit, --fixed-batches, --no-train-eval,
-    --eval-batch, --no-merge, --save). The scores after each epoch are taken in batches of
+    --weight-decay, --clip, --mode, --lookahead, --limit, --fixed-batches, --shuffle,
+    --no-train-eval, --eval-batch, --no-merge, --save). shuffle is "examples", "batches" or
+    "none"; fixed_batches=True is shuffle="none". The scores after each epoch are taken in batches of
     eval_batch trees, as the command takes them: the dev loss is a sum of per-batch sums, so
     its last bits depend on that size. on_epoch(metrics) is called after each epoch with the dict that
     `pejit train --json` prints for it; returning False stops training. progress: a tqdm bar
@@ -96,6 +98,12 @@ def train(
         raise _pejit.Error("batch must be >= 1")
     if eval_batch < 1:
         raise _pejit.Error("eval_batch must be >= 1")
+    if shuffle not in ("examples", "batches", "none"):
+        raise _pejit.Error(f"shuffle is 'examples', 'batches' or 'none', not {shuffle!r}")
+    if fixed_batches:
+        if shuffle not in ("examples", "none"):
+            raise _pejit.Error(f"fixed_batches=True is shuffle='none', not {shuffle!r}")
+        shuffle = "none"
     _pejit.keep_freed_memory()  # as the pejit command does at start (process-wide, once)
     info = _pejit.model_info(model, "loss")
     vocab = _pejit.Vocab()
@@ -115,6 +123,7 @@ def train(
         mode=mode,
         lookahead=lookahead,
         merge_equal=merge_equal,
+        batches_repeat=shuffle != "examples",  # as the command: each plan kept from its first use
     )
     history = History()
     history.session, history.vocab = s, vocab
@@ -124,7 +133,7 @@ def train(
     loss_nodes = [train_ds.nodes(i) for i in range(n)]  # each example's, counted once
     look = max(1, lookahead) if mode == "auto" else 0
     for ep in range(epochs):
-        order = order_gen.next_epoch(not fixed_batches)
+        order = order_gen.next_epoch(shuffle, batch)
         before = s.stats()
         loss_sum, nodes, trees, seconds = 0.0, 0, 0, 0.0
         # Batches are encoded `look` ahead of training and handed to the background pipeline,
@@ -184,6 +193,8 @@ def train(
             "plan_cache": {
                 "hits": _delta(after, before, "plan_hits"),
                 "misses": _delta(after, before, "plan_misses"),
+                "prefetched": _delta(after, before, "plans_prefetched"),
+                "evictions": _delta(after, before, "plan_evictions"),
             },
             "kernels": after["kernels"],
         }

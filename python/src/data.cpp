@@ -272,14 +272,26 @@ void bind_data(py::module_& m) {
       .def(py::init<size_t, uint64_t>(), py::arg("n"), py::arg("seed"))
       .def(
           "next_epoch",
-          [](BatchOrder& b, bool shuffle) {
-            const auto& o = b.next_epoch(shuffle);
+          [](BatchOrder& b, py::object shuffle, size_t batch) {
+            // True and False as before shuffle took a word: examples and none.
+            if (!py::isinstance<py::bool_>(shuffle) && !py::isinstance<py::str>(shuffle))
+              throw Error("shuffle is 'examples', 'batches', 'none', True or False, not " +
+                          std::string(py::str(shuffle)));
+            const runtime::Shuffle s =
+                py::isinstance<py::bool_>(shuffle)
+                    ? (shuffle.cast<bool>() ? runtime::Shuffle::Examples : runtime::Shuffle::None)
+                    : runtime::parse_shuffle(shuffle.cast<std::string>(), "shuffle");
+            if (s == runtime::Shuffle::Batches && batch < 1)
+              throw Error("shuffle='batches' needs the batch size (batch >= 1)");
+            const auto& o = b.next_epoch(s, batch);
             py::array_t<int64_t> a(static_cast<py::ssize_t>(o.size()));
             std::copy(o.begin(), o.end(), a.mutable_data());
             return a;
           },
-          py::arg("shuffle") = true,
-          "The next epoch's order (shuffle=False: the previous order, as --fixed-batches).");
+          py::arg("shuffle") = true, py::arg("batch") = 0,
+          "The next epoch's order, as `pejit train --shuffle`: 'examples' (or True), 'batches' "
+          "(the first epoch's batches of `batch` examples, in a new order) or 'none' (or False: "
+          "the previous order, as --fixed-batches).");
 
   m.def(
       "model_info",

@@ -22,7 +22,7 @@ SessionOptions make_options(const std::map<std::string, int64_t>& dims, uint64_t
                             const std::string& mode, int lookahead, bool merge_equal,
                             const std::string& schedules, int threads,
                             const std::string& distributed, const std::string& kernel_cache_dir,
-                            double kernel_cache_max_mb) {
+                            double kernel_cache_max_mb, bool batches_repeat) {
   SessionOptions o;
   if (kernel_cache_max_mb <= 0)
     throw Error("kernel_cache_max_mb must be positive, got " + std::to_string(kernel_cache_max_mb));
@@ -39,6 +39,7 @@ SessionOptions make_options(const std::map<std::string, int64_t>& dims, uint64_t
   o.mode = mode;
   o.lookahead = lookahead;
   o.merge_equal = merge_equal;
+  o.batches_repeat = batches_repeat;
   if (!schedules.empty())
     o.compile.schedules = ScheduleDB::load(schedules);
   return o;
@@ -77,6 +78,8 @@ py::dict stats_dict(PySession& ps) {
   d["specialized_seconds"] = s.specialized_seconds;
   d["plan_hits"] = s.plan_hits;
   d["plan_misses"] = s.plan_misses;
+  d["plans_prefetched"] = s.plans_prefetched;
+  d["plan_evictions"] = s.plan_evictions;
   d["kernels"] = ps.s.kernels().size();
   d["jit_batches"] = s.jit_batches;
   d["jit_seconds"] = s.jit_seconds;
@@ -146,10 +149,11 @@ PYBIND11_MODULE(_pejit, m) {
              const std::string& optimizer, float lr, float weight_decay, float clip,
              const std::string& mode, int lookahead, bool merge_equal,
              const std::string& schedules, int threads, const std::string& distributed,
-             const std::string& kernel_cache_dir, double kernel_cache_max_mb) {
+             const std::string& kernel_cache_dir, double kernel_cache_max_mb,
+             bool batches_repeat) {
             auto o = make_options(dims, seed, optimizer, lr, weight_decay, clip, mode, lookahead,
                                   merge_equal, schedules, threads, distributed, kernel_cache_dir,
-                                  kernel_cache_max_mb);
+                                  kernel_cache_max_mb, batches_repeat);
             return std::make_unique<PySession>(Session::from_file(path, o));
           },
           py::arg("path"), py::arg("dims") = std::map<std::string, int64_t>{}, py::arg("seed") = 1,
@@ -157,7 +161,7 @@ PYBIND11_MODULE(_pejit, m) {
           py::arg("clip") = 0.0f, py::arg("mode") = "auto", py::arg("lookahead") = 8,
           py::arg("merge_equal") = true, py::arg("schedules") = "", py::arg("threads") = 0,
           py::arg("distributed") = "off", py::arg("kernel_cache_dir") = "",
-          py::arg("kernel_cache_max_mb") = 256.0)
+          py::arg("kernel_cache_max_mb") = 256.0, py::arg("batches_repeat") = false)
       .def_static(
           "from_source",
           [](const std::string& text, const std::string& name,
@@ -165,10 +169,11 @@ PYBIND11_MODULE(_pejit, m) {
              const std::string& optimizer, float lr, float weight_decay, float clip,
              const std::string& mode, int lookahead, bool merge_equal,
              const std::string& schedules, int threads, const std::string& distributed,
-             const std::string& kernel_cache_dir, double kernel_cache_max_mb) {
+             const std::string& kernel_cache_dir, double kernel_cache_max_mb,
+             bool batches_repeat) {
             auto o = make_options(dims, seed, optimizer, lr, weight_decay, clip, mode, lookahead,
                                   merge_equal, schedules, threads, distributed, kernel_cache_dir,
-                                  kernel_cache_max_mb);
+                                  kernel_cache_max_mb, batches_repeat);
             return std::make_unique<PySession>(Session::from_source(text, name, o));
           },
           py::arg("text"), py::arg("name") = "<python>",
@@ -177,7 +182,7 @@ PYBIND11_MODULE(_pejit, m) {
           py::arg("clip") = 0.0f, py::arg("mode") = "auto", py::arg("lookahead") = 8,
           py::arg("merge_equal") = true, py::arg("schedules") = "", py::arg("threads") = 0,
           py::arg("distributed") = "off", py::arg("kernel_cache_dir") = "",
-          py::arg("kernel_cache_max_mb") = 256.0)
+          py::arg("kernel_cache_max_mb") = 256.0, py::arg("batches_repeat") = false)
       .def(
           "make",
           [](PySession& ps, const std::string& ctor, py::sequence fields) {

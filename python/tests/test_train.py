@@ -62,6 +62,41 @@ def test_batch_order_is_the_cli_shuffle(pejit):
     assert list(a.next_epoch(shuffle=False)) == e1
 
 
+def test_train_shuffled_batches_is_the_cli_order(pejit, cli, sst_data):
+    train, _ = sst_data
+    want = cli_epochs(cli, TREELSTM, "--data", train, "--epochs", "2", "--batch", "25",
+                      "--seed", "7", "--shuffle", "batches", "--mode", "specialized",
+                      "--no-train-eval")
+    got = pejit.train(TREELSTM, data=train, epochs=2, batch=25, seed=7, shuffle="batches",
+                      mode="specialized", train_eval=False, progress=False)
+    assert [g["loss"] for g in got] == [w["loss"] for w in want]
+    assert got[1]["plan_cache"]["misses"] == 0 and got[1]["plan_cache"]["prefetched"] == 0
+    with pytest.raises(pejit.Error, match="shuffle is 'examples', 'batches' or 'none'"):
+        pejit.train(TREELSTM, data=train, shuffle="sometimes", progress=False)
+    with pytest.raises(pejit.Error, match="fixed_batches=True is shuffle='none'"):
+        pejit.train(TREELSTM, data=train, shuffle="batches", fixed_batches=True, progress=False)
+
+
+def test_batch_order_shuffles_whole_batches(pejit):
+    a, b = pejit.BatchOrder(10, 1), pejit.BatchOrder(10, 1)
+    first = list(a.next_epoch("batches", batch=3))
+    assert first == list(b.next_epoch())  # the first epoch is the examples' shuffle
+    whole = sorted(tuple(sorted(first[i : i + 3])) for i in range(0, 9, 3))
+    seen = set()
+    for _ in range(4):
+        o = list(a.next_epoch("batches", batch=3))
+        assert sorted(tuple(sorted(o[i : i + 3])) for i in range(0, 9, 3)) == whole
+        assert o[9] == first[9]  # the short last batch stays last
+        seen.add(tuple(o))
+    assert len(seen) > 1
+    with pytest.raises(pejit.Error, match="needs the batch size"):
+        a.next_epoch("batches")
+    with pytest.raises(pejit.Error, match="not a shuffle"):
+        a.next_epoch("sometimes", batch=3)
+    with pytest.raises(pejit.Error, match="shuffle is 'examples'"):
+        a.next_epoch(3)
+
+
 @pytest.mark.parametrize("with_tqdm", [True, False])
 def test_progress_bar(pejit, sst_data, tmp_path, capsys, monkeypatch, with_tqdm):
     from conftest import SMALL_MODEL

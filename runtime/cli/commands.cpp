@@ -147,7 +147,19 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
                "no weight decay on biases (parameters of rank 0 or 1)");
   app.add_option("--seed", a.session.seed, "seed of initialization and shuffling")
       ->capture_default_str();
-  app.add_flag("--fixed-batches", a.fixed_batches, "do not shuffle between epochs");
+  auto* shuffle =
+      app.add_option_function<std::string>(
+             "--shuffle",
+             [&a](const std::string& w) { a.shuffle = runtime::parse_shuffle(w, "--shuffle"); },
+             "examples: a new order of the examples every epoch; batches: the first epoch's "
+             "batches, in a new order every epoch (each batch's plan is made once, then reused); "
+             "none: the first epoch's order throughout")
+          ->check(CLI::IsMember({"examples", "batches", "none"}))
+          ->default_str("examples");
+  app.add_flag_callback(
+         "--fixed-batches", [&a] { a.shuffle = runtime::Shuffle::None; },
+         "do not shuffle between epochs (--shuffle none)")
+      ->excludes(shuffle);
   add_labels_option(app, a.labels);
   app.add_option("--save", a.save,
                  "write the checkpoint (parameters, vocabulary, optimizer and training state) "

@@ -6,6 +6,7 @@
 #include "src/types/check.h"
 #include "src/util/check.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -23,6 +24,50 @@ std::string fmt_pct(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v);
   return buf;
+}
+
+Shuffle parse_shuffle(const std::string& word, const std::string& what) {
+  for (Shuffle s : {Shuffle::Examples, Shuffle::Batches, Shuffle::None})
+    if (word == shuffle_name(s))
+      return s;
+  throw Error(what + ": '" + word + "' is not a shuffle (examples, batches or none)");
+}
+
+const char* shuffle_name(Shuffle s) {
+  switch (s) {
+  case Shuffle::Examples:
+    return "examples";
+  case Shuffle::Batches:
+    return "batches";
+  case Shuffle::None:
+    return "none";
+  }
+  return "?";
+}
+
+const std::vector<size_t>& BatchOrder::next_epoch(Shuffle shuffle, size_t batch) {
+  const bool first = std::exchange(first_, false);
+  if (shuffle == Shuffle::None)
+    return order_;
+  if (shuffle == Shuffle::Examples || first) {
+    for (size_t i = order_.size(); i > 1; --i)
+      std::swap(order_[i - 1], order_[next() % i]);
+    return order_;
+  }
+  if (batch == 0)
+    throw Error("shuffling batches needs a batch size of at least 1");
+  // The whole batches in a new order; their examples, and a short last batch, stay as they are.
+  const size_t whole = order_.size() / batch;
+  std::vector<size_t> at(whole); // the new order's k-th batch is the old one's at[k]
+  for (size_t k = 0; k < whole; ++k)
+    at[k] = k;
+  for (size_t k = whole; k > 1; --k)
+    std::swap(at[k - 1], at[next() % k]);
+  scratch_.assign(order_.begin(), order_.end());
+  for (size_t k = 0; k < whole; ++k)
+    std::copy_n(scratch_.begin() + static_cast<std::ptrdiff_t>(at[k] * batch), batch,
+                order_.begin() + static_cast<std::ptrdiff_t>(k * batch));
+  return order_;
 }
 
 void warn_schedules(const SessionOptions& so, std::ostream& err) {

@@ -8,6 +8,7 @@
 #include "runtime/data/tree_io.h"
 #include "runtime/train/encode.h"
 #include "runtime/train/eval_entry.h"
+#include "runtime/train/trainer.h"
 #include "src/interp/params.h"
 #include "src/ir/module.h"
 
@@ -47,6 +48,11 @@ std::shared_ptr<ir::Module> load_model(const std::string& path);
 /// The order of the training examples, epoch by epoch: a xorshift64 stream seeded from the
 /// training seed, and a Fisher-Yates shuffle of the same index vector each epoch. `pejit
 /// train` and the Python package's loop both take it, so they see the same batches.
+///
+/// Shuffle::Batches: the first epoch shuffles the examples as Shuffle::Examples does; each
+/// later epoch shuffles, from the same stream, the order of that epoch's whole batches of
+/// `batch` examples (a short last batch stays last), so every epoch runs the same batches and
+/// each batch's plan is made once and then reused.
 class BatchOrder {
 public:
   BatchOrder(size_t n, uint64_t seed)
@@ -56,11 +62,11 @@ public:
   }
   /// The next epoch's order (`shuffle` false: the order stays as it is, the stream unused).
   const std::vector<size_t>& next_epoch(bool shuffle) {
-    if (shuffle)
-      for (size_t i = order_.size(); i > 1; --i)
-        std::swap(order_[i - 1], order_[next() % i]);
-    return order_;
+    return next_epoch(shuffle ? Shuffle::Examples : Shuffle::None, 1);
   }
+  /// The next epoch's order of batches of `batch` examples (only Shuffle::Batches reads it;
+  /// it must stay the same from epoch to epoch).
+  const std::vector<size_t>& next_epoch(Shuffle shuffle, size_t batch);
 
 private:
   uint64_t next() {
@@ -69,8 +75,9 @@ private:
     rng_ ^= rng_ << 17;
     return rng_;
   }
-  std::vector<size_t> order_;
+  std::vector<size_t> order_, scratch_;
   uint64_t rng_;
+  bool first_ = true;
 };
 
 /// A data set of trees or sentences, with what is needed to encode and score it.

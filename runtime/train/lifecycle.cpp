@@ -24,6 +24,18 @@ extern "C" void on_signal(int sig) {
   g_signal.compare_exchange_strong(none, sig); // the first signal is the one reported
 }
 
+// The training state's "shuffle": "1" and "0" as written before batches could be shuffled
+// (examples, none), "batches" for Shuffle::Batches.
+const char* shuffle_word(Shuffle s) {
+  return s == Shuffle::Examples ? "1" : s == Shuffle::None ? "0" : "batches";
+}
+Shuffle shuffle_of(const std::string& word, const std::string& what) {
+  for (Shuffle s : {Shuffle::Examples, Shuffle::Batches, Shuffle::None})
+    if (word == shuffle_word(s))
+      return s;
+  throw Error(what + ": '" + word + "' is not a data order (1, 0 or batches)");
+}
+
 } // namespace
 
 SignalGuard::SignalGuard(bool active) : active_(active) {
@@ -95,7 +107,7 @@ TrainingState RunState::at(int64_t epoch, int64_t batch, const Session& session)
   ts.values = {{"seed", std::to_string(seed)},
                {"examples", std::to_string(examples)},
                {"batch_size", std::to_string(batch_size)},
-               {"shuffle", shuffle ? "1" : "0"},
+               {"shuffle", shuffle_word(shuffle)},
                {"loss_sum", exact(loss_sum)},
                {"nodes", std::to_string(nodes)},
                {"trees", std::to_string(trees)},
@@ -131,7 +143,7 @@ RunState RunState::from(const checkpoint::TrainState& ts, const std::string& pat
   r.seed = seed_of("seed");
   r.examples = parse_int(get("examples"), what("examples"));
   r.batch_size = parse_int(get("batch_size"), what("batch_size"));
-  r.shuffle = get("shuffle") == "1";
+  r.shuffle = shuffle_of(get("shuffle"), what("shuffle"));
   r.loss_sum = parse_exact(get("loss_sum"), what("loss_sum"));
   r.nodes = parse_int(get("nodes"), what("nodes"));
   r.trees = parse_int(get("trees"), what("trees"));

@@ -51,7 +51,7 @@ struct Metric {
 struct RunState {
   uint64_t seed = 0;
   int64_t examples = 0, batch_size = 0;
-  bool shuffle = true;
+  Shuffle shuffle = Shuffle::Examples;
   double loss_sum = 0;
   int64_t nodes = 0, trees = 0, batches = 0;
   double best = std::nan("");

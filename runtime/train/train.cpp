@@ -353,8 +353,9 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     run.seed = so.seed;
     run.examples = static_cast<int64_t>(n);
     run.batch_size = opt.batch;
-    run.shuffle = !opt.fixed_batches;
+    run.shuffle = opt.shuffle;
   }
+  so.batches_repeat = so.batches_repeat || run.shuffle != Shuffle::Examples;
   const size_t bs = static_cast<size_t>(run.batch_size);
   const size_t nb = (n + bs - 1) / bs;
   if (resumed) {
@@ -391,7 +392,10 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     run.restore_random(session); // dropout draws the masks the run would have drawn
     info << "resuming " << opt.resume << " at epoch " << start_epoch + 1 << ", batch "
          << start_batch << "/" << nb << " (seed " << run.seed << ", batch size " << bs
-         << (run.shuffle ? "" : ", fixed batches") << ")\n"
+         << (run.shuffle == Shuffle::None      ? ", fixed batches"
+             : run.shuffle == Shuffle::Batches ? ", shuffled batches"
+                                               : "")
+         << ")\n"
          << std::flush;
   }
   warn_schedules(so, err);
@@ -399,7 +403,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
   const bool progress = opt.progress < 0 ? isatty(2) : opt.progress > 0;
   BatchOrder batch_order(n, so.seed);
   for (int e = 0; e < start_epoch; ++e) // the orders of the epochs done, replayed
-    (void)batch_order.next_epoch(run.shuffle);
+    (void)batch_order.next_epoch(run.shuffle, bs);
 
   const std::vector<std::string> words = vocab.words();
   const std::map<std::string, std::string> meta = {{"model", opt.model}};
@@ -471,7 +475,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
       parse_mode(so.mode) != Mode::Generic ? static_cast<size_t>(std::max(1, so.lookahead)) : 0;
   int ep = start_epoch;
   for (; ep < opt.epochs; ++ep) {
-    const std::vector<size_t>& order = batch_order.next_epoch(run.shuffle);
+    const std::vector<size_t>& order = batch_order.next_epoch(run.shuffle, bs);
     const size_t first = ep == start_epoch ? start_batch : 0;
     if (first == 0)
       run.new_epoch();

@@ -18,14 +18,25 @@
 
 namespace pejit::runtime {
 
+/// How the training examples are ordered from epoch to epoch (`pejit train --shuffle`).
+enum class Shuffle : uint8_t {
+  Examples, ///< every epoch a new order of the examples (the default)
+  Batches,  ///< the batches of the first epoch's order kept, every epoch in a new order
+  None,     ///< the first epoch's order in every epoch (--fixed-batches)
+};
+/// "examples", "batches" or "none" (`--shuffle`'s words); anything else is an Error naming
+/// `what`.
+Shuffle parse_shuffle(const std::string& word, const std::string& what);
+const char* shuffle_name(Shuffle s);
+
 struct TrainOptions {
   std::string model;
   std::string data;
   std::string dev;
   int epochs = 1;
   int batch = 25;
-  int64_t limit = 0; ///< use the first N training trees (0: all)
-  bool fixed_batches = false;
+  int64_t limit = 0;                   ///< use the first N training trees (0: all)
+  Shuffle shuffle = Shuffle::Examples; ///< BatchOrder in common.h
   /// The checkpoint written at the end, and on SIGINT/SIGTERM (handle_signals), at a failing
   /// batch (the state before it) and every save_every epochs. With save_best it holds the
   /// best epoch's model instead, and those go to "<save>.last".

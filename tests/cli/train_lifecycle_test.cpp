@@ -3,6 +3,7 @@
 // batch; --save-best keeps the best epoch and --patience stops; --resume continues a run bit
 // for bit. The binary is run as a child process (fork/exec) so that it can be signalled.
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/common.h"
 #include "tests/support/nan_model.h"
 
 #include <doctest/doctest.h>
@@ -302,6 +303,107 @@ TEST_SUITE("cli") {
     CHECK(no_state.code == 1);
     CHECK(no_state.err.find("holds no training state") != std::string::npos);
     CHECK(run_pejit({"train", kModel, "--data", data, "--init", old}).code == 0);
+  }
+
+  TEST_CASE("BatchOrder: shuffled batches are the first epoch's batches in a new order") {
+    using pejit::runtime::BatchOrder;
+    using pejit::runtime::Shuffle;
+    const size_t n = 103, batch = 10; // 10 whole batches and a short one of 3
+    BatchOrder batches(n, 5), examples(n, 5), again(n, 5);
+    const std::vector<size_t> first = batches.next_epoch(Shuffle::Batches, batch);
+    CHECK(first == examples.next_epoch(Shuffle::Examples, batch)); // the same first epoch
+    CHECK(again.next_epoch(Shuffle::Batches, batch) == first);
+    // A batch as the set of its examples.
+    auto batch_at = [&](const std::vector<size_t>& o, size_t k) {
+      std::vector<size_t> b(o.begin() + static_cast<std::ptrdiff_t>(k * batch),
+                            o.begin() + static_cast<std::ptrdiff_t>(std::min(n, (k + 1) * batch)));
+      std::sort(b.begin(), b.end());
+      return b;
+    };
+    std::vector<std::vector<size_t>> kept;
+    for (size_t k = 0; k < 10; ++k)
+      kept.push_back(batch_at(first, k));
+    std::vector<size_t> before = first;
+    for (int e = 1; e < 4; ++e) {
+      const std::vector<size_t> o = batches.next_epoch(Shuffle::Batches, batch);
+      CHECK(again.next_epoch(Shuffle::Batches, batch) == o); // the seed's, every epoch
+      CHECK(o != before);                                    // a new order of the batches
+      CHECK(o != examples.next_epoch(Shuffle::Examples, batch));
+      std::vector<std::vector<size_t>> now;
+      for (size_t k = 0; k < 10; ++k)
+        now.push_back(batch_at(o, k));
+      CHECK(std::is_permutation(now.begin(), now.end(), kept.begin()));
+      CHECK(batch_at(o, 10) == batch_at(first, 10)); // the short batch stays last
+      before = o;
+    }
+    BatchOrder none(n, 5);
+    const std::vector<size_t> fixed = none.next_epoch(Shuffle::None, batch);
+    CHECK(none.next_epoch(Shuffle::None, batch) == fixed);
+  }
+
+  TEST_CASE("train --shuffle batches: each batch planned in the first epoch only and resumed "
+            "bit for bit") {
+    const std::string& data = gen("small.txt", 200, 23);
+    // 100 batches of 2: more than the plan cache's probation list holds (64), so only plans
+    // kept from their first use are all there in the second epoch.
+    std::vector<std::string> common = {"train",  kModel,        "--data",  data, "--json",
+                                       "--mode", "specialized", "--batch", "2",  "--no-train-eval"};
+    auto with = [&](std::vector<std::string> extra) {
+      std::vector<std::string> a = common;
+      a.insert(a.end(), extra.begin(), extra.end());
+      return run_pejit(a);
+    };
+    std::string three = tmp("batches3.ckpt"), two = tmp("batches2.ckpt"),
+                more = tmp("batches_more.ckpt");
+    Ran a = with({"--epochs", "3", "--shuffle", "batches", "--save", three});
+    Ran ex = with({"--epochs", "2"});
+    Ran fixed = with({"--epochs", "2", "--fixed-batches"});
+    INFO(a.err);
+    REQUIRE(a.code == 0);
+    REQUIRE(ex.code == 0);
+    REQUIRE(fixed.code == 0);
+    auto ja = json_lines(a.out), jex = json_lines(ex.out), jfixed = json_lines(fixed.out);
+    REQUIRE(ja.size() == 3);
+    REQUIRE(jex.size() == 2);
+    REQUIRE(jfixed.size() == 2);
+    CHECK(ja[0]["loss"] == jex[0]["loss"]);    // the same first epoch
+    CHECK(ja[1]["loss"] != jex[1]["loss"]);    // then the same batches, not new ones
+    CHECK(ja[1]["loss"] != jfixed[1]["loss"]); // in a new order
+    CHECK(ja[0]["plan_cache"]["misses"].get<int64_t>() +
+              ja[0]["plan_cache"]["prefetched"].get<int64_t>() >=
+          50);
+    for (size_t e = 1; e < 3; ++e) {
+      CHECK(ja[e]["plan_cache"]["misses"] == 0);
+      CHECK(ja[e]["plan_cache"]["prefetched"] == 0);
+      CHECK(ja[e]["plan_cache"]["hits"] == 100);
+    }
+    CHECK(jex[1]["plan_cache"]["misses"].get<int64_t>() +
+              jex[1]["plan_cache"]["prefetched"].get<int64_t>() >
+          0);
+    CHECK(jfixed[1]["plan_cache"]["hits"] == 100);
+    // The order is part of the training state: a resumed run continues it.
+    REQUIRE(with({"--epochs", "2", "--shuffle", "batches", "--save", two}).code == 0);
+    CHECK(pejit::checkpoint::load(two).training->values.at("shuffle") == "batches");
+    Ran c = with({"--epochs", "3", "--resume", two, "--save", more});
+    INFO(c.err);
+    REQUIRE(c.code == 0);
+    CHECK(c.err.find("shuffled batches") != std::string::npos);
+    auto jc = json_lines(c.out);
+    REQUIRE(jc.size() == 1);
+    CHECK(jc[0]["loss"] == ja[2]["loss"]);
+    CHECK(param_bytes(three) == param_bytes(more));
+    // A training state with an order pejit does not know is refused, naming it.
+    auto bad = pejit::checkpoint::load(two);
+    bad.training->values["shuffle"] = "sometimes";
+    std::string odd = tmp("batches_odd.ckpt");
+    pejit::checkpoint::save(odd, bad);
+    Ran refused = with({"--epochs", "3", "--resume", odd});
+    CHECK(refused.code == 1);
+    CHECK(refused.err.find("training.shuffle: 'sometimes' is not a data order") !=
+          std::string::npos);
+    Ran both = with({"--epochs", "1", "--shuffle", "none", "--fixed-batches"});
+    CHECK(both.code != 0);
+    CHECK(both.err.find("excludes") != std::string::npos);
   }
 
   TEST_CASE("train --save-every: a run killed later keeps the last periodic checkpoint") {

@@ -563,6 +563,21 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(cache.evictions() == 2);
   }
 
+  TEST_CASE("plan cache: when batches repeat new plans skip probation but not the bounds") {
+    runtime::PlanCache cache({/*entries=*/4, /*bytes=*/1000, /*probation_entries=*/1,
+                              /*repeat=*/true});
+    for (uint64_t k = 1; k <= 4; ++k)
+      cache.publish(k, plan_of("a"), 1); // one use each: on probation they would go
+    CHECK(cache.count("a") == 4);
+    CHECK(cache.evictions() == 0);
+    CHECK(cache.use_or_claim(1) != nullptr); // refreshed: 2 is now the least recently used
+    cache.publish(5, plan_of("a"), 1);
+    CHECK(cache.count("a") == 4);
+    CHECK(cache.evictions() == 1);
+    CHECK_FALSE(cache.cached(2));
+    CHECK(cache.cached(1));
+  }
+
   TEST_CASE("plan cache: a batch that catches up with its plan being made waits for it") {
     runtime::PlanCache cache({});
     REQUIRE(cache.claim(1)); // the pipeline makes key 1's plan
