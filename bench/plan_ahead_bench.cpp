@@ -177,8 +177,10 @@ int main(int argc, char** argv) {
   runtime::ChromeTrace trace(false);
   runtime::SpecializerService service(m, dims, true, nullptr, trace);
   std::ofstream out;
-  if (!dump.empty())
+  if (!dump.empty()) {
     out.open(dump);
+    service.keep_instances(true); // the dump writes every instance's rows
+  }
   Instructions ins;
   std::vector<size_t> order(encoded.size());
   std::iota(order.begin(), order.end(), size_t{0});

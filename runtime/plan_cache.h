@@ -24,7 +24,9 @@ namespace pejit::runtime {
 /// thread runs it while the pipeline interns new templates.
 struct PlanEntry {
   std::string entry;
-  specializer::Residual residual; ///< instances, constants, outputs; inputs cleared
+  /// Constants, outputs, result shape, random slots; inputs cleared, and instances and their
+  /// arguments dropped once the layout is made (SpecializerService::keep_instances)
+  specializer::Residual residual;
   specializer::Plan plan;
   ExecLayout layout; ///< the executor's index maps and arena offsets
   /// Set once a compile of this plan's templates has been asked for.

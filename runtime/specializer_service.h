@@ -129,6 +129,12 @@ public:
   /// --stages); `*stages` must outlive the timing.
   void time_stages(PlanningStages* stages) { stages_ = stages; }
 
+  /// Whether the plans made from now on keep their residual's instances and arguments and the
+  /// plan's per-instance maps (group_of, row_of), for a caller that writes them out
+  /// (pejit_plan_ahead_bench --dump). By default a plan drops them once its layout is made:
+  /// running it reads the layout. Set before planning starts.
+  void keep_instances(bool on) { keep_instances_ = on; }
+
 private:
   struct Refusal {
     uint64_t cone;
@@ -142,6 +148,7 @@ private:
   ChromeTrace& trace_;
   ConeVersions cones_;
   PlanningStages* stages_ = nullptr; ///< time_stages'
+  bool keep_instances_ = false;      ///< keep_instances' (set before planning starts)
 
   std::mutex mu_;                        // held for a whole partial evaluation: one at a time
   specializer::TemplateTable templates_; // under mu_

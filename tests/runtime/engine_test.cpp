@@ -2,12 +2,14 @@
 // tolerances of tests/support/compare.h, same batch order), failures and refusals fall back to
 // generic with the reason counted, the plan cache reuses, evicts and invalidates exactly what it
 // should, and the background pipeline publishes prefetched plans.
+#include "runtime/chrome_trace.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/data/tree_io.h"
 #include "runtime/engine.h"
 #include "runtime/fault_hooks.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/plan_cache.h"
+#include "runtime/specializer_service.h"
 #include "runtime/train/encode.h"
 #include "src/types/check.h"
 #include "src/util/check.h"
@@ -500,6 +502,32 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK(std::fabs(ga.loss - ra.loss) <= 1e-5 * std::fabs(ra.loss));
     CHECK(std::fabs(gb.loss - rb.loss) <= 1e-5 * std::fabs(rb.loss));
     CHECK(std::fabs(ga.loss - gb.loss) > 1e-3); // the payloads did change the result
+  }
+
+  TEST_CASE("a published plan keeps what running it reads and drops its instances") {
+    Setup s(1);
+    runtime::ChromeTrace trace(false);
+    runtime::SpecializerService service(s.m, s.dims, true, nullptr, trace);
+    auto make = [&] {
+      runtime::PlanKey key = service.key("loss", s.batches[0]);
+      std::string why;
+      double secs = 0;
+      auto e = service.make("loss", s.batches[0], key.slots, why, secs);
+      REQUIRE_MESSAGE(e != nullptr, why);
+      return e;
+    };
+    auto e = make();
+    CHECK(e->residual.instances.empty());
+    CHECK(e->residual.arg_pool.empty());
+    CHECK(e->plan.group_of.empty());
+    CHECK(e->plan.row_of.empty());
+    CHECK_FALSE(e->plan.groups.empty());
+    CHECK(e->layout.groups.size() == e->plan.groups.size());
+    service.keep_instances(true); // for a caller that writes the instances out
+    auto kept = make();
+    CHECK_FALSE(kept->residual.instances.empty());
+    CHECK(kept->plan.group_of.size() == kept->residual.instances.size());
+    CHECK(kept->plan.groups.size() == e->plan.groups.size());
   }
 
   // A plan of `entry` whose size counts `bytes` towards the cache's byte bound.
