@@ -170,8 +170,8 @@ struct Engine::Impl {
     PlanCache& plans;
     uint64_t key;
     bool published = false;
-    void publish(std::shared_ptr<const PlanEntry> e, int uses) {
-      plans.publish(key, std::move(e), uses);
+    void publish(std::shared_ptr<const PlanEntry> e, int uses, bool repeats) {
+      plans.publish(key, std::move(e), uses, repeats);
       published = true;
     }
     ~Claim() {
@@ -201,7 +201,7 @@ struct Engine::Impl {
     auto e = specializer.make(entry, batch, key.slots, why, s,
                               facts ? BatchKnown{facts->depth, facts->skeleton} : BatchKnown{});
     if (e)
-      claim.publish(e, 1);
+      claim.publish(e, 1, facts && facts->repeats);
     stats.plan_miss(s);
     return e;
   }
@@ -226,7 +226,7 @@ struct Engine::Impl {
     auto e = specializer.make(entry, batch, key.slots, why, s, BatchKnown{f.depth, f.skeleton});
     if (!e)
       return; // that batch will be planned inline, or run generic
-    claim.publish(e, 0);
+    claim.publish(e, 0, f.repeats);
     stats.plan_prefetched(s);
     if (!e->compile_requested.exchange(true))
       compile_plan(*e);
@@ -495,7 +495,9 @@ Value Engine::run(const std::string& entry, const Value& batch, const interp::Pa
 }
 
 BatchFacts Engine::facts(const Value& batch) const {
-  return impl_->facts_of(batch);
+  BatchFacts f = impl_->facts_of(batch);
+  f.repeats = true;
+  return f;
 }
 
 void Engine::prefetch(const std::string& entry, std::vector<Value> batches) {

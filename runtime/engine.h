@@ -137,6 +137,9 @@ struct BatchFacts {
   uint64_t key_hash = 0;        ///< the batch's part of its plan key (skeleton, equal payloads)
   std::vector<int32_t> slots;   ///< its equal payloads (with merging)
   std::vector<Tensor> payloads; ///< specializer::batch_payloads
+  /// Made by Engine::facts() for a caller that runs the batch again: its plan is kept from
+  /// its first use (the plan cache's LRU list), not put on probation.
+  bool repeats = false;
 };
 
 class Engine {

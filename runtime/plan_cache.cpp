@@ -49,14 +49,14 @@ std::shared_ptr<const PlanEntry> PlanCache::use(Slots::iterator it) {
   return entry;
 }
 
-void PlanCache::publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses) {
+void PlanCache::publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses, bool repeats) {
   std::lock_guard<std::mutex> lock(mu_);
   if (making_.erase(key))
     made_.notify_all();
   if (slots_.count(key))
     return;
   bytes_ += e->bytes;
-  const bool reused = ghosts_.erase(key) > 0 || limits_.repeat;
+  const bool reused = ghosts_.erase(key) > 0 || limits_.repeat || repeats;
   auto& list = reused ? lru_ : probation_;
   list.push_front(key);
   slots_.emplace(key, Slot{std::move(e), list.begin(), reused, uses});

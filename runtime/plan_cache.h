@@ -71,7 +71,9 @@ public:
   void abandon(uint64_t key);
   /// Publishes `e` under `key` unless a plan is there already, ending a claim of `key`.
   /// `uses`: 1 for a plan made for the batch that runs it now, 0 for one made ahead.
-  void publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses);
+  /// `repeats`: its batch is known to run again (a scored data set's): on the LRU list at
+  /// once, as every plan is with PlanCacheLimits::repeat.
+  void publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses, bool repeats = false);
   /// Drops the plans of these entries (their definitions changed).
   void drop_entries(const std::vector<std::string>& entries);
   /// The number of cached plans of `entry`.

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 namespace tests_runtime_engine_test {
@@ -528,6 +529,29 @@ entry gated_loss(batch: List[Tree]) -> f32[] { sum_list(map(gated, batch)) }
     CHECK_FALSE(kept->residual.instances.empty());
     CHECK(kept->plan.group_of.size() == kept->residual.instances.size());
     CHECK(kept->plan.groups.size() == e->plan.groups.size());
+  }
+
+  TEST_CASE("a batch run again with its facts keeps its plan past probation") {
+    Setup s(4);
+    runtime::EngineOptions eo;
+    eo.mode = runtime::Mode::Specialized;
+    eo.plan_probation_entries = 1;
+    runtime::Engine engine(s.m, s.dims, eo);
+    interp::Params params = interp::init_params(*s.m, s.dims, 4);
+    const runtime::BatchFacts kept = engine.facts(s.batches[0]); // a scored set's batch
+    CHECK(kept.repeats);
+    const interp::Value first = engine.run("loss", s.batches[0], params, &kept);
+    // Three other batches' plans, each pushing the one before it off probation.
+    for (size_t b = 1; b < 4; ++b)
+      engine.run("loss", s.batches[b], params);
+    CHECK(engine.stats().plan_misses == 4);
+    const interp::Value again = engine.run("loss", s.batches[0], params, &kept);
+    CHECK(engine.stats().plan_misses == 4); // its plan was kept
+    CHECK(engine.stats().plan_hits == 1);
+    CHECK(std::memcmp(first.as_tensor().raw(), again.as_tensor().raw(), 4) == 0);
+    // A batch run without facts is not known to come back: its plan went with probation.
+    engine.run("loss", s.batches[1], params);
+    CHECK(engine.stats().plan_misses == 5);
   }
 
   // A plan of `entry` whose size counts `bytes` towards the cache's byte bound.
