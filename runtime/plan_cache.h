@@ -49,8 +49,10 @@ struct PlanCacheLimits {
 /// out first, but a plan made ahead waits for its batch unless the byte bound is hit); its
 /// second use moves it to the LRU list of reused plans. A key that left probation unused is
 /// remembered (a ghost): if its plan is published again it goes straight to the LRU list, so
-/// passes that repeat less often than probation turns over (evaluation each epoch, fixed
-/// batches) are kept from their second pass on. A key whose plan is being made is claimed, so
+/// passes that repeat less often than probation turns over are kept from their second pass
+/// on. A plan whose batch is known to repeat (a scored data set's; every plan when the
+/// caller's batches repeat: PlanCacheLimits::repeat) goes there at once, kept from its first
+/// pass. A key whose plan is being made is claimed, so
 /// that a batch that catches up with it waits for that plan instead of making it twice. Owns
 /// the lists, the slots, the ghosts, the claims and the eviction count, all under its one lock.
 class PlanCache {
@@ -60,9 +62,9 @@ public:
   /// Whether a plan for `key` is cached. Only asks: neither a use nor a refresh.
   bool cached(uint64_t key) const;
   /// The plan for `key` for a batch about to run it (a use: counts towards promotion and
-  /// refreshes its place on the LRU list), waiting while another
-  /// thread makes it (claim): a batch that catches up with its plan being made ahead waits for
-  /// that plan rather than making it again. Else null, and `key` is claimed for the caller,
+  /// refreshes its place on the LRU list), waiting while another thread makes it (claim): a
+  /// batch that catches up with its plan being made ahead waits for that plan rather than
+  /// making it again. Else null, and `key` is claimed for the caller,
   /// who makes its plan and publishes it, or abandons the claim.
   std::shared_ptr<const PlanEntry> use_or_claim(uint64_t key);
   /// Claims `key` for making its plan: false when its plan is cached or being made.
