@@ -185,6 +185,7 @@ def train(
             "trees_per_s": trees / max(seconds, 1e-9),
             "seconds": seconds,
             "batches": nb,
+            "shuffle": shuffle,
             "encoded_examples": _delta(after, before, "encoded_examples"),
             "specialized_batches": _delta(after, before, "specialized_batches"),
             "generic_batches": _delta(after, before, "generic_batches"),

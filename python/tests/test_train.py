@@ -71,6 +71,7 @@ def test_train_shuffled_batches_is_the_cli_order(pejit, cli, sst_data):
                       mode="specialized", train_eval=False, progress=False)
     assert [g["loss"] for g in got] == [w["loss"] for w in want]
     assert got[1]["plan_cache"]["misses"] == 0 and got[1]["plan_cache"]["prefetched"] == 0
+    assert got[0]["shuffle"] == want[0]["shuffle"] == "batches"
     with pytest.raises(pejit.Error, match="shuffle is 'examples', 'batches' or 'none'"):
         pejit.train(TREELSTM, data=train, shuffle="sometimes", progress=False)
     with pytest.raises(pejit.Error, match="fixed_batches=True is shuffle='none'"):

@@ -141,6 +141,7 @@ std::string EpochStats::json() const {
   j["batches"] = batches;
   j["encoded_examples"] = encoded_examples;
   j["threads"] = threads;
+  j["shuffle"] = shuffle_name(shuffle);
   j["specialized_batches"] = specialized_batches;
   j["generic_batches"] = generic_batches;
   j["specialized_seconds"] = specialized_seconds;
@@ -560,6 +561,7 @@ std::vector<EpochStats> train(const TrainOptions& opt, std::ostream& out_to, std
     session.check_replicas(); // every rank holds the same parameters (nothing to do alone)
     count_epoch(st, before, session.stats());
     st.tuned = opt.tuned;
+    st.shuffle = run.shuffle;
     st.device = cuda::parse_device(opt.session.device).name();
     st.nodes = run.nodes;
     st.trees = run.trees;

@@ -104,7 +104,8 @@ struct EpochStats {
   /// each is kept once encoded (KeptExamples), so a later epoch encodes only those past the
   /// bound.
   int64_t encoded_examples = 0;
-  int threads = 1; ///< the session's (SessionOptions::threads resolved)
+  int threads = 1;                     ///< the session's (SessionOptions::threads resolved)
+  Shuffle shuffle = Shuffle::Examples; ///< the run's data order (--shuffle)
   double specialized_seconds = 0, generic_seconds = 0;
   int64_t jit_batches = 0;
   double jit_seconds = 0; ///< the part of specialized_seconds that ran JIT kernels

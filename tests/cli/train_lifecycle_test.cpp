@@ -366,6 +366,9 @@ TEST_SUITE("cli") {
     REQUIRE(ja.size() == 3);
     REQUIRE(jex.size() == 2);
     REQUIRE(jfixed.size() == 2);
+    CHECK(ja[0]["shuffle"] == "batches");
+    CHECK(jex[0]["shuffle"] == "examples");
+    CHECK(jfixed[0]["shuffle"] == "none");
     CHECK(ja[0]["loss"] == jex[0]["loss"]);    // the same first epoch
     CHECK(ja[1]["loss"] != jex[1]["loss"]);    // then the same batches, not new ones
     CHECK(ja[1]["loss"] != jfixed[1]["loss"]); // in a new order
