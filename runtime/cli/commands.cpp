@@ -153,7 +153,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
              [&a](const std::string& w) { a.shuffle = runtime::parse_shuffle(w, "--shuffle"); },
              "examples: a new order of the examples every epoch; batches: the first epoch's "
              "batches, in a new order every epoch (each batch's plan is made once, then reused); "
-             "none: the first epoch's order throughout")
+             "none: the data file's order in every epoch")
           ->check(CLI::IsMember({"examples", "batches", "none"}))
           ->default_str("examples");
   app.add_flag_callback(

@@ -22,7 +22,7 @@ namespace pejit::runtime {
 enum class Shuffle : uint8_t {
   Examples, ///< every epoch a new order of the examples (the default)
   Batches,  ///< the batches of the first epoch's order kept, every epoch in a new order
-  None,     ///< the first epoch's order in every epoch (--fixed-batches)
+  None,     ///< the data file's order in every epoch (--fixed-batches)
 };
 /// "examples", "batches" or "none" (`--shuffle`'s words); anything else is an Error naming
 /// `what`.
