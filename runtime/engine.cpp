@@ -144,7 +144,7 @@ struct Engine::Impl {
         trace(!opt.trace_file.empty()),
         specializer(m, dims, opt.merge_equal, faults.get(), trace, opt.max_depth),
         plans(PlanCacheLimits{opt.plan_cache_entries, opt.plan_cache_bytes,
-                              opt.plan_probation_entries, opt.batches_repeat}) {
+                              opt.plan_probation_entries}) {
     if (faults && runners && faults->corrupt_kernel_ir())
       runners->inject_compile_failure(true);
     // Both planned modes plan ahead in the background; auto also runs a plan on reference
@@ -180,6 +180,12 @@ struct Engine::Impl {
     }
   };
 
+  // Whether a batch's plan is kept from its first use: its facts say it runs again (a scored
+  // set's), or every batch of this engine's caller does (EngineOptions::batches_repeat).
+  bool repeats(const BatchFacts* facts) const {
+    return opt.batches_repeat || (facts && facts->repeats);
+  }
+
   // The plan for `batch`: cached, or made now (counted); null with the reason when the batch
   // must run generic.
   std::shared_ptr<const PlanEntry> plan_for(const std::string& entry, const Value& batch,
@@ -201,7 +207,7 @@ struct Engine::Impl {
     auto e = specializer.make(entry, batch, key.slots, why, s,
                               facts ? BatchKnown{facts->depth, facts->skeleton} : BatchKnown{});
     if (e)
-      claim.publish(e, 1, facts && facts->repeats);
+      claim.publish(e, 1, repeats(facts));
     stats.plan_miss(s);
     return e;
   }
@@ -226,7 +232,7 @@ struct Engine::Impl {
     auto e = specializer.make(entry, batch, key.slots, why, s, BatchKnown{f.depth, f.skeleton});
     if (!e)
       return; // that batch will be planned inline, or run generic
-    claim.publish(e, 0, f.repeats);
+    claim.publish(e, 0, repeats(&f));
     stats.plan_prefetched(s);
     if (!e->compile_requested.exchange(true))
       compile_plan(*e);

@@ -56,7 +56,7 @@ void PlanCache::publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int us
   if (slots_.count(key))
     return;
   bytes_ += e->bytes;
-  const bool reused = ghosts_.erase(key) > 0 || limits_.repeat || repeats;
+  const bool reused = ghosts_.erase(key) > 0 || repeats;
   auto& list = reused ? lru_ : probation_;
   list.push_front(key);
   slots_.emplace(key, Slot{std::move(e), list.begin(), reused, uses});

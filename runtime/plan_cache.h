@@ -40,9 +40,6 @@ struct PlanCacheLimits {
   size_t entries = 2048;         ///< plans on the LRU list of reused plans
   size_t bytes = 512u << 20;     ///< bytes of every cached plan, both lists
   size_t probation_entries = 64; ///< plans on the probation list
-  /// The caller's batches repeat (SessionOptions::batches_repeat): a new plan goes straight
-  /// to the LRU list, as a ghost's does.
-  bool repeat = false;
 };
 
 /// The 2Q cache of plans over plan keys. A new plan waits on a short probation list (oldest
@@ -51,9 +48,9 @@ struct PlanCacheLimits {
 /// remembered (a ghost): if its plan is published again it goes straight to the LRU list, so
 /// passes that repeat less often than probation turns over are kept from their second pass
 /// on. A plan whose batch is known to repeat (a scored data set's; every plan when the
-/// caller's batches repeat: PlanCacheLimits::repeat) goes there at once, kept from its first
-/// pass. A key whose plan is being made is claimed, so
-/// that a batch that catches up with it waits for that plan instead of making it twice. Owns
+/// caller's batches repeat: EngineOptions::batches_repeat) goes there at once, kept from its
+/// first pass. A key whose plan is being made is claimed, so that a batch that catches up
+/// with it waits for that plan instead of making it twice. Owns
 /// the lists, the slots, the ghosts, the claims and the eviction count, all under its one lock.
 class PlanCache {
 public:
@@ -73,8 +70,8 @@ public:
   void abandon(uint64_t key);
   /// Publishes `e` under `key` unless a plan is there already, ending a claim of `key`.
   /// `uses`: 1 for a plan made for the batch that runs it now, 0 for one made ahead.
-  /// `repeats`: its batch is known to run again (a scored data set's): on the LRU list at
-  /// once, as every plan is with PlanCacheLimits::repeat.
+  /// `repeats`: its batch is known to run again (a scored data set's; every batch when the
+  /// caller's batches repeat): on the LRU list at once, as a ghost's plan is.
   void publish(uint64_t key, std::shared_ptr<const PlanEntry> e, int uses, bool repeats = false);
   /// Drops the plans of these entries (their definitions changed).
   void drop_entries(const std::vector<std::string>& entries);

@@ -60,12 +60,9 @@ public:
     for (size_t i = 0; i < n; ++i)
       order_[i] = i;
   }
-  /// The next epoch's order (`shuffle` false: the order stays as it is, the stream unused).
-  const std::vector<size_t>& next_epoch(bool shuffle) {
-    return next_epoch(shuffle ? Shuffle::Examples : Shuffle::None, 1);
-  }
-  /// The next epoch's order of batches of `batch` examples (only Shuffle::Batches reads it;
-  /// it must stay the same from epoch to epoch).
+  /// The next epoch's order, with batches of `batch` examples (only Shuffle::Batches reads
+  /// it; it must stay the same from epoch to epoch). Shuffle::None: the order stays as it is,
+  /// the stream unused.
   const std::vector<size_t>& next_epoch(Shuffle shuffle, size_t batch);
 
 private:
