@@ -93,8 +93,10 @@ Tensor ScratchArena::take(DType dt, const Shape& shape) {
   // The next view starts 64 bytes aligned; under ASan, after a poisoned redzone of 64 bytes
   // (with the alignment's gap), so that a kernel writing past its view's end is reported.
   const int64_t span = ((n + 15) & ~int64_t{15}) + (util::kAsan ? 16 : 0);
-  need_ += span;
+  asked_ += span;
+  need_ = std::max(need_, asked_);
   if (buf_.defined() && top_ + n <= buf_.numel()) {
+    util::asan_unpoison(buf_.f32() + top_, static_cast<size_t>(n) * 4); // release_to poisons
     Tensor v = buf_.view(top_, dt, shape);
     const int64_t end = std::min(top_ + span, buf_.numel());
     util::asan_poison(buf_.f32() + top_ + n, static_cast<size_t>(end - top_ - n) * 4);
@@ -115,8 +117,17 @@ void ScratchArena::reset() {
     util::asan_unpoison(buf_.raw(), buf_.nbytes());
   }
   top_ = 0;
+  asked_ = 0;
   need_ = 0;
   overflows_ = 0;
+}
+
+void ScratchArena::release_to(Mark m) {
+  PEJIT_CHECK(m.top <= top_ && m.asked <= asked_) << "ScratchArena::release_to: a later mark";
+  if (buf_.defined() && top_ > m.top) // a view still read after this is reported under ASan
+    util::asan_poison(buf_.f32() + m.top, static_cast<size_t>(top_ - m.top) * 4);
+  top_ = m.top;
+  asked_ = m.asked;
 }
 
 Tensor PackedWeights::buffer(const void* key, int64_t floats) {

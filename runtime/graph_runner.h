@@ -105,15 +105,27 @@ public:
   Tensor take(DType dt, const Shape& shape);
   /// Starts a run: what take() handed out before belongs to whoever still holds it.
   void reset();
+  /// Where the next take() starts.
+  struct Mark {
+    int64_t top = 0, asked = 0;
+  };
+  Mark mark() const { return {top_, asked_}; }
+  /// Gives back every view taken since `m`, which no one may hold any more: the next take()
+  /// reuses their elements, and the next run's buffer is sized for the most this run held at
+  /// once (an inference run gives back each group's intermediates after the group).
+  void release_to(Mark m);
   /// Buffers allocated so far (not reused from the run before).
   int64_t buffers() const { return buffers_; }
   /// Requests this run that got a block of their own (past the buffer's end).
   int64_t overflows() const { return overflows_; }
+  /// The most elements this run held at once (aligned): the next run's buffer holds them.
+  int64_t peak() const { return need_; }
 
 private:
   Tensor buf_;
-  int64_t top_ = 0;  ///< elements handed out of buf_ this run
-  int64_t need_ = 0; ///< elements this run asked for, aligned (the next buffer's size)
+  int64_t top_ = 0;   ///< elements handed out of buf_ this run
+  int64_t asked_ = 0; ///< elements this run holds, aligned, in buf_ or past its end
+  int64_t need_ = 0;  ///< the most asked_ was this run (the next buffer's size)
   int64_t buffers_ = 0, overflows_ = 0;
 };
 

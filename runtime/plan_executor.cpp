@@ -276,14 +276,18 @@ void PlanExecutor::Impl::run_group(size_t gi, const Group& g, const ExecLayout& 
     gs.gst.jit_gemm = opt.jit_gemm;
     gs.gst.workers = opt.workers;
     gs.gst.inference = !train;
+    const ScratchArena::Mark before = scratch.mark();
     gs.graph->forward(rows, xs, params, results, gs.gst, rs);
     xs.clear();
     results.clear();
     merge(stats, rs);
     stats.groups_on_graphs++;
     stats.groups_batched++;
-    if (!train)
+    if (!train) { // no backward reads this group's intermediates: the next group reuses them
       gs.gst.vals.clear();
+      gs.gst.row_stats.clear();
+      scratch.release_to(before);
+    }
     return;
   }
   InterpretedTimer timer(stats);
@@ -434,6 +438,7 @@ std::vector<Tensor> PlanExecutor::run(const specializer::Plan& plan, const speci
   Impl& I = *impl_;
   stats_.packed_buffers = I.transposed.allocated();
   stats_.scratch_buffers = I.scratch.buffers();
+  stats_.scratch_elems = I.scratch.peak();
   std::vector<Tensor> out;
   for (size_t k = 0; k < plan.outputs.size(); ++k) {
     const RowRef& o = plan.outputs[k];

@@ -77,6 +77,10 @@ struct PlanStats {
   /// Buffers allocated for the template graphs' intermediates (ScratchArena): a run reuses
   /// the last run's when nothing of it is held any more.
   int64_t scratch_buffers = 0;
+  /// The most elements of that buffer the last run held at once (ScratchArena::peak): a
+  /// training run keeps its groups' intermediates for the backward, an inference run only
+  /// one group's at a time.
+  int64_t scratch_elems = 0;
   /// Templates that run through the batching interpreter instead of their graph, and why.
   std::vector<std::string> graph_fallbacks;
   /// Groups run through the batching interpreter (not on a template graph: the cases above),

@@ -209,6 +209,7 @@ PlanExecutor::value_and_grad(const specializer::Plan& plan, const specializer::R
   I.transposed.invalidate();
   stats_.packed_buffers = I.transposed.allocated();
   stats_.scratch_buffers = I.scratch.buffers();
+  stats_.scratch_elems = I.scratch.peak();
   return out;
 }
 

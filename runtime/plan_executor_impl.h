@@ -112,8 +112,12 @@ struct PlanExecutor::Impl {
   std::vector<GroupState> st;
 
   void reserve(int64_t elems) {
-    if (!arena.defined() || arena.numel() < elems)
-      arena = Tensor::empty(DType::F32, Shape{std::max<int64_t>(elems, 16)});
+    if (arena.defined() && arena.numel() >= elems)
+      return;
+    // An eighth more, as the scratch buffer: the next plan may be a little larger. The old
+    // arena goes first, so that the two are never held at once.
+    arena = Tensor();
+    arena = Tensor::empty(DType::F32, Shape{std::max<int64_t>(elems + elems / 8, 16)});
   }
 
   char* at(int64_t off) { return static_cast<char*>(arena.raw()) + off * 4; }

@@ -512,6 +512,36 @@ TEST_CASE("ScratchArena: one run's intermediates share a buffer that the next ru
   CHECK(a.overflows() == 0);
 }
 
+TEST_CASE("ScratchArena: views given back with release_to are handed out again") {
+  runtime::ScratchArena a;
+  a.reset();
+  (void)a.take(DType::F32, Shape{64});
+  (void)a.take(DType::F32, Shape{64});
+  a.reset(); // 128 elements
+  Tensor keep = a.take(DType::F32, Shape{16});
+  const runtime::ScratchArena::Mark m = a.mark();
+  const void* first = nullptr;
+  {
+    Tensor v = a.take(DType::F32, Shape{32});
+    Tensor w = a.take(DType::F32, Shape{32});
+    first = v.raw();
+    CHECK(a.peak() == (util::kAsan ? 128 : 80));
+  }
+  a.release_to(m); // v and w are dropped: their elements are the next views'
+  Tensor x = a.take(DType::F32, Shape{48});
+  CHECK(x.raw() == first);
+  CHECK(x.shares_storage(keep));
+  CHECK(a.overflows() == 0);
+  // The next buffer holds the most that was held at once, not all that was asked for.
+  CHECK(a.peak() == (util::kAsan ? 128 : 80));
+  if (util::kAsan) // the given-back elements past x are poisoned until handed out again
+    CHECK(util::asan_poisoned(static_cast<const char*>(first) + 4 * 48 + 64));
+  x = Tensor(), keep = Tensor();
+  a.reset();
+  CHECK(a.buffers() == 1); // the 128 elements hold it
+  CHECK(a.peak() == 0);
+}
+
 // Under AddressSanitizer (scripts/asan.sh) the bytes between two views are poisoned, so that a
 // kernel writing past its output's end is reported instead of landing in the next view; a
 // reused buffer starts clean. Elsewhere there is nothing to check.

@@ -266,6 +266,26 @@ TEST_SUITE("runtime") {
     CHECK(test::same_bits(out1[0].item_f32(), first.loss));
   }
 
+  // An inference run has no backward to keep its groups' intermediates for: each group's go
+  // back to the scratch buffer when the group is done, so the run holds one group's at a
+  // time, where a training run's forward holds every group's.
+  TEST_CASE("PlanExecutor: an inference run holds one group's intermediates at a time") {
+    PlannedBatch b(40, 62);
+    auto ex = make_executor(b, options(Config::Jit));
+    Step first = train_step(*ex, b);
+    const int64_t training = ex->stats().scratch_elems;
+    std::vector<Tensor> out1 = ex->run(b.plan, b.pe.residual, b.tt, b.params);
+    const int64_t inference = ex->stats().scratch_elems;
+    CHECK(inference > 0);
+    CHECK(inference * 4 < training);
+    std::vector<Tensor> out2 = ex->run(b.plan, b.pe.residual, b.tt, b.params); // reused
+    REQUIRE(out1.size() == 1);
+    REQUIRE(out2.size() == 1);
+    CHECK(test::same_bits(out1[0], out2[0]));
+    CHECK(test::same_bits(out1[0].item_f32(), first.loss));
+    CHECK(ex->stats().scratch_elems == inference);
+  }
+
   // Under AddressSanitizer (scripts/asan.sh) the arena's bytes outside the plan's blocks are
   // poisoned for the run: a C++ kernel, gather or seed sum reading or writing past its block is
   // reported. The embedding's row-sparse gradient views two blocks (the rows' ids and their
