@@ -7,6 +7,7 @@
 #include "src/tensor/tensor.h"
 #include "src/util/asan.h"
 #include "src/util/check.h"
+#include "src/util/huge_pages.h"
 
 #include <bit>
 #include <cstdlib>
@@ -103,8 +104,11 @@ LocalCache* local_cache() {
   return &lc;
 }
 
+// Blocks of 2 MiB and more are huge-page mappings of their own: a plan's arena or a large
+// gradient is touched through first in one run, at a page fault per 2 MiB instead of per 4 KiB.
 void* system_alloc(size_t bytes) {
-  void* p = ::operator new(bytes, std::align_val_t(64), std::nothrow);
+  void* p = bytes >= util::kHugePage ? util::map_huge(bytes)
+                                     : ::operator new(bytes, std::align_val_t(64), std::nothrow);
   if (p == nullptr)
     throw Error("tensor storage: out of memory allocating " + std::to_string(bytes) + " bytes");
   shared().system_allocs.fetch_add(1, std::memory_order_relaxed);
@@ -114,7 +118,10 @@ void* system_alloc(size_t bytes) {
 // A block poisoned in the pool (storage_free) is made addressable again first.
 void system_free(void* p, size_t bytes) {
   util::asan_unpoison(p, bytes);
-  ::operator delete(p, std::align_val_t(64));
+  if (bytes >= util::kHugePage)
+    util::unmap_huge(p, bytes);
+  else
+    ::operator delete(p, std::align_val_t(64));
 }
 
 } // namespace

@@ -6,7 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -136,6 +140,36 @@ TEST_SUITE("tensor") {
     }
     CHECK(tensor_pool_stats().system_allocs == before);
     CHECK(tensor_pool_stats().reuses > 2000);
+  }
+
+  // Storage of 2 MiB and more is a huge-page mapping of its own (util::map_huge): its block
+  // (the 64-byte header, then the data) starts on a 2 MiB boundary, and where the kernel has
+  // transparent huge pages on request, /proc/self/smaps marks the mapping eligible for them.
+  TEST_CASE("pool: large storage is mapped for huge pages") {
+    Tensor t = Tensor::empty(DType::F32, {3, 1 << 20}); // 12 MiB
+    const auto data = reinterpret_cast<uintptr_t>(t.raw());
+    CHECK((data - 64) % (uintptr_t{2} << 20) == 0);
+    std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(mode, modes);
+    if (modes.find("[never]") != std::string::npos || modes.empty())
+      return; // no huge pages here: the alignment above is all there is to check
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool inside = false, eligible = false, found = false;
+    while (std::getline(smaps, line)) {
+      uintptr_t lo = 0, hi = 0;
+      if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) == 2) { // a mapping
+        inside = lo <= data && data < hi;
+        continue;
+      }
+      if (inside && line.rfind("THPeligible:", 0) == 0) {
+        found = true;
+        eligible = line.find('1') != std::string::npos;
+      }
+    }
+    if (found) // kernels before 4.19 do not say
+      CHECK(eligible);
   }
 
   // Under AddressSanitizer (scripts/asan.sh) the pool hides nothing that the system allocator
