@@ -85,12 +85,12 @@ def train(
     Options are those of `pejit train` (--epochs, --batch, --seed, --lr, --optimizer,
     --weight-decay, --clip, --mode, --lookahead, --limit, --fixed-batches, --shuffle,
     --no-train-eval, --eval-batch, --no-merge, --save). shuffle is "examples", "batches" or
-    "none"; fixed_batches=True is shuffle="none". The scores after each epoch are taken in batches of
-    eval_batch trees, as the command takes them: the dev loss is a sum of per-batch sums, so
-    its last bits depend on that size. on_epoch(metrics) is called after each epoch with the dict that
-    `pejit train --json` prints for it; returning False stops training. progress: a tqdm bar
-    (a plain line without tqdm). Returns a History: the list of per-epoch dicts, with
-    .session (the trained pejit.Session) and .vocab.
+    "none"; fixed_batches=True is shuffle="none". The scores after each epoch are taken in
+    batches of eval_batch trees, as the command takes them: the dev loss is a sum of per-batch
+    sums, so its last bits depend on that size. on_epoch(metrics) is called after each epoch
+    with the dict that `pejit train --json` prints for it; returning False stops training.
+    progress: a tqdm bar (a plain line without tqdm). Returns a History: the list of
+    per-epoch dicts, with .session (the trained pejit.Session) and .vocab.
     """
     if epochs < 1:
         raise _pejit.Error("epochs must be >= 1")
@@ -164,9 +164,9 @@ def train(
             nodes += sum(loss_nodes[i] for i in order[lo:hi])
             trees += hi - lo
             if bar is not None:
+                rate = trees / max(seconds, 1e-9)
                 bar.set_postfix_str(
-                    f"loss {loss_sum / max(1, nodes):.4f}  {trees / max(seconds, 1e-9):.0f} trees/s",
-                    refresh=False,
+                    f"loss {loss_sum / max(1, nodes):.4f}  {rate:.0f} trees/s", refresh=False
                 )
                 bar.update(1)
         if bar is not None:
