@@ -114,9 +114,8 @@ struct PlanExecutor::Impl {
   void reserve(int64_t elems) {
     if (arena.defined() && arena.numel() >= elems)
       return;
-    // An eighth more, as the scratch buffer: the next plan may be a little larger. The old
-    // arena goes first, so that the two are never held at once.
-    arena = Tensor();
+    // An eighth more, as the scratch buffer: the next plan may be a little larger, and every
+    // new arena is memory touched for the first time (the old one goes back to the pool).
     arena = Tensor::empty(DType::F32, Shape{std::max<int64_t>(elems + elems / 8, 16)});
   }
 
