@@ -56,13 +56,13 @@ Tensor run_op(OpId o, const std::vector<Tensor>& args, const ops::Attr& attr, ui
   return std::move(out[k]);
 }
 
-// dX = dY · W^T for a weight W [N,K] that every group of a plan run multiplies by: W^T is
-// packed once per run (kernels::pack_b transposes while packing) and kept in `packed` under
-// W's address + 1 byte (never dereferenced; the address itself keys the plain W^T that other
-// shapes use); it is invalidated when the parameters may change. With workers, blocks of
-// rows go to them (each row's sums are its own: the same bits).
-Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed,
-                        const Workers* workers) {
+// dX = dY · W^T for a weight W [N,K] that every group of a plan run multiplies by, into y
+// [rows, N]: W^T is packed once per run (kernels::pack_b transposes while packing) and kept in
+// `packed` under W's address + 1 byte (never dereferenced; the address itself keys the plain
+// W^T that other shapes use); it is invalidated when the parameters may change. With workers,
+// blocks of rows go to them (each row's sums are its own: the same bits).
+void matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed,
+                      const Workers* workers, float* y) {
   const int64_t k = w.dim(1), n = w.dim(0);
   const void* key = static_cast<const char*>(w.raw()) + 1;
   Tensor& p = packed.at(key);
@@ -73,17 +73,24 @@ Tensor matmul_packed_wt(const Tensor& gy, const Tensor& w, PackedWeights& packed
   const int64_t rows = gy.dim(0);
   const int64_t step =
       workers != nullptr ? workers->block_rows(rows, 2 * n * k, SplitPolicy::kRowGranule) : rows;
-  if (step >= rows)
-    return kernels::matmul_packed(gy, p, n);
-  Tensor y = Tensor::empty(DType::F32, Shape{rows, n});
+  if (step >= rows) {
+    kernels::sgemm_packed(rows, n, k, gy.f32(), k, p.f32(), 0.0f, y, n);
+    return;
+  }
   workers->for_blocks((rows + step - 1) / step,
                       [&](int64_t b) {
                         const int64_t r0 = b * step;
                         kernels::sgemm_packed(std::min(step, rows - r0), n, k, gy.f32() + r0 * k, k,
-                                              p.f32(), 0.0f, y.f32() + r0 * n, n);
+                                              p.f32(), 0.0f, y + r0 * n, n);
                       },
                       static_cast<int>(Family::GemmInputGrad));
-  return y;
+}
+
+// Whether matmul_packed_wt computes a MatMulGradA node (dY, X, W): a 2-D f32 dY [rows, N] by
+// a 2-D f32 W [K, N].
+bool packed_wt_applies(const Tensor& gy, const Tensor& w, const GraphRunner::State& st) {
+  return st.transposed != nullptr && w.rank() == 2 && gy.rank() == 2 && gy.dim(1) == w.dim(1) &&
+         gy.dtype() == DType::F32 && w.dtype() == DType::F32;
 }
 
 } // namespace
@@ -296,11 +303,13 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
     return grad2(go, x, like, ops::Attr{{ax + 1}});
   }
   case ops::RowRule::MatMulGradA:
-    if (st.transposed != nullptr && in[2].rank() == 2 && in[0].rank() == 2 &&
-        in[0].dim(1) == in[2].dim(1) && in[0].dtype() == DType::F32 && in[2].dtype() == DType::F32)
+    if (packed_wt_applies(in[0], in[2], st)) {
       // A GEMM without a transposed operand, on W^T packed once per run for every group,
       // instead of transposing W for each level's small GEMM.
-      return matmul_packed_wt(in[0], in[2], *st.transposed, st.workers);
+      Tensor y = Tensor::empty(DType::F32, Shape{in[0].dim(0), in[2].dim(0)});
+      matmul_packed_wt(in[0], in[2], *st.transposed, st.workers, y.f32());
+      return y;
+    }
     if (st.transposed != nullptr && in[2].rank() == 2) {
       Tensor& wt = st.transposed->at(in[2].raw());
       if (!wt.defined())
@@ -319,24 +328,42 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
   }
 }
 
+bool GraphRunner::gemm_into(NodeId id, State& st) const {
+  Tensor* dest = direct_dest(id, st);
+  const Node& n = tg_.g.node(id);
+  if (dest == nullptr || n.kind != Kind::Grad)
+    return false;
+  if (n.operands.size() != 3)
+    return false;
+  const Tensor& gy = st.vals[static_cast<size_t>(n.operands[0])];
+  const Tensor& w = st.vals[static_cast<size_t>(n.operands[2])];
+  if (!gy.defined() || !w.defined() || !packed_wt_applies(gy, w, st) || gy.dim(0) != st.rows ||
+      dest->numel() != st.rows * w.dim(0))
+    return false;
+  matmul_packed_wt(gy, w, *st.transposed, st.workers, dest->f32());
+  st.vals[static_cast<size_t>(id)] = dest->reshaped(Shape{st.rows, w.dim(0)});
+  return true;
+}
+
 void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
                              GraphRunStats& stats) const {
   using Clock = ProfileClock;
   // A node on its reference kernel, unless something computed it already (a split part
   // computed with its siblings, a concat made by a run, a GEMM made by its run's core).
-  // A slice that is a caller's block is copied straight into it (bind_slices).
+  // A slice or a dY·W^T that is a caller's block is written straight into it (bind_direct).
   auto compute = [&](NodeId id) {
     if (st.vals[static_cast<size_t>(id)].defined())
       return;
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
-    const bool direct = slice_into(id, st);
-    if (!direct)
+    const bool slice = slice_into(id, st);
+    const bool gemm = !slice && gemm_into(id, st);
+    if (!slice && !gemm)
       st.vals[static_cast<size_t>(id)] = eval(id, st);
     if (stats.profile) {
       auto [f, flops] = family_of(tg_.g, id, st.vals, st.rows);
       record(stats.time, f, t0, flops);
     }
-    (direct ? stats.direct_slices : stats.ref_nodes)++;
+    (slice ? stats.direct_slices : gemm ? stats.direct_gemms : stats.ref_nodes)++;
   };
   auto defined = [&](NodeId id) { return st.vals[static_cast<size_t>(id)].defined(); };
   for (size_t i = 0; i < k.steps.size();) {
@@ -453,7 +480,7 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
     for (NodeId id : leaves_)   // fill_arg fills Input nodes only
       fill_arg(id, st);
   bind(tg_.fwd_outputs, results, st);
-  bind_slices(tg_.fwd_outputs, results, st);
+  bind_direct(tg_.fwd_outputs, results, st);
   // A lookup whose rows are a result writes them into the caller's block (RowGather).
   for (const specializer::RowGather& r : result_gathers_) {
     Tensor& dest = results[static_cast<size_t>(r.result)];
@@ -463,7 +490,7 @@ void GraphRunner::forward(int64_t rows, std::span<const Tensor> args, const inte
   }
   for (const specializer::KernelSteps& k : p.fwd)
     run_kernel(k, st, stats);
-  st.slice_dests.clear();
+  st.direct_dests.clear();
   for (size_t k = 0; k < tg_.fwd_outputs.size(); ++k) {
     NodeId o = tg_.fwd_outputs[k];
     Tensor v = st.vals[static_cast<size_t>(o)];
@@ -491,10 +518,10 @@ void GraphRunner::backward(std::span<const Tensor> seeds, const interp::Params& 
     st.vals[static_cast<size_t>(s)] = v;
   }
   bind(tg_.bwd_arg_grads, arg_grads, st);
-  bind_slices(tg_.bwd_arg_grads, arg_grads, st);
+  bind_direct(tg_.bwd_arg_grads, arg_grads, st);
   for (const specializer::KernelSteps& k : p.bwd)
     run_kernel(k, st, stats);
-  st.slice_dests.clear();
+  st.direct_dests.clear();
   for (size_t a = 0; a < tg_.bwd_arg_grads.size() && a < arg_grads.size(); ++a) {
     if (!arg_grads[a].defined())
       continue;

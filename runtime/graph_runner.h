@@ -57,6 +57,8 @@ struct GraphRunStats {
   /// Last-axis slices that are a caller's block (an argument's gradient, a result), copied
   /// straight into it instead of running on reference kernels and being copied there after.
   int64_t direct_slices = 0;
+  /// dY·W^T products that are an argument's gradient, computed straight into its block.
+  int64_t direct_gemms = 0;
   bool profile = false; ///< time every launch into `time` (two clock reads per launch)
   Profile time{};
 };
@@ -181,8 +183,8 @@ public:
     bool inference = false;
     /// A launch's input and output pointers, kept for the next launch (no allocation per run).
     std::vector<float*> ins, outs;
-    /// Slice nodes whose value is a caller's block (bind_slices), with that block.
-    std::vector<std::pair<graph::NodeId, Tensor>> slice_dests;
+    /// Nodes whose value is a caller's block (bind_direct), with that block.
+    std::vector<std::pair<graph::NodeId, Tensor>> direct_dests;
     /// By reduction index: the row statistics a cross-entropy forward kernel wrote in this
     /// forward (ReductionSpec::stats_from), f32 [rows, 2]; undefined where none were.
     std::vector<Tensor> row_stats;
@@ -277,13 +279,20 @@ private:
   /// Once every run has its kernel: run outputs that are results (or argument gradients) are
   /// written by their run straight into the caller's blocks dest[k], not copied there after.
   void bind(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
-  /// Of `nodes`, the last-axis slices of per-row values that no run writes: their values go
-  /// straight into dest[k] (slice_into) when their reference node runs.
-  void bind_slices(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
-  /// Slice node `id`, bound by bind_slices: its rows copied into its block, which becomes its
+  /// Of `nodes`, the per-row values that no run writes and that a reference node can write
+  /// in place: last-axis slices (slice_into) and dY·W^T products (gemm_into). Their values go
+  /// straight into dest[k] when their node runs, instead of being copied there after.
+  void bind_direct(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
+  /// The block bind_direct gave node `id`, or null.
+  static Tensor* direct_dest(graph::NodeId id, State& st);
+  /// Slice node `id`, bound by bind_direct: its rows copied into its block, which becomes its
   /// value; false (nothing done) when it is not bound or its operand is not laid out as
   /// [rows, width] f32.
   bool slice_into(graph::NodeId id, State& st) const;
+  /// dX = dY·W^T node `id`, bound by bind_direct: computed into its block (the GEMM eval()
+  /// runs, on W^T packed once per run), which becomes its value; false (nothing done) when it
+  /// is not bound or its operands are not those of the packed GEMM.
+  bool gemm_into(graph::NodeId id, State& st) const;
   /// Argument node `id`'s lazily passed rows (State::arg_rows), or null.
   const std::vector<const float*>* arg_rows(graph::NodeId id, const State& st) const;
   /// Gathers a lazily passed argument's rows into its block, once.

@@ -177,9 +177,9 @@ void GraphRunner::bind(std::span<const NodeId> nodes, std::span<Tensor> dest, St
   }
 }
 
-void GraphRunner::bind_slices(std::span<const NodeId> nodes, std::span<Tensor> dest,
+void GraphRunner::bind_direct(std::span<const NodeId> nodes, std::span<Tensor> dest,
                               State& st) const {
-  st.slice_dests.clear();
+  st.direct_dests.clear();
   const specializer::KernelProgram& p = program();
   for (size_t k = 0; k < nodes.size() && k < dest.size(); ++k) {
     const NodeId o = nodes[k];
@@ -189,26 +189,37 @@ void GraphRunner::bind_slices(std::span<const NodeId> nodes, std::span<Tensor> d
         p.cls(o) != RowClass::Rows)
       continue;
     const graph::Node& n = tg_.g.node(o);
-    if (n.kind != graph::Kind::Op || n.op() != ops::OpId::Slice || n.type.dims.size() != 1 ||
-        n.type.dtype != DType::F32 || n.attr.ints.size() != 2 ||
-        p.cls(n.operands[0]) != RowClass::Rows || dest[k].numel() != st.rows * n.type.dims[0])
+    if (n.type.dims.size() != 1 || n.type.dtype != DType::F32 ||
+        dest[k].numel() != st.rows * n.type.dims[0])
+      continue;
+    const bool slice = n.kind == graph::Kind::Op && n.op() == ops::OpId::Slice &&
+                       n.attr.ints.size() == 2 && p.cls(n.operands[0]) == RowClass::Rows;
+    const bool gemm = n.kind == graph::Kind::Grad &&
+                      ops::grad_op_def(n.grad_op()).row == ops::RowRule::MatMulGradA &&
+                      p.cls(n.operands[0]) == RowClass::Rows &&
+                      p.cls(n.operands[2]) == RowClass::Shared;
+    if (!slice && !gemm)
       continue;
     bool bound = false; // a node that is two arguments' gradient fills one block
-    for (const auto& [id, t] : st.slice_dests)
+    for (const auto& [id, t] : st.direct_dests)
       bound = bound || id == o;
     if (!bound)
-      st.slice_dests.emplace_back(o, dest[k]);
+      st.direct_dests.emplace_back(o, dest[k]);
   }
 }
 
-bool GraphRunner::slice_into(NodeId id, State& st) const {
-  Tensor* dest = nullptr;
-  for (auto& [o, t] : st.slice_dests)
+Tensor* GraphRunner::direct_dest(NodeId id, State& st) {
+  for (auto& [o, t] : st.direct_dests)
     if (o == id)
-      dest = &t;
-  if (dest == nullptr)
-    return false;
+      return &t;
+  return nullptr;
+}
+
+bool GraphRunner::slice_into(NodeId id, State& st) const {
+  Tensor* dest = direct_dest(id, st);
   const graph::Node& n = tg_.g.node(id);
+  if (dest == nullptr || n.kind != graph::Kind::Op)
+    return false;
   const Tensor& x = st.vals[static_cast<size_t>(n.operands[0])];
   if (!x.defined() || x.dtype() != DType::F32 || x.rank() != 2 || x.dim(0) != st.rows)
     return false;

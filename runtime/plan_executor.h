@@ -60,6 +60,9 @@ struct PlanStats {
   /// Slices that are an argument's gradient or a result, copied straight into its block
   /// (not run on reference kernels and copied there after; GraphRunStats::direct_slices).
   int64_t direct_slices = 0;
+  /// dY·W^T products that are an argument's gradient, computed straight into its block
+  /// (GraphRunStats::direct_gemms).
+  int64_t direct_gemms = 0;
   int64_t panel_launches = 0; ///< runs launched fused with their GEMM per row panel
   int64_t jit_gemm_cores = 0; ///< of those, whose GEMM rows ran on the kernel's generated core
   /// Arguments not gathered by the executor: their panel cores gathered the rows themselves.

@@ -72,6 +72,7 @@ struct PlanExecutor::Impl {
     stats.jit_gemm_cores += rs.jit_gemm_cores;
     stats.ref_nodes += rs.ref_nodes;
     stats.direct_slices += rs.direct_slices;
+    stats.direct_gemms += rs.direct_gemms;
     stats.jit_reductions += rs.jit_reductions;
     stats.ce_from_stats += rs.ce_from_stats;
     accumulate(stats.profile, rs.time);

@@ -219,6 +219,43 @@ TEST_SUITE("examples") {
     }
   }
 
+  TEST_CASE("zoo: the recursive neural network's classifier gradient dX = dY W^T is computed "
+            "straight into its argument's block, the same bits run after run") {
+    data::Vocab vocab;
+    auto trees = data::gen_sst(25, 3, data::Shape::Sst, vocab);
+    test::FileModel md(PEJIT_SOURCE_DIR "/examples/recnn/recnn.pe",
+                       static_cast<int64_t>(vocab.size()));
+    const interp::Value batch = test::tree_batch(*md.m, trees);
+    specializer::TemplateTable tt;
+    auto pe = specializer::partially_evaluate(*md.m, md.dims, "loss", batch, tt);
+    REQUIRE(pe.ok);
+    specializer::Plan plan = specializer::make_plan(pe.residual, tt);
+    int64_t losses = 0;
+    for (const auto& g : plan.groups)
+      losses += g.tmpl >= 0 && tt.at(g.tmpl).name == "node_loss";
+    REQUIRE(losses == 1); // every node's classifier in one group
+    for (bool jit : {false, true}) {
+      CAPTURE(jit);
+      runtime::ExecOptions o;
+      o.kernels = jit ? &test::shared_test_kernels() : nullptr;
+      runtime::PlanExecutor ex(md.m, md.dims, o);
+      auto a = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      const runtime::PlanStats st = ex.stats();
+      std::vector<Tensor> first; // dense copies: the gradients may view the executor's arena
+      for (size_t p = 0; p < md.params.values.size(); ++p)
+        first.push_back(a.grads[p].to_dense(md.params.values[p].shape()).clone());
+      // The classifier's gradient of h, the group's one dX (compose's is its run's core).
+      CHECK(st.direct_gemms == 1);
+      auto b = ex.value_and_grad(plan, pe.residual, tt, md.params);
+      CHECK(ex.stats().direct_gemms == 2);
+      CHECK(test::same_bits(a.loss, b.loss));
+      for (size_t p = 0; p < md.params.values.size(); ++p) {
+        CAPTURE(md.params.names[p]);
+        CHECK(test::same_bits(first[p], b.grads[p].to_dense(md.params.values[p].shape())));
+      }
+    }
+  }
+
   TEST_CASE("zoo: the LSTM language model's plans == generic path, none in the interpreter (its "
             "zero state a constant its templates are specialized to)") {
     test::FileModel md(PEJIT_SOURCE_DIR "/examples/rnn/rnn.pe", 40);
