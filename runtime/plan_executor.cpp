@@ -105,13 +105,23 @@ void PlanExecutor::Impl::gather(const ExecLayout& L, const ExecLayout::Arg& a,
   char* dst = at(a.off);
   std::span<const RowSource> rows = L.rows(a);
   auto copy = [&](size_t b, size_t e) {
+    if (row_bytes == 4) { // scalar rows (a batch's word ids and labels, each its own tensor)
+      for (size_t i = b; i < e; ++i)
+        std::memcpy(dst + i * 4, ptr(rows[i], r, params), 4);
+      return;
+    }
+    const char* src = b < e ? ptr(rows[b], r, params) : nullptr;
     for (size_t i = b; i < e;) {
-      const char* src = ptr(rows[i], r, params);
       size_t j = i + 1;
-      while (j < e && ptr(rows[j], r, params) == src + (j - i) * row_bytes)
-        ++j;
+      const char* next = nullptr; // row j's source, once read
+      for (; j < e; ++j) {
+        next = ptr(rows[j], r, params);
+        if (next != src + (j - i) * row_bytes)
+          break;
+      }
       std::memcpy(dst + i * row_bytes, src, (j - i) * row_bytes);
       i = j;
+      src = next;
     }
   };
   const auto n = static_cast<int64_t>(rows.size());
