@@ -46,8 +46,13 @@ public:
       n *= dims_[i];
     return n;
   }
-  /// Appends a dimension; throws pejit::Error past kMaxRank.
-  void push_back(int64_t d);
+  /// Appends a dimension; throws pejit::Error past kMaxRank or for a negative one. Inline: the
+  /// executor builds a per-row shape this way for every value of every group.
+  void push_back(int64_t d) {
+    if (rank_ >= kMaxRank || d < 0) [[unlikely]]
+      bad_push(d);
+    dims_[rank_++] = d;
+  }
   const int64_t* begin() const { return dims_; }
   const int64_t* end() const { return dims_ + rank_; }
   std::span<const int64_t> dims() const { return {dims_, rank_}; }
@@ -58,6 +63,8 @@ public:
   std::string str() const;
 
 private:
+  [[noreturn]] void bad_push(int64_t d) const;
+
   int64_t dims_[kMaxRank] = {};
   uint8_t rank_ = 0;
 };

@@ -41,6 +41,10 @@ TEST_SUITE("tensor") {
     CHECK(prod == 6);
     CHECK_THROWS_AS(Shape({1, 2, 3, 4, 5, 6, 7, 8, 9}), Error);
     CHECK_THROWS_AS(Shape({2, -1}), Error);
+    CHECK_THROWS_WITH_AS(s.push_back(-3), doctest::Contains("negative dimension -3"), Error);
+    Shape full{1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_THROWS_WITH_AS(full.push_back(1), doctest::Contains("more than 8 dimensions"), Error);
+    CHECK(s == Shape{7, 4, 2}); // a refused dimension is not appended
   }
 
   TEST_CASE("construction and access") {
