@@ -21,6 +21,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 
 namespace tests_runtime_zoo_test {
 
@@ -97,6 +98,29 @@ struct TaggerBatch {
         md(PEJIT_SOURCE_DIR "/examples/tagger/tagger.pe", static_cast<int64_t>(vocab.size())),
         batch(test::tree_batch(*md.m, trees)) {}
 };
+
+// Two training runs of `plan` on one executor (reference kernels, or JIT ones with `jit`):
+// the second gives the first one's loss and gradients to the bit. Returns the executor's
+// statistics after each run.
+std::pair<runtime::PlanStats, runtime::PlanStats>
+run_twice(test::FileModel& md, const specializer::Plan& plan, const specializer::Residual& r,
+          const specializer::TemplateTable& tt, bool jit) {
+  runtime::ExecOptions o;
+  o.kernels = jit ? &test::shared_test_kernels() : nullptr;
+  runtime::PlanExecutor ex(md.m, md.dims, o);
+  auto a = ex.value_and_grad(plan, r, tt, md.params);
+  const runtime::PlanStats first_stats = ex.stats();
+  std::vector<Tensor> first; // dense copies: the gradients may view the executor's arena
+  for (size_t p = 0; p < md.params.values.size(); ++p)
+    first.push_back(a.grads[p].to_dense(md.params.values[p].shape()).clone());
+  auto b = ex.value_and_grad(plan, r, tt, md.params);
+  CHECK(test::same_bits(a.loss, b.loss));
+  for (size_t p = 0; p < md.params.values.size(); ++p) {
+    CAPTURE(md.params.names[p]);
+    CHECK(test::same_bits(first[p], b.grads[p].to_dense(md.params.values[p].shape())));
+  }
+  return {first_stats, ex.stats()};
+}
 
 } // namespace
 
@@ -196,26 +220,13 @@ TEST_SUITE("examples") {
     REQUIRE(words == 1);
     for (bool jit : {false, true}) {
       CAPTURE(jit);
-      runtime::ExecOptions o;
-      o.kernels = jit ? &test::shared_test_kernels() : nullptr;
-      runtime::PlanExecutor ex(md.m, md.dims, o);
-      auto a = ex.value_and_grad(plan, pe.residual, tt, md.params);
-      const runtime::PlanStats st = ex.stats();
-      std::vector<Tensor> first; // dense copies: the gradients may view the executor's arena
-      for (size_t p = 0; p < md.params.values.size(); ++p)
-        first.push_back(a.grads[p].to_dense(md.params.values[p].shape()).clone());
+      const auto [st, st2] = run_twice(md, plan, pe.residual, tt, jit);
       // Each step's x gradients (both directions; its h gradients too but at the first step,
       // whose h is the zero state) and the word loss's two state gradients: no reference
       // slice, no copy after.
       CHECK(st.direct_slices >= 2 * steps + 2);
       CHECK(st.direct_slices <= 4 * steps + 2);
-      auto b = ex.value_and_grad(plan, pe.residual, tt, md.params);
-      CHECK(ex.stats().direct_slices == 2 * st.direct_slices);
-      CHECK(test::same_bits(a.loss, b.loss));
-      for (size_t p = 0; p < md.params.values.size(); ++p) {
-        CAPTURE(md.params.names[p]);
-        CHECK(test::same_bits(first[p], b.grads[p].to_dense(md.params.values[p].shape())));
-      }
+      CHECK(st2.direct_slices == 2 * st.direct_slices);
     }
   }
 
@@ -236,23 +247,10 @@ TEST_SUITE("examples") {
     REQUIRE(losses == 1); // every node's classifier in one group
     for (bool jit : {false, true}) {
       CAPTURE(jit);
-      runtime::ExecOptions o;
-      o.kernels = jit ? &test::shared_test_kernels() : nullptr;
-      runtime::PlanExecutor ex(md.m, md.dims, o);
-      auto a = ex.value_and_grad(plan, pe.residual, tt, md.params);
-      const runtime::PlanStats st = ex.stats();
-      std::vector<Tensor> first; // dense copies: the gradients may view the executor's arena
-      for (size_t p = 0; p < md.params.values.size(); ++p)
-        first.push_back(a.grads[p].to_dense(md.params.values[p].shape()).clone());
+      const auto [st, st2] = run_twice(md, plan, pe.residual, tt, jit);
       // The classifier's gradient of h, the group's one dX (compose's is its run's core).
       CHECK(st.direct_gemms == 1);
-      auto b = ex.value_and_grad(plan, pe.residual, tt, md.params);
-      CHECK(ex.stats().direct_gemms == 2);
-      CHECK(test::same_bits(a.loss, b.loss));
-      for (size_t p = 0; p < md.params.values.size(); ++p) {
-        CAPTURE(md.params.names[p]);
-        CHECK(test::same_bits(first[p], b.grads[p].to_dense(md.params.values[p].shape())));
-      }
+      CHECK(st2.direct_gemms == 2);
     }
   }
 
