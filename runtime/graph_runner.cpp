@@ -331,9 +331,7 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
 bool GraphRunner::gemm_into(NodeId id, State& st) const {
   Tensor* dest = direct_dest(id, st);
   const Node& n = tg_.g.node(id);
-  if (dest == nullptr || n.kind != Kind::Grad)
-    return false;
-  if (n.operands.size() != 3)
+  if (dest == nullptr || n.kind != Kind::Grad || n.operands.size() != 3)
     return false;
   const Tensor& gy = st.vals[static_cast<size_t>(n.operands[0])];
   const Tensor& w = st.vals[static_cast<size_t>(n.operands[2])];

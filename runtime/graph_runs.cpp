@@ -194,7 +194,7 @@ void GraphRunner::bind_direct(std::span<const NodeId> nodes, std::span<Tensor> d
       continue;
     const bool slice = n.kind == graph::Kind::Op && n.op() == ops::OpId::Slice &&
                        n.attr.ints.size() == 2 && p.cls(n.operands[0]) == RowClass::Rows;
-    const bool gemm = n.kind == graph::Kind::Grad &&
+    const bool gemm = n.kind == graph::Kind::Grad && n.operands.size() == 3 &&
                       ops::grad_op_def(n.grad_op()).row == ops::RowRule::MatMulGradA &&
                       p.cls(n.operands[0]) == RowClass::Rows &&
                       p.cls(n.operands[2]) == RowClass::Shared;

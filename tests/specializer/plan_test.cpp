@@ -287,7 +287,7 @@ TEST_SUITE("specializer") {
     // 0: panels, their GEMM rows on the kernels' generated cores; 1: panels, the GEMM rows on
     // the C++ kernels; 2: no panels (the GEMM whole, then the run).
     interp::Interpreter::Gradients got[3];
-    int64_t ref_nodes[3] = {0, 0, 0};
+    int64_t ref_nodes[3] = {0, 0, 0}, direct_gemms[3] = {0, 0, 0};
     for (int mode : {0, 1, 2}) {
       CAPTURE(mode);
       const bool panels = mode < 2;
@@ -298,6 +298,7 @@ TEST_SUITE("specializer") {
       got[mode] = ex.value_and_grad(plan, pe.residual, tt, md.params);
       const auto& st = ex.stats();
       ref_nodes[mode] = st.ref_nodes;
+      direct_gemms[mode] = st.direct_gemms;
       // Groups: op.take, leaf, node_loss, sum, and a cell group per level above the leaves.
       const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
       // A cell's h_l, h_r (into x) and c_l, c_r (for its chain), the leaves' embedding rows
@@ -309,9 +310,15 @@ TEST_SUITE("specializer") {
       CHECK(st.jit_gemm_cores == (mode == 0 ? st.panel_launches : 0));
     }
     // With panels, no x·W (leaf, cells, classifier), dY·W^T (leaf, cells) or cell input
-    // concat(h_l, h_r) runs on its own: the cores compute them.
+    // concat(h_l, h_r) runs on its own: the cores compute them. Without, the leaf's dY·W^T,
+    // its group's gradient of x, is written into that gradient's block (a direct GEMM, as the
+    // classifier's is in every mode); the cells' are sliced into h_l's and h_r's.
     const int64_t cells = static_cast<int64_t>(plan.groups.size()) - 4;
-    CHECK(ref_nodes[2] - ref_nodes[0] == (cells + 2) + (cells + 1) + cells);
+    CHECK(direct_gemms[0] == 1);
+    CHECK(direct_gemms[1] == 1);
+    CHECK(direct_gemms[2] == 2);
+    CHECK(ref_nodes[2] + direct_gemms[2] - (ref_nodes[0] + direct_gemms[0]) ==
+          (cells + 2) + (cells + 1) + cells);
     CHECK(ref_nodes[1] == ref_nodes[0]);
     // Row results do not depend on how the rows are split into GEMM calls, and where
     // src/kernels/gemm.cpp runs its AVX-512 kernels the generated cores sum as they do (the
