@@ -328,18 +328,17 @@ Tensor GraphRunner::eval(NodeId id, State& st) const {
   }
 }
 
-bool GraphRunner::gemm_into(NodeId id, State& st) const {
-  Tensor* dest = direct_dest(id, st);
+bool GraphRunner::gemm_into(NodeId id, Tensor& dest, State& st) const {
   const Node& n = tg_.g.node(id);
-  if (dest == nullptr || n.kind != Kind::Grad || n.operands.size() != 3)
+  if (n.kind != Kind::Grad || n.operands.size() != 3)
     return false;
   const Tensor& gy = st.vals[static_cast<size_t>(n.operands[0])];
   const Tensor& w = st.vals[static_cast<size_t>(n.operands[2])];
   if (!gy.defined() || !w.defined() || !packed_wt_applies(gy, w, st) || gy.dim(0) != st.rows ||
-      dest->numel() != st.rows * w.dim(0))
+      dest.numel() != st.rows * w.dim(0))
     return false;
-  matmul_packed_wt(gy, w, *st.transposed, st.workers, dest->f32());
-  st.vals[static_cast<size_t>(id)] = dest->reshaped(Shape{st.rows, w.dim(0)});
+  matmul_packed_wt(gy, w, *st.transposed, st.workers, dest.f32());
+  st.vals[static_cast<size_t>(id)] = dest.reshaped(Shape{st.rows, w.dim(0)});
   return true;
 }
 
@@ -353,8 +352,9 @@ void GraphRunner::run_kernel(const specializer::KernelSteps& k, State& st,
     if (st.vals[static_cast<size_t>(id)].defined())
       return;
     auto t0 = stats.profile ? Clock::now() : Clock::time_point{};
-    const bool slice = slice_into(id, st);
-    const bool gemm = !slice && gemm_into(id, st);
+    Tensor* dest = direct_dest(id, st); // bound by bind_direct: a slice or a dY·W^T
+    const bool slice = dest != nullptr && slice_into(id, *dest, st);
+    const bool gemm = dest != nullptr && !slice && gemm_into(id, *dest, st);
     if (!slice && !gemm)
       st.vals[static_cast<size_t>(id)] = eval(id, st);
     if (stats.profile) {

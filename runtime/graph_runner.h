@@ -285,14 +285,14 @@ private:
   void bind_direct(std::span<const graph::NodeId> nodes, std::span<Tensor> dest, State& st) const;
   /// The block bind_direct gave node `id`, or null.
   static Tensor* direct_dest(graph::NodeId id, State& st);
-  /// Slice node `id`, bound by bind_direct: its rows copied into its block, which becomes its
-  /// value; false (nothing done) when it is not bound or its operand is not laid out as
-  /// [rows, width] f32.
-  bool slice_into(graph::NodeId id, State& st) const;
-  /// dX = dY·W^T node `id`, bound by bind_direct: computed into its block (the GEMM eval()
-  /// runs, on W^T packed once per run), which becomes its value; false (nothing done) when it
-  /// is not bound or its operands are not those of the packed GEMM.
-  bool gemm_into(graph::NodeId id, State& st) const;
+  /// Slice node `id`, bound by bind_direct to `dest`: its rows copied into that block, which
+  /// becomes its value; false (nothing done) when it is no slice or its operand is not laid
+  /// out as [rows, width] f32.
+  bool slice_into(graph::NodeId id, Tensor& dest, State& st) const;
+  /// dX = dY·W^T node `id`, bound by bind_direct to `dest`: computed into that block (the GEMM
+  /// eval() runs, on W^T packed once per run), which becomes its value; false (nothing done)
+  /// when it is no such node or its operands are not those of the packed GEMM.
+  bool gemm_into(graph::NodeId id, Tensor& dest, State& st) const;
   /// Argument node `id`'s lazily passed rows (State::arg_rows), or null.
   const std::vector<const float*>* arg_rows(graph::NodeId id, const State& st) const;
   /// Gathers a lazily passed argument's rows into its block, once.

@@ -215,10 +215,9 @@ Tensor* GraphRunner::direct_dest(NodeId id, State& st) {
   return nullptr;
 }
 
-bool GraphRunner::slice_into(NodeId id, State& st) const {
-  Tensor* dest = direct_dest(id, st);
+bool GraphRunner::slice_into(NodeId id, Tensor& dest, State& st) const {
   const graph::Node& n = tg_.g.node(id);
-  if (dest == nullptr || n.kind != graph::Kind::Op)
+  if (n.kind != graph::Kind::Op)
     return false;
   const Tensor& x = st.vals[static_cast<size_t>(n.operands[0])];
   if (!x.defined() || x.dtype() != DType::F32 || x.rank() != 2 || x.dim(0) != st.rows)
@@ -228,13 +227,13 @@ bool GraphRunner::slice_into(NodeId id, State& st) const {
   const int64_t b = n.attr.ints[0] < 0 ? n.attr.ints[0] + cols : n.attr.ints[0];
   const int64_t e = n.attr.ints[1] < 0 ? n.attr.ints[1] + cols : n.attr.ints[1];
   const int64_t w = e - b;
-  if (b < 0 || e > cols || w < 0 || dest->numel() != st.rows * w)
+  if (b < 0 || e > cols || w < 0 || dest.numel() != st.rows * w)
     return false;
   const float* src = x.f32() + b;
-  float* dst = dest->f32();
+  float* dst = dest.f32();
   for (int64_t i = 0; i < st.rows; ++i)
     std::memcpy(dst + i * w, src + i * cols, static_cast<size_t>(w) * sizeof(float));
-  st.vals[static_cast<size_t>(id)] = dest->reshaped(detail::with_rows(st.rows, n.type.dims));
+  st.vals[static_cast<size_t>(id)] = dest.reshaped(detail::with_rows(st.rows, n.type.dims));
   return true;
 }
 

@@ -554,15 +554,6 @@ void sgemm_tn_stretches(int64_t m, int64_t n, const GemmStretch* stretches, size
     sgemm(true, false, m, n, st[s].k, 1.0f, st[s].a, m, st[s].b, n, s == 0 ? beta : 1.0f, c, ldc);
 }
 
-Tensor matmul_packed(const Tensor& x, const Tensor& packed, int64_t n) {
-  PEJIT_CHECK(x.dtype() == DType::F32 && x.rank() == 2 && packed.dtype() == DType::F32 &&
-              packed.numel() == packed_size(x.dim(1), n))
-      << "matmul_packed: " << x.shape().str() << " by a packed [" << x.dim(1) << "," << n << "]";
-  Tensor y = Tensor::empty(DType::F32, Shape{x.dim(0), n});
-  sgemm_packed(x.dim(0), n, x.dim(1), x.f32(), x.dim(1), packed.f32(), 0.0f, y.f32(), n);
-  return y;
-}
-
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined() || a.dtype() != DType::F32 || b.dtype() != DType::F32)
     throw Error("matmul: needs two f32 tensors");

@@ -42,8 +42,6 @@ inline int64_t packed_panels(int64_t n) {
 /// kernels run (bit for bit), the same up to rounding elsewhere.
 void sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed,
                   float beta, float* c, int64_t ldc);
-/// x [m,k] · B [k,n] -> [m,n] with B from pack_b (a Tensor of packed_size floats).
-Tensor matmul_packed(const Tensor& x, const Tensor& packed, int64_t n);
 
 /// k rows of a weight gradient's operands: a [k, m] and b [k, n], dense rows.
 struct GemmStretch {
