@@ -12,8 +12,11 @@
 #include "specializer/huge_pages.h"
 #include "specializer/key_map.h"
 #include "specializer/residual.h"
+#include "src/interp/value.h"
 
 #include <cstdint>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace pejit::specializer {
@@ -76,6 +79,25 @@ struct FragmentMemo {
     int32_t depth = 0;      ///< deepest nesting of calls it reached, itself included
   };
 
+  /// What scanning a tree of a batch found (BatchScan in partial_eval.cpp), by the address of
+  /// the tree's items: a tree met again (an example kept from epoch to epoch) is taken whole,
+  /// its payloads numbered and its skeleton read from here, without walking it, where the
+  /// entry hands each tree only to calls that replay (partial_eval.cpp, "Trees taken whole").
+  /// `alive` tells whether the address is still that tree (it is not kept alive for this).
+  struct TreeFacts {
+    std::weak_ptr<const interp::Values> alive;
+    const void* type = nullptr; ///< the tree's type node (ir::TypeNode)
+    uint64_t h1 = 0, h2 = 0;    ///< its skeleton
+    int32_t tag = 0;            ///< its constructor
+    uint32_t fields = 0;
+    int32_t slots = 0;   ///< its payloads
+    uint64_t values = 0; ///< the values the scan counts in it (the evaluation's fuel)
+  };
+  std::unordered_map<const void*, TreeFacts> trees;
+  /// Set when a tree taken whole met a call that could not replay: the batch was evaluated
+  /// again with every tree scanned, and no tree is taken whole with this memo any more.
+  bool trees_off = false;
+
   /// (function, Int/Bool arguments, skeletons of structured ones, signatures of tensor ones)
   /// -> fragment
   KeyMap keys;
@@ -116,7 +138,7 @@ struct FragmentMemo {
   size_t bytes() const {
     return fragments.size() * sizeof(Fragment) + steps.size() * sizeof(Step) +
            refs.size() * sizeof(LocalRef) + nodes.size() * sizeof(Node) + tensors.size() * 64 +
-           keys.size() * 96;
+           keys.size() * 96 + trees.size() * (sizeof(TreeFacts) + 32);
   }
 };
 

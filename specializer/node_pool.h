@@ -23,6 +23,9 @@ struct PoolNode {
   bool known = false;      ///< whether it has one (no closure inside; fragments on)
   int32_t first_slot = 0;  ///< its payloads are the input slots [first_slot, first_slot + slots)
   int32_t slots = 0;
+  /// A tree of the batch taken whole from FragmentMemo::trees (BatchScan): its items are
+  /// placeholders, never read; only a replayed call may take it as an argument.
+  bool lazy = false;
 };
 
 // The nodes of a batch's rebuilt structure, kept in the TemplateTable's memo and reused from
@@ -45,6 +48,7 @@ struct NodePool {
       chunks.push_back(std::make_unique<PoolNode[]>(kChunk));
     PoolNode& p = chunks[used / kChunk][used % kChunk];
     ++used;
+    p.lazy = false;
     p.items.reserve(n);
     return p;
   }

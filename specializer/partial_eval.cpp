@@ -46,9 +46,28 @@
 //   (FragmentMemo::stale).
 // - Not handled: List arguments at the top of a call (list tails are views; a recursion over a
 //   list is evaluated), Int/Bool-only results are memoized but gain little.
+//
+// Trees taken whole (BatchScan::take_whole). A training set's examples are encoded once and
+// come back batch after batch as the same values, whose calls replay. The scan of such a tree
+// would walk every node (scattered on the heap, mostly out of cache) to rebuild what only its
+// root's replay reads: the root's skeleton and its range of input slots. So the memo keeps,
+// per tree of a batch's list scanned in full, that skeleton, its payload and value counts,
+// its constructor and type (FragmentMemo::trees, by the address of its items, with a weak
+// reference that tells whether that address is still the tree: values are immutable, so a
+// live tree is unchanged). A later batch takes such a tree whole: its payloads are numbered as
+// the scan would number them (the same slots, in the same order), its values counted for the
+// fuel, and its node gets placeholder items that nothing may read. That holds because:
+// - the entry hands each tree only to calls of global functions (trees_taken_whole, checked
+//   on the entry's code: `map(g, batch)`, or a lambda passing its tree only as a call's
+//   argument), so the only reader of a tree is inline_begin;
+// - inline_begin replays the call (a replay reads the skeleton and the slots, never the
+//   items) or, where it would not, throws LazyTree before the body runs: the batch is then
+//   evaluated again with every tree scanned, and this memo takes no tree whole any more.
+// Only for the engine's partial evaluations (the skeleton given, no payload copies kept).
 #include "specializer/partial_eval.h"
 
 #include "specializer/pe_backend.h"
+#include "src/types/builtins.h"
 
 #include <algorithm>
 #include <chrono>
@@ -144,13 +163,17 @@ Value residualize_batch(PeBackend& be, const Value& v) {
 class BatchScan {
 public:
   /// `hash`: whether to hash the skeleton (`h`); not when the caller has it already.
+  /// `whole`: the batch's trees may be taken whole from frags->trees (the caller has checked
+  /// that the entry hands them only to calls; needs `frags`, no hashing, no kept inputs).
   BatchScan(PeBackend& be, const ir::Module& m, const interp::DimBindings& dims,
-            std::shared_ptr<NodePool> pool, FragmentMemo* frags, bool hash)
-      : be_(be), m_(m), dims_(dims), pool_(std::move(pool)), frags_(frags), hash_(hash) {}
+            std::shared_ptr<NodePool> pool, FragmentMemo* frags, bool hash, bool whole = false)
+      : be_(be), m_(m), dims_(dims), pool_(std::move(pool)), frags_(frags), hash_(hash),
+        whole_(whole && frags != nullptr && !hash) {}
 
   uint64_t h = 0x243f6a8885a308d3ull;
   size_t count = 0;
   bool ok = true;
+  size_t whole_trees = 0; ///< trees taken whole
 
   /// The batch rebuilt (payloads replaced by input slots), or None after a mismatch.
   Value scan(const Value& v, const ir::Type& t) {
@@ -179,6 +202,7 @@ private:
   std::shared_ptr<NodePool> pool_;
   FragmentMemo* frags_;
   const bool hash_;
+  bool whole_; ///< the top list's trees may be taken whole (cleared past the top list)
   std::vector<std::unique_ptr<TypeInfo>> infos_; ///< the few type nodes of the batch's type
   // What the value scanned last adds to its parent's skeleton (fold): its code (see mix2;
   // 0 for none), and its value or its skeleton.
@@ -264,19 +288,77 @@ private:
   // rebuilt into a pool node.
   void node(const Value* xs, size_t n, TypeInfo* const* types, Value::Kind kind, int32_t tag,
             Values& out, TypeInfo* same = nullptr) {
+    // Only the batch's own list (the first node scanned) holds trees that may be taken whole.
+    const bool whole =
+        whole_ && kind == Value::Kind::List && same != nullptr && same->kind == ir::TypeKind::Adt;
+    whole_ = false;
     PoolNode& pn = pool_->take(n);
     pn.first_slot = static_cast<int32_t>(be_.num_inputs());
     Skeleton sk = open(kind, tag, n);
-    if (n > 0)
+    if (n > 0 && !whole)
       prefetch_children(xs, n);
     for (size_t i = 0; i < n && ok; ++i) {
-      if (i + 1 < n)
-        prefetch_items(xs[i + 1]);
-      scan(xs[i], same ? *same : *types[i], pn.items);
+      if (whole) {
+        if (!take_whole(xs[i], *same, pn.items))
+          scan_and_keep(xs[i], *same, pn.items);
+      } else {
+        if (i + 1 < n)
+          prefetch_items(xs[i + 1]);
+        scan(xs[i], same ? *same : *types[i], pn.items);
+      }
       if (ok)
         fold(sk);
     }
     close(pn, sk, kind, tag, out);
+  }
+
+  // A tree of the batch met before (FragmentMemo::trees), unchanged since (its items are the
+  // same ones, still alive: values are immutable), of the same type: its payloads numbered as a
+  // scan would number them, its skeleton, and placeholder items that nothing reads (only a
+  // replayed call may take the tree: PeBackend::inline_begin). Without walking it.
+  bool take_whole(const Value& v, TypeInfo& ti, Values& out) {
+    if (v.kind() != Value::Kind::Adt)
+      return false;
+    auto it = frags_->trees.find(&v.items());
+    if (it == frags_->trees.end())
+      return false;
+    const FragmentMemo::TreeFacts& t = it->second;
+    if (t.alive.expired()) { // another tree now lives at that address
+      frags_->trees.erase(it);
+      return false;
+    }
+    if (t.type != ti.type || t.tag != v.tag())
+      return false;
+    PoolNode& pn = pool_->take(t.fields);
+    pn.first_slot = static_cast<int32_t>(be_.num_inputs());
+    be_.skip_inputs(t.slots);
+    pn.slots = t.slots;
+    pn.h1 = t.h1, pn.h2 = t.h2, pn.known = true, pn.lazy = true;
+    pn.items.resize(t.fields);
+    count += t.values;
+    last_code_ = 1, last_h1_ = t.h1, last_h2_ = t.h2, last_known_ = true;
+    out.push_back(Value::with_items(
+        Value::Kind::Adt, t.tag,
+        std::shared_ptr<const Values>(std::shared_ptr<const Values>(), &pn.items)));
+    be_.note_lazy();
+    ++whole_trees;
+    return true;
+  }
+
+  // A tree scanned in full, and what a later batch needs to take it whole kept, while the
+  // memo has room (past its bound it keeps nothing new, as for fragments).
+  void scan_and_keep(const Value& v, TypeInfo& ti, Values& out) {
+    const int32_t slot0 = static_cast<int32_t>(be_.num_inputs());
+    const size_t count0 = count;
+    scan(v, ti, out);
+    if (!ok || v.kind() != Value::Kind::Adt || last_code_ != 1 || !last_known_ || frags_->full ||
+        frags_->trees_off)
+      return;
+    frags_->trees.insert_or_assign(
+        &v.items(),
+        FragmentMemo::TreeFacts{v.items_owner(), ti.type, last_h1_, last_h2_, v.tag(),
+                                static_cast<uint32_t>(v.items().size()),
+                                static_cast<int32_t>(be_.num_inputs()) - slot0, count - count0});
   }
 
   // Skeletons are two independent 64-bit hashes of (kind, tag, items) with each item as
@@ -427,7 +509,98 @@ namespace {
 PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings& dims,
                                  const std::string& entry, const Value& batch,
                                  TemplateTable& templates, const PeOptions& opt,
-                                 const interp::CallLimit& limit);
+                                 const interp::CallLimit& limit, bool whole);
+
+// Whether `e` (in one function's frame) reads local `slot` only as an argument of a call that
+// `ok(call, i)` accepts. A lambda inside is another frame: only its captures count.
+template <class Ok> bool uses_only(const ir::Expr& e, int slot, const Ok& ok) {
+  using ir::ExprKind;
+  auto is_slot = [slot](const ir::Expr& x) {
+    const auto* v = x->as<ir::Var>();
+    return v != nullptr && v->ref.kind == ir::VarRef::Kind::Local && v->ref.index == slot;
+  };
+  auto all = [&](const std::vector<ir::Expr>& xs) {
+    return std::all_of(xs.begin(), xs.end(),
+                       [&](const ir::Expr& x) { return uses_only(x, slot, ok); });
+  };
+  switch (e->kind) {
+  case ExprKind::IntLit:
+  case ExprKind::FloatLit:
+  case ExprKind::BoolLit:
+    return true;
+  case ExprKind::Var:
+    return !is_slot(e);
+  case ExprKind::Call: {
+    const auto& c = e->cast<ir::Call>();
+    if (!uses_only(c.callee, slot, ok))
+      return false;
+    for (size_t i = 0; i < c.args.size(); ++i)
+      if (is_slot(c.args[i]) ? !ok(c, i) : !uses_only(c.args[i], slot, ok))
+        return false;
+    return true;
+  }
+  case ExprKind::Binary: {
+    const auto& b = e->cast<ir::Binary>();
+    return uses_only(b.lhs, slot, ok) && uses_only(b.rhs, slot, ok);
+  }
+  case ExprKind::Unary:
+    return uses_only(e->cast<ir::Unary>().operand, slot, ok);
+  case ExprKind::Tuple:
+    return all(e->cast<ir::Tuple>().elems);
+  case ExprKind::ListLit:
+    return all(e->cast<ir::ListLit>().elems);
+  case ExprKind::Proj:
+    return uses_only(e->cast<ir::Proj>().tuple, slot, ok);
+  case ExprKind::Let: {
+    const auto& l = e->cast<ir::Let>();
+    return uses_only(l.value, slot, ok) && uses_only(l.body, slot, ok);
+  }
+  case ExprKind::If: {
+    const auto& i = e->cast<ir::If>();
+    return uses_only(i.cond, slot, ok) && uses_only(i.then_e, slot, ok) &&
+           uses_only(i.else_e, slot, ok);
+  }
+  case ExprKind::Match: {
+    const auto& mt = e->cast<ir::Match>();
+    if (!uses_only(mt.scrutinee, slot, ok))
+      return false;
+    return std::all_of(mt.arms.begin(), mt.arms.end(),
+                       [&](const ir::MatchArm& a) { return uses_only(a.body, slot, ok); });
+  }
+  case ExprKind::Lambda: {
+    const auto& l = e->cast<ir::Lambda>();
+    return std::none_of(l.captures.begin(), l.captures.end(), [slot](const ir::VarRef& r) {
+      return r.kind == ir::VarRef::Kind::Local && r.index == slot;
+    });
+  }
+  }
+  return false;
+}
+
+// Whether the entry hands the trees of its batch only to calls of global functions, so that a
+// tree taken whole (BatchScan) is read by nothing but inline_begin, which replays the call or
+// throws LazyTree before its body runs. Conservative: the batch must be used only as the list
+// of `map(g, batch)` with g a global function, or a lambda of one parameter that passes it
+// only as an argument of global functions' calls.
+bool trees_taken_whole(const ir::FnDecl& entry) {
+  if (entry.params.size() != 1 || entry.param_slots.size() != 1)
+    return false;
+  auto global_call = [](const ir::Call& c, size_t) {
+    return c.ref.kind == ir::VarRef::Kind::Global;
+  };
+  auto each_tree_to_calls = [&](const ir::Expr& f) {
+    if (const auto* v = f->as<ir::Var>())
+      return v->ref.kind == ir::VarRef::Kind::Global;
+    const auto* l = f->as<ir::Lambda>();
+    return l != nullptr && l->param_slots.size() == 1 &&
+           uses_only(l->body, l->param_slots[0], global_call);
+  };
+  return uses_only(entry.body, entry.param_slots[0], [&](const ir::Call& c, size_t i) {
+    return c.ref.kind == ir::VarRef::Kind::Builtin &&
+           c.ref.index == static_cast<int>(types::Builtin::Map) && i == 1 && c.args.size() == 2 &&
+           each_tree_to_calls(c.args[0]);
+  });
+}
 } // namespace
 
 // The batch's depth is measured first (without recursing) unless the caller gives it: the scan, the
@@ -440,7 +613,17 @@ PeResult partially_evaluate(const ir::Module& m, const interp::DimBindings& dims
       opt.depth != PeOptions::kUnknownDepth ? opt.depth : interp::nesting_depth(batch);
   interp::CallLimit limit = interp::CallLimit::of(opt.max_depth, depth, opt.calls_per_level);
   return interp::with_call_limit(limit, [&](const interp::CallLimit& l) {
-    return partially_evaluate_here(m, dims, entry, batch, templates, opt, l);
+    try {
+      return partially_evaluate_here(m, dims, entry, batch, templates, opt, l, true);
+    } catch (const pe::LazyTree&) {
+      // A tree taken whole met a call that could not replay: evaluated again, every tree
+      // scanned, and none taken whole with this memo any more.
+      if (FragmentMemo* fm = templates.pe_memo().fragments.p.get()) {
+        fm->trees_off = true;
+        fm->trees.clear();
+      }
+      return partially_evaluate_here(m, dims, entry, batch, templates, opt, l, false);
+    }
   });
 }
 
@@ -448,7 +631,7 @@ namespace {
 PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings& dims,
                                  const std::string& entry, const Value& batch,
                                  TemplateTable& templates, const PeOptions& opt,
-                                 const interp::CallLimit& limit) {
+                                 const interp::CallLimit& limit, bool whole) {
   ops::register_kernels();
   const ir::FnDecl* f = m.fn(entry);
   if (!f || !f->is_entry)
@@ -497,8 +680,12 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   if (frags)
     be->set_fragments(frags, pool.get());
   const auto scan_start = std::chrono::steady_clock::now();
-  BatchScan scan(*be, m, dims, pool, frags, !opt.skeleton.has_value());
+  // Trees met before are taken whole where nothing but a replayed call can read them.
+  whole = whole && frags != nullptr && opt.skeleton.has_value() && !opt.keep_inputs &&
+          !frags->trees_off && trees_taken_whole(*f);
+  BatchScan scan(*be, m, dims, pool, frags, !opt.skeleton.has_value(), whole);
   Value arg = scan.scan(batch, f->params[0].type);
+  out.whole_trees = scan.whole_trees;
   out.scan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - scan_start).count();
   uint64_t h = opt.skeleton ? *opt.skeleton : scan.h;

@@ -81,6 +81,9 @@ struct PeResult {
   std::string reason; ///< refusal: why
   /// Inlined calls replayed from fragments, and fragments recorded (partial_eval.cpp).
   size_t replayed = 0, recorded = 0;
+  /// Trees of the batch taken whole (met in an earlier batch; partial_eval.cpp, "Trees taken
+  /// whole"), not scanned.
+  size_t whole_trees = 0;
   /// Of the call's time, the scan of the batch before its evaluation (BatchScan: checked
   /// against the entry's type, payloads numbered, structure rebuilt).
   double scan_seconds = 0;

@@ -28,6 +28,11 @@ struct Refused {
   std::string reason;
 };
 
+/// Thrown where a call that cannot be replayed is handed a tree that BatchScan took whole
+/// (PoolNode::lazy), before anything reads the tree's placeholder items: partial evaluation
+/// then starts again with every tree scanned (partial_eval.cpp, "Trees taken whole").
+struct LazyTree {};
+
 using util::hash_mix;
 
 /// What a tensor adds to a batch's skeleton hash: its dtype and shape, never its contents
@@ -116,6 +121,14 @@ public:
   size_t num_inputs() const { return static_cast<size_t>(res_.num_inputs); }
   /// Whether input() keeps each payload tensor in Residual::inputs (PeOptions::keep_inputs).
   void set_keep_inputs(bool keep) { keep_inputs_ = keep; }
+  /// Numbers the `n` payloads of a tree taken whole (BatchScan), which Residual::inputs does
+  /// not hold (keep_inputs off): the next n input slots.
+  void skip_inputs(int32_t n) {
+    PEJIT_CHECK(!keep_inputs_) << "skip_inputs with keep_inputs on";
+    res_.num_inputs += n;
+  }
+  /// A tree of this batch was taken whole: inline_begin checks its arguments from now on.
+  void note_lazy() { ++lazy_nodes_; }
   size_t replayed() const { return replayed_; }
   /// Instances appended by the replays of calls (nested calls' included).
   size_t replayed_instances() const { return replayed_instances_; }
@@ -227,9 +240,15 @@ public:
   // Fragments (see the design note): the evaluator's memo of inlined calls.
 
   /// Replays the call if its fragment is known (kInlineReplayed), else starts recording it
-  /// (a token) where it can be (else -1).
+  /// (a token) where it can be (else -1). Throws LazyTree where it does not replay a call
+  /// handed a tree taken whole.
   int32_t inline_begin(const ir::FnDecl& f, int fn_index, const Values& args, int depth_left,
-                       Values& out, bool flat);
+                       Values& out, bool flat) {
+    const int32_t r = inline_memo(f, fn_index, args, depth_left, out, flat);
+    if (lazy_nodes_ > 0 && r != interp::kInlineReplayed && takes_lazy(args))
+      throw LazyTree{};
+    return r;
+  }
 
   /// Ends the innermost recording: its fragment, or the key marked not memoizable.
   void inline_end(int32_t token, const Value* results, size_t n, bool flat, int depth);
@@ -299,6 +318,7 @@ private:
   };
   FragmentMemo* frags_ = nullptr;
   const NodePool* pool_ = nullptr;
+  size_t lazy_nodes_ = 0;       ///< trees of this batch taken whole (note_lazy)
   std::vector<int8_t> memo_fn_; ///< per function: -1 unknown, else memo_candidate
   std::vector<int64_t> fkey_;   ///< scratch: a fragment's key
   std::vector<FrameArg> frames_;
@@ -364,6 +384,15 @@ private:
     return true;
   }
 
+  int32_t inline_memo(const ir::FnDecl& f, int fn_index, const Values& args, int depth_left,
+                      Values& out, bool flat);
+  bool takes_lazy(const Values& args) const {
+    for (const Value& a : args)
+      if (a.kind() == Value::Kind::Adt || a.kind() == Value::Kind::Tuple)
+        if (const PoolNode* p = pool_->find(&a.items()); p != nullptr && p->lazy)
+          return true;
+    return false;
+  }
   int32_t drop_frame(size_t frame) {
     frames_.resize(frame);
     return -1;

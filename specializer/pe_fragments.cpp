@@ -12,9 +12,9 @@
 
 namespace pejit::specializer::pe {
 
-[[gnu::flatten]] int32_t PeBackend::inline_begin(const ir::FnDecl& f, int fn_index,
-                                                 const Values& args, int depth_left, Values& out,
-                                                 bool flat) {
+[[gnu::flatten]] int32_t PeBackend::inline_memo(const ir::FnDecl& f, int fn_index,
+                                                const Values& args, int depth_left, Values& out,
+                                                bool flat) {
   if (!frags_)
     return -1;
   int8_t& cand = memo_fn_[static_cast<size_t>(fn_index)];

@@ -126,6 +126,13 @@ public:
       bad("no items: ");
     return *items_;
   }
+  /// What keeps a Tuple's or ADT's items alive, observed: a cache keyed by the items' address
+  /// holds this to know whether that address is still these items (specializer::FragmentMemo).
+  std::weak_ptr<const Values> items_owner() const {
+    if (kind_ != Kind::Tuple && kind_ != Kind::Adt) [[unlikely]]
+      bad("no items: ");
+    return items_;
+  }
   /// List elements from the list's offset on.
   size_t list_size() const {
     if (kind_ != Kind::List) [[unlikely]]

@@ -3,7 +3,8 @@
 // every call, instance for instance, on seeded random trees and random programs; calls where
 // a replay would be wrong or unbounded (closures, constants, overlapping arguments, fuel and
 // depth bounds) are evaluated, with the same outcome as without fragments.
-// Also: without PeOptions::keep_inputs, the same residual with no payload copies.
+// Also: without PeOptions::keep_inputs, the same residual with no payload copies; and trees
+// met before taken whole (BatchScan) give the same residual as trees scanned.
 #include "pejit/error.h"
 #include "runtime/data/synthetic.h"
 #include "runtime/train/encode.h"
@@ -156,9 +157,153 @@ size_t check_call_steps(specializer::TemplateTable& tt) {
   return calls;
 }
 
+// Partial evaluation as the engine runs it (SpecializerService::make): the skeleton given, as
+// walk_batch finds it, and no payload copies; what lets a tree met before be taken whole.
+specializer::PeOptions as_engine(const interp::Value& batch) {
+  specializer::PeOptions o;
+  o.keep_inputs = false;
+  o.skeleton = specializer::skeleton_hash(batch);
+  return o;
+}
+
+// Batches of `n` of `trees` (the same values: a tree recurs as itself, as a training set's
+// kept examples do), in order, then in `rounds` seeded shuffles.
+std::vector<interp::Value> rebatched(const interp::Values& trees, size_t n, int rounds) {
+  std::vector<size_t> order(trees.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::vector<interp::Value> batches;
+  uint64_t x = 12345;
+  for (int r = 0; r <= rounds; ++r) {
+    for (size_t b = 0; b + n <= order.size(); b += n) {
+      interp::Values xs;
+      for (size_t i = b; i < b + n; ++i)
+        xs.push_back(trees[order[i]]);
+      batches.push_back(interp::Value::list(std::move(xs)));
+    }
+    for (size_t i = order.size(); i > 1; --i) { // Fisher-Yates on a fixed LCG
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      std::swap(order[i - 1], order[(x >> 33) % i]);
+    }
+  }
+  return batches;
+}
+
+interp::Values elements(const interp::Value& list) {
+  interp::Values xs;
+  for (size_t i = 0; i < list.list_size(); ++i)
+    xs.push_back(list.list_at(i));
+  return xs;
+}
+
+// Runs every batch as the engine does through one table (trees met before taken whole) and,
+// as the engine does too, through another without fragments: the same residuals. Returns the
+// trees taken whole in all.
+size_t check_whole(const Model& md, const std::string& entry,
+                   const std::vector<interp::Value>& batches, specializer::TemplateTable& warm) {
+  specializer::TemplateTable cold;
+  size_t whole = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    CAPTURE(b);
+    const specializer::PeOptions with = as_engine(batches[b]);
+    specializer::PeOptions without = with;
+    without.fragment_memo_bytes = 0;
+    auto a = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], warm, with);
+    auto c = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], cold, without);
+    CHECK(c.whole_trees == 0);
+    REQUIRE(canonical(a, warm) == canonical(c, cold));
+    whole += a.whole_trees;
+  }
+  return whole;
+}
+
 } // namespace
 
 TEST_SUITE("specializer") {
+  TEST_CASE("trees taken whole: a tree met before is not scanned again and the residual is the "
+            "same") {
+    data::Vocab vocab;
+    auto parsed = data::gen_sst(60, 5, data::Shape::Sst, vocab);
+    Model md(kTreeLstm, true, {{"V", static_cast<int64_t>(vocab.size())}});
+    const interp::Values trees = elements(test::tree_batch(*md.m, parsed));
+    const std::vector<interp::Value> batches = rebatched(trees, 10, 2);
+    for (std::string entry : {"loss", "infer", "infer_nodes"}) {
+      CAPTURE(entry);
+      specializer::TemplateTable tt;
+      // The first pass meets every tree once; the shuffled ones take every tree whole.
+      CHECK(check_whole(md, entry, batches, tt) == 2 * trees.size());
+      CHECK(!tt.pe_memo().fragments.p->trees_off);
+    }
+    // A tree that is a new value (the same tree encoded again) is scanned.
+    specializer::TemplateTable tt;
+    check_whole(md, "loss", {batches[0]}, tt);
+    const interp::Value again = test::tree_batch(*md.m, {parsed.begin(), parsed.begin() + 10});
+    CHECK(specializer::partially_evaluate(*md.m, md.dims, "loss", again, tt, as_engine(again))
+              .whole_trees == 0);
+    // Random programs whose entries map over their trees, on reordered and repeated batches.
+    size_t taking = 0;
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+      CAPTURE(seed);
+      auto p = testgen::generate(seed);
+      INFO("program:\n" << p.source);
+      Model rp(p.source, false);
+      interp::Values xs = elements(p.batch);
+      interp::Values rev(xs.rbegin(), xs.rend());
+      interp::Values twice = xs;
+      twice.insert(twice.end(), xs.begin(), xs.end());
+      specializer::TemplateTable warm;
+      taking +=
+          check_whole(rp, "loss", {p.batch, interp::Value::list(rev), interp::Value::list(twice)},
+                      warm) > 0;
+    }
+    CHECK(taking >= 3); // the programs whose entries hand their trees to calls only
+  }
+
+  TEST_CASE("trees taken whole: none where the entry reads a tree itself or a call cannot "
+            "replay") {
+    Model md(R"(type T = L(x: f32[2]) | N(l: T, r: T)
+fn f(t: T) -> f32[] { match t { L(x) => sum(x) N(l, r) => f(l) + f(r) } }
+fn two(a: T, b: T) -> f32[] { f(a) + f(b) }
+entry direct(ts: List[T]) -> f32[] {
+  sum_list(map(fn t => match t { L(x) => sum(x) N(l, r) => f(l) + f(r) }, ts))
+}
+entry aliased(ts: List[T]) -> f32[] { sum_list(map(fn t => { let u = t; f(u) }, ts)) }
+entry twice(ts: List[T]) -> f32[] { sum_list(map(fn t => two(t, t), ts)) }
+entry mapped(ts: List[T]) -> f32[] { sum_list(map(f, ts)) }
+)",
+             false);
+    const interp::Values trees{node(leaf(1), node(leaf(2), leaf(3))),
+                               node(node(leaf(4), leaf(5)), leaf(6)), leaf(7)};
+    const std::vector<interp::Value> batches = rebatched(trees, 3, 2);
+    // The entry reads its trees itself (a match, a let): never taken whole.
+    for (std::string entry : {"direct", "aliased"}) {
+      CAPTURE(entry);
+      specializer::TemplateTable tt;
+      CHECK(check_whole(md, entry, batches, tt) == 0);
+    }
+    // A call handed the same tree twice is never replayed: the second batch takes its trees
+    // whole, meets that call, and is evaluated again with every tree scanned; after that no
+    // tree is taken whole with this memo.
+    specializer::TemplateTable tt;
+    CHECK(check_whole(md, "twice", batches, tt) == 0);
+    CHECK(tt.pe_memo().fragments.p->trees_off);
+    CHECK(tt.pe_memo().fragments.p->trees.empty());
+    specializer::TemplateTable mapped;
+    CHECK(check_whole(md, "mapped", batches, mapped) == 2 * trees.size());
+  }
+
+  TEST_CASE("trees taken whole: a model whose encoder draws random numbers (dropout) replays "
+            "nothing and is evaluated again") {
+    data::Vocab vocab;
+    auto parsed = data::gen_sst(20, 3, data::Shape::Sst, vocab);
+    Model md(PEJIT_SOURCE_DIR "/examples/treelstm/treelstm_dropout.pe", true,
+             {{"V", static_cast<int64_t>(vocab.size())}});
+    const interp::Values trees = elements(test::tree_batch(*md.m, parsed));
+    specializer::TemplateTable tt;
+    CHECK(check_whole(md, "loss", rebatched(trees, 10, 1), tt) == 0);
+    CHECK(tt.pe_memo().fragments.p->trees_off);
+  }
+
   TEST_CASE("partial evaluation without keep_inputs: the same input slots, no payload copies") {
     data::Vocab vocab;
     auto trees = data::gen_sst(40, 11, data::Shape::Sst, vocab);
