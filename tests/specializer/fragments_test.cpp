@@ -91,21 +91,32 @@ specializer::PeOptions no_fragments() {
 
 const std::string kTreeLstm = PEJIT_SOURCE_DIR "/examples/treelstm/treelstm.pe";
 
+// One batch through `warm` with `with` and through `cold` with the same options but no
+// fragments: the same residual. Returns the first.
+specializer::PeResult same_as_evaluation(const Model& md, const std::string& entry,
+                                         const interp::Value& batch,
+                                         specializer::TemplateTable& warm,
+                                         specializer::TemplateTable& cold,
+                                         const specializer::PeOptions& with) {
+  specializer::PeOptions without = with;
+  without.fragment_memo_bytes = 0;
+  auto a = specializer::partially_evaluate(*md.m, md.dims, entry, batch, warm, with);
+  auto c = specializer::partially_evaluate(*md.m, md.dims, entry, batch, cold, without);
+  CHECK(c.replayed == 0);
+  CHECK(c.whole_trees == 0);
+  REQUIRE(canonical(a, warm) == canonical(c, cold));
+  return a;
+}
+
 // Runs every batch through one table with fragments and through another without, comparing
 // each residual; returns the calls replayed in all.
 size_t check_same(const Model& md, const std::string& entry,
                   const std::vector<interp::Value>& batches, specializer::PeOptions with = {}) {
   specializer::TemplateTable warm, cold;
   size_t replayed = 0;
-  specializer::PeOptions without = with;
-  without.fragment_memo_bytes = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
     CAPTURE(b);
-    auto a = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], warm, with);
-    auto c = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], cold, without);
-    CHECK(c.replayed == 0);
-    REQUIRE(canonical(a, warm) == canonical(c, cold));
-    replayed += a.replayed;
+    replayed += same_as_evaluation(md, entry, batches[b], warm, cold, with).replayed;
   }
   return replayed;
 }
@@ -196,6 +207,15 @@ interp::Values elements(const interp::Value& list) {
   return xs;
 }
 
+// `batch`, its trees reversed, and each of its trees twice (the same values).
+std::vector<interp::Value> reordered(const interp::Value& batch) {
+  const interp::Values xs = elements(batch);
+  interp::Values twice = xs;
+  twice.insert(twice.end(), xs.begin(), xs.end());
+  return {batch, interp::Value::list(interp::Values(xs.rbegin(), xs.rend())),
+          interp::Value::list(std::move(twice))};
+}
+
 // Runs every batch as the engine does through one table (trees met before taken whole) and,
 // as the engine does too, through another without fragments: the same residuals. Returns the
 // trees taken whole in all.
@@ -205,14 +225,8 @@ size_t check_whole(const Model& md, const std::string& entry,
   size_t whole = 0;
   for (size_t b = 0; b < batches.size(); ++b) {
     CAPTURE(b);
-    const specializer::PeOptions with = as_engine(batches[b]);
-    specializer::PeOptions without = with;
-    without.fragment_memo_bytes = 0;
-    auto a = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], warm, with);
-    auto c = specializer::partially_evaluate(*md.m, md.dims, entry, batches[b], cold, without);
-    CHECK(c.whole_trees == 0);
-    REQUIRE(canonical(a, warm) == canonical(c, cold));
-    whole += a.whole_trees;
+    whole +=
+        same_as_evaluation(md, entry, batches[b], warm, cold, as_engine(batches[b])).whole_trees;
   }
   return whole;
 }
@@ -240,23 +254,6 @@ TEST_SUITE("specializer") {
     const interp::Value again = test::tree_batch(*md.m, {parsed.begin(), parsed.begin() + 10});
     CHECK(specializer::partially_evaluate(*md.m, md.dims, "loss", again, tt, as_engine(again))
               .whole_trees == 0);
-    // Random programs whose entries map over their trees, on reordered and repeated batches.
-    size_t taking = 0;
-    for (uint64_t seed = 1; seed <= 40; ++seed) {
-      CAPTURE(seed);
-      auto p = testgen::generate(seed);
-      INFO("program:\n" << p.source);
-      Model rp(p.source, false);
-      interp::Values xs = elements(p.batch);
-      interp::Values rev(xs.rbegin(), xs.rend());
-      interp::Values twice = xs;
-      twice.insert(twice.end(), xs.begin(), xs.end());
-      specializer::TemplateTable warm;
-      taking +=
-          check_whole(rp, "loss", {p.batch, interp::Value::list(rev), interp::Value::list(twice)},
-                      warm) > 0;
-    }
-    CHECK(taking >= 3); // the programs whose entries hand their trees to calls only
   }
 
   TEST_CASE("trees taken whole: none where the entry reads a tree itself or a call cannot "
@@ -364,24 +361,22 @@ entry mapped(ts: List[T]) -> f32[] { sum_list(map(f, ts)) }
     }
   }
 
-  TEST_CASE("fragments: random programs on permuted and repeated batches equal evaluation") {
-    int replaying = 0;
+  TEST_CASE("fragments: random programs on permuted and repeated batches equal evaluation, "
+            "their trees taken whole too") {
+    int replaying = 0, taking = 0;
     for (uint64_t seed = 1; seed <= 60; ++seed) {
       CAPTURE(seed);
       auto p = testgen::generate(seed);
       INFO("program:\n" << p.source);
       Model md(p.source, false);
-      interp::Values items;
-      for (size_t i = 0; i < p.batch.list_size(); ++i)
-        items.push_back(p.batch.list_at(i));
-      interp::Values rev(items.rbegin(), items.rend());
-      interp::Values twice = items;
-      twice.insert(twice.end(), items.begin(), items.end());
-      std::vector<interp::Value> batches{p.batch, interp::Value::list(rev),
-                                         interp::Value::list(twice), p.batch};
+      std::vector<interp::Value> batches = reordered(p.batch);
+      batches.push_back(p.batch);
       replaying += check_same(md, "loss", batches) > 0;
+      specializer::TemplateTable warm; // as the engine runs it: trees met before taken whole
+      taking += check_whole(md, "loss", batches, warm) > 0;
     }
     CHECK(replaying > 20); // most programs have recursive encoders that replay
+    CHECK(taking >= 3);    // the programs whose entries hand their trees to calls only
   }
 
   TEST_CASE("fragments: calls a replay could get wrong are evaluated") {
