@@ -79,7 +79,7 @@ struct FragmentMemo {
     int32_t depth = 0;      ///< deepest nesting of calls it reached, itself included
   };
 
-  /// What scanning a tree of a batch found (BatchScan in partial_eval.cpp), by the address of
+  /// What scanning a tree of a batch found (BatchScan, specializer/batch_scan.h), by the address of
   /// the tree's items: a tree met again (an example kept from epoch to epoch) is taken whole,
   /// its payloads numbered and its skeleton read from here, without walking it, where the
   /// entry hands each tree only to calls that replay (partial_eval.cpp, "Trees taken whole").

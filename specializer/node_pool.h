@@ -1,6 +1,7 @@
-// The memory of a batch's rebuilt structure (BatchScan in partial_eval.cpp), which the partial
-// evaluator's backend (pe_backend.h) reads: per node its items, its skeleton and its range of
-// input slots, in a pool kept by the TemplateTable's memo and reused from batch to batch.
+// The memory of a batch's rebuilt structure (BatchScan, specializer/batch_scan.h), which the
+// partial evaluator's backend (pe_backend.h) reads: per node its items, its skeleton and its
+// range of input slots, in a pool kept by the TemplateTable's memo and reused from batch to
+// batch.
 // Internal to the partial evaluator.
 #pragma once
 
@@ -15,8 +16,8 @@ namespace pejit::specializer::pe {
 
 using interp::Values;
 
-/// A node of a batch's rebuilt structure (BatchScan in partial_eval.cpp): its items, and what
-/// fragments key and replay a call on it by.
+/// A node of a batch's rebuilt structure (BatchScan, specializer/batch_scan.h): its items, and
+/// what fragments key and replay a call on it by.
 struct PoolNode {
   Values items;
   uint64_t h1 = 0, h2 = 0; ///< its skeleton (BatchScan): 128 bits of hash

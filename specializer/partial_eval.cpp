@@ -47,9 +47,9 @@
 // - Not handled: List arguments at the top of a call (list tails are views; a recursion over a
 //   list is evaluated), Int/Bool-only results are memoized but gain little.
 //
-// Trees taken whole (BatchScan::take_whole). A training set's examples are encoded once and
-// come back batch after batch as the same values, whose calls replay. The scan of such a tree
-// would walk every node (scattered on the heap, mostly out of cache) to rebuild what only its
+// Trees taken whole (BatchScan::take_whole, batch_scan.h). A training set's examples are encoded
+// once and come back batch after batch as the same values, whose calls replay. The scan of such a
+// tree would walk every node (scattered on the heap, mostly out of cache) to rebuild what only its
 // root's replay reads: the root's skeleton and its range of input slots. So the memo keeps,
 // per tree of a batch's list scanned in full, that skeleton, its payload and value counts,
 // its constructor and type (FragmentMemo::trees, by the address of its items, with a weak

@@ -145,7 +145,7 @@ struct PeMemo {
   std::vector<Tensor> const_vals;
   /// The largest residual seen: what the next batch reserves.
   size_t hint_instances = 0, hint_args = 0, hint_inputs = 0, hint_rvals = 0, hint_parts = 0;
-  /// Memory the partial evaluator reuses from batch to batch (partial_eval.cpp: the vectors
+  /// Memory the partial evaluator reuses from batch to batch (BatchScan, batch_scan.h: the vectors
   /// of a batch's rebuilt structure). A copy of the memo starts without it.
   struct Scratch {
     std::shared_ptr<void> p;
