@@ -220,6 +220,12 @@ private:
     if (!ok || v.kind() != Value::Kind::Adt || last_code_ != 1 || !last_known_ || frags_->full ||
         frags_->trees_off)
       return;
+    // Batches of new trees (not a training set's kept examples) leave facts of trees that are
+    // gone: swept whenever the table has doubled since the last sweep.
+    if (frags_->trees.size() >= frags_->trees_swept_at) {
+      std::erase_if(frags_->trees, [](const auto& e) { return e.second.alive.expired(); });
+      frags_->trees_swept_at = std::max<size_t>(1024, 2 * frags_->trees.size());
+    }
     frags_->trees.insert_or_assign(
         &v.items(),
         FragmentMemo::TreeFacts{v.items_owner(), ti.type, last_h1_, last_h2_, v.tag(),

@@ -83,7 +83,9 @@ struct FragmentMemo {
   /// the tree's items: a tree met again (an example kept from epoch to epoch) is taken whole,
   /// its payloads numbered and its skeleton read from here, without walking it, where the
   /// entry hands each tree only to calls that replay (partial_eval.cpp, "Trees taken whole").
-  /// `alive` tells whether the address is still that tree (it is not kept alive for this).
+  /// `alive` tells whether the address is still that tree (it is not kept alive for this; a
+  /// gone tree's weak reference keeps a small block until its facts are swept: bytes() counts
+  /// it with the map's node).
   struct TreeFacts {
     std::weak_ptr<const interp::Values> alive;
     const void* type = nullptr; ///< the tree's type node (ir::TypeNode)
@@ -94,6 +96,7 @@ struct FragmentMemo {
     uint64_t values = 0; ///< the values the scan counts in it (the evaluation's fuel)
   };
   std::unordered_map<const void*, TreeFacts> trees;
+  size_t trees_swept_at = 1024; ///< the size at which `trees` is next swept of gone trees
   /// Set when a tree taken whole met a call that could not replay: the batch was evaluated
   /// again with every tree scanned, and no tree is taken whole with this memo any more.
   bool trees_off = false;
@@ -138,7 +141,7 @@ struct FragmentMemo {
   size_t bytes() const {
     return fragments.size() * sizeof(Fragment) + steps.size() * sizeof(Step) +
            refs.size() * sizeof(LocalRef) + nodes.size() * sizeof(Node) + tensors.size() * 64 +
-           keys.size() * 96 + trees.size() * (sizeof(TreeFacts) + 32);
+           keys.size() * 96 + trees.size() * (sizeof(TreeFacts) + 96);
   }
 };
 

@@ -287,6 +287,15 @@ entry mapped(ts: List[T]) -> f32[] { sum_list(map(f, ts)) }
     CHECK(tt.pe_memo().fragments.p->trees.empty());
     specializer::TemplateTable mapped;
     CHECK(check_whole(md, "mapped", batches, mapped) == 2 * trees.size());
+    // Batches of new trees, gone after their batch: their facts are swept as the table grows.
+    for (int i = 0; i < 1500; ++i) {
+      const interp::Value fresh = interp::Value::list(
+          {node(leaf(static_cast<float>(i)), leaf(1)), node(leaf(2), leaf(static_cast<float>(i)))});
+      REQUIRE(
+          specializer::partially_evaluate(*md.m, md.dims, "mapped", fresh, mapped, as_engine(fresh))
+              .ok);
+    }
+    CHECK(mapped.pe_memo().fragments.p->trees.size() <= 1100);
   }
 
   TEST_CASE("trees taken whole: a model whose encoder draws random numbers (dropout) replays "
