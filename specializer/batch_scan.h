@@ -39,7 +39,6 @@ public:
   uint64_t h = 0x243f6a8885a308d3ull;
   size_t count = 0;
   bool ok = true;
-  size_t whole_trees = 0; ///< trees taken whole
 
   /// The batch rebuilt (payloads replaced by input slots), or None after a mismatch.
   Value scan(const Value& v, const ir::Type& t) {
@@ -207,7 +206,6 @@ private:
         Value::Kind::Adt, t.tag,
         std::shared_ptr<const Values>(std::shared_ptr<const Values>(), &pn.items)));
     be_.note_lazy();
-    ++whole_trees;
     return true;
   }
 

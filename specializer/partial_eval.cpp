@@ -285,7 +285,6 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
           !frags->trees_off && pe::trees_taken_whole(*f);
   pe::BatchScan scan(*be, m, dims, pool, frags, !opt.skeleton.has_value(), whole);
   Value arg = scan.scan(batch, f->params[0].type);
-  out.whole_trees = scan.whole_trees;
   out.scan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - scan_start).count();
   uint64_t h = opt.skeleton ? *opt.skeleton : scan.h;
@@ -328,6 +327,7 @@ PeResult partially_evaluate_here(const ir::Module& m, const interp::DimBindings&
   }
   out.residual.fuel_used = be->fuel_used();
   out.replayed = be->replayed();
+  out.whole_trees = be->lazy_nodes();
   out.recorded = be->recorded();
   if (frags != nullptr && frags->full)
     frags->count_full_run(out.residual.instances.size(), be->replayed_instances());

@@ -129,6 +129,8 @@ public:
   }
   /// A tree of this batch was taken whole: inline_begin checks its arguments from now on.
   void note_lazy() { ++lazy_nodes_; }
+  /// Trees of this batch taken whole so far.
+  size_t lazy_nodes() const { return lazy_nodes_; }
   size_t replayed() const { return replayed_; }
   /// Instances appended by the replays of calls (nested calls' included).
   size_t replayed_instances() const { return replayed_instances_; }
